@@ -1,0 +1,241 @@
+//! Delivery JSON: the create request, the delivery object, listings and attempt history.
+//! Field names, order and omission rules follow spoold v0.1.0; fields it lacks are additions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+
+/// `POST /v1/deliveries`. Every field is optional at the JSON level; the rules are applied by
+/// the daemon's validation, which reports `invalid_delivery`.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateDelivery {
+    /// Reusing a key with the same request returns the existing delivery (200); with a different
+    /// request, 409 `idempotency_conflict`. Trimmed; at most 256 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// `http` or `https` URL with a host; no user info, no fragment; at most 4096 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "https://hooks.example.com/events")]
+    pub target_url: Option<String>,
+    /// HTTP method, upper-cased; empty or absent means `POST`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Request headers; names are canonicalised. A `null` value means an empty value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
+    pub headers: Option<BTreeMap<String, Option<String>>>,
+    /// A JSON body, stored and sent byte for byte as it appears in the request. `null` is a
+    /// body (the four bytes `null`).
+    #[serde(
+        default,
+        deserialize_with = "present_raw",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<Object>)]
+    pub body: Option<Box<RawValue>>,
+    /// A binary body in strict standard base64; not together with `body`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+    /// Attempts per cycle, 1–100; absent or 0 means 8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i64>,
+    /// RFC 3339: no attempt before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    /// RFC 3339: no attempt starts after this time; the delivery then fails as `expired`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// A present `body` field is kept as raw bytes even when it is `null`.
+fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// The status of a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    Pending,
+    InFlight,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl DeliveryStatus {
+    pub const ALL: [DeliveryStatus; 5] = [
+        DeliveryStatus::Pending,
+        DeliveryStatus::InFlight,
+        DeliveryStatus::Succeeded,
+        DeliveryStatus::Failed,
+        DeliveryStatus::Canceled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::InFlight => "in_flight",
+            DeliveryStatus::Succeeded => "succeeded",
+            DeliveryStatus::Failed => "failed",
+            DeliveryStatus::Canceled => "canceled",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            DeliveryStatus::Succeeded | DeliveryStatus::Failed | DeliveryStatus::Canceled
+        )
+    }
+}
+
+impl fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DeliveryStatus {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        DeliveryStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or(())
+    }
+}
+
+/// A delivery as the API shows it. Listings omit `headers`, `body` and `bodyBase64`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryView {
+    /// 32 lowercase hex characters; sent as `X-Spoold-Delivery-ID` on every attempt.
+    #[schema(example = "0190f3c2a1b27c4e9d0a5b6c7d8e9f01")]
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    pub target_url: String,
+    pub method: String,
+    /// Values of sensitive headers are masked unless `?reveal=true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+    pub status: DeliveryStatus,
+    /// Attempts started in the current cycle.
+    pub attempts: u32,
+    pub max_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Stable code of the last failure: `http_status`, `connect_failed`, `dns_failed`,
+    /// `tls_failed`, `timeout`, `target_blocked`, `redirect_not_followed`, `expired`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_response_code: Option<u16>,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// A JSON body, exactly as submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub body: Option<Box<RawValue>>,
+    /// A binary body, standard base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+}
+
+/// `GET /v1/deliveries`
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryList {
+    /// Number of deliveries on this page.
+    pub count: usize,
+    pub deliveries: Vec<DeliveryView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One attempt of a delivery.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptView {
+    /// The retry cycle (1 for the first; each operator retry starts a new one).
+    pub cycle: u32,
+    /// The `X-Spoold-Attempt` value sent.
+    pub number: u32,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// `succeeded`, `retry`, `failed`, `interrupted`; absent while in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<i64>,
+}
+
+/// `GET /v1/deliveries/{id}/attempts`
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AttemptList {
+    pub attempts: Vec<AttemptView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_bytes_survive_exactly() {
+        let req: CreateDelivery =
+            serde_json::from_str(r#"{"targetUrl":"http://x/","body": { "a" :  "<&>" } }"#)
+                .expect("valid request");
+        assert_eq!(
+            req.body.as_deref().map(RawValue::get),
+            Some(r#"{ "a" :  "<&>" }"#)
+        );
+    }
+
+    #[test]
+    fn null_body_is_a_body() {
+        let req: CreateDelivery =
+            serde_json::from_str(r#"{"body":null}"#).expect("valid request");
+        assert_eq!(req.body.as_deref().map(RawValue::get), Some("null"));
+        let req: CreateDelivery = serde_json::from_str(r#"{}"#).expect("valid request");
+        assert!(req.body.is_none());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = serde_json::from_str::<CreateDelivery>(r#"{"target":"x"}"#)
+            .expect_err("unknown field");
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn status_names() {
+        for st in DeliveryStatus::ALL {
+            let json = serde_json::to_string(&st).expect("serializable");
+            assert_eq!(json, format!("\"{}\"", st.as_str()));
+            assert_eq!(st.as_str().parse::<DeliveryStatus>(), Ok(st));
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The error envelope `{"error":{"code":"…","message":"…"}}` and its stable codes. Codes are a
+//! public contract: clients branch on them, so they are never renamed.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Every error code the API can return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The request JSON itself is wrong: syntax, trailing data, unknown field, wrong type, too
+    /// large, `body` with `bodyBase64`, bad base64.
+    InvalidRequest,
+    /// A field breaks a delivery rule (URL, method, headers, sizes, attempts, times).
+    InvalidDelivery,
+    /// An idempotency key was reused for a different request.
+    IdempotencyConflict,
+    /// The target is an address the outbound policy refuses.
+    TargetBlocked,
+    /// The listing's `status` parameter is not a status.
+    InvalidStatus,
+    /// The listing's `limit` parameter is out of range.
+    InvalidLimit,
+    /// The listing's `cursor` parameter is malformed.
+    InvalidCursor,
+    /// No such delivery, or no such route.
+    NotFound,
+    /// The route exists but not for this method.
+    MethodNotAllowed,
+    /// The action does not apply to the delivery's current status.
+    InvalidTransition,
+    /// The database is over its admission limit (`--max-db-bytes`).
+    JournalFull,
+    /// The disk is full: nothing was written.
+    StorageFull,
+    /// The create could not be made durable.
+    PersistenceFailed,
+    /// Any other server-side failure.
+    InternalError,
+    /// `/readyz`: the store cannot write.
+    NotReady,
+}
+
+impl ErrorCode {
+    pub const ALL: [ErrorCode; 15] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::InvalidDelivery,
+        ErrorCode::IdempotencyConflict,
+        ErrorCode::TargetBlocked,
+        ErrorCode::InvalidStatus,
+        ErrorCode::InvalidLimit,
+        ErrorCode::InvalidCursor,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::InvalidTransition,
+        ErrorCode::JournalFull,
+        ErrorCode::StorageFull,
+        ErrorCode::PersistenceFailed,
+        ErrorCode::InternalError,
+        ErrorCode::NotReady,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::InvalidDelivery => "invalid_delivery",
+            ErrorCode::IdempotencyConflict => "idempotency_conflict",
+            ErrorCode::TargetBlocked => "target_blocked",
+            ErrorCode::InvalidStatus => "invalid_status",
+            ErrorCode::InvalidLimit => "invalid_limit",
+            ErrorCode::InvalidCursor => "invalid_cursor",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::InvalidTransition => "invalid_transition",
+            ErrorCode::JournalFull => "journal_full",
+            ErrorCode::StorageFull => "storage_full",
+            ErrorCode::PersistenceFailed => "persistence_failed",
+            ErrorCode::InternalError => "internal_error",
+            ErrorCode::NotReady => "not_ready",
+        }
+    }
+
+    /// The HTTP status that carries this code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::InvalidRequest
+            | ErrorCode::InvalidDelivery
+            | ErrorCode::TargetBlocked
+            | ErrorCode::InvalidStatus
+            | ErrorCode::InvalidLimit
+            | ErrorCode::InvalidCursor => 400,
+            ErrorCode::NotFound => 404,
+            ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::IdempotencyConflict | ErrorCode::InvalidTransition => 409,
+            ErrorCode::PersistenceFailed | ErrorCode::InternalError => 500,
+            ErrorCode::NotReady => 503,
+            ErrorCode::JournalFull | ErrorCode::StorageFull => 507,
+        }
+    }
+}
+
+/// `{"error": {...}}`
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ApiError,
+}
+
+/// One error: a stable machine-readable `code` and a human message.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ApiError {
+    #[schema(example = "invalid_delivery")]
+    pub code: String,
+    #[schema(example = "target URL is required")]
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody {
+            error: ApiError {
+                code: code.as_str().to_owned(),
+                message: message.into(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_snake_case() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            let s = code.as_str();
+            assert!(seen.insert(s), "duplicate code {s}");
+            assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s}");
+            assert!((400..600).contains(&code.http_status()));
+        }
+    }
+
+    #[test]
+    fn envelope_shape() {
+        let body = ErrorBody::new(ErrorCode::NotFound, "delivery not found");
+        assert_eq!(
+            serde_json::to_string(&body).expect("serializable"),
+            r#"{"error":{"code":"not_found","message":"delivery not found"}}"#
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! Wire types shared by `spoold` and `spoolctl`: the JSON shapes of the HTTP API (compatible
+//! with spoold v0.1.0), stable error codes, and the duration, size and time formats used in
+//! flags and JSON. No I/O lives here.
+//!
+//! # Layout
+//! - [`delivery`]: create request, delivery object, listings, attempt history.
+//! - [`error`]: the error envelope and its stable codes.
+//! - [`units`]: `1h30m`-style durations, `64KiB`-style sizes, RFC 3339 times.
+
+pub mod delivery;
+pub mod error;
+pub mod units;
+
+pub use delivery::{
+    AttemptList, AttemptView, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
+};
+pub use error::{ApiError, ErrorBody, ErrorCode};
+
+/// Managed headers: set by spoold itself, refused in a create request.
+pub const MANAGED_HEADERS: &[&str] = &[
+    "Connection",
+    "Content-Length",
+    "Host",
+    "Proxy-Connection",
+    "Trailer",
+    "Transfer-Encoding",
+    "Upgrade",
+    "X-Spoold-Attempt",
+    "X-Spoold-Delivery-Id",
+];
+
+/// Header carrying the stable delivery id on every attempt.
+pub const DELIVERY_ID_HEADER: &str = "X-Spoold-Delivery-ID";
+/// Header carrying the attempt number (1-based within the current cycle).
+pub const ATTEMPT_HEADER: &str = "X-Spoold-Attempt";
+
+/// Largest create request accepted, in bytes.
+pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
+/// Largest body (after base64 decoding), in bytes.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Largest `targetUrl`, in bytes.
+pub const MAX_URL_BYTES: usize = 4096;
+/// Largest `idempotencyKey`, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+/// `maxAttempts` when absent or 0.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 8;
+/// Largest `maxAttempts`.
+pub const MAX_MAX_ATTEMPTS: u32 = 100;
+/// Listing page size bounds.
+pub const DEFAULT_LIST_LIMIT: u32 = 100;
+pub const MAX_LIST_LIMIT: u32 = 500;

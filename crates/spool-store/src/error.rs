@@ -1,0 +1,56 @@
+//! Errors at the store boundary, in terms the daemon can act on (refuse to start, answer 500/507,
+//! turn not-ready) without knowing which backend produced them.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another process holds the database.
+    #[error("database {path} is in use by another spoold (lock file {lock} is held)")]
+    Locked { path: PathBuf, lock: PathBuf },
+
+    /// The file is not a usable database.
+    #[error("database {path} is corrupt or not a spoold database: {detail}")]
+    Corrupt { path: PathBuf, detail: String },
+
+    /// The schema is newer than this binary understands.
+    #[error("database schema version {found} is newer than this spoold supports ({supported}); upgrade spoold")]
+    TooNew { found: i64, supported: i64 },
+
+    /// A durability setting did not take effect.
+    #[error("durability check failed: {0}")]
+    Durability(String),
+
+    /// The disk is full.
+    #[error("storage is full: {0}")]
+    DiskFull(String),
+
+    /// Filesystem trouble around the database (directories, permissions, lock file).
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Any other database error.
+    #[error("database error: {0}")]
+    Database(String),
+
+    /// The writer thread is gone (the store was shut down, or it panicked).
+    #[error("store writer has stopped")]
+    WriterGone,
+}
+
+impl StoreError {
+    /// A stable code for logs and API errors.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::DiskFull(_) => "storage_full",
+            StoreError::Corrupt { .. } => "storage_corrupt",
+            _ => "storage_error",
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

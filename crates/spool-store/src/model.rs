@@ -1,0 +1,331 @@
+//! The delivery state machine as the store sees it: statuses, the allowed transitions, and the
+//! records that cross the store boundary. Every backend implements exactly these rules; the
+//! conformance suite in `tests/it` checks that they do.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Milliseconds since the Unix epoch, UTC. Every timestamp in the store contract is one of these,
+/// so that backends agree without sharing a date type.
+pub type Millis = i64;
+
+/// Where a delivery is in its life.
+///
+/// ```text
+///             claim              2xx
+///  pending ───────────▶ in_flight ─────▶ succeeded
+///    ▲  ▲                 │  │
+///    │  └── retryable ────┘  └── permanent / exhausted / expired ──▶ failed
+///    │                                                              │
+///    └──────────────────────── retry (new cycle) ───────────────────┘
+///  pending | in_flight ── cancel ──▶ canceled
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeliveryStatus {
+    Pending,
+    InFlight,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl DeliveryStatus {
+    pub const ALL: [DeliveryStatus; 5] = [
+        DeliveryStatus::Pending,
+        DeliveryStatus::InFlight,
+        DeliveryStatus::Succeeded,
+        DeliveryStatus::Failed,
+        DeliveryStatus::Canceled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::InFlight => "in_flight",
+            DeliveryStatus::Succeeded => "succeeded",
+            DeliveryStatus::Failed => "failed",
+            DeliveryStatus::Canceled => "canceled",
+        }
+    }
+
+    /// Terminal statuses never change again, except `failed`, which an operator may retry.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            DeliveryStatus::Succeeded | DeliveryStatus::Failed | DeliveryStatus::Canceled
+        )
+    }
+
+    /// Whether an operator's cancel is allowed from this status.
+    pub fn can_cancel(self) -> bool {
+        matches!(self, DeliveryStatus::Pending | DeliveryStatus::InFlight)
+    }
+
+    /// Whether an operator's retry (a new cycle) is allowed from this status.
+    pub fn can_retry(self) -> bool {
+        self == DeliveryStatus::Failed
+    }
+}
+
+impl fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The text was not one of the status names.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown delivery status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for DeliveryStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DeliveryStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// A request body exactly as it was submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// No body at all.
+    None,
+    /// The bytes of a JSON value, kept exactly as they arrived (never re-serialised).
+    Json(Vec<u8>),
+    /// Arbitrary bytes (submitted as base64).
+    Binary(Vec<u8>),
+}
+
+impl Body {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Body::None => &[],
+            Body::Json(b) | Body::Binary(b) => b,
+        }
+    }
+}
+
+/// Everything needed to create a delivery. The caller validates; the store only persists.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    pub id: String,
+    pub idempotency_key: Option<String>,
+    pub target_url: String,
+    /// `scheme://host:port`, the key for per-target concurrency.
+    pub origin: String,
+    pub method: String,
+    /// Canonical header names, sorted, no duplicates.
+    pub headers: Vec<(String, String)>,
+    pub body: Body,
+    pub max_attempts: u32,
+    pub not_before: Option<Millis>,
+    pub expires_at: Option<Millis>,
+    /// Opaque digest of every field that makes two requests "the same" for idempotency.
+    pub fingerprint: Vec<u8>,
+}
+
+/// A stored delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub id: String,
+    pub idempotency_key: Option<String>,
+    pub target_url: String,
+    pub origin: String,
+    pub method: String,
+    /// `None` when the query did not load them (listings).
+    pub headers: Option<Vec<(String, String)>>,
+    /// `None` when the query did not load it (listings).
+    pub body: Option<Body>,
+    pub status: DeliveryStatus,
+    /// Attempts started in the current cycle, including interrupted ones; the last
+    /// `X-Spoold-Attempt` value sent.
+    pub attempts: u32,
+    /// Attempts of this cycle that were interrupted (shutdown, crash) and so are not charged
+    /// against `max_attempts`.
+    pub uncharged: u32,
+    pub max_attempts: u32,
+    pub cycle: u32,
+    pub last_error: Option<String>,
+    pub last_error_code: Option<String>,
+    pub last_response_code: Option<u16>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub next_attempt_at: Option<Millis>,
+    pub not_before: Option<Millis>,
+    pub expires_at: Option<Millis>,
+    pub lease_until: Option<Millis>,
+}
+
+/// The result of an idempotent insert.
+#[derive(Debug, Clone)]
+pub enum InsertOutcome {
+    /// A new delivery was written and committed.
+    Created(Delivery),
+    /// The idempotency key was known with the same fingerprint: the existing delivery.
+    Existing(Delivery),
+    /// The idempotency key was known with a different fingerprint.
+    Conflict { existing_id: String },
+    /// The database is over its admission limit; nothing was written.
+    Full { db_bytes: u64, limit: u64 },
+}
+
+/// A delivery claimed for one attempt: everything the sender needs, and the fence token.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: String,
+    /// Fence token: results are applied only while the delivery still carries it.
+    pub claim_seq: u32,
+    /// The attempt number of this cycle (the `X-Spoold-Attempt` value).
+    pub attempt: u32,
+    pub target_url: String,
+    pub origin: String,
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Body,
+    pub started_at: Millis,
+    pub lease_until: Millis,
+}
+
+/// What a claim pass did.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimBatch {
+    pub claimed: Vec<Claimed>,
+    /// Deliveries that were due but past `expires_at`: failed with code `expired` instead.
+    pub expired: u32,
+}
+
+/// How an attempt ended, as the delivery engine classified it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    Succeeded,
+    /// Try again after this many milliseconds, unless the budget or `expires_at` forbids it.
+    Retry { delay_ms: i64 },
+    /// A permanent failure: no further attempts.
+    Failed,
+    /// The attempt was cut short by us (shutdown) and is not charged; due again at once.
+    Interrupted,
+}
+
+/// The outcome of one attempt, to be recorded.
+#[derive(Debug, Clone)]
+pub struct AttemptResult {
+    pub id: String,
+    pub claim_seq: u32,
+    pub disposition: Disposition,
+    pub http_status: Option<u16>,
+    pub error_code: Option<String>,
+    /// At most 4 KiB; the store truncates longer text.
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+/// What recording an attempt result did to the delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The delivery now has this status.
+    Now(DeliveryStatus),
+    /// The claim was no longer current (canceled, or reclaimed): only the attempt record changed.
+    Fenced,
+}
+
+/// Stable outcome names of attempt records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Succeeded,
+    Retry,
+    Failed,
+    Interrupted,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Retry => "retry",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One row of a delivery's attempt history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub cycle: u32,
+    pub number: u32,
+    pub started_at: Millis,
+    pub finished_at: Option<Millis>,
+    /// `None` while the attempt is in progress.
+    pub outcome: Option<String>,
+    pub http_status: Option<u16>,
+    pub error_code: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+/// A page of a listing.
+#[derive(Debug, Clone)]
+pub struct Page {
+    pub deliveries: Vec<Delivery>,
+    /// Pass back as `after` to get the next page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// Numbers for gauges.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub by_status: Vec<(DeliveryStatus, u64)>,
+    /// Due time of the oldest pending delivery that is already due.
+    pub oldest_due_at: Option<Millis>,
+    pub db_bytes: u64,
+}
+
+/// Why an operator action was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransitionOutcome {
+    Done(Delivery),
+    NotFound,
+    /// The delivery is in a status the action does not apply to.
+    Invalid(DeliveryStatus),
+}
+
+/// The longest error text kept per attempt and in `last_error`.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// Cut `text` to at most [`MAX_ERROR_BYTES`], on a character boundary.
+pub fn clip_error(text: &str) -> String {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_round_trips() {
+        for st in DeliveryStatus::ALL {
+            assert_eq!(st.as_str().parse::<DeliveryStatus>().ok(), Some(st));
+        }
+        assert!("running".parse::<DeliveryStatus>().is_err());
+    }
+
+    #[test]
+    fn clip_error_respects_char_boundaries() {
+        let s = "é".repeat(3000); // 6000 bytes
+        let clipped = clip_error(&s);
+        assert!(clipped.len() <= MAX_ERROR_BYTES);
+        assert!(clipped.len() >= MAX_ERROR_BYTES - 1);
+        assert_eq!(clip_error("short"), "short");
+    }
+}

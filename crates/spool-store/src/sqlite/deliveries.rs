@@ -1,0 +1,615 @@
+//! The SQL behind every store operation. Write functions run on the writer thread inside a
+//! savepoint; read functions run on a reader connection. All state changes follow the rules in
+//! `model`: claims are fenced by `claim_seq`, terminal rows are never reopened except by retry.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::map_err;
+use crate::error::{Result, StoreError};
+use crate::model::{
+    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, ClaimBatch, Claimed,
+    Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery, Page, Stats,
+    TransitionOutcome,
+};
+
+/// Columns of a full delivery row, in the order `row_to_delivery` reads them.
+const FULL_COLUMNS: &str = "id, idempotency_key, target_url, origin, method, status, attempts, \
+     uncharged, max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
+     updated_at, next_attempt_at, not_before, expires_at, lease_until, headers, body_kind, body";
+
+/// The same without headers and body, for listings.
+const LIST_COLUMNS: &str = "id, idempotency_key, target_url, origin, method, status, attempts, \
+     uncharged, max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
+     updated_at, next_attempt_at, not_before, expires_at, lease_until";
+
+const BODY_NONE: i64 = 0;
+const BODY_JSON: i64 = 1;
+const BODY_BINARY: i64 = 2;
+
+pub(crate) fn insert(
+    conn: &Connection,
+    new: &NewDelivery,
+    now: Millis,
+    max_db_bytes: u64,
+) -> Result<InsertOutcome> {
+    if let Some(key) = &new.idempotency_key {
+        let known: Option<(String, Vec<u8>)> = conn
+            .prepare_cached("SELECT delivery_id, fingerprint FROM idempotency_keys WHERE key = ?1")
+            .and_then(|mut st| {
+                st.query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(map_err)?;
+        if let Some((id, fingerprint)) = known {
+            if fingerprint != new.fingerprint {
+                return Ok(InsertOutcome::Conflict { existing_id: id });
+            }
+            return match get(conn, &id)? {
+                Some(existing) => Ok(InsertOutcome::Existing(existing)),
+                None => Err(StoreError::Database(format!(
+                    "idempotency key refers to missing delivery {id}"
+                ))),
+            };
+        }
+    }
+    if max_db_bytes > 0 {
+        let used = db_bytes(conn)?;
+        if used >= max_db_bytes {
+            return Ok(InsertOutcome::Full {
+                db_bytes: used,
+                limit: max_db_bytes,
+            });
+        }
+    }
+    let (body_kind, body) = encode_body(&new.body);
+    let headers = encode_headers(&new.headers)?;
+    let due = new.not_before.map_or(now, |nb| nb.max(now));
+    conn.prepare_cached(
+        "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
+         body_kind, body, status, max_attempts, created_at, updated_at, next_attempt_at, \
+         not_before, expires_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10, ?10, ?11, ?12, ?13)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            new.id,
+            new.idempotency_key,
+            new.target_url,
+            new.origin,
+            new.method,
+            headers,
+            body_kind,
+            body,
+            new.max_attempts,
+            now,
+            due,
+            new.not_before,
+            new.expires_at,
+        ])
+    })
+    .map_err(map_err)?;
+    if let Some(key) = &new.idempotency_key {
+        conn.prepare_cached(
+            "INSERT INTO idempotency_keys (key, delivery_id, fingerprint) VALUES (?1, ?2, ?3)",
+        )
+        .and_then(|mut st| st.execute(params![key, new.id, new.fingerprint]))
+        .map_err(map_err)?;
+    }
+    let created = get(conn, &new.id)?
+        .ok_or_else(|| StoreError::Database("inserted delivery not found".into()))?;
+    Ok(InsertOutcome::Created(created))
+}
+
+/// Per-target capacity the claim must respect.
+#[derive(Debug, Clone, Default)]
+pub struct Capacity {
+    /// At most this many in flight per origin.
+    pub per_origin: u32,
+    /// What is in flight now, by origin (origins not named have none).
+    pub in_flight: HashMap<String, u32>,
+}
+
+impl Capacity {
+    /// Origins that cannot take another attempt now.
+    pub fn saturated(&self) -> Vec<String> {
+        self.in_flight
+            .iter()
+            .filter(|(_, n)| **n >= self.per_origin)
+            .map(|(o, _)| o.clone())
+            .collect()
+    }
+}
+
+pub(crate) fn claim(
+    conn: &Connection,
+    now: Millis,
+    limit: u32,
+    mut capacity: Capacity,
+    lease_ms: i64,
+) -> Result<ClaimBatch> {
+    let mut batch = ClaimBatch::default();
+    let lease_until = now + lease_ms;
+    let fetch = i64::from(limit) * 2 + 16;
+    let mut saturated: HashSet<String> = capacity.saturated().into_iter().collect();
+    while (batch.claimed.len() as u32) < limit {
+        let excluded = serde_json::to_string(&saturated.iter().collect::<Vec<_>>())
+            .map_err(|e| StoreError::Database(e.to_string()))?;
+        let candidates: Vec<(String, String, Option<Millis>)> = conn
+            .prepare_cached(
+                "SELECT id, origin, expires_at FROM deliveries \
+                 WHERE status = 'pending' AND next_attempt_at <= ?1 \
+                   AND origin NOT IN (SELECT value FROM json_each(?2)) \
+                 ORDER BY next_attempt_at LIMIT ?3",
+            )
+            .and_then(|mut st| {
+                st.query_map(params![now, excluded, fetch], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?
+                .collect()
+            })
+            .map_err(map_err)?;
+        let exhausted_candidates = (candidates.len() as i64) < fetch;
+        let mut progressed = false;
+        for (id, origin, expires_at) in candidates {
+            if (batch.claimed.len() as u32) >= limit {
+                break;
+            }
+            if saturated.contains(&origin) {
+                continue;
+            }
+            progressed = true;
+            if expires_at.is_some_and(|at| at <= now) {
+                expire(conn, &id, now)?;
+                batch.expired += 1;
+                continue;
+            }
+            batch
+                .claimed
+                .push(claim_one(conn, &id, &origin, now, lease_until)?);
+            let n = capacity.in_flight.entry(origin.clone()).or_insert(0);
+            *n += 1;
+            if *n >= capacity.per_origin {
+                saturated.insert(origin);
+            }
+        }
+        if exhausted_candidates || !progressed {
+            break;
+        }
+    }
+    Ok(batch)
+}
+
+fn expire(conn: &Connection, id: &str, now: Millis) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE deliveries SET status = 'failed', last_error_code = 'expired', \
+         last_error = 'expired before the next attempt could start', next_attempt_at = NULL, \
+         lease_until = NULL, updated_at = ?2 WHERE id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![id, now]))
+    .map_err(map_err)?;
+    Ok(())
+}
+
+fn claim_one(
+    conn: &Connection,
+    id: &str,
+    origin: &str,
+    now: Millis,
+    lease_until: Millis,
+) -> Result<Claimed> {
+    let (claim_seq, attempt, cycle, target_url, method, headers, body_kind, body): (
+        u32,
+        u32,
+        u32,
+        String,
+        String,
+        String,
+        i64,
+        Option<Vec<u8>>,
+    ) = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1, \
+             claim_seq = claim_seq + 1, lease_until = ?2, updated_at = ?3 WHERE id = ?1 \
+             RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![id, lease_until, now], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                ))
+            })
+        })
+        .map_err(map_err)?;
+    conn.prepare_cached(
+        "INSERT INTO attempts (delivery_id, seq, cycle, number, started_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut st| st.execute(params![id, claim_seq, cycle, attempt, now]))
+    .map_err(map_err)?;
+    Ok(Claimed {
+        id: id.to_owned(),
+        claim_seq,
+        attempt,
+        target_url,
+        origin: origin.to_owned(),
+        method,
+        headers: decode_headers(&headers)?,
+        body: decode_body(body_kind, body),
+        started_at: now,
+        lease_until,
+    })
+}
+
+pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -> Result<Applied> {
+    let error = result.error.as_deref().map(clip_error);
+    let current: Option<(String, u32, u32, u32, u32, Option<Millis>)> = conn
+        .prepare_cached(
+            "SELECT status, claim_seq, attempts, uncharged, max_attempts, expires_at \
+             FROM deliveries WHERE id = ?1",
+        )
+        .and_then(|mut st| {
+            st.query_row([&result.id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+            })
+            .optional()
+        })
+        .map_err(map_err)?;
+    let outcome = match result.disposition {
+        Disposition::Succeeded => AttemptOutcome::Succeeded,
+        Disposition::Retry { .. } => AttemptOutcome::Retry,
+        Disposition::Failed => AttemptOutcome::Failed,
+        Disposition::Interrupted => AttemptOutcome::Interrupted,
+    };
+    conn.prepare_cached(
+        "UPDATE attempts SET finished_at = ?3, outcome = ?4, http_status = ?5, error_code = ?6, \
+         error = ?7, duration_ms = ?8 \
+         WHERE delivery_id = ?1 AND seq = ?2 AND outcome IS NULL",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            result.id,
+            result.claim_seq,
+            now,
+            outcome.as_str(),
+            result.http_status,
+            result.error_code,
+            error,
+            result.duration_ms,
+        ])
+    })
+    .map_err(map_err)?;
+
+    let Some((status, claim_seq, attempts, uncharged, max_attempts, expires_at)) = current else {
+        return Ok(Applied::Fenced);
+    };
+    if status != DeliveryStatus::InFlight.as_str() || claim_seq != result.claim_seq {
+        return Ok(Applied::Fenced);
+    }
+    let (new_status, next_at, uncharged) = match result.disposition {
+        Disposition::Succeeded => (DeliveryStatus::Succeeded, None, uncharged),
+        Disposition::Failed => (DeliveryStatus::Failed, None, uncharged),
+        Disposition::Interrupted => (DeliveryStatus::Pending, Some(now), uncharged + 1),
+        Disposition::Retry { delay_ms } => {
+            if attempts.saturating_sub(uncharged) >= max_attempts {
+                (DeliveryStatus::Failed, None, uncharged)
+            } else {
+                let mut at = now + delay_ms.max(0);
+                if let Some(exp) = expires_at {
+                    // Wake at the deadline at the latest; the claim then fails it as expired.
+                    at = at.min(exp);
+                }
+                (DeliveryStatus::Pending, Some(at), uncharged)
+            }
+        }
+    };
+    let (last_error, last_error_code) = match result.disposition {
+        Disposition::Succeeded => (None, None),
+        _ => (error, result.error_code.clone()),
+    };
+    conn.prepare_cached(
+        "UPDATE deliveries SET status = ?2, next_attempt_at = ?3, uncharged = ?4, \
+         last_error = ?5, last_error_code = ?6, \
+         last_response_code = COALESCE(?7, last_response_code), lease_until = NULL, \
+         updated_at = ?8 WHERE id = ?1",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            result.id,
+            new_status.as_str(),
+            next_at,
+            uncharged,
+            last_error,
+            last_error_code,
+            result.http_status,
+            now,
+        ])
+    })
+    .map_err(map_err)?;
+    Ok(Applied::Now(new_status))
+}
+
+/// Put claimed deliveries back to `pending`, due at once, without charging the attempt:
+/// every in-flight delivery (`only_expired == false`, at start-up, when we hold the exclusive
+/// lock and so know their owner is dead) or only those whose lease has run out.
+pub(crate) fn reclaim(conn: &Connection, now: Millis, only_expired: bool) -> Result<u64> {
+    let cutoff = if only_expired { now } else { Millis::MAX };
+    let ids: Vec<(String, u32)> = conn
+        .prepare_cached(
+            "SELECT id, claim_seq FROM deliveries \
+             WHERE status = 'in_flight' AND lease_until <= ?1",
+        )
+        .and_then(|mut st| {
+            st.query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(map_err)?;
+    let code = if only_expired {
+        "lease_expired"
+    } else {
+        "daemon_restart"
+    };
+    for (id, claim_seq) in &ids {
+        complete(
+            conn,
+            &AttemptResult {
+                id: id.clone(),
+                claim_seq: *claim_seq,
+                disposition: Disposition::Interrupted,
+                http_status: None,
+                error_code: Some(code.to_owned()),
+                error: Some(
+                    "attempt interrupted; the outcome is unknown, so it will be sent again".into(),
+                ),
+                duration_ms: 0,
+            },
+            now,
+        )?;
+    }
+    Ok(ids.len() as u64)
+}
+
+pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
+    transition(conn, id, DeliveryStatus::can_cancel, |conn| {
+        conn.prepare_cached(
+            "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
+             lease_until = NULL, updated_at = ?2 WHERE id = ?1",
+        )
+        .and_then(|mut st| st.execute(params![id, now]))
+        .map_err(map_err)
+        .map(drop)
+    })
+}
+
+pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
+    transition(conn, id, DeliveryStatus::can_retry, |conn| {
+        conn.prepare_cached(
+            "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
+             cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, last_error = NULL, \
+             last_error_code = NULL, last_response_code = NULL, updated_at = ?2 WHERE id = ?1",
+        )
+        .and_then(|mut st| st.execute(params![id, now]))
+        .map_err(map_err)
+        .map(drop)
+    })
+}
+
+fn transition(
+    conn: &Connection,
+    id: &str,
+    allowed: fn(DeliveryStatus) -> bool,
+    apply: impl FnOnce(&Connection) -> Result<()>,
+) -> Result<TransitionOutcome> {
+    let Some(current) = get(conn, id)? else {
+        return Ok(TransitionOutcome::NotFound);
+    };
+    if !allowed(current.status) {
+        return Ok(TransitionOutcome::Invalid(current.status));
+    }
+    apply(conn)?;
+    let updated =
+        get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
+    Ok(TransitionOutcome::Done(updated))
+}
+
+pub(crate) fn get(conn: &Connection, id: &str) -> Result<Option<Delivery>> {
+    conn.prepare_cached(&format!("SELECT {FULL_COLUMNS} FROM deliveries WHERE id = ?1"))
+        .and_then(|mut st| st.query_row([id], |r| row_to_delivery(r, true)).optional())
+        .map_err(map_err)
+}
+
+/// Oldest first (ids are time-ordered); `after` is the id of the last row of the previous page.
+pub(crate) fn list(
+    conn: &Connection,
+    status: Option<DeliveryStatus>,
+    limit: u32,
+    after: Option<&str>,
+) -> Result<Page> {
+    let mut sql = format!("SELECT {LIST_COLUMNS} FROM deliveries WHERE 1 = 1");
+    if status.is_some() {
+        sql.push_str(" AND status = ?1");
+    }
+    if after.is_some() {
+        sql.push_str(" AND id > ?2");
+    }
+    sql.push_str(" ORDER BY id LIMIT ?3");
+    let mut rows: Vec<Delivery> = conn
+        .prepare_cached(&sql)
+        .and_then(|mut st| {
+            st.query_map(
+                params![
+                    status.map(DeliveryStatus::as_str),
+                    after,
+                    i64::from(limit) + 1
+                ],
+                |r| row_to_delivery(r, false),
+            )?
+            .collect()
+        })
+        .map_err(map_err)?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|d| d.id.clone())
+    } else {
+        None
+    };
+    Ok(Page {
+        deliveries: rows,
+        next_cursor,
+    })
+}
+
+pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<Attempt>>> {
+    let exists: bool = conn
+        .prepare_cached("SELECT 1 FROM deliveries WHERE id = ?1")
+        .and_then(|mut st| st.exists([id]))
+        .map_err(map_err)?;
+    if !exists {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "SELECT cycle, number, started_at, finished_at, outcome, http_status, error_code, error, \
+         duration_ms FROM attempts WHERE delivery_id = ?1 ORDER BY seq",
+    )
+    .and_then(|mut st| {
+        st.query_map([id], |r| {
+            Ok(Attempt {
+                cycle: r.get(0)?,
+                number: r.get(1)?,
+                started_at: r.get(2)?,
+                finished_at: r.get(3)?,
+                outcome: r.get(4)?,
+                http_status: r.get(5)?,
+                error_code: r.get(6)?,
+                error: r.get(7)?,
+                duration_ms: r.get(8)?,
+            })
+        })?
+        .collect()
+    })
+    .map(Some)
+    .map_err(map_err)
+}
+
+/// The earliest due time of pending work whose origin is not saturated.
+pub(crate) fn next_due(conn: &Connection, saturated: &[String]) -> Result<Option<Millis>> {
+    let excluded =
+        serde_json::to_string(saturated).map_err(|e| StoreError::Database(e.to_string()))?;
+    conn.prepare_cached(
+        "SELECT next_attempt_at FROM deliveries WHERE status = 'pending' \
+         AND origin NOT IN (SELECT value FROM json_each(?1)) ORDER BY next_attempt_at LIMIT 1",
+    )
+    .and_then(|mut st| st.query_row([excluded], |r| r.get(0)).optional())
+    .map_err(map_err)
+}
+
+pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
+    let by_status: Vec<(String, u64)> = conn
+        .prepare_cached("SELECT status, COUNT(*) FROM deliveries GROUP BY status")
+        .and_then(|mut st| {
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(map_err)?;
+    let oldest_due_at: Option<Millis> = conn
+        .prepare_cached(
+            "SELECT next_attempt_at FROM deliveries WHERE status = 'pending' \
+             AND next_attempt_at <= ?1 ORDER BY next_attempt_at LIMIT 1",
+        )
+        .and_then(|mut st| st.query_row([now], |r| r.get(0)).optional())
+        .map_err(map_err)?;
+    Ok(Stats {
+        by_status: by_status
+            .into_iter()
+            .filter_map(|(s, n)| s.parse().ok().map(|st| (st, n)))
+            .collect(),
+        oldest_due_at,
+        db_bytes: db_bytes(conn)?,
+    })
+}
+
+/// Bytes in use: pages minus free pages. The WAL is not counted; it is bounded by checkpoints.
+pub(crate) fn db_bytes(conn: &Connection) -> Result<u64> {
+    let (pages, free, size): (u64, u64, u64) = conn
+        .query_row(
+            "SELECT (SELECT page_count FROM pragma_page_count), \
+                    (SELECT freelist_count FROM pragma_freelist_count), \
+                    (SELECT page_size FROM pragma_page_size)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .map_err(map_err)?;
+    Ok(pages.saturating_sub(free) * size)
+}
+
+fn row_to_delivery(r: &Row<'_>, full: bool) -> rusqlite::Result<Delivery> {
+    let status: String = r.get(5)?;
+    let status = status.parse::<DeliveryStatus>().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e))
+    })?;
+    let (headers, body) = if full {
+        let headers: String = r.get(19)?;
+        let headers = decode_headers(&headers).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(19, rusqlite::types::Type::Text, e.into())
+        })?;
+        (Some(headers), Some(decode_body(r.get(20)?, r.get(21)?)))
+    } else {
+        (None, None)
+    };
+    Ok(Delivery {
+        id: r.get(0)?,
+        idempotency_key: r.get(1)?,
+        target_url: r.get(2)?,
+        origin: r.get(3)?,
+        method: r.get(4)?,
+        status,
+        attempts: r.get(6)?,
+        uncharged: r.get(7)?,
+        max_attempts: r.get(8)?,
+        cycle: r.get(9)?,
+        last_error: r.get(10)?,
+        last_error_code: r.get(11)?,
+        last_response_code: r.get(12)?,
+        created_at: r.get(13)?,
+        updated_at: r.get(14)?,
+        next_attempt_at: r.get(15)?,
+        not_before: r.get(16)?,
+        expires_at: r.get(17)?,
+        lease_until: r.get(18)?,
+        headers,
+        body,
+    })
+}
+
+fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {
+    match body {
+        Body::None => (BODY_NONE, None),
+        Body::Json(b) => (BODY_JSON, Some(b)),
+        Body::Binary(b) => (BODY_BINARY, Some(b)),
+    }
+}
+
+fn decode_body(kind: i64, bytes: Option<Vec<u8>>) -> Body {
+    match (kind, bytes) {
+        (BODY_JSON, Some(b)) => Body::Json(b),
+        (BODY_BINARY, Some(b)) => Body::Binary(b),
+        (BODY_BINARY, None) => Body::Binary(Vec::new()),
+        _ => Body::None,
+    }
+}
+
+fn encode_headers(headers: &[(String, String)]) -> Result<String> {
+    serde_json::to_string(headers).map_err(|e| StoreError::Database(e.to_string()))
+}
+
+fn decode_headers(text: &str) -> Result<Vec<(String, String)>> {
+    serde_json::from_str(text).map_err(|e| StoreError::Database(format!("stored headers: {e}")))
+}

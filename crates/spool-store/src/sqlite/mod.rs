@@ -1,0 +1,359 @@
+//! The embedded backend: one SQLite file in WAL mode with `synchronous=FULL`.
+//!
+//! **Invariant:** only the writer thread holds a write connection; readers use their own
+//! read-only connections and never see uncommitted state. The database file is owned by one
+//! process at a time, enforced by an exclusive lock on `<db>.lock`.
+
+mod deliveries;
+mod schema;
+mod writer;
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::Semaphore;
+
+pub use deliveries::Capacity;
+pub use writer::{CommitObserver, WriterStats};
+
+use crate::error::{Result, StoreError};
+use crate::model::{
+    Applied, Attempt, AttemptResult, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome, Millis,
+    NewDelivery, Page, Stats, TransitionOutcome,
+};
+
+/// How to open the SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteConfig {
+    pub path: PathBuf,
+    /// Refuse new deliveries once the database uses this many bytes; 0 = no limit.
+    pub max_db_bytes: u64,
+    /// Read connections kept open.
+    pub readers: usize,
+}
+
+impl SqliteConfig {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        SqliteConfig {
+            path: path.into(),
+            max_db_bytes: 0,
+            readers: 4,
+        }
+    }
+}
+
+/// A handle to an open SQLite store. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    max_db_bytes: u64,
+    writer: writer::Writer,
+    readers: Mutex<Vec<Connection>>,
+    reader_permits: Semaphore,
+    // Held for the life of the store: dropping it releases the exclusive lock.
+    _lock: File,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the database, take the exclusive lock, check durability
+    /// settings, and migrate the schema.
+    pub fn open(config: &SqliteConfig) -> Result<SqliteStore> {
+        let path = config.path.clone();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| io_err(format!("cannot create data directory {}", dir.display()), e))?;
+            }
+        }
+        let lock = take_lock(&path)?;
+        let fresh = !path.exists();
+        if fresh {
+            // SQLite gives the -wal and -shm files the mode of the main file.
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| io_err(format!("cannot create database {}", path.display()), e))?;
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| corrupt_or(&path, e))?;
+        configure_writer(&conn, &path, fresh)?;
+        schema::migrate(&conn).map_err(|e| match e {
+            StoreError::Database(detail) => StoreError::Corrupt {
+                path: path.clone(),
+                detail,
+            },
+            other => other,
+        })?;
+        let mut readers = Vec::with_capacity(config.readers.max(1));
+        for _ in 0..config.readers.max(1) {
+            let r = Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| corrupt_or(&path, e))?;
+            r.busy_timeout(std::time::Duration::from_secs(5))
+                .map_err(map_err)?;
+            readers.push(r);
+        }
+        let (writer, _thread) = writer::Writer::spawn(conn)?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                max_db_bytes: config.max_db_bytes,
+                writer,
+                reader_permits: Semaphore::new(readers.len()),
+                readers: Mutex::new(readers),
+                _lock: lock,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    pub fn writer_stats(&self) -> &WriterStats {
+        &self.inner.writer.stats
+    }
+
+    pub async fn insert(&self, new: NewDelivery) -> Result<InsertOutcome> {
+        let limit = self.inner.max_db_bytes;
+        self.inner
+            .writer
+            .write(move |c| deliveries::insert(c, &new, now_ms(), limit))
+            .await
+    }
+
+    pub async fn claim_due(
+        &self,
+        limit: u32,
+        capacity: Capacity,
+        lease_ms: i64,
+    ) -> Result<ClaimBatch> {
+        self.inner
+            .writer
+            .write(move |c| deliveries::claim(c, now_ms(), limit, capacity, lease_ms))
+            .await
+    }
+
+    pub async fn complete(&self, result: AttemptResult) -> Result<Applied> {
+        self.inner
+            .writer
+            .write(move |c| deliveries::complete(c, &result, now_ms()))
+            .await
+    }
+
+    /// See [`crate::Store::reclaim`].
+    pub async fn reclaim(&self, only_expired: bool) -> Result<u64> {
+        self.inner
+            .writer
+            .write(move |c| deliveries::reclaim(c, now_ms(), only_expired))
+            .await
+    }
+
+    pub async fn cancel(&self, id: String) -> Result<TransitionOutcome> {
+        self.inner
+            .writer
+            .write(move |c| deliveries::cancel(c, &id, now_ms()))
+            .await
+    }
+
+    pub async fn retry(&self, id: String) -> Result<TransitionOutcome> {
+        self.inner
+            .writer
+            .write(move |c| deliveries::retry(c, &id, now_ms()))
+            .await
+    }
+
+    /// A real write that must reach the disk: proves the store can write right now.
+    pub async fn ping(&self) -> Result<()> {
+        self.inner
+            .writer
+            .write(|c| {
+                c.execute(
+                    "INSERT INTO meta (key, value) VALUES ('last_ping', ?1) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [now_ms().to_string()],
+                )
+                .map_err(map_err)
+                .map(drop)
+            })
+            .await
+    }
+
+    pub async fn get(&self, id: String) -> Result<Option<Delivery>> {
+        self.read(move |c| deliveries::get(c, &id)).await
+    }
+
+    pub async fn list(
+        &self,
+        status: Option<DeliveryStatus>,
+        limit: u32,
+        after: Option<String>,
+    ) -> Result<Page> {
+        self.read(move |c| deliveries::list(c, status, limit, after.as_deref()))
+            .await
+    }
+
+    pub async fn attempts(&self, id: String) -> Result<Option<Vec<Attempt>>> {
+        self.read(move |c| deliveries::attempts(c, &id)).await
+    }
+
+    pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {
+        self.read(move |c| deliveries::next_due(c, &saturated)).await
+    }
+
+    pub async fn stats(&self) -> Result<Stats> {
+        self.read(|c| deliveries::stats(c, now_ms())).await
+    }
+
+    async fn read<T, F>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let _permit = self
+            .inner
+            .reader_permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        let conn = self
+            .inner
+            .readers
+            .lock()
+            .map_err(|_| StoreError::Database("reader pool poisoned".into()))?
+            .pop()
+            .ok_or_else(|| StoreError::Database("reader pool empty".into()))?;
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let out = op(&conn);
+            if let Ok(mut pool) = inner.readers.lock() {
+                pool.push(conn);
+            }
+            out
+        })
+        .await
+        .map_err(|e| StoreError::Database(format!("reader task failed: {e}")))?
+    }
+}
+
+/// Wall-clock milliseconds: the single clock SQLite deployments decide due times and leases on.
+pub fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Millis)
+}
+
+fn take_lock(db: &Path) -> Result<File> {
+    let mut lock_path = db.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|e| io_err(format!("cannot open lock file {}", lock_path.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
+            path: db.to_owned(),
+            lock: lock_path,
+        }),
+        Err(fs::TryLockError::Error(e)) => Err(io_err(
+            format!("cannot lock {}", lock_path.display()),
+            e,
+        )),
+    }
+}
+
+fn configure_writer(conn: &Connection, path: &Path, fresh: bool) -> Result<()> {
+    if fresh {
+        // Must precede the first table; lets retention hand space back without a full VACUUM.
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .map_err(|e| corrupt_or(path, e))?;
+    }
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(|e| corrupt_or(path, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Durability(format!(
+            "journal_mode is {mode}, expected wal"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(map_err)?;
+    let sync: i64 = conn
+        .query_row("PRAGMA synchronous", [], |r| r.get(0))
+        .map_err(map_err)?;
+    if sync != 2 {
+        return Err(StoreError::Durability(format!(
+            "synchronous is {sync}, expected 2 (FULL)"
+        )));
+    }
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(map_err)?;
+    // Catches "file is not a database" and a damaged schema page before we start serving.
+    conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))
+        .map_err(|e| corrupt_or(path, e))?;
+    Ok(())
+}
+
+fn io_err(context: String, source: std::io::Error) -> StoreError {
+    StoreError::Io { context, source }
+}
+
+fn corrupt_or(path: &Path, e: rusqlite::Error) -> StoreError {
+    match map_err(e) {
+        StoreError::Corrupt { detail, .. } => StoreError::Corrupt {
+            path: path.to_owned(),
+            detail,
+        },
+        other => other,
+    }
+}
+
+/// Classify a SQLite error into the store's terms.
+pub(crate) fn map_err(e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        match f.code {
+            ErrorCode::DiskFull => return StoreError::DiskFull(e.to_string()),
+            ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
+                return StoreError::Corrupt {
+                    path: PathBuf::new(),
+                    detail: e.to_string(),
+                }
+            }
+            _ => {}
+        }
+    }
+    StoreError::Database(e.to_string())
+}

@@ -1,0 +1,107 @@
+//! Versioned migrations, applied at open inside one transaction. `PRAGMA user_version` holds the
+//! version; a database from a newer spoold is refused rather than guessed at.
+
+use rusqlite::Connection;
+
+use super::map_err;
+use crate::error::{Result, StoreError};
+
+/// Each entry upgrades the schema from version `index` to `index + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: deliveries, their attempts, and idempotency keys.
+    r#"
+    CREATE TABLE deliveries (
+        id                 TEXT    NOT NULL UNIQUE,
+        idempotency_key    TEXT,
+        target_url         TEXT    NOT NULL,
+        origin             TEXT    NOT NULL,
+        method             TEXT    NOT NULL,
+        headers            TEXT    NOT NULL,
+        body_kind          INTEGER NOT NULL,
+        body               BLOB,
+        status             TEXT    NOT NULL,
+        attempts           INTEGER NOT NULL DEFAULT 0,
+        uncharged          INTEGER NOT NULL DEFAULT 0,
+        max_attempts       INTEGER NOT NULL,
+        claim_seq          INTEGER NOT NULL DEFAULT 0,
+        cycle              INTEGER NOT NULL DEFAULT 1,
+        last_error         TEXT,
+        last_error_code    TEXT,
+        last_response_code INTEGER,
+        created_at         INTEGER NOT NULL,
+        updated_at         INTEGER NOT NULL,
+        next_attempt_at    INTEGER,
+        not_before         INTEGER,
+        expires_at         INTEGER,
+        lease_until        INTEGER
+    );
+    -- The claim path: due pending work in due order, origin included so that saturated
+    -- targets are skipped inside the index.
+    CREATE INDEX deliveries_due ON deliveries (next_attempt_at, origin) WHERE status = 'pending';
+    CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight';
+    CREATE INDEX deliveries_status ON deliveries (status, id);
+    CREATE INDEX deliveries_finished ON deliveries (updated_at)
+        WHERE status IN ('succeeded', 'failed', 'canceled');
+
+    CREATE TABLE attempts (
+        delivery_id TEXT    NOT NULL,
+        seq         INTEGER NOT NULL,
+        cycle       INTEGER NOT NULL,
+        number      INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL,
+        finished_at INTEGER,
+        outcome     TEXT,
+        http_status INTEGER,
+        error_code  TEXT,
+        error       TEXT,
+        duration_ms INTEGER,
+        PRIMARY KEY (delivery_id, seq)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE idempotency_keys (
+        key         TEXT NOT NULL PRIMARY KEY,
+        delivery_id TEXT NOT NULL,
+        fingerprint BLOB NOT NULL
+    ) WITHOUT ROWID;
+
+    CREATE TABLE meta (
+        key   TEXT NOT NULL PRIMARY KEY,
+        value TEXT
+    ) WITHOUT ROWID;
+    "#,
+];
+
+/// The schema version this binary writes.
+pub const LATEST: i64 = MIGRATIONS.len() as i64;
+
+/// Bring the schema to [`LATEST`], or refuse a database that is newer.
+pub fn migrate(conn: &Connection) -> Result<()> {
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(map_err)?;
+    if found > LATEST {
+        return Err(StoreError::TooNew {
+            found,
+            supported: LATEST,
+        });
+    }
+    if found == LATEST {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(map_err)?;
+    let applied = (|| {
+        for (version, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            conn.execute_batch(sql).map_err(map_err)?;
+            conn.pragma_update(None, "user_version", version as i64 + 1)
+                .map_err(map_err)?;
+        }
+        Ok(())
+    })();
+    match applied {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(map_err),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
