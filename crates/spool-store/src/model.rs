@@ -203,7 +203,9 @@ pub struct ClaimBatch {
 pub enum Disposition {
     Succeeded,
     /// Try again after this many milliseconds, unless the budget or `expires_at` forbids it.
-    Retry { delay_ms: i64 },
+    Retry {
+        delay_ms: i64,
+    },
     /// A permanent failure: no further attempts.
     Failed,
     /// The attempt was cut short by us (shutdown) and is not charged; due again at once.
@@ -286,6 +288,11 @@ pub struct Stats {
 
 /// Why an operator action was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per operator action and consumed at once; like InsertOutcome, it \
+              carries the delivery by value so callers can move it into their response"
+)]
 pub enum TransitionOutcome {
     Done(Delivery),
     NotFound,

@@ -1,1 +1,42 @@
-//! placeholder
+//! Dev-only support for spoold's tests: run the real `spoold` binary, a scripted HTTP receiver
+//! on 127.0.0.1, and a thin client for the daemon's JSON API. Everything binds and dials the
+//! loopback address only.
+//!
+//! # Layout
+//! - [`bin_path`]: [`cargo_bin`] finds (and, when missing, builds) a workspace binary.
+//! - [`daemon`]: [`DaemonProcess`] spawns `spoold` as a child process and waits for its
+//!   `listening` log line; for tests where a process is the point (kill -9, restart, signals).
+//! - [`receiver`]: [`Receiver`] records requests and answers from a [`Reply`] script; `stop`
+//!   drops open connections so the port refuses, as a crashed target would.
+//! - [`api`]: [`Api`] calls the daemon's HTTP API and returns `(status, json)` pairs.
+//!
+//! # Example
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply};
+//!
+//! let dir = std::env::temp_dir();
+//! let receiver = Receiver::start().await?;
+//! receiver.push_replies(vec![Reply::status(503)]);
+//! let daemon = DaemonProcess::start(DaemonOptions::new(dir.join("spool.db"))).await?;
+//! let api = Api::new(daemon.base_url());
+//! let (status, created) = api
+//!     .create(serde_json::json!({ "targetUrl": receiver.url("/hook") }))
+//!     .await?;
+//! assert_eq!(status, 201);
+//! let id = created["id"].as_str().unwrap_or_default();
+//! api.wait_status(id, &["succeeded"], std::time::Duration::from_secs(10)).await?;
+//! assert_eq!(receiver.requests().len(), 2);
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod api;
+pub mod bin_path;
+pub mod daemon;
+pub mod receiver;
+
+pub use api::Api;
+pub use bin_path::cargo_bin;
+pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
+pub use receiver::{Receiver, Recorded, Reply};

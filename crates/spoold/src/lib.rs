@@ -1,1 +1,228 @@
-//! placeholder
+//! The spoold daemon as a library: [`start`] boots it from a [`config::Config`] and returns the
+//! bound address, so tests can run it in-process on port 0; the `spoold` binary is a thin
+//! wrapper that adds flags, logging and signals.
+//!
+//! # Layout
+//! - [`config`]: flags and the validated configuration.
+//! - [`api`]: the control API (one file per resource), errors, OpenAPI.
+//! - `submission`: create-request decoding, field rules, idempotency fingerprint.
+//! - `scheduler`: claims due work within concurrency limits; sleeps until something is due.
+//! - `deliver`: one attempt, from claimed delivery to recorded result.
+//! - [`retry`]: classification and backoff, as pure functions.
+//! - [`outbound`]: the only HTTP client; address policy and resolver.
+//! - [`metrics`], [`logging`].
+//!
+//! Durable state lives in the `spool-store` crate; wire types in `spool-proto`.
+
+pub mod api;
+pub mod config;
+mod deliver;
+pub mod logging;
+pub mod metrics;
+pub mod outbound;
+pub mod retry;
+mod scheduler;
+mod submission;
+mod unix_socket;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use spool_store::sqlite::{SqliteConfig, SqliteStore};
+use spool_store::{Store, StoreError};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::config::{Config, Listen};
+
+/// Where the control API ended up listening.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bound::Tcp(a) => write!(f, "{a}"),
+            Bound::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Outbound(#[from] outbound::BuildError),
+    #[error("{0}")]
+    Socket(String),
+}
+
+/// A started daemon.
+pub struct Running {
+    pub bound: Bound,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Begin a graceful shutdown (what SIGTERM does).
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+    }
+
+    /// Wait until the daemon has stopped: API closed, in-flight attempts finished or
+    /// interrupted and recorded, store closed.
+    pub async fn wait(self) {
+        if let Err(e) = self.task.await {
+            warn!(error = %e, "daemon task ended abnormally");
+        }
+    }
+}
+
+/// Open the store, recover claims left by a previous process, bind the API and start
+/// delivering. Returns once the API is accepting connections.
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    let store = open_store(&config).await?;
+
+    // We hold the exclusive lock, so whoever claimed these is dead: send them again now
+    // rather than waiting for their leases to run out (at-least-once).
+    let reclaimed = store.reclaim(false).await?;
+    if reclaimed > 0 {
+        info!(count = reclaimed, "reclaimed in-flight deliveries left by a previous process");
+    }
+
+    let policy = outbound::AddressPolicy {
+        allow_all: config.allow_private_targets,
+        allowed: Vec::new(),
+    };
+    if config.allow_private_targets {
+        warn!("--allow-private-targets is set: deliveries may reach loopback and internal networks");
+    }
+    let outbound = outbound::Outbound::new(
+        policy.clone(),
+        config.per_target_concurrency,
+        config.request_timeout,
+    )?;
+    let metrics = Arc::new(metrics::Metrics::new(
+        config.max_db_bytes,
+        config.allow_private_targets,
+    ));
+    store.observe_commits(metrics.clone());
+    let wake = Arc::new(Notify::new());
+
+    let state = Arc::new(api::AppState {
+        store: store.clone(),
+        metrics: Arc::clone(&metrics),
+        wake: Arc::clone(&wake),
+        policy,
+    });
+    let router = api::router(state);
+
+    let stop = CancellationToken::new();
+    let (bound, server) = match &config.listen {
+        Listen::Tcp(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| StartError::Listen {
+                    addr: addr.to_string(),
+                    source,
+                })?;
+            let local = listener.local_addr().map_err(|source| StartError::Listen {
+                addr: addr.to_string(),
+                source,
+            })?;
+            let serve = axum::serve(listener, router)
+                .with_graceful_shutdown(stop.clone().cancelled_owned());
+            (Bound::Tcp(local), tokio::spawn(async move { serve.await }))
+        }
+        Listen::Unix(path) => {
+            let listener = unix_socket::bind(path).map_err(StartError::Socket)?;
+            let serve = axum::serve(listener, router)
+                .with_graceful_shutdown(stop.clone().cancelled_owned());
+            (Bound::Unix(path.clone()), tokio::spawn(async move { serve.await }))
+        }
+    };
+    info!(addr = %bound, db = %config.db.display(), "listening");
+
+    let deliverer = Arc::new(deliver::Deliverer {
+        store: store.clone(),
+        outbound,
+        metrics,
+        backoff: retry::Backoff {
+            base: config.retry_base,
+            cap: config.retry_cap,
+        },
+        request_timeout: config.request_timeout,
+    });
+    let scheduler = scheduler::Scheduler {
+        store: store.clone(),
+        deliverer,
+        wake,
+        concurrency: config.concurrency,
+        per_target: config.per_target_concurrency,
+        lease: config.lease,
+    };
+    let attempts = TaskTracker::new();
+    let interrupt = CancellationToken::new();
+    let scheduler_task = tokio::spawn(scheduler.run(stop.clone(), interrupt.clone(), attempts.clone()));
+
+    let task_stop = stop.clone();
+    let task_bound = bound.clone();
+    let shutdown_timeout = config.shutdown_timeout;
+    let task = tokio::spawn(async move {
+        task_stop.cancelled().await;
+        info!("shutting down: no new requests or claims");
+        let _ = scheduler_task.await;
+        attempts.close();
+        if tokio::time::timeout(shutdown_timeout, attempts.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                in_flight = attempts.len(),
+                "shutdown timeout reached: interrupting attempts (they are not charged)"
+            );
+            interrupt.cancel();
+            attempts.wait().await;
+        }
+        match tokio::time::timeout(shutdown_timeout, server).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => warn!(error = %e, "API server stopped with an error"),
+            Ok(Err(e)) => warn!(error = %e, "API server task failed"),
+            Err(_) => warn!("API connections still open at shutdown; closing them"),
+        }
+        if let Bound::Unix(path) = &task_bound {
+            let _ = std::fs::remove_file(path);
+        }
+        drop(store);
+        info!("stopped");
+    });
+    Ok(Running { bound, stop, task })
+}
+
+async fn open_store(config: &Config) -> Result<Store, StartError> {
+    let sqlite = SqliteConfig {
+        path: config.db.clone(),
+        max_db_bytes: config.max_db_bytes,
+        readers: 4,
+    };
+    let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&sqlite))
+        .await
+        .map_err(|e| StoreError::Database(format!("store open task failed: {e}")))??;
+    Ok(Store::Sqlite(opened))
+}

@@ -258,7 +258,14 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         )
         .and_then(|mut st| {
             st.query_row([&result.id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
             })
             .optional()
         })
@@ -415,15 +422,16 @@ fn transition(
         return Ok(TransitionOutcome::Invalid(current.status));
     }
     apply(conn)?;
-    let updated =
-        get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
+    let updated = get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
     Ok(TransitionOutcome::Done(updated))
 }
 
 pub(crate) fn get(conn: &Connection, id: &str) -> Result<Option<Delivery>> {
-    conn.prepare_cached(&format!("SELECT {FULL_COLUMNS} FROM deliveries WHERE id = ?1"))
-        .and_then(|mut st| st.query_row([id], |r| row_to_delivery(r, true)).optional())
-        .map_err(map_err)
+    conn.prepare_cached(&format!(
+        "SELECT {FULL_COLUMNS} FROM deliveries WHERE id = ?1"
+    ))
+    .and_then(|mut st| st.query_row([id], |r| row_to_delivery(r, true)).optional())
+    .map_err(map_err)
 }
 
 /// Oldest first (ids are time-ordered); `after` is the id of the last row of the previous page.
@@ -514,10 +522,7 @@ pub(crate) fn next_due(conn: &Connection, saturated: &[String]) -> Result<Option
 pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
     let by_status: Vec<(String, u64)> = conn
         .prepare_cached("SELECT status, COUNT(*) FROM deliveries GROUP BY status")
-        .and_then(|mut st| {
-            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
-        })
+        .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
         .map_err(map_err)?;
     let oldest_due_at: Option<Millis> = conn
         .prepare_cached(

@@ -46,18 +46,31 @@ impl SqliteConfig {
     }
 }
 
+/// The durability settings in force on the write connection, as SQLite reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durability {
+    /// `PRAGMA journal_mode`, lowercase (`wal`).
+    pub journal_mode: String,
+    /// `PRAGMA synchronous`: 2 is FULL.
+    pub synchronous: i64,
+}
+
 /// A handle to an open SQLite store. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
+// Fields drop in order: the writer (which finishes queued writes and closes its connection) and
+// the readers go before the lock, so the next owner never overlaps with this one.
 struct Inner {
     path: PathBuf,
     max_db_bytes: u64,
     writer: writer::Writer,
     readers: Mutex<Vec<Connection>>,
-    reader_permits: Semaphore,
+    // One permit per pooled connection. The permit travels with the connection into the
+    // blocking task, so it is returned only after the connection is back in the pool.
+    reader_permits: Arc<Semaphore>,
     // Held for the life of the store: dropping it releases the exclusive lock.
     _lock: File,
 }
@@ -81,12 +94,17 @@ impl SqliteStore {
                     .recursive(true)
                     .mode(0o700)
                     .create(dir)
-                    .map_err(|e| io_err(format!("cannot create data directory {}", dir.display()), e))?;
+                    .map_err(|e| {
+                        io_err(format!("cannot create data directory {}", dir.display()), e)
+                    })?;
             }
         }
         let lock = take_lock(&path)?;
-        let fresh = !path.exists();
-        if fresh {
+        let missing = !path.exists();
+        // An empty file has never been written (a crash right after creating it, or a `touch`):
+        // it must be set up like a new one, or it would never get incremental auto-vacuum.
+        let fresh = missing || fs::metadata(&path).is_ok_and(|m| m.len() == 0);
+        if missing {
             // SQLite gives the -wal and -shm files the mode of the main file.
             OpenOptions::new()
                 .write(true)
@@ -119,13 +137,13 @@ impl SqliteStore {
                 .map_err(map_err)?;
             readers.push(r);
         }
-        let (writer, _thread) = writer::Writer::spawn(conn)?;
+        let writer = writer::Writer::spawn(conn)?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 max_db_bytes: config.max_db_bytes,
                 writer,
-                reader_permits: Semaphore::new(readers.len()),
+                reader_permits: Arc::new(Semaphore::new(readers.len())),
                 readers: Mutex::new(readers),
                 _lock: lock,
             }),
@@ -205,6 +223,26 @@ impl SqliteStore {
             .await
     }
 
+    /// Read the durability settings back from the write connection. `synchronous` is a
+    /// per-connection setting, so no other connection can observe it.
+    pub async fn durability(&self) -> Result<Durability> {
+        self.inner
+            .writer
+            .write(|c| {
+                let journal_mode: String = c
+                    .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                    .map_err(map_err)?;
+                let synchronous: i64 = c
+                    .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                    .map_err(map_err)?;
+                Ok(Durability {
+                    journal_mode: journal_mode.to_ascii_lowercase(),
+                    synchronous,
+                })
+            })
+            .await
+    }
+
     pub async fn get(&self, id: String) -> Result<Option<Delivery>> {
         self.read(move |c| deliveries::get(c, &id)).await
     }
@@ -224,7 +262,8 @@ impl SqliteStore {
     }
 
     pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {
-        self.read(move |c| deliveries::next_due(c, &saturated)).await
+        self.read(move |c| deliveries::next_due(c, &saturated))
+            .await
     }
 
     pub async fn stats(&self) -> Result<Stats> {
@@ -236,10 +275,8 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let _permit = self
-            .inner
-            .reader_permits
-            .acquire()
+        let permit = Arc::clone(&self.inner.reader_permits)
+            .acquire_owned()
             .await
             .map_err(|_| StoreError::WriterGone)?;
         let conn = self
@@ -255,6 +292,9 @@ impl SqliteStore {
             if let Ok(mut pool) = inner.readers.lock() {
                 pool.push(conn);
             }
+            // Not before: if the caller stopped waiting, the next reader must still find the
+            // connection in the pool once it holds this permit.
+            drop(permit);
             out
         })
         .await
@@ -287,16 +327,16 @@ fn take_lock(db: &Path) -> Result<File> {
             path: db.to_owned(),
             lock: lock_path,
         }),
-        Err(fs::TryLockError::Error(e)) => Err(io_err(
-            format!("cannot lock {}", lock_path.display()),
-            e,
-        )),
+        Err(fs::TryLockError::Error(e)) => {
+            Err(io_err(format!("cannot lock {}", lock_path.display()), e))
+        }
     }
 }
 
 fn configure_writer(conn: &Connection, path: &Path, fresh: bool) -> Result<()> {
     if fresh {
         // Must precede the first table; lets retention hand space back without a full VACUUM.
+        // (On a file that does hold tables, in a WAL not yet checkpointed, it is a no-op.)
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
             .map_err(|e| corrupt_or(path, e))?;
     }
@@ -321,8 +361,10 @@ fn configure_writer(conn: &Connection, path: &Path, fresh: bool) -> Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(map_err)?;
     // Catches "file is not a database" and a damaged schema page before we start serving.
-    conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))
-        .map_err(|e| corrupt_or(path, e))?;
+    conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map_err(|e| corrupt_or(path, e))?;
     Ok(())
 }
 

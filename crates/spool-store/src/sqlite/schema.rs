@@ -90,6 +90,18 @@ pub fn migrate(conn: &Connection) -> Result<()> {
     }
     conn.execute_batch("BEGIN IMMEDIATE").map_err(map_err)?;
     let applied = (|| {
+        if found == 0 {
+            // Version 0 is only ever an empty database. Tables without our version belong to
+            // another program; migrating would write spoold's schema into its data.
+            let objects: i64 = conn
+                .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+                .map_err(map_err)?;
+            if objects > 0 {
+                return Err(StoreError::Database(
+                    "it has tables but no spoold schema version".into(),
+                ));
+            }
+        }
         for (version, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
             conn.execute_batch(sql).map_err(map_err)?;
             conn.pragma_update(None, "user_version", version as i64 + 1)

@@ -55,16 +55,18 @@ pub trait CommitObserver: Send + Sync + std::fmt::Debug {
     fn committed(&self, batch_size: usize, seconds: f64, ok: bool);
 }
 
-/// Handle to the writer thread. Cloning shares the same thread.
-#[derive(Clone)]
+/// Handle to the writer thread. Dropping it closes the queue and waits for the thread to commit
+/// what was already queued and close its connection, so that whoever drops it may then release
+/// the database lock knowing no write of theirs is still to come.
 pub(crate) struct Writer {
     tx: mpsc::Sender<Job>,
     pub(crate) stats: Arc<WriterStats>,
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Writer {
-    /// Start the thread; it stops when every handle is dropped.
-    pub(crate) fn spawn(conn: Connection) -> Result<(Writer, thread::JoinHandle<()>)> {
+    /// Start the thread; it stops when the handle is dropped.
+    pub(crate) fn spawn(conn: Connection) -> Result<Writer> {
         let (tx, rx) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
         let thread_stats = Arc::clone(&stats);
@@ -75,7 +77,11 @@ impl Writer {
                 context: "cannot start the store writer thread".into(),
                 source: e,
             })?;
-        Ok((Writer { tx, stats }, handle))
+        Ok(Writer {
+            tx,
+            stats,
+            thread: Some(handle),
+        })
     }
 
     /// Run `op` in the next batch; resolves after that batch has committed (or failed).
@@ -101,6 +107,23 @@ impl Writer {
         });
         self.tx.send(job).map_err(|_| StoreError::WriterGone)?;
         reply_rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Swap in a sender whose receiver is already gone: ours is the only one, so the thread
+        // sees the queue close once it has drained the jobs already sent.
+        let (closed, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.tx, closed));
+        if let Some(thread) = self.thread.take() {
+            // Jobs never own a store handle, so this is never the writer thread itself; the
+            // check keeps a future mistake from turning into a self-join.
+            if thread.thread().id() != thread::current().id() {
+                // A writer that panicked has nothing left to finish.
+                let _ = thread.join();
+            }
+        }
     }
 }
 

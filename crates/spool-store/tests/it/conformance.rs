@@ -1,0 +1,1292 @@
+//! The store contract, written once against [`Store`] and run against every backend.
+//!
+//! Every test here uses only the public `Store` API, so a second backend is held to exactly the
+//! same rules as SQLite. A backend implements [`Backend`] and calls `conformance_suite!` once.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use spool_store::model::{
+    Applied, Attempt, AttemptResult, Body, Claimed, Delivery, DeliveryStatus, Disposition,
+    InsertOutcome, NewDelivery, TransitionOutcome, MAX_ERROR_BYTES,
+};
+use spool_store::{Capacity, Store};
+use tokio::task::JoinSet;
+
+/// What the suite needs from a backend: a fresh, empty store, and a way to reopen the same
+/// database with an admission limit.
+pub trait Backend: Sized {
+    /// A new, empty database and a store on it. `Self` keeps the database alive for the test.
+    fn fresh() -> impl Future<Output = (Self, Store)> + Send;
+
+    /// Close `store` and open the same database again, refusing new work past `max_db_bytes`.
+    fn reopen(&self, store: Store, max_db_bytes: u64) -> impl Future<Output = Store> + Send;
+}
+
+/// Instantiate every conformance test for one [`Backend`] type.
+macro_rules! conformance_suite {
+    ($backend:ty) => {
+        $crate::conformance::conformance_suite!(@store $backend;
+            insert_round_trips_exactly,
+            insert_schedules_by_not_before,
+            idempotent_insert_returns_existing,
+            idempotency_conflict_on_different_fingerprint,
+            concurrent_inserts_with_one_key_create_once,
+            duplicate_id_is_refused_without_side_effects,
+            claim_respects_limit_and_due_order,
+            claim_respects_per_origin_capacity,
+            claim_skips_saturated_origins,
+            claim_records_attempt_and_lease,
+            claim_fails_expired_instead,
+            complete_succeeded,
+            complete_retry_schedules_next_attempt,
+            complete_retry_when_exhausted_fails,
+            complete_failed,
+            complete_interrupted_is_not_charged,
+            complete_retry_clamps_to_expiry,
+            complete_clips_long_errors,
+            complete_after_cancel_is_fenced,
+            complete_with_stale_claim_is_fenced,
+            cancel_transitions,
+            retry_transitions,
+            reclaim_all_returns_in_flight_uncharged,
+            reclaim_expired_touches_only_expired_leases,
+            list_paginates_every_row_once,
+            list_filters_by_status,
+            next_due_and_stats,
+            ping_writes,
+        );
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn admission_refuses_new_work_but_resolves_duplicates() {
+            let (backend, store) =
+                <$backend as $crate::conformance::Backend>::fresh().await;
+            $crate::conformance::admission_refuses_new_work_but_resolves_duplicates(
+                &backend, store,
+            )
+            .await;
+        }
+    };
+    (@store $backend:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread")]
+            async fn $name() {
+                let (_backend, store) =
+                    <$backend as $crate::conformance::Backend>::fresh().await;
+                $crate::conformance::$name(store).await;
+            }
+        )*
+    };
+}
+pub(crate) use conformance_suite;
+
+pub const URL_A: &str = "http://a.test:8080/hooks/a";
+pub const URL_B: &str = "https://b.test:8443/hooks/b";
+pub const ORIGIN_A: &str = "http://a.test:8080";
+pub const ORIGIN_B: &str = "https://b.test:8443";
+
+/// A 32-hex delivery id; ids sort in the order of `n`.
+pub fn id(n: u32) -> String {
+    format!("{n:032x}")
+}
+
+/// A delivery as the API would hand it to the store: the fingerprint stands for the request
+/// content, so two requests to the same URL are "the same" for idempotency.
+pub fn new_delivery(id: &str, key: Option<&str>, url: &str) -> NewDelivery {
+    NewDelivery {
+        id: id.to_owned(),
+        idempotency_key: key.map(str::to_owned),
+        target_url: url.to_owned(),
+        origin: origin_of(url),
+        method: "POST".to_owned(),
+        headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+        body: Body::Json(br#"{"event":"created"}"#.to_vec()),
+        max_attempts: 5,
+        not_before: None,
+        expires_at: None,
+        fingerprint: url.as_bytes().to_vec(),
+    }
+}
+
+fn origin_of(url: &str) -> String {
+    let host_start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[host_start..]
+        .find('/')
+        .map_or(url.len(), |i| host_start + i);
+    url[..end].to_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// insert
+
+pub async fn insert_round_trips_exactly(store: Store) {
+    let headers = vec![
+        (
+            "content-type".to_owned(),
+            "application/json; charset=utf-8".to_owned(),
+        ),
+        ("x-empty".to_owned(), String::new()),
+        (
+            "x-text".to_owned(),
+            "grüße, \"quoted\" \\ back\tslash".to_owned(),
+        ),
+    ];
+    let cases = [
+        // Never re-serialised: odd whitespace and key order survive.
+        Body::Json(b" {\"b\" :\t1 ,\n \"a\": [ ] }\r\n ".to_vec()),
+        Body::Binary(vec![0x00, 0xff, 0x00, 0x7f, 0x80, 0xfe, 0x00]),
+        Body::Binary(Vec::new()),
+        Body::None,
+    ];
+    for (n, body) in (1..).zip(cases) {
+        let mut new = new_delivery(&id(n), Some(&format!("key-{n}")), URL_A);
+        new.method = "PUT".to_owned();
+        new.headers = headers.clone();
+        new.body = body.clone();
+        new.max_attempts = 7;
+        let before = store.now_ms();
+        let created = create(&store, new).await;
+        let after = store.now_ms();
+
+        assert_eq!(created.id, id(n));
+        assert_eq!(
+            created.idempotency_key.as_deref(),
+            Some(&*format!("key-{n}"))
+        );
+        assert_eq!(created.target_url, URL_A);
+        assert_eq!(created.origin, ORIGIN_A);
+        assert_eq!(created.method, "PUT");
+        assert_eq!(created.headers.as_ref(), Some(&headers));
+        assert_eq!(created.body.as_ref(), Some(&body));
+        assert_eq!(created.status, DeliveryStatus::Pending);
+        assert_eq!(created.attempts, 0);
+        assert_eq!(created.uncharged, 0);
+        assert_eq!(created.max_attempts, 7);
+        assert_eq!(created.cycle, 1);
+        assert_eq!(created.last_error, None);
+        assert_eq!(created.last_error_code, None);
+        assert_eq!(created.last_response_code, None);
+        assert!((before..=after).contains(&created.created_at));
+        assert_eq!(created.updated_at, created.created_at);
+        assert_eq!(created.next_attempt_at, Some(created.created_at));
+        assert_eq!(created.not_before, None);
+        assert_eq!(created.expires_at, None);
+        assert_eq!(created.lease_until, None);
+
+        assert_eq!(get(&store, &id(n)).await, created);
+    }
+    let unknown = store.get(id(99)).await.expect("get unknown");
+    assert_eq!(unknown, None);
+}
+
+pub async fn insert_schedules_by_not_before(store: Store) {
+    let now = store.now_ms();
+    let mut past = new_delivery(&id(1), None, URL_A);
+    past.not_before = Some(now - 60_000);
+    let mut future = new_delivery(&id(2), None, URL_A);
+    future.not_before = Some(now + 60_000);
+    future.expires_at = Some(now + 120_000);
+
+    let past = create(&store, past).await;
+    let future = create(&store, future).await;
+    // A start time in the past means "now", never earlier than the delivery's creation.
+    assert_eq!(past.not_before, Some(now - 60_000));
+    assert_eq!(past.next_attempt_at, Some(past.created_at));
+    assert_eq!(future.not_before, Some(now + 60_000));
+    assert_eq!(future.next_attempt_at, Some(now + 60_000));
+    assert_eq!(future.expires_at, Some(now + 120_000));
+}
+
+pub async fn idempotent_insert_returns_existing(store: Store) {
+    let first = create(&store, new_delivery(&id(1), Some("order-1"), URL_A)).await;
+    match insert(&store, new_delivery(&id(2), Some("order-1"), URL_A)).await {
+        InsertOutcome::Existing(existing) => assert_eq!(existing, first),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    assert_eq!(store.get(id(2)).await.expect("get"), None);
+
+    // The existing delivery is reported as it is now, not as it was created.
+    let claimed = claim(&store, 1).await;
+    complete(&store, &claimed[0], Disposition::Succeeded, Some(200)).await;
+    match insert(&store, new_delivery(&id(3), Some("order-1"), URL_A)).await {
+        InsertOutcome::Existing(existing) => {
+            assert_eq!(existing.id, id(1));
+            assert_eq!(existing.status, DeliveryStatus::Succeeded);
+        }
+        other => panic!("expected Existing, got {other:?}"),
+    }
+
+    // Without a key, or with another key, the same request is new work.
+    create(&store, new_delivery(&id(4), None, URL_A)).await;
+    create(&store, new_delivery(&id(5), None, URL_A)).await;
+    create(&store, new_delivery(&id(6), Some("order-2"), URL_A)).await;
+    assert_eq!(list_ids(&store, None).await, [id(1), id(4), id(5), id(6)]);
+}
+
+pub async fn idempotency_conflict_on_different_fingerprint(store: Store) {
+    create(&store, new_delivery(&id(1), Some("order-1"), URL_A)).await;
+    match insert(&store, new_delivery(&id(2), Some("order-1"), URL_B)).await {
+        InsertOutcome::Conflict { existing_id } => assert_eq!(existing_id, id(1)),
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+    assert_eq!(store.get(id(2)).await.expect("get"), None);
+    assert_eq!(list_ids(&store, None).await, [id(1)]);
+}
+
+pub async fn concurrent_inserts_with_one_key_create_once(store: Store) {
+    let mut tasks = JoinSet::new();
+    for n in 1..=32 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            store
+                .insert(new_delivery(&id(n), Some("shared-key"), URL_A))
+                .await
+                .expect("insert")
+        });
+    }
+    let outcomes = tasks.join_all().await;
+    assert_eq!(outcomes.len(), 32);
+    let created: Vec<&Delivery> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            InsertOutcome::Created(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created.len(), 1, "exactly one insert creates: {outcomes:?}");
+    let winner = &created[0].id;
+    for outcome in &outcomes {
+        match outcome {
+            InsertOutcome::Created(d) | InsertOutcome::Existing(d) => assert_eq!(&d.id, winner),
+            other => panic!("expected Created or Existing, got {other:?}"),
+        }
+    }
+    assert_eq!(list_ids(&store, None).await, std::slice::from_ref(winner));
+}
+
+pub async fn duplicate_id_is_refused_without_side_effects(store: Store) {
+    let first = create(&store, new_delivery(&id(1), Some("order-1"), URL_A)).await;
+
+    // Racing valid inserts alongside the bad one: a refused write must not take its neighbours
+    // (which may share its transaction) down with it.
+    let mut tasks = JoinSet::new();
+    for n in 2..=9 {
+        let store = store.clone();
+        tasks.spawn(async move { (n, store.insert(new_delivery(&id(n), None, URL_A)).await) });
+    }
+    let dup = store
+        .insert(new_delivery(&id(1), Some("order-2"), URL_B))
+        .await;
+    assert!(dup.is_err(), "an id is never reused: {dup:?}");
+    for (n, outcome) in tasks.join_all().await {
+        match outcome {
+            Ok(InsertOutcome::Created(d)) => assert_eq!(d.id, id(n)),
+            other => panic!("insert {n}: expected Created, got {other:?}"),
+        }
+    }
+
+    assert_eq!(
+        get(&store, &id(1)).await,
+        first,
+        "the first delivery is untouched"
+    );
+    // The refused insert left no idempotency key behind.
+    let again = create(&store, new_delivery(&id(10), Some("order-2"), URL_B)).await;
+    assert_eq!(again.id, id(10));
+    assert_eq!(
+        list_ids(&store, None).await,
+        (1..=10).map(id).collect::<Vec<_>>()
+    );
+}
+
+pub async fn admission_refuses_new_work_but_resolves_duplicates<B: Backend>(
+    backend: &B,
+    store: Store,
+) {
+    let first = create(&store, new_delivery(&id(1), Some("order-1"), URL_A)).await;
+    let store = backend.reopen(store, 1).await;
+
+    for new in [
+        new_delivery(&id(2), Some("order-2"), URL_A),
+        new_delivery(&id(3), None, URL_A),
+    ] {
+        match insert(&store, new).await {
+            InsertOutcome::Full { db_bytes, limit } => {
+                assert_eq!(limit, 1);
+                assert!(db_bytes >= 1, "db_bytes {db_bytes}");
+            }
+            other => panic!("expected Full, got {other:?}"),
+        }
+    }
+    // A duplicate costs no space, so a full store still answers it.
+    match insert(&store, new_delivery(&id(4), Some("order-1"), URL_A)).await {
+        InsertOutcome::Existing(existing) => assert_eq!(existing, first),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    match insert(&store, new_delivery(&id(5), Some("order-1"), URL_B)).await {
+        InsertOutcome::Conflict { existing_id } => assert_eq!(existing_id, id(1)),
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+    assert_eq!(list_ids(&store, None).await, [id(1)]);
+
+    // Work already admitted still flows.
+    let claimed = claim(&store, 10).await;
+    assert_eq!(claimed_ids(&claimed), [id(1)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// claim_due
+
+pub async fn claim_respects_limit_and_due_order(store: Store) {
+    let now = store.now_ms();
+    // Inserted in one order, due in another.
+    for (n, offset) in [(1, 300), (2, 100), (3, 200)] {
+        let mut new = new_delivery(&id(n), None, URL_A);
+        new.not_before = Some(now + offset);
+        create(&store, new).await;
+    }
+    let mut later = new_delivery(&id(4), None, URL_A);
+    later.not_before = Some(now + 3_600_000);
+    create(&store, later).await;
+
+    wait_until(&store, now + 300).await;
+    let none = store
+        .claim_due(0, unlimited(), 60_000)
+        .await
+        .expect("claim nothing");
+    assert!(none.claimed.is_empty());
+    assert_eq!(claimed_ids(&claim(&store, 2).await), [id(2), id(3)]);
+    assert_eq!(claimed_ids(&claim(&store, 10).await), [id(1)]);
+    assert!(claim(&store, 10).await.is_empty());
+
+    let later = get(&store, &id(4)).await;
+    assert_eq!(later.status, DeliveryStatus::Pending);
+    assert_eq!(later.attempts, 0);
+    assert_eq!(later.next_attempt_at, Some(now + 3_600_000));
+}
+
+pub async fn claim_respects_per_origin_capacity(store: Store) {
+    for n in 1..=5 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    create(&store, new_delivery(&id(6), None, URL_B)).await;
+
+    let capacity = Capacity {
+        per_origin: 2,
+        in_flight: HashMap::new(),
+    };
+    let batch = store.claim_due(10, capacity, 60_000).await.expect("claim");
+    assert_eq!(
+        origin_counts(&batch.claimed),
+        [(ORIGIN_A, 2), (ORIGIN_B, 1)]
+    );
+
+    // The two in flight for A fill it; B has room but nothing due.
+    let full = Capacity {
+        per_origin: 2,
+        in_flight: HashMap::from([(ORIGIN_A.to_owned(), 2), (ORIGIN_B.to_owned(), 1)]),
+    };
+    let batch = store.claim_due(10, full, 60_000).await.expect("claim");
+    assert!(batch.claimed.is_empty(), "{:?}", batch.claimed);
+
+    // One of A's finished: room for exactly one more.
+    let one_free = Capacity {
+        per_origin: 2,
+        in_flight: HashMap::from([(ORIGIN_A.to_owned(), 1)]),
+    };
+    let batch = store.claim_due(10, one_free, 60_000).await.expect("claim");
+    assert_eq!(origin_counts(&batch.claimed), [(ORIGIN_A, 1)]);
+    assert_eq!(count_status(&store, DeliveryStatus::Pending).await, 2);
+}
+
+pub async fn claim_skips_saturated_origins(store: Store) {
+    // A's work is all due before B's, more of it than one candidate fetch: B is reached only if
+    // the claim looks past an origin that filled up during the pass.
+    for n in 1..=40 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    create(&store, new_delivery(&id(41), None, URL_B)).await;
+    let capacity = Capacity {
+        per_origin: 2,
+        in_flight: HashMap::new(),
+    };
+    let batch = store.claim_due(10, capacity, 60_000).await.expect("claim");
+    assert_eq!(
+        origin_counts(&batch.claimed),
+        [(ORIGIN_A, 2), (ORIGIN_B, 1)]
+    );
+    assert!(claimed_ids(&batch.claimed).contains(&id(41)));
+
+    // An origin saturated before the claim starts is skipped outright.
+    create(&store, new_delivery(&id(42), None, URL_B)).await;
+    let capacity = Capacity {
+        per_origin: 2,
+        in_flight: HashMap::from([(ORIGIN_A.to_owned(), 2)]),
+    };
+    let batch = store.claim_due(1, capacity, 60_000).await.expect("claim");
+    assert_eq!(claimed_ids(&batch.claimed), [id(42)]);
+
+    let next = store
+        .next_due(vec![ORIGIN_A.to_owned()])
+        .await
+        .expect("next_due");
+    assert_eq!(next, None, "B has nothing left and A is saturated");
+    assert_eq!(count_status(&store, DeliveryStatus::Pending).await, 38);
+}
+
+pub async fn claim_records_attempt_and_lease(store: Store) {
+    let created = create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let before = store.now_ms();
+    let batch = store
+        .claim_due(10, unlimited(), 30_000)
+        .await
+        .expect("claim");
+    let after = store.now_ms();
+    assert_eq!(batch.expired, 0);
+    assert_eq!(batch.claimed.len(), 1);
+    let c = &batch.claimed[0];
+    assert_eq!(c.id, id(1));
+    assert_eq!(c.claim_seq, 1);
+    assert_eq!(c.attempt, 1);
+    assert_eq!(c.target_url, URL_A);
+    assert_eq!(c.origin, ORIGIN_A);
+    assert_eq!(c.method, "POST");
+    assert_eq!(Some(&c.headers), created.headers.as_ref());
+    assert_eq!(Some(&c.body), created.body.as_ref());
+    assert!((before..=after).contains(&c.started_at));
+    assert_eq!(c.lease_until, c.started_at + 30_000);
+
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::InFlight);
+    assert_eq!(d.attempts, 1);
+    assert_eq!(d.uncharged, 0);
+    assert_eq!(d.lease_until, Some(c.lease_until));
+    assert_eq!(d.updated_at, c.started_at);
+    assert_eq!(
+        attempts(&store, &id(1)).await,
+        [Attempt {
+            cycle: 1,
+            number: 1,
+            started_at: c.started_at,
+            finished_at: None,
+            outcome: None,
+            http_status: None,
+            error_code: None,
+            error: None,
+            duration_ms: None,
+        }]
+    );
+    assert!(claim(&store, 10).await.is_empty(), "in flight is not due");
+
+    complete(&store, c, Disposition::Retry { delay_ms: 0 }, Some(503)).await;
+    let again = claim(&store, 10).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].claim_seq, 2);
+    assert_eq!(again[0].attempt, 2);
+    let history = attempts(&store, &id(1)).await;
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].outcome.as_deref(), Some("retry"));
+    assert_eq!(history[1].number, 2);
+    assert_eq!(history[1].outcome, None);
+}
+
+pub async fn claim_fails_expired_instead(store: Store) {
+    let now = store.now_ms();
+    let mut late = new_delivery(&id(1), None, URL_A);
+    late.expires_at = Some(now - 1);
+    let mut timely = new_delivery(&id(2), None, URL_A);
+    timely.expires_at = Some(now + 3_600_000);
+    create(&store, late).await;
+    create(&store, timely).await;
+
+    let batch = store
+        .claim_due(10, unlimited(), 60_000)
+        .await
+        .expect("claim");
+    assert_eq!(claimed_ids(&batch.claimed), [id(2)]);
+    assert_eq!(batch.expired, 1);
+
+    let expired = get(&store, &id(1)).await;
+    assert_eq!(expired.status, DeliveryStatus::Failed);
+    assert_eq!(expired.last_error_code.as_deref(), Some("expired"));
+    assert!(expired.last_error.is_some());
+    assert_eq!(expired.attempts, 0);
+    assert_eq!(expired.next_attempt_at, None);
+    assert_eq!(expired.lease_until, None);
+    assert_eq!(attempts(&store, &id(1)).await, []);
+
+    let batch = store
+        .claim_due(10, unlimited(), 60_000)
+        .await
+        .expect("claim");
+    assert!(batch.claimed.is_empty());
+    assert_eq!(batch.expired, 0, "an expired delivery is counted once");
+}
+
+// ---------------------------------------------------------------------------------------------
+// complete
+
+pub async fn complete_succeeded(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await;
+    let before = store.now_ms();
+    let applied = store
+        .complete(AttemptResult {
+            id: id(1),
+            claim_seq: claimed[0].claim_seq,
+            disposition: Disposition::Succeeded,
+            http_status: Some(204),
+            error_code: None,
+            error: None,
+            duration_ms: 42,
+        })
+        .await
+        .expect("complete");
+    let after = store.now_ms();
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
+
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Succeeded);
+    assert_eq!(d.last_response_code, Some(204));
+    assert_eq!(d.last_error, None);
+    assert_eq!(d.last_error_code, None);
+    assert_eq!(d.next_attempt_at, None);
+    assert_eq!(d.lease_until, None);
+    assert_eq!(d.attempts, 1);
+
+    let history = attempts(&store, &id(1)).await;
+    assert_eq!(history.len(), 1);
+    let a = &history[0];
+    assert_eq!(a.outcome.as_deref(), Some("succeeded"));
+    assert_eq!(a.http_status, Some(204));
+    assert_eq!(a.duration_ms, Some(42));
+    assert!(a.finished_at.is_some_and(|t| (before..=after).contains(&t)));
+    assert!(claim(&store, 10).await.is_empty());
+}
+
+pub async fn complete_retry_schedules_next_attempt(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await;
+    let before = store.now_ms();
+    let applied = store
+        .complete(AttemptResult {
+            id: id(1),
+            claim_seq: claimed[0].claim_seq,
+            disposition: Disposition::Retry { delay_ms: 60_000 },
+            http_status: Some(503),
+            error_code: Some("http_status".to_owned()),
+            error: Some("503 Service Unavailable".to_owned()),
+            duration_ms: 7,
+        })
+        .await
+        .expect("complete");
+    let after = store.now_ms();
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Pending));
+
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Pending);
+    let next = d.next_attempt_at.expect("scheduled");
+    assert!(
+        (before + 60_000..=after + 60_000).contains(&next),
+        "next_attempt_at {next} not within [{before}, {after}] + 60s"
+    );
+    assert_eq!(d.last_response_code, Some(503));
+    assert_eq!(d.last_error_code.as_deref(), Some("http_status"));
+    assert_eq!(d.last_error.as_deref(), Some("503 Service Unavailable"));
+    assert_eq!(d.lease_until, None);
+    assert_eq!(d.attempts, 1);
+    assert_eq!(
+        attempts(&store, &id(1)).await[0].outcome.as_deref(),
+        Some("retry")
+    );
+    assert!(claim(&store, 10).await.is_empty(), "not due for a minute");
+    assert_eq!(
+        store.next_due(Vec::new()).await.expect("next_due"),
+        Some(next)
+    );
+}
+
+pub async fn complete_retry_when_exhausted_fails(store: Store) {
+    let mut new = new_delivery(&id(1), None, URL_A);
+    new.max_attempts = 2;
+    create(&store, new).await;
+
+    let first = claim(&store, 1).await;
+    let applied = complete(
+        &store,
+        &first[0],
+        Disposition::Retry { delay_ms: 0 },
+        Some(500),
+    )
+    .await;
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Pending));
+    let second = claim(&store, 1).await;
+    assert_eq!(second[0].attempt, 2);
+    let applied = complete(
+        &store,
+        &second[0],
+        Disposition::Retry { delay_ms: 0 },
+        Some(502),
+    )
+    .await;
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Failed));
+
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Failed);
+    assert_eq!(d.attempts, 2);
+    assert_eq!(d.last_response_code, Some(502));
+    assert_eq!(d.next_attempt_at, None);
+    assert!(claim(&store, 10).await.is_empty());
+
+    let mut single = new_delivery(&id(2), None, URL_A);
+    single.max_attempts = 1;
+    create(&store, single).await;
+    let only = claim(&store, 1).await;
+    let applied = complete(&store, &only[0], Disposition::Retry { delay_ms: 0 }, None).await;
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Failed));
+}
+
+pub async fn complete_failed(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await;
+    let applied = store
+        .complete(AttemptResult {
+            id: id(1),
+            claim_seq: claimed[0].claim_seq,
+            disposition: Disposition::Failed,
+            http_status: Some(404),
+            error_code: Some("http_status".to_owned()),
+            error: Some("404 Not Found".to_owned()),
+            duration_ms: 3,
+        })
+        .await
+        .expect("complete");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Failed));
+
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Failed);
+    assert_eq!(d.attempts, 1, "a permanent failure ends the budget early");
+    assert_eq!(d.last_response_code, Some(404));
+    assert_eq!(d.last_error_code.as_deref(), Some("http_status"));
+    assert_eq!(d.last_error.as_deref(), Some("404 Not Found"));
+    assert_eq!(d.next_attempt_at, None);
+    assert_eq!(d.lease_until, None);
+    let history = attempts(&store, &id(1)).await;
+    assert_eq!(history[0].outcome.as_deref(), Some("failed"));
+    assert_eq!(history[0].error.as_deref(), Some("404 Not Found"));
+    assert_eq!(history[0].error_code.as_deref(), Some("http_status"));
+}
+
+pub async fn complete_interrupted_is_not_charged(store: Store) {
+    let mut new = new_delivery(&id(1), None, URL_A);
+    new.max_attempts = 1;
+    create(&store, new).await;
+
+    let first = claim(&store, 1).await;
+    let before = store.now_ms();
+    let applied = complete(&store, &first[0], Disposition::Interrupted, None).await;
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Pending));
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Pending);
+    assert_eq!(d.attempts, 1);
+    assert_eq!(d.uncharged, 1);
+    assert_eq!(d.lease_until, None);
+    let due = d.next_attempt_at.expect("due again");
+    assert!(due >= before && due <= store.now_ms(), "due at once");
+
+    // The only allowed attempt was not spent: it can be claimed again...
+    let second = claim(&store, 1).await;
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].attempt, 2, "the attempt header still counts up");
+    assert_eq!(second[0].claim_seq, first[0].claim_seq + 1);
+    // ...and that one is charged.
+    let applied = complete(
+        &store,
+        &second[0],
+        Disposition::Retry { delay_ms: 0 },
+        Some(500),
+    )
+    .await;
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Failed));
+
+    let outcomes: Vec<Option<String>> = attempts(&store, &id(1))
+        .await
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(
+        outcomes,
+        [Some("interrupted".to_owned()), Some("retry".to_owned())]
+    );
+    let d = get(&store, &id(1)).await;
+    assert_eq!((d.attempts, d.uncharged), (2, 1));
+}
+
+pub async fn complete_retry_clamps_to_expiry(store: Store) {
+    let now = store.now_ms();
+    let mut new = new_delivery(&id(1), None, URL_A);
+    new.expires_at = Some(now + 60_000);
+    create(&store, new).await;
+    let claimed = claim(&store, 1).await;
+    let applied = complete(
+        &store,
+        &claimed[0],
+        Disposition::Retry {
+            delay_ms: 3_600_000,
+        },
+        Some(503),
+    )
+    .await;
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Pending));
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.next_attempt_at, Some(now + 60_000));
+}
+
+pub async fn complete_clips_long_errors(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await;
+    let long = "é".repeat(MAX_ERROR_BYTES); // twice the limit in bytes
+    store
+        .complete(AttemptResult {
+            id: id(1),
+            claim_seq: claimed[0].claim_seq,
+            disposition: Disposition::Retry { delay_ms: 0 },
+            http_status: None,
+            error_code: Some("connect".to_owned()),
+            error: Some(long.clone()),
+            duration_ms: 1,
+        })
+        .await
+        .expect("complete");
+    let kept = get(&store, &id(1)).await.last_error.expect("last_error");
+    assert_eq!(kept.len(), MAX_ERROR_BYTES);
+    assert!(long.starts_with(&kept));
+    let history = attempts(&store, &id(1)).await;
+    assert_eq!(history[0].error.as_deref(), Some(&*kept));
+}
+
+// ---------------------------------------------------------------------------------------------
+// fencing
+
+pub async fn complete_after_cancel_is_fenced(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await;
+    match store.cancel(id(1)).await.expect("cancel") {
+        TransitionOutcome::Done(d) => {
+            assert_eq!(d.status, DeliveryStatus::Canceled);
+            assert_eq!(d.lease_until, None);
+        }
+        other => panic!("expected Done, got {other:?}"),
+    }
+    let applied = complete(&store, &claimed[0], Disposition::Succeeded, Some(200)).await;
+    assert_eq!(applied, Applied::Fenced);
+
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Canceled);
+    assert_eq!(
+        d.last_response_code, None,
+        "a fenced result leaves the delivery alone"
+    );
+    let history = attempts(&store, &id(1)).await;
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].outcome.as_deref(), Some("succeeded"));
+    assert_eq!(history[0].http_status, Some(200));
+}
+
+pub async fn complete_with_stale_claim_is_fenced(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let stale = claim(&store, 1).await;
+    assert_eq!(store.reclaim(false).await.expect("reclaim"), 1);
+    let current = claim(&store, 1).await;
+    assert_eq!(current[0].claim_seq, stale[0].claim_seq + 1);
+
+    let applied = complete(&store, &stale[0], Disposition::Failed, Some(400)).await;
+    assert_eq!(applied, Applied::Fenced);
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::InFlight);
+    assert_eq!(d.last_response_code, None);
+
+    let applied = complete(&store, &current[0], Disposition::Succeeded, Some(200)).await;
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
+    // Reporting the same attempt twice changes nothing the second time.
+    let applied = complete(&store, &current[0], Disposition::Failed, Some(500)).await;
+    assert_eq!(applied, Applied::Fenced);
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Succeeded);
+    assert_eq!(d.last_response_code, Some(200));
+
+    let outcomes: Vec<(Option<String>, Option<u16>)> = attempts(&store, &id(1))
+        .await
+        .into_iter()
+        .map(|a| (a.outcome, a.http_status))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (Some("interrupted".to_owned()), None),
+            (Some("succeeded".to_owned()), Some(200)),
+        ],
+        "the reclaim recorded the first attempt; its late result does not overwrite it"
+    );
+
+    let unknown = store
+        .complete(AttemptResult {
+            id: id(99),
+            claim_seq: 1,
+            disposition: Disposition::Succeeded,
+            http_status: Some(200),
+            error_code: None,
+            error: None,
+            duration_ms: 0,
+        })
+        .await
+        .expect("complete unknown");
+    assert_eq!(unknown, Applied::Fenced);
+}
+
+// ---------------------------------------------------------------------------------------------
+// operator transitions
+
+pub async fn cancel_transitions(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    match store.cancel(id(1)).await.expect("cancel") {
+        TransitionOutcome::Done(d) => {
+            assert_eq!(d.id, id(1));
+            assert_eq!(d.status, DeliveryStatus::Canceled);
+            assert_eq!(d.next_attempt_at, None);
+        }
+        other => panic!("expected Done, got {other:?}"),
+    }
+    assert!(
+        claim(&store, 10).await.is_empty(),
+        "canceled work is not claimed"
+    );
+    assert_eq!(
+        store.cancel(id(1)).await.expect("cancel"),
+        TransitionOutcome::Invalid(DeliveryStatus::Canceled)
+    );
+    assert_eq!(
+        store.retry(id(1)).await.expect("retry"),
+        TransitionOutcome::Invalid(DeliveryStatus::Canceled)
+    );
+
+    create(&store, new_delivery(&id(2), None, URL_A)).await;
+    let claimed = claim(&store, 1).await;
+    complete(&store, &claimed[0], Disposition::Succeeded, Some(200)).await;
+    assert_eq!(
+        store.cancel(id(2)).await.expect("cancel"),
+        TransitionOutcome::Invalid(DeliveryStatus::Succeeded)
+    );
+    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Succeeded);
+
+    assert_eq!(
+        store.cancel(id(99)).await.expect("cancel"),
+        TransitionOutcome::NotFound
+    );
+}
+
+pub async fn retry_transitions(store: Store) {
+    let mut new = new_delivery(&id(1), None, URL_A);
+    new.max_attempts = 1;
+    create(&store, new).await;
+    assert_eq!(
+        store.retry(id(1)).await.expect("retry"),
+        TransitionOutcome::Invalid(DeliveryStatus::Pending)
+    );
+    let first = claim(&store, 1).await;
+    assert_eq!(
+        store.retry(id(1)).await.expect("retry"),
+        TransitionOutcome::Invalid(DeliveryStatus::InFlight)
+    );
+    store
+        .complete(AttemptResult {
+            id: id(1),
+            claim_seq: first[0].claim_seq,
+            disposition: Disposition::Retry { delay_ms: 1_000 },
+            http_status: Some(500),
+            error_code: Some("http_status".to_owned()),
+            error: Some("500 Internal Server Error".to_owned()),
+            duration_ms: 5,
+        })
+        .await
+        .expect("complete");
+    assert_eq!(get(&store, &id(1)).await.status, DeliveryStatus::Failed);
+
+    let before = store.now_ms();
+    match store.retry(id(1)).await.expect("retry") {
+        TransitionOutcome::Done(d) => {
+            assert_eq!(d.status, DeliveryStatus::Pending);
+            assert_eq!(d.attempts, 0);
+            assert_eq!(d.uncharged, 0);
+            assert_eq!(d.cycle, 2);
+            assert_eq!(d.last_error, None);
+            assert_eq!(d.last_error_code, None);
+            assert_eq!(d.last_response_code, None);
+            assert!(d.next_attempt_at.is_some_and(|t| t >= before));
+        }
+        other => panic!("expected Done, got {other:?}"),
+    }
+    let second = claim(&store, 1).await;
+    assert_eq!(second.len(), 1, "retried work is due at once");
+    assert_eq!(second[0].attempt, 1, "a new cycle counts from one");
+    assert!(second[0].claim_seq > first[0].claim_seq);
+    complete(&store, &second[0], Disposition::Succeeded, Some(200)).await;
+
+    let history: Vec<(u32, u32, Option<String>)> = attempts(&store, &id(1))
+        .await
+        .into_iter()
+        .map(|a| (a.cycle, a.number, a.outcome))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            (1, 1, Some("retry".to_owned())),
+            (2, 1, Some("succeeded".to_owned())),
+        ]
+    );
+    assert_eq!(
+        store.retry(id(1)).await.expect("retry"),
+        TransitionOutcome::Invalid(DeliveryStatus::Succeeded)
+    );
+    assert_eq!(
+        store.retry(id(99)).await.expect("retry"),
+        TransitionOutcome::NotFound
+    );
+    assert_eq!(store.attempts(id(99)).await.expect("attempts"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// reclaim
+
+pub async fn reclaim_all_returns_in_flight_uncharged(store: Store) {
+    for n in 1..=2 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    let claimed = claim(&store, 2).await;
+    assert_eq!(claimed.len(), 2);
+    create(&store, new_delivery(&id(3), None, URL_A)).await;
+    assert_eq!(
+        store.reclaim(true).await.expect("reclaim"),
+        0,
+        "leases still run"
+    );
+
+    let before = store.now_ms();
+    assert_eq!(store.reclaim(false).await.expect("reclaim"), 2);
+    let after = store.now_ms();
+    for n in 1..=2 {
+        let d = get(&store, &id(n)).await;
+        assert_eq!(d.status, DeliveryStatus::Pending);
+        assert_eq!((d.attempts, d.uncharged), (1, 1));
+        assert_eq!(d.lease_until, None);
+        assert!(d
+            .next_attempt_at
+            .is_some_and(|t| (before..=after).contains(&t)));
+        let history = attempts(&store, &id(n)).await;
+        assert_eq!(history.len(), 1);
+        assert_eq!(history[0].outcome.as_deref(), Some("interrupted"));
+        assert_eq!(history[0].error_code.as_deref(), Some("daemon_restart"));
+    }
+    let untouched = get(&store, &id(3)).await;
+    assert_eq!((untouched.attempts, untouched.uncharged), (0, 0));
+    assert_eq!(store.reclaim(false).await.expect("reclaim"), 0);
+    assert_eq!(claim(&store, 10).await.len(), 3);
+}
+
+pub async fn reclaim_expired_touches_only_expired_leases(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let lapsed = store
+        .claim_due(1, unlimited(), -1)
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(claimed_ids(&lapsed), [id(1)]);
+    create(&store, new_delivery(&id(2), None, URL_A)).await;
+    let live = store
+        .claim_due(1, unlimited(), 3_600_000)
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(claimed_ids(&live), [id(2)]);
+
+    assert_eq!(store.reclaim(true).await.expect("reclaim"), 1);
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Pending);
+    assert_eq!((d.attempts, d.uncharged), (1, 1));
+    assert_eq!(
+        attempts(&store, &id(1)).await[0].error_code.as_deref(),
+        Some("lease_expired")
+    );
+    let d = get(&store, &id(2)).await;
+    assert_eq!(d.status, DeliveryStatus::InFlight);
+    assert_eq!(d.lease_until, Some(live[0].lease_until));
+    assert_eq!(attempts(&store, &id(2)).await[0].outcome, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// listing, scheduling and numbers
+
+pub async fn list_paginates_every_row_once(store: Store) {
+    // Inserted out of id order; listings are in id order.
+    for n in (1..=25).rev() {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    let mut seen = Vec::new();
+    let mut sizes = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list(None, 10, cursor).await.expect("list");
+        sizes.push(page.deliveries.len());
+        for d in &page.deliveries {
+            assert_eq!(d.headers, None, "listings carry no headers");
+            assert_eq!(d.body, None, "listings carry no body");
+            assert_eq!(d.status, DeliveryStatus::Pending);
+            assert_eq!(d.target_url, URL_A);
+        }
+        seen.extend(page.deliveries.into_iter().map(|d| d.id));
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+        assert!(sizes.len() < 10, "pagination does not end");
+    }
+    assert_eq!(sizes, [10, 10, 5]);
+    assert_eq!(seen, (1..=25).map(id).collect::<Vec<_>>());
+
+    // An exact multiple of the page size ends without an empty extra page.
+    let first = store.list(None, 25, None).await.expect("list");
+    assert_eq!(first.deliveries.len(), 25);
+    assert_eq!(first.next_cursor, None);
+}
+
+pub async fn list_filters_by_status(store: Store) {
+    for n in 1..=25 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    for n in [3, 7, 11, 19, 23] {
+        store.cancel(id(n)).await.expect("cancel");
+    }
+    let canceled = store
+        .list(Some(DeliveryStatus::Canceled), 10, None)
+        .await
+        .expect("list");
+    let canceled_ids: Vec<String> = canceled.deliveries.iter().map(|d| d.id.clone()).collect();
+    assert_eq!(canceled_ids, [id(3), id(7), id(11), id(19), id(23)]);
+    assert_eq!(canceled.next_cursor, None);
+
+    let mut pending = Vec::new();
+    let mut sizes = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .list(Some(DeliveryStatus::Pending), 10, cursor)
+            .await
+            .expect("list");
+        assert!(page
+            .deliveries
+            .iter()
+            .all(|d| d.status == DeliveryStatus::Pending));
+        sizes.push(page.deliveries.len());
+        pending.extend(page.deliveries.into_iter().map(|d| d.id));
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+        assert!(sizes.len() < 10, "pagination does not end");
+    }
+    assert_eq!(
+        sizes,
+        [10, 10],
+        "20 pending rows: two full pages, no empty third"
+    );
+    let expected: Vec<String> = (1..=25)
+        .filter(|n| ![3, 7, 11, 19, 23].contains(n))
+        .map(id)
+        .collect();
+    assert_eq!(pending, expected);
+
+    let none = store
+        .list(Some(DeliveryStatus::Failed), 10, None)
+        .await
+        .expect("list");
+    assert!(none.deliveries.is_empty());
+    assert_eq!(none.next_cursor, None);
+}
+
+pub async fn next_due_and_stats(store: Store) {
+    assert_eq!(store.next_due(Vec::new()).await.expect("next_due"), None);
+    let empty = store.stats().await.expect("stats");
+    assert_eq!(status_counts(&empty.by_status), HashMap::new());
+    assert_eq!(empty.oldest_due_at, None);
+
+    let now = store.now_ms();
+    let due_now = create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let mut later = new_delivery(&id(2), None, URL_B);
+    later.not_before = Some(now + 60_000);
+    create(&store, later).await;
+    let due_at = due_now.next_attempt_at.expect("due");
+
+    let next_due = |saturated: &[&str]| {
+        let store = store.clone();
+        let saturated: Vec<String> = saturated.iter().map(|s| (*s).to_owned()).collect();
+        async move { store.next_due(saturated).await.expect("next_due") }
+    };
+    assert_eq!(next_due(&[]).await, Some(due_at));
+    assert_eq!(next_due(&[ORIGIN_B]).await, Some(due_at));
+    assert_eq!(next_due(&[ORIGIN_A]).await, Some(now + 60_000));
+    assert_eq!(next_due(&[ORIGIN_A, ORIGIN_B]).await, None);
+
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(
+        status_counts(&stats.by_status),
+        HashMap::from([(DeliveryStatus::Pending, 2)])
+    );
+    assert_eq!(
+        stats.oldest_due_at,
+        Some(due_at),
+        "only work already due counts"
+    );
+    assert!(stats.db_bytes > 0);
+
+    let claimed = claim(&store, 10).await;
+    assert_eq!(claimed_ids(&claimed), [id(1)]);
+    assert_eq!(
+        next_due(&[]).await,
+        Some(now + 60_000),
+        "in flight is not due"
+    );
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(
+        status_counts(&stats.by_status),
+        HashMap::from([(DeliveryStatus::Pending, 1), (DeliveryStatus::InFlight, 1)])
+    );
+    assert_eq!(stats.oldest_due_at, None);
+
+    complete(&store, &claimed[0], Disposition::Succeeded, Some(200)).await;
+    store.cancel(id(2)).await.expect("cancel");
+    let stats = store.stats().await.expect("stats");
+    assert_eq!(
+        status_counts(&stats.by_status),
+        HashMap::from([
+            (DeliveryStatus::Succeeded, 1),
+            (DeliveryStatus::Canceled, 1)
+        ])
+    );
+    assert_eq!(next_due(&[]).await, None);
+}
+
+pub async fn ping_writes(store: Store) {
+    store.ping().await.expect("ping");
+    store.ping().await.expect("ping twice");
+    assert!(!store.write_failing());
+}
+
+// ---------------------------------------------------------------------------------------------
+// small steps shared by the tests above
+
+async fn insert(store: &Store, new: NewDelivery) -> InsertOutcome {
+    store.insert(new).await.expect("insert")
+}
+
+async fn create(store: &Store, new: NewDelivery) -> Delivery {
+    match insert(store, new).await {
+        InsertOutcome::Created(d) => d,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
+async fn get(store: &Store, id: &str) -> Delivery {
+    store
+        .get(id.to_owned())
+        .await
+        .expect("get")
+        .expect("delivery exists")
+}
+
+async fn attempts(store: &Store, id: &str) -> Vec<Attempt> {
+    store
+        .attempts(id.to_owned())
+        .await
+        .expect("attempts")
+        .expect("delivery exists")
+}
+
+fn unlimited() -> Capacity {
+    Capacity {
+        per_origin: u32::MAX,
+        in_flight: HashMap::new(),
+    }
+}
+
+/// Claim up to `limit` deliveries with no capacity limit and a one-minute lease.
+async fn claim(store: &Store, limit: u32) -> Vec<Claimed> {
+    let batch = store
+        .claim_due(limit, unlimited(), 60_000)
+        .await
+        .expect("claim");
+    assert_eq!(batch.expired, 0);
+    batch.claimed
+}
+
+async fn complete(
+    store: &Store,
+    claimed: &Claimed,
+    disposition: Disposition,
+    http_status: Option<u16>,
+) -> Applied {
+    store
+        .complete(AttemptResult {
+            id: claimed.id.clone(),
+            claim_seq: claimed.claim_seq,
+            disposition,
+            http_status,
+            error_code: None,
+            error: None,
+            duration_ms: 1,
+        })
+        .await
+        .expect("complete")
+}
+
+async fn list_ids(store: &Store, status: Option<DeliveryStatus>) -> Vec<String> {
+    let page = store.list(status, 1000, None).await.expect("list");
+    assert_eq!(page.next_cursor, None);
+    page.deliveries.into_iter().map(|d| d.id).collect()
+}
+
+async fn count_status(store: &Store, status: DeliveryStatus) -> usize {
+    list_ids(store, Some(status)).await.len()
+}
+
+fn claimed_ids(claimed: &[Claimed]) -> Vec<String> {
+    claimed.iter().map(|c| c.id.clone()).collect()
+}
+
+/// Claimed deliveries per origin, sorted by origin.
+fn origin_counts(claimed: &[Claimed]) -> Vec<(&str, usize)> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for c in claimed {
+        match counts.iter_mut().find(|(o, _)| *o == c.origin) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&c.origin, 1)),
+        }
+    }
+    counts.sort();
+    counts
+}
+
+fn status_counts(by_status: &[(DeliveryStatus, u64)]) -> HashMap<DeliveryStatus, u64> {
+    by_status
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|&(s, n)| (s, n))
+        .collect()
+}
+
+/// Wait until the store's clock has reached `at`.
+async fn wait_until(store: &Store, at: i64) {
+    while store.now_ms() < at {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

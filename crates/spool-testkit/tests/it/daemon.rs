@@ -1,0 +1,151 @@
+//! DaemonProcess against a shell script standing in for `spoold`: it logs like the daemon,
+//! echoes its arguments, and exits 0 on SIGTERM.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use spool_testkit::{DaemonOptions, DaemonProcess};
+use tempfile::TempDir;
+
+/// Logs its arguments and a `listening` line, then waits for SIGTERM. The `sleep` keeps no
+/// pipe open, so the script's exit closes them.
+const FAKE_DAEMON: &str = r#"#!/bin/sh
+echo "args: $*" >&2
+echo "env: ${SPOOLD_TEST_VAR:-unset} ${RUST_LOG:-no-rust-log}" >&2
+echo "not json" >&2
+echo '{"fields":{"message":"store opened"}}' >&2
+echo '{"timestamp":"t","level":"INFO","fields":{"message":"listening","addr":"127.0.0.1:4567"},"target":"spoold"}' >&2
+echo "hello on stdout"
+trap 'echo "{\"fields\":{\"message\":\"shutting down\"}}" >&2; kill $pid; exit 0' TERM
+sleep 300 </dev/null >/dev/null 2>&1 &
+pid=$!
+wait $pid
+"#;
+
+const REFUSING_DAEMON: &str = r#"#!/bin/sh
+echo '{"fields":{"message":"database is locked by another spoold"}}' >&2
+exit 1
+"#;
+
+const SILENT_DAEMON: &str = r#"#!/bin/sh
+echo "starting" >&2
+exec sleep 300 </dev/null >/dev/null 2>/dev/null
+"#;
+
+#[tokio::test]
+async fn start_reads_the_listening_line() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let opts = options(&dir, FAKE_DAEMON)
+        .arg("--workers")
+        .env("SPOOLD_TEST_VAR", "set");
+    let mut daemon = DaemonProcess::start(opts).await?;
+    assert_eq!(daemon.base_url(), "http://127.0.0.1:4567");
+    assert_eq!(daemon.addr(), Some("127.0.0.1:4567".parse()?));
+    assert!(daemon.pid() > 0);
+    let stderr = daemon.stderr();
+    let db = dir.path().join("spool.db");
+    assert!(
+        stderr.contains(&format!(
+            "args: --db {} --listen 127.0.0.1:0 --allow-private-targets --log-format json --workers",
+            db.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("env: set no-rust-log"), "{stderr}");
+
+    let status = daemon.terminate().await?;
+    assert_eq!(status.code(), Some(0));
+    assert!(daemon.stderr().contains("shutting down"));
+    assert_eq!(daemon.stdout(), "hello on stdout\n");
+    // Terminating again reports the same exit.
+    assert_eq!(daemon.terminate().await?.code(), Some(0));
+    Ok(())
+}
+
+#[tokio::test]
+async fn unix_socket_replaces_listen() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let script = FAKE_DAEMON.replace("127.0.0.1:4567", "/tmp/fake.sock");
+    let opts = options(&dir, &script).unix_socket("/tmp/fake.sock");
+    let daemon = DaemonProcess::start(opts).await?;
+    assert_eq!(daemon.base_url(), "unix:///tmp/fake.sock");
+    assert_eq!(daemon.addr(), None);
+    assert_eq!(daemon.unix_socket(), Some(Path::new("/tmp/fake.sock")));
+    assert!(daemon
+        .stderr()
+        .contains("--unix-socket /tmp/fake.sock --allow-private-targets"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn kill9_reports_sigkill() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let mut daemon = DaemonProcess::start(options(&dir, FAKE_DAEMON)).await?;
+    let status = daemon.kill9();
+    assert_eq!(status.signal(), Some(9));
+    assert_eq!(
+        daemon.wait_exit(Duration::from_secs(1)).await?.signal(),
+        Some(9)
+    );
+    assert!(
+        daemon.signal("TERM").await.is_err(),
+        "an exited daemon is never signalled"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn exit_before_ready_is_an_error_with_stderr() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let err = DaemonProcess::start(options(&dir, REFUSING_DAEMON))
+        .await
+        .expect_err("the script exits 1");
+    let message = format!("{err:#}");
+    assert!(message.contains("database is locked"), "{message}");
+    assert!(message.contains("1"), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn not_ready_in_time_is_an_error() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let opts = options(&dir, SILENT_DAEMON).ready_timeout(Duration::from_millis(300));
+    let err = DaemonProcess::start(opts)
+        .await
+        .expect_err("the script never logs listening");
+    let message = format!("{err:#}");
+    assert!(message.contains("not ready within"), "{message}");
+    assert!(message.contains("starting"), "{message}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn run_to_exit_returns_status_and_stderr() -> anyhow::Result<()> {
+    let dir = TempDir::new()?;
+    let (status, stderr) = DaemonProcess::run_to_exit(options(&dir, REFUSING_DAEMON)).await?;
+    assert_eq!(status.code(), Some(1));
+    assert!(stderr.contains("database is locked"), "{stderr}");
+
+    let still_running = options(&dir, SILENT_DAEMON).ready_timeout(Duration::from_millis(200));
+    let err = DaemonProcess::run_to_exit(still_running)
+        .await
+        .expect_err("a daemon that keeps running is an error");
+    assert!(err.to_string().contains("still running"), "{err}");
+    Ok(())
+}
+
+/// Options running `script` (written into `dir`) on a database in `dir`.
+fn options(dir: &TempDir, script: &str) -> DaemonOptions {
+    let path = write_script(dir.path(), script);
+    DaemonOptions::new(dir.path().join("spool.db")).program(path)
+}
+
+fn write_script(dir: &Path, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join("fake-spoold");
+    std::fs::write(&path, script).expect("write the fake daemon");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .expect("make the fake daemon executable");
+    path
+}

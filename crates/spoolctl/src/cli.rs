@@ -1,0 +1,344 @@
+//! The command line: clap definitions and help texts. Nothing here does I/O; commands get the
+//! parsed values and decide what they mean.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use spool_proto::{units, DeliveryStatus, MAX_LIST_LIMIT, MAX_MAX_ATTEMPTS};
+
+/// Where spoold listens unless `--server` or `SPOOLD_URL` says otherwise (its own default).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (for `wait` and `send --wait`: the delivery succeeded)
+  1  spoold returned an error, could not be reached, or a local file could not be read
+  2  usage error: bad arguments, bad --server, body that is not JSON
+  3  `wait`: the delivery failed
+  4  `wait`: the delivery was canceled
+  5  `wait`: timed out while the delivery was still pending or in flight";
+
+/// A mistake in the command line that clap cannot see (bad JSON body, bad header, bad
+/// `--server`). Exits 2 like clap's own errors, and is checked before any network call.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+impl UsageError {
+    pub fn new(message: impl Into<String>) -> Self {
+        UsageError(message.into())
+    }
+}
+
+/// spoolctl submits and manages durable HTTP deliveries through a local spoold.
+#[derive(Debug, Parser)]
+#[command(
+    name = "spoolctl",
+    version,
+    about = "Submit and manage durable HTTP deliveries through a local spoold",
+    long_about = "Submit and manage durable HTTP deliveries through a local spoold.\n\n\
+        spoolctl talks to spoold's HTTP API over loopback TCP or a unix socket. Every \
+        command prints a short aligned table, or the API's JSON with --json.",
+    after_long_help = EXIT_CODES
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options accepted before or after any subcommand.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// spoold's API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock
+    ///
+    /// TLS (https) is not supported: reach spoold over a unix socket or a loopback address.
+    #[arg(
+        long,
+        global = true,
+        env = "SPOOLD_URL",
+        default_value = DEFAULT_SERVER,
+        value_name = "URL"
+    )]
+    pub server: String,
+
+    /// Print the API's JSON (one compact line) instead of a table
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Read a bearer token from FILE and send it on every request
+    ///
+    /// One trailing newline is removed; the rest of the file is the token.
+    #[arg(long, global = true, env = "SPOOLD_TOKEN_FILE", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Persist and enqueue an HTTP delivery
+    Send(SendArgs),
+    /// List deliveries, oldest first
+    List(ListArgs),
+    /// Inspect one delivery
+    Get(GetArgs),
+    /// Show the attempt history of a delivery
+    Attempts(IdArgs),
+    /// Start a new retry cycle for a failed delivery
+    Retry(IdArgs),
+    /// Cancel pending or in-flight delivery work
+    Cancel(IdArgs),
+    /// Wait until a delivery is succeeded, failed or canceled
+    #[command(
+        long_about = "Wait until a delivery is succeeded, failed or canceled.\n\n\
+            Polls the delivery every --interval until its status is terminal or --timeout \
+            has passed, then prints it.",
+        after_long_help = WAIT_EXIT_CODES
+    )]
+    Wait(WaitArgs),
+    /// Print version information
+    Version,
+    /// Print a shell completion script to stdout
+    #[command(long_about = "Print a shell completion script to stdout.\n\n\
+            Example (bash): spoolctl completion bash > ~/.local/share/bash-completion/completions/spoolctl")]
+    Completion {
+        /// The shell to generate the script for
+        shell: clap_complete::Shell,
+    },
+}
+
+const WAIT_EXIT_CODES: &str = "\
+Exit codes:
+  0  the delivery succeeded
+  1  spoold returned an error or could not be reached
+  2  usage error
+  3  the delivery failed
+  4  the delivery was canceled
+  5  timed out: the delivery is still pending or in flight";
+
+#[derive(Debug, Args)]
+#[command(after_long_help = EXIT_CODES)]
+pub struct SendArgs {
+    #[command(flatten)]
+    pub request: RequestArgs,
+
+    /// After queuing, wait until the delivery is terminal and exit like `wait`
+    #[arg(long)]
+    pub wait: bool,
+
+    /// With --wait: give up after DURATION (exit 5)
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
+    pub timeout: Option<Duration>,
+
+    /// With --wait: time between polls
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
+    pub interval: Option<Duration>,
+}
+
+/// The flags that shape a create request.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RequestArgs {
+    /// The http or https URL spoold delivers to
+    #[arg(value_name = "TARGET_URL")]
+    pub url: String,
+
+    /// HTTP method of the delivery
+    #[arg(short = 'X', long, default_value = "POST")]
+    pub method: String,
+
+    /// Add a header to the delivery, as 'Name: value' (repeatable)
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+
+    /// JSON body, inline; sent byte for byte
+    #[arg(short = 'd', long, value_name = "JSON")]
+    pub data: Option<String>,
+
+    /// JSON body read from FILE, or from stdin with '-'
+    #[arg(long, value_name = "FILE|-")]
+    pub data_file: Option<PathBuf>,
+
+    /// Raw body bytes read from FILE, or from stdin with '-' (sent as bodyBase64)
+    #[arg(long, value_name = "FILE|-")]
+    pub data_binary: Option<PathBuf>,
+
+    /// Reusing a key with the same request returns the existing delivery
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+
+    /// Attempts per retry cycle (spoold's default when absent)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MAX_ATTEMPTS)))]
+    pub max_attempts: Option<u32>,
+
+    /// Make no attempt before this RFC 3339 time, e.g. 2026-07-18T12:00:00Z
+    #[arg(long, value_name = "TIME")]
+    pub not_before: Option<String>,
+
+    /// Fail the delivery as expired if no attempt has started within DURATION (e.g. 10m)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub expires_in: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only deliveries with this status
+    #[arg(long, value_enum)]
+    pub status: Option<StatusArg>,
+
+    /// Deliveries per page
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = spool_proto::DEFAULT_LIST_LIMIT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LIST_LIMIT))
+    )]
+    pub limit: u32,
+
+    /// Start at this page (the `next cursor` of an earlier listing)
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<String>,
+
+    /// Follow next-page cursors until every delivery has been listed
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// The delivery ID
+    pub id: String,
+
+    /// Show the values of sensitive headers instead of masking them
+    #[arg(long)]
+    pub reveal: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The delivery ID
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// The delivery ID
+    pub id: String,
+
+    #[command(flatten)]
+    pub poll: PollArgs,
+}
+
+/// How `wait` polls.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct PollArgs {
+    /// Give up after DURATION (exit 5)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration_arg)]
+    pub timeout: Duration,
+
+    /// Time between polls
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = parse_duration_arg)]
+    pub interval: Duration,
+}
+
+/// A delivery status as typed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusArg {
+    Pending,
+    #[value(name = "in_flight")]
+    InFlight,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl From<StatusArg> for DeliveryStatus {
+    fn from(s: StatusArg) -> Self {
+        match s {
+            StatusArg::Pending => DeliveryStatus::Pending,
+            StatusArg::InFlight => DeliveryStatus::InFlight,
+            StatusArg::Succeeded => DeliveryStatus::Succeeded,
+            StatusArg::Failed => DeliveryStatus::Failed,
+            StatusArg::Canceled => DeliveryStatus::Canceled,
+        }
+    }
+}
+
+impl SendArgs {
+    /// The polling options of `send --wait`, with `wait`'s defaults.
+    pub fn poll(&self) -> PollArgs {
+        PollArgs {
+            timeout: self.timeout.unwrap_or(DEFAULT_WAIT_TIMEOUT),
+            interval: self.interval.unwrap_or(DEFAULT_WAIT_INTERVAL),
+        }
+    }
+}
+
+/// Defaults of `wait`, repeated for `send --wait` (whose flags are optional).
+const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_WAIT_INTERVAL: Duration = Duration::from_millis(200);
+
+fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn status_names_match_the_wire() {
+        for st in StatusArg::value_variants() {
+            let name = st.to_possible_value().expect("no variant is skipped");
+            assert_eq!(name.get_name(), DeliveryStatus::from(*st).as_str());
+        }
+    }
+
+    #[test]
+    fn send_defaults_match_wait_defaults() {
+        let cli = Cli::try_parse_from(["spoolctl", "wait", "x"]).expect("valid");
+        let Command::Wait(w) = cli.command else {
+            panic!("parsed as wait")
+        };
+        assert_eq!(w.poll.timeout, DEFAULT_WAIT_TIMEOUT);
+        assert_eq!(w.poll.interval, DEFAULT_WAIT_INTERVAL);
+    }
+
+    #[test]
+    fn global_options_go_before_or_after_the_subcommand() {
+        for args in [
+            &["spoolctl", "--json", "--server", "unix:///s", "get", "x"][..],
+            &["spoolctl", "get", "x", "--json", "--server", "unix:///s"][..],
+        ] {
+            let cli = Cli::try_parse_from(args).expect("valid");
+            assert!(cli.global.json);
+            assert_eq!(cli.global.server, "unix:///s");
+        }
+    }
+
+    #[test]
+    fn send_options_go_before_or_after_the_url() {
+        let cli = Cli::try_parse_from(["spoolctl", "send", "http://h/", "-X", "PUT", "-H", "A: b"])
+            .expect("valid");
+        let Command::Send(s) = cli.command else {
+            panic!("parsed as send")
+        };
+        let r = s.request;
+        assert_eq!((r.url.as_str(), r.method.as_str()), ("http://h/", "PUT"));
+        assert_eq!(r.headers, ["A: b"]);
+    }
+
+    #[test]
+    fn timeout_needs_wait() {
+        let err = Cli::try_parse_from(["spoolctl", "send", "http://h/", "--timeout", "1s"])
+            .expect_err("--timeout without --wait");
+        assert_eq!(err.exit_code(), 2);
+    }
+}

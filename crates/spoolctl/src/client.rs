@@ -1,0 +1,751 @@
+//! The client of spoold's HTTP API, over loopback TCP or a unix socket (hyper's connection API,
+//! one connection per request, no TLS). Every request is bounded: 20 s in total and 4 MiB of
+//! response body, so a stuck or hostile server cannot hang or exhaust the CLI.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
+use http::{HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use spool_proto::{AttemptList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView};
+use tokio::net::{TcpStream, UnixStream};
+use url::form_urlencoded;
+
+/// Total time for one request: connect, send, and read the whole response.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// Largest response body read; more is an error, not a truncation.
+pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+/// `Host` header sent over a unix socket, where there is no host name.
+const UNIX_HOST: &str = "spoold";
+const USER_AGENT_VALUE: &str = concat!("spoolctl/", env!("CARGO_PKG_VERSION"));
+
+/// Why a `--server` value was refused. All of these are usage errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerUrlError {
+    #[error("parse --server: {0}")]
+    Parse(String),
+    #[error("--server must use http, https, or unix")]
+    Scheme,
+    #[error(
+        "--server uses https, but spoolctl does not support TLS; \
+         use a unix:///path socket or a loopback http:// address"
+    )]
+    TlsUnsupported,
+    #[error("--server must include a host")]
+    MissingHost,
+    #[error("--server must not include user information, a query, or a fragment")]
+    HttpExtras,
+    #[error("unix --server must contain an absolute socket path")]
+    UnixPath,
+    #[error("unix --server must not include user information, a query, or a fragment")]
+    UnixExtras,
+}
+
+/// A failed API call.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No HTTP response: connect, send or receive failed, or the time ran out.
+    #[error("contact spoold at {server}: {reason}")]
+    Unreachable { server: String, reason: String },
+    /// spoold answered with its JSON error envelope.
+    #[error("spoold returned HTTP {status} ({code}): {message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    /// A non-success answer without an error envelope (a proxy, a routing error, …).
+    #[error("spoold returned HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    #[error("spoold response exceeds size limit")]
+    ResponseTooLarge,
+    #[error("decode spoold response: {0}")]
+    Decode(String),
+    #[error("build request: {0}")]
+    Request(String),
+}
+
+/// A parsed `--server`: where to connect and what to put in front of every path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// The value as the user gave it, for error messages.
+    given: String,
+    endpoint: Endpoint,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Endpoint {
+    Tcp {
+        /// Host to connect to, without IPv6 brackets.
+        host: String,
+        port: u16,
+        /// `Host` header value: the URL's authority without user info.
+        authority: String,
+        /// Percent-encoded path prefix without a trailing `/`; empty for none.
+        base_path: String,
+    },
+    Unix {
+        path: PathBuf,
+    },
+}
+
+impl Server {
+    /// Accepts `http://host[:port][/base]` and `unix:///absolute/path`.
+    pub fn parse(given: &str) -> Result<Server, ServerUrlError> {
+        let s = given.trim();
+        let endpoint = match s.split_once(':') {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("unix") => parse_unix(rest)?,
+            _ => parse_http(s)?,
+        };
+        Ok(Server {
+            given: given.trim().to_owned(),
+            endpoint,
+        })
+    }
+}
+
+impl fmt::Display for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.given)
+    }
+}
+
+fn parse_http(s: &str) -> Result<Endpoint, ServerUrlError> {
+    let url = url::Url::parse(s).map_err(|e| match e {
+        url::ParseError::EmptyHost => ServerUrlError::MissingHost,
+        other => ServerUrlError::Parse(other.to_string()),
+    })?;
+    match url.scheme() {
+        "http" => {}
+        "https" => return Err(ServerUrlError::TlsUnsupported),
+        _ => return Err(ServerUrlError::Scheme),
+    }
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) if !d.is_empty() => d.to_owned(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        _ => return Err(ServerUrlError::MissingHost),
+    };
+    let has_userinfo = !url.username().is_empty() || url.password().is_some();
+    let has_query = url.query().is_some_and(|q| !q.is_empty());
+    let has_fragment = url.fragment().is_some_and(|f| !f.is_empty());
+    if has_userinfo || has_query || has_fragment {
+        return Err(ServerUrlError::HttpExtras);
+    }
+    let port = url.port_or_known_default().unwrap_or(80);
+    let host_str = url.host_str().unwrap_or(&host);
+    let authority = match url.port() {
+        Some(p) => format!("{host_str}:{p}"),
+        None => host_str.to_owned(),
+    };
+    Ok(Endpoint::Tcp {
+        host,
+        port,
+        authority,
+        base_path: url.path().trim_end_matches('/').to_owned(),
+    })
+}
+
+/// `rest` is everything after `unix:`. Parsed by hand because a socket path is a file name, not
+/// a URL path: only the authority (which must be empty), `?` and `#` are special.
+fn parse_unix(rest: &str) -> Result<Endpoint, ServerUrlError> {
+    let path = match rest.strip_prefix("//") {
+        Some(after) => {
+            let authority_end = after.find(['/', '?', '#']).unwrap_or(after.len());
+            let authority = &after[..authority_end];
+            if authority.contains('@') {
+                return Err(ServerUrlError::UnixExtras);
+            }
+            if !authority.is_empty() {
+                return Err(ServerUrlError::UnixPath);
+            }
+            &after[authority_end..]
+        }
+        None => rest,
+    };
+    if path.contains(['?', '#']) {
+        return Err(ServerUrlError::UnixExtras);
+    }
+    let path = percent_decode(path)?;
+    if !path.starts_with('/') || path.len() < 2 {
+        return Err(ServerUrlError::UnixPath);
+    }
+    Ok(Endpoint::Unix {
+        path: PathBuf::from(path),
+    })
+}
+
+fn percent_decode(s: &str) -> Result<String, ServerUrlError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            let Some(b) = hex else {
+                return Err(ServerUrlError::Parse(format!(
+                    "invalid URL escape {:?}",
+                    s.get(i..(i + 3).min(s.len())).unwrap_or("%")
+                )));
+            };
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| ServerUrlError::Parse("socket path is not UTF-8".into()))
+}
+
+/// A bearer token. Kept out of `Debug` output so it never lands in a log or panic message.
+#[derive(Clone)]
+pub struct Token(HeaderValue);
+
+/// Why a token file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("read token file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("token file {path} is empty")]
+    Empty { path: String },
+    #[error("token file {path} contains characters not allowed in an HTTP header")]
+    Invalid { path: String },
+}
+
+impl Token {
+    /// Reads the file; one trailing newline (`\n` or `\r\n`) is not part of the token.
+    pub fn from_file(path: &Path) -> Result<Token, TokenError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TokenError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        Token::from_contents(&text).ok_or_else(|| {
+            if text.trim_end_matches(['\r', '\n']).is_empty() {
+                TokenError::Empty { path: shown }
+            } else {
+                TokenError::Invalid { path: shown }
+            }
+        })
+    }
+
+    fn from_contents(text: &str) -> Option<Token> {
+        let token = text.strip_suffix('\n').unwrap_or(text);
+        let token = token.strip_suffix('\r').unwrap_or(token);
+        if token.is_empty() {
+            return None;
+        }
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+        value.set_sensitive(true);
+        Some(Token(value))
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token([redacted])")
+    }
+}
+
+/// Filter and page of `GET /v1/deliveries`.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery<'a> {
+    pub status: Option<DeliveryStatus>,
+    pub limit: u32,
+    pub cursor: Option<&'a str>,
+}
+
+/// The two operator actions on a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    Retry,
+    Cancel,
+}
+
+impl Transition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transition::Retry => "retry",
+            Transition::Cancel => "cancel",
+        }
+    }
+}
+
+/// Result of a create: spoold says 201 for a new delivery and 200 for an idempotent replay.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub is_new: bool,
+    pub delivery: DeliveryView,
+}
+
+/// One spoold, reached by one `--server`. Cheap to keep; each request opens its own connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    server: Server,
+    token: Option<Token>,
+    timeout: Duration,
+}
+
+/// A complete response: status and the whole body.
+struct RawResponse {
+    status: StatusCode,
+    body: Bytes,
+}
+
+impl Client {
+    pub fn new(server: Server, token: Option<Token>) -> Client {
+        Client {
+            server,
+            token,
+            timeout: REQUEST_TIMEOUT,
+        }
+    }
+
+    /// `POST /v1/deliveries`
+    pub async fn create(&self, req: &CreateDelivery) -> Result<Created, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        let resp = self
+            .send(Method::POST, "/v1/deliveries", Some(body.into()))
+            .await?;
+        let is_new = resp.status == StatusCode::CREATED;
+        let delivery = decode(&resp)?;
+        Ok(Created { is_new, delivery })
+    }
+
+    /// `GET /v1/deliveries/{id}[?reveal=true]`
+    pub async fn get(&self, id: &str, reveal: bool) -> Result<DeliveryView, ClientError> {
+        let mut path = delivery_path(id);
+        if reveal {
+            path.push_str("?reveal=true");
+        }
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/deliveries?limit=…[&status=…][&cursor=…]`
+    pub async fn list(&self, query: &ListQuery<'_>) -> Result<DeliveryList, ClientError> {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("limit", &query.limit.to_string());
+        if let Some(status) = query.status {
+            q.append_pair("status", status.as_str());
+        }
+        if let Some(cursor) = query.cursor {
+            q.append_pair("cursor", cursor);
+        }
+        let path = format!("/v1/deliveries?{}", q.finish());
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/deliveries/{id}/attempts`
+    pub async fn attempts(&self, id: &str) -> Result<AttemptList, ClientError> {
+        let path = format!("{}/attempts", delivery_path(id));
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `POST /v1/deliveries/{id}/retry` or `/cancel`
+    pub async fn transition(
+        &self,
+        id: &str,
+        action: Transition,
+    ) -> Result<DeliveryView, ClientError> {
+        let path = format!("{}/{}", delivery_path(id), action.as_str());
+        decode(&self.send(Method::POST, &path, None).await?)
+    }
+
+    /// Sends one request and returns the response if it is a 2xx; anything else becomes an
+    /// error carrying spoold's message.
+    async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Result<RawResponse, ClientError> {
+        let req = self.build(method, path_and_query, body)?;
+        let resp = match tokio::time::timeout(self.timeout, self.exchange(req)).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(self.unreachable(format!(
+                    "no complete response within {}s",
+                    self.timeout.as_secs()
+                )))
+            }
+        };
+        if resp.status.is_success() {
+            Ok(resp)
+        } else {
+            Err(status_error(&resp))
+        }
+    }
+
+    fn build(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+    ) -> Result<Request<Full<Bytes>>, ClientError> {
+        let (host, uri) = match &self.server.endpoint {
+            Endpoint::Tcp {
+                authority,
+                base_path,
+                ..
+            } => (authority.as_str(), format!("{base_path}{path_and_query}")),
+            Endpoint::Unix { .. } => (UNIX_HOST, path_and_query.to_owned()),
+        };
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(HOST, host)
+            .header(ACCEPT, "application/json")
+            .header(USER_AGENT, USER_AGENT_VALUE);
+        if body.is_some() {
+            builder = builder.header(CONTENT_TYPE, "application/json");
+        }
+        if let Some(token) = &self.token {
+            builder = builder.header(AUTHORIZATION, token.0.clone());
+        }
+        builder
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| ClientError::Request(e.to_string()))
+    }
+
+    async fn exchange(&self, req: Request<Full<Bytes>>) -> Result<RawResponse, ClientError> {
+        match &self.server.endpoint {
+            Endpoint::Tcp { host, port, .. } => {
+                let stream = TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(|e| self.unreachable(format!("connect: {e}")))?;
+                self.drive(TokioIo::new(stream), req).await
+            }
+            Endpoint::Unix { path } => {
+                let stream = UnixStream::connect(path)
+                    .await
+                    .map_err(|e| self.unreachable(format!("connect: {e}")))?;
+                self.drive(TokioIo::new(stream), req).await
+            }
+        }
+    }
+
+    /// Runs the HTTP/1 exchange on one connection. The connection future is polled alongside
+    /// the request instead of being spawned, so nothing outlives the call.
+    async fn drive<T>(&self, io: T, req: Request<Full<Bytes>>) -> Result<RawResponse, ClientError>
+    where
+        T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let (mut sender, conn) = http1::handshake::<_, Full<Bytes>>(io)
+            .await
+            .map_err(|e| self.unreachable(error_chain(&e)))?;
+        let exchange = async move {
+            let resp = sender
+                .send_request(req)
+                .await
+                .map_err(|e| self.unreachable(error_chain(&e)))?;
+            let (parts, body) = resp.into_parts();
+            let collected = Limited::new(body, MAX_RESPONSE_BYTES)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.downcast_ref::<LengthLimitError>().is_some() {
+                        ClientError::ResponseTooLarge
+                    } else {
+                        self.unreachable(format!("read response: {}", error_chain(&*e)))
+                    }
+                })?;
+            Ok(RawResponse {
+                status: parts.status,
+                body: collected.to_bytes(),
+            })
+        };
+        let mut exchange = std::pin::pin!(exchange);
+        let mut conn = std::pin::pin!(conn);
+        let mut conn_done = false;
+        loop {
+            tokio::select! {
+                result = &mut exchange => return result,
+                // A finished connection also fails the pending request, which reports it.
+                _ = &mut conn, if !conn_done => conn_done = true,
+            }
+        }
+    }
+
+    fn unreachable(&self, reason: String) -> ClientError {
+        ClientError::Unreachable {
+            server: self.server.given.clone(),
+            reason,
+        }
+    }
+}
+
+/// `/v1/deliveries/{id}` with the id as one escaped path segment.
+fn delivery_path(id: &str) -> String {
+    let mut path = String::from("/v1/deliveries/");
+    for b in id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            path.push(char::from(b));
+        } else {
+            path.push_str(&format!("%{b:02X}"));
+        }
+    }
+    path
+}
+
+fn decode<T: DeserializeOwned>(resp: &RawResponse) -> Result<T, ClientError> {
+    serde_json::from_slice(&resp.body).map_err(|e| ClientError::Decode(e.to_string()))
+}
+
+/// The error for a non-2xx response: spoold's envelope if there is one, else the body text,
+/// else the status text. Always one line.
+fn status_error(resp: &RawResponse) -> ClientError {
+    let status = resp.status.as_u16();
+    if let Ok(body) = serde_json::from_slice::<spool_proto::ErrorBody>(&resp.body) {
+        let message = one_line(&body.error.message);
+        if !body.error.code.is_empty() {
+            return ClientError::Api {
+                status,
+                code: body.error.code,
+                message,
+            };
+        }
+        if !message.is_empty() {
+            return ClientError::Http { status, message };
+        }
+    }
+    let text = one_line(&String::from_utf8_lossy(&resp.body));
+    let message = if text.is_empty() {
+        resp.status
+            .canonical_reason()
+            .unwrap_or("unknown status")
+            .to_owned()
+    } else {
+        text
+    };
+    ClientError::Http { status, message }
+}
+
+/// Trimmed, control characters turned into spaces, at most 512 characters.
+fn one_line(s: &str) -> String {
+    const MAX_CHARS: usize = 512;
+    let cleaned: String = s
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if cleaned.chars().count() > MAX_CHARS {
+        let mut cut: String = cleaned.chars().take(MAX_CHARS).collect();
+        cut.push('…');
+        cut
+    } else {
+        cleaned
+    }
+}
+
+/// `outer: inner: root`, skipping a cause whose text the outer message already contains.
+fn error_chain(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(host: &str, port: u16, authority: &str, base_path: &str) -> Endpoint {
+        Endpoint::Tcp {
+            host: host.into(),
+            port,
+            authority: authority.into(),
+            base_path: base_path.into(),
+        }
+    }
+
+    #[test]
+    fn server_urls() {
+        let ok = [
+            (
+                "http://127.0.0.1:8080",
+                tcp("127.0.0.1", 8080, "127.0.0.1:8080", ""),
+            ),
+            (
+                " http://127.0.0.1:8080/ ",
+                tcp("127.0.0.1", 8080, "127.0.0.1:8080", ""),
+            ),
+            (
+                "http://127.0.0.1:9/spool/api/",
+                tcp("127.0.0.1", 9, "127.0.0.1:9", "/spool/api"),
+            ),
+            ("http://localhost", tcp("localhost", 80, "localhost", "")),
+            ("HTTP://[::1]:7000", tcp("::1", 7000, "[::1]:7000", "")),
+            (
+                "http://127.0.0.1:8080/?",
+                tcp("127.0.0.1", 8080, "127.0.0.1:8080", ""),
+            ),
+            (
+                "unix:///run/spoold/api.sock",
+                Endpoint::Unix {
+                    path: "/run/spoold/api.sock".into(),
+                },
+            ),
+            (
+                "unix:/tmp/a%20b.sock",
+                Endpoint::Unix {
+                    path: "/tmp/a b.sock".into(),
+                },
+            ),
+            (
+                "UNIX:///tmp/x@y.sock",
+                Endpoint::Unix {
+                    path: "/tmp/x@y.sock".into(),
+                },
+            ),
+        ];
+        for (input, endpoint) in ok {
+            assert_eq!(
+                Server::parse(input).map(|s| s.endpoint),
+                Ok(endpoint),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_server_urls() {
+        use ServerUrlError as E;
+        let bad = [
+            ("https://127.0.0.1:8443", E::TlsUnsupported),
+            ("ftp://127.0.0.1", E::Scheme),
+            ("localhost:8080", E::Scheme),
+            ("http://", E::MissingHost),
+            ("http://user:pw@127.0.0.1", E::HttpExtras),
+            ("http://127.0.0.1/?a=b", E::HttpExtras),
+            ("http://127.0.0.1/#frag", E::HttpExtras),
+            ("unix://relative/x.sock", E::UnixPath),
+            ("unix:relative.sock", E::UnixPath),
+            ("unix://", E::UnixPath),
+            ("unix:///", E::UnixPath),
+            ("unix://me@/x.sock", E::UnixExtras),
+            ("unix:///x.sock?a=b", E::UnixExtras),
+            ("unix:///x.sock#f", E::UnixExtras),
+        ];
+        for (input, err) in bad {
+            assert_eq!(Server::parse(input), Err(err), "{input}");
+        }
+        for input in [
+            "",
+            "not a url",
+            "127.0.0.1:8080",
+            "http://127.0.0.1:99999",
+            "unix:///a%zz",
+            "unix:///a%+1",
+        ] {
+            assert!(Server::parse(input).is_err(), "{input}");
+        }
+    }
+
+    #[test]
+    fn server_keeps_the_given_text_for_messages() {
+        let server = Server::parse("http://127.0.0.1:8080/").expect("valid");
+        assert_eq!(server.to_string(), "http://127.0.0.1:8080/");
+    }
+
+    #[test]
+    fn paths_escape_the_id() {
+        assert_eq!(delivery_path("abc123"), "/v1/deliveries/abc123");
+        assert_eq!(delivery_path("a/b c?"), "/v1/deliveries/a%2Fb%20c%3F");
+    }
+
+    #[test]
+    fn requests_carry_the_standard_headers() {
+        let token = Token::from_contents("s3cret\n");
+        let client = Client::new(
+            Server::parse("http://127.0.0.1:8080/base").expect("valid"),
+            token,
+        );
+        let req = client
+            .build(
+                Method::POST,
+                "/v1/deliveries",
+                Some(Bytes::from_static(b"{}")),
+            )
+            .expect("valid request");
+        assert_eq!(req.uri(), "/base/v1/deliveries");
+        let h = req.headers();
+        assert_eq!(h[HOST], "127.0.0.1:8080");
+        assert_eq!(h[ACCEPT], "application/json");
+        assert_eq!(h[CONTENT_TYPE], "application/json");
+        assert_eq!(
+            h[USER_AGENT],
+            concat!("spoolctl/", env!("CARGO_PKG_VERSION"))
+        );
+        assert_eq!(h[AUTHORIZATION], "Bearer s3cret");
+
+        let client = Client::new(Server::parse("unix:///tmp/s.sock").expect("valid"), None);
+        let req = client
+            .build(Method::GET, "/v1/deliveries/x", None)
+            .expect("valid request");
+        assert_eq!(req.uri(), "/v1/deliveries/x");
+        assert_eq!(req.headers()[HOST], "spoold");
+        assert!(req.headers().get(CONTENT_TYPE).is_none());
+        assert!(req.headers().get(AUTHORIZATION).is_none());
+    }
+
+    #[test]
+    fn tokens() {
+        let value = |s: &str| Token::from_contents(s).map(|t| t.0);
+        assert_eq!(value("abc\n").expect("valid"), "Bearer abc");
+        assert_eq!(value("abc\r\n").expect("valid"), "Bearer abc");
+        assert_eq!(value("abc").expect("valid"), "Bearer abc");
+        assert_eq!(value("abc\n\n").map(|_| ()), None, "inner newline");
+        assert!(value("\n").is_none());
+        assert!(value("").is_none());
+        let token = Token::from_contents("abc").expect("valid");
+        assert_eq!(format!("{token:?}"), "Token([redacted])");
+    }
+
+    #[test]
+    fn error_responses() {
+        let check = |status: u16, body: &str, expected: &str| {
+            let resp = RawResponse {
+                status: StatusCode::from_u16(status).expect("valid status"),
+                body: Bytes::copy_from_slice(body.as_bytes()),
+            };
+            assert_eq!(status_error(&resp).to_string(), expected, "{body}");
+        };
+        check(
+            409,
+            r#"{"error":{"code":"idempotency_conflict","message":"key reused"}}"#,
+            "spoold returned HTTP 409 (idempotency_conflict): key reused",
+        );
+        check(
+            404,
+            "404 page not found\n",
+            "spoold returned HTTP 404: 404 page not found",
+        );
+        check(502, "", "spoold returned HTTP 502: Bad Gateway");
+        check(
+            500,
+            "line one\nline two\n",
+            "spoold returned HTTP 500: line one line two",
+        );
+    }
+}

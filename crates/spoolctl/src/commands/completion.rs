@@ -1,0 +1,17 @@
+//! `spoolctl completion <shell>`: a completion script generated from the clap definitions, so
+//! it always matches the command line.
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+
+use crate::cli::Cli;
+use crate::commands::Exit;
+use crate::output::Output;
+
+pub fn run(shell: Shell, out: &mut Output<'_>) -> anyhow::Result<Exit> {
+    // Generated into memory first: clap_complete panics on a failed write (e.g. a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "spoolctl", &mut script);
+    out.raw(&script)?;
+    Ok(Exit::Success)
+}

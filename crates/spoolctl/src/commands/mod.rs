@@ -1,0 +1,108 @@
+//! One file per subcommand. `run` builds what a command needs (client, runtime, output) and
+//! turns its outcome into an exit status; the server and token are only looked at by commands
+//! that talk to spoold, so `version` and `completion` work whatever the environment says.
+
+mod attempts;
+mod completion;
+mod get;
+mod list;
+mod send;
+mod transition;
+mod version;
+mod wait;
+
+use std::future::Future;
+use std::io::{self, Write};
+
+use anyhow::Context as _;
+
+use crate::cli::{Cli, Command, GlobalArgs, UsageError};
+use crate::client::{Client, Server, Token, Transition};
+use crate::output::Output;
+
+/// How a successful run ends. Errors end with 1 (runtime) or 2 (usage) instead; see `main`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done; for `wait`, the delivery succeeded.
+    Success,
+    /// `wait`: the delivery failed.
+    DeliveryFailed,
+    /// `wait`: the delivery was canceled.
+    DeliveryCanceled,
+    /// `wait`: still pending or in flight when the timeout passed.
+    WaitTimedOut,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::DeliveryFailed => 3,
+            Exit::DeliveryCanceled => 4,
+            Exit::WaitTimedOut => 5,
+        }
+    }
+}
+
+/// Runs the parsed command line, writing results to stdout.
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+    let stdout = io::stdout();
+    let mut stdout = stdout.lock();
+    let exit = {
+        let out = &mut Output::new(&mut stdout, cli.global.json);
+        let global = &cli.global;
+        match cli.command {
+            Command::Version => version::run(out)?,
+            Command::Completion { shell } => completion::run(shell, out)?,
+            Command::Send(args) => block_on(send::run(&connect(global)?, args, out))?,
+            Command::List(args) => block_on(list::run(&connect(global)?, args, out))?,
+            Command::Get(args) => block_on(get::run(&connect(global)?, args, out))?,
+            Command::Attempts(args) => block_on(attempts::run(&connect(global)?, args, out))?,
+            Command::Retry(args) => block_on(transition::run(
+                &connect(global)?,
+                Transition::Retry,
+                args,
+                out,
+            ))?,
+            Command::Cancel(args) => block_on(transition::run(
+                &connect(global)?,
+                Transition::Cancel,
+                args,
+                out,
+            ))?,
+            Command::Wait(args) => block_on(wait::run(&connect(global)?, args, out))?,
+        }
+    };
+    stdout.flush().context("write output")?;
+    Ok(exit)
+}
+
+/// Runs one command's future on a current-thread runtime: the CLI makes one request at a time.
+fn block_on<F: Future<Output = anyhow::Result<Exit>>>(command: F) -> anyhow::Result<Exit> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the async runtime")?
+        .block_on(command)
+}
+
+/// The client for `--server` and `--token-file`. A bad server is a usage error; an unreadable
+/// token file is a runtime error, like an unreadable data file.
+fn connect(global: &GlobalArgs) -> anyhow::Result<Client> {
+    let server = Server::parse(&global.server).map_err(|e| UsageError::new(e.to_string()))?;
+    let token = global
+        .token_file
+        .as_deref()
+        .map(Token::from_file)
+        .transpose()?;
+    Ok(Client::new(server, token))
+}
+
+/// A delivery id from the command line: an empty one would address the collection instead.
+fn delivery_id(id: &str) -> Result<&str, UsageError> {
+    let id = id.trim();
+    if id.is_empty() {
+        return Err(UsageError::new("delivery ID must not be empty"));
+    }
+    Ok(id)
+}

@@ -1,0 +1,466 @@
+//! `spoolctl send URL`: build a create request from flags and submit it. Every check that can
+//! be made locally (headers, body source, JSON validity, times) runs before the first request;
+//! a JSON body is embedded as raw bytes so the target receives exactly what was typed.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use serde_json::value::RawValue;
+use spool_proto::{units, CreateDelivery, MAX_BODY_BYTES};
+
+use crate::cli::{RequestArgs, SendArgs, UsageError};
+use crate::client::Client;
+use crate::commands::wait;
+use crate::commands::Exit;
+use crate::output::{Details, Output};
+
+pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
+    let poll = args.poll();
+    if args.wait {
+        wait::check_poll(&poll)?;
+    }
+    let request = build_request(args.request, &mut io::stdin().lock())?;
+    let created = client.create(&request).await?;
+    let action = if created.is_new { "queued" } else { "existing" };
+
+    if !args.wait {
+        if out.is_json() {
+            out.json(&created.delivery)?;
+        } else {
+            out.delivery(action, &created.delivery, Details::LastError)?;
+        }
+        return Ok(Exit::Success);
+    }
+    // With --wait, JSON output is only the final state: one document, not two.
+    if !out.is_json() {
+        out.delivery(action, &created.delivery, Details::LastError)?;
+    }
+    let waited = wait::wait(client, &created.delivery.id, &poll).await?;
+    Ok(wait::report(out, &waited)?)
+}
+
+/// Where the body comes from. At most one source may be given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodySource {
+    /// `--data`: JSON text on the command line.
+    Inline(String),
+    /// `--data-file`: JSON read from a file or stdin.
+    JsonFile(Input),
+    /// `--data-binary`: any bytes from a file or stdin, sent as `bodyBase64`.
+    Binary(Input),
+}
+
+/// A file, or stdin for `-`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Stdin,
+    File(PathBuf),
+}
+
+impl Input {
+    fn from_arg(path: PathBuf) -> Input {
+        if path == Path::new("-") {
+            Input::Stdin
+        } else {
+            Input::File(path)
+        }
+    }
+}
+
+/// A loaded body, ready for the request.
+#[derive(Debug)]
+pub enum Body {
+    Json(Box<RawValue>),
+    Binary(Vec<u8>),
+}
+
+/// Builds the create request: all usage checks first, then the body is read.
+pub fn build_request(args: RequestArgs, stdin: &mut dyn Read) -> anyhow::Result<CreateDelivery> {
+    let headers = parse_headers(&args.headers)?;
+    let source = body_source(args.data, args.data_file, args.data_binary)?;
+    let not_before = args
+        .not_before
+        .as_deref()
+        .map(|t| {
+            units::parse_time(t)
+                .map(units::format_time)
+                .map_err(|e| UsageError::new(format!("--not-before: {e}")))
+        })
+        .transpose()?;
+    let expires_at = args.expires_in.map(expires_at).transpose()?;
+    let body = source.map(|s| load_body(s, stdin)).transpose()?;
+
+    let (body, body_base64) = match body {
+        None => (None, None),
+        Some(Body::Json(raw)) => (Some(raw), None),
+        Some(Body::Binary(bytes)) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        ),
+    };
+    Ok(CreateDelivery {
+        idempotency_key: args.idempotency_key.filter(|k| !k.is_empty()),
+        target_url: Some(args.url),
+        method: Some(args.method).filter(|m| !m.is_empty()),
+        headers,
+        body,
+        body_base64,
+        max_attempts: args.max_attempts.map(i64::from),
+        not_before,
+        expires_at,
+    })
+}
+
+/// `--expires-in` as an absolute time, so a queued request means the same thing however long
+/// it waits.
+fn expires_at(d: Duration) -> Result<String, UsageError> {
+    if d.is_zero() {
+        return Err(UsageError::new("--expires-in must be greater than zero"));
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |n| n.as_millis());
+    i64::try_from(now + d.as_millis())
+        .map(units::format_time)
+        .map_err(|_| UsageError::new("--expires-in is too large"))
+}
+
+/// `-H` lines to a header map with Go-canonical names. `None` when there are none, so the
+/// field is left out of the request.
+pub fn parse_headers(
+    lines: &[String],
+) -> Result<Option<BTreeMap<String, Option<String>>>, UsageError> {
+    let mut headers = BTreeMap::new();
+    for line in lines {
+        let (name, value) = parse_header(line)?;
+        if headers.contains_key(&name) {
+            return Err(UsageError::new(format!(
+                "header {name:?} was provided more than once"
+            )));
+        }
+        headers.insert(name, Some(value));
+    }
+    Ok(if headers.is_empty() {
+        None
+    } else {
+        Some(headers)
+    })
+}
+
+/// `Name: value` → (canonical name, trimmed value). Split at the first `:`.
+pub fn parse_header(line: &str) -> Result<(String, String), UsageError> {
+    let form = || UsageError::new("header must use 'Name: value' form");
+    let (name, value) = line.split_once(':').ok_or_else(form)?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(form());
+    }
+    let value = value.trim();
+    if value.contains(['\r', '\n']) {
+        return Err(UsageError::new("header value must not contain a newline"));
+    }
+    Ok((canonical_header_name(name), value.to_owned()))
+}
+
+/// Go's `CanonicalMIMEHeaderKey`: the first letter and every letter after `-` upper-case, the
+/// rest lower-case. A name with a character that is not a token character is left unchanged
+/// (spoold then refuses it with its own message).
+pub fn canonical_header_name(name: &str) -> String {
+    if !name.bytes().all(is_token_byte) {
+        return name.to_owned();
+    }
+    let mut upper = true;
+    name.chars()
+        .map(|c| {
+            let out = if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            };
+            upper = c == '-';
+            out
+        })
+        .collect()
+}
+
+/// RFC 9110 `tchar`.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Picks the single body source; more than one is a usage error.
+pub fn body_source(
+    data: Option<String>,
+    data_file: Option<PathBuf>,
+    data_binary: Option<PathBuf>,
+) -> Result<Option<BodySource>, UsageError> {
+    match (data, data_file, data_binary) {
+        (None, None, None) => Ok(None),
+        (Some(text), None, None) => Ok(Some(BodySource::Inline(text))),
+        (None, Some(path), None) => Ok(Some(BodySource::JsonFile(Input::from_arg(path)))),
+        (None, None, Some(path)) => Ok(Some(BodySource::Binary(Input::from_arg(path)))),
+        _ => Err(UsageError::new(
+            "--data, --data-file, and --data-binary cannot be used together",
+        )),
+    }
+}
+
+/// Reads and checks the body. Invalid JSON is a usage error; an unreadable or oversized input
+/// is a runtime error.
+pub fn load_body(source: BodySource, stdin: &mut dyn Read) -> anyhow::Result<Body> {
+    match source {
+        BodySource::Inline(text) => Ok(Body::Json(json_body(text.as_bytes())?)),
+        BodySource::JsonFile(input) => Ok(Body::Json(json_body(&read_input(&input, stdin)?)?)),
+        BodySource::Binary(input) => Ok(Body::Binary(read_input(&input, stdin)?)),
+    }
+}
+
+/// Validates JSON and keeps its bytes, minus surrounding whitespace, exactly as given.
+pub fn json_body(bytes: &[u8]) -> Result<Box<RawValue>, UsageError> {
+    let invalid = || UsageError::new("request body must be valid JSON");
+    let text = std::str::from_utf8(bytes).map_err(|_| invalid())?;
+    let text = text.trim_matches([' ', '\t', '\n', '\r']);
+    RawValue::from_string(text.to_owned()).map_err(|_| invalid())
+}
+
+/// The whole input, refusing more than spoold accepts as a body.
+fn read_input(input: &Input, stdin: &mut dyn Read) -> anyhow::Result<Vec<u8>> {
+    let limit = u64::try_from(MAX_BODY_BYTES).unwrap_or(u64::MAX);
+    let mut buf = Vec::new();
+    match input {
+        Input::Stdin => stdin
+            .take(limit + 1)
+            .read_to_end(&mut buf)
+            .context("read stdin")?,
+        Input::File(path) => std::fs::File::open(path)
+            .and_then(|f| f.take(limit + 1).read_to_end(&mut buf))
+            .with_context(|| format!("open data file {}", path.display()))?,
+    };
+    if buf.len() > MAX_BODY_BYTES {
+        anyhow::bail!("request body exceeds {MAX_BODY_BYTES} bytes");
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str) -> RequestArgs {
+        RequestArgs {
+            url: url.into(),
+            method: "POST".into(),
+            ..RequestArgs::default()
+        }
+    }
+
+    fn is_usage(err: &anyhow::Error) -> bool {
+        err.chain().any(|e| e.is::<UsageError>())
+    }
+
+    #[test]
+    fn canonical_names() {
+        let cases = [
+            ("content-type", "Content-Type"),
+            ("X-SPOOLD-TEST", "X-Spoold-Test"),
+            ("x-b3-traceid", "X-B3-Traceid"),
+            ("etag", "Etag"),
+            ("-a", "-A"),
+            ("a--b", "A--B"),
+            ("bad name", "bad name"),
+            ("ünicode", "ünicode"),
+            ("x_y", "X_y"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(canonical_header_name(input), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn header_lines() {
+        let ok = [
+            (
+                "Content-Type: application/json",
+                ("Content-Type", "application/json"),
+            ),
+            ("  x-a  :  spaced value  ", ("X-A", "spaced value")),
+            ("X-Url: http://a:b/c", ("X-Url", "http://a:b/c")),
+            ("X-Empty:", ("X-Empty", "")),
+        ];
+        for (line, (name, value)) in ok {
+            assert_eq!(
+                parse_header(line).map_err(|e| e.to_string()),
+                Ok((name.to_owned(), value.to_owned())),
+                "{line}"
+            );
+        }
+        let bad = [
+            ("no colon", "header must use 'Name: value' form"),
+            (": value", "header must use 'Name: value' form"),
+            ("X-A: one\ntwo", "header value must not contain a newline"),
+            ("X-A: one\rtwo", "header value must not contain a newline"),
+        ];
+        for (line, message) in bad {
+            assert_eq!(
+                parse_header(line).map_err(|e| e.to_string()),
+                Err(message.to_owned()),
+                "{line:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_headers_after_canonicalisation() {
+        let lines = ["x-a: 1".to_owned(), "X-A: 2".to_owned()];
+        assert_eq!(
+            parse_headers(&lines).map_err(|e| e.to_string()),
+            Err(r#"header "X-A" was provided more than once"#.to_owned())
+        );
+        assert_eq!(parse_headers(&[]).map_err(|e| e.to_string()), Ok(None));
+    }
+
+    #[test]
+    fn body_sources() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(body_source(None, None, None).map_err(|e| e.0), Ok(None));
+        assert_eq!(
+            body_source(Some("{}".into()), None, None).map_err(|e| e.0),
+            Ok(Some(BodySource::Inline("{}".into())))
+        );
+        assert_eq!(
+            body_source(None, p("-"), None).map_err(|e| e.0),
+            Ok(Some(BodySource::JsonFile(Input::Stdin)))
+        );
+        assert_eq!(
+            body_source(None, None, p("a.bin")).map_err(|e| e.0),
+            Ok(Some(BodySource::Binary(Input::File("a.bin".into()))))
+        );
+        for (d, f, b) in [
+            (Some("{}".to_owned()), p("x"), None),
+            (Some("{}".to_owned()), None, p("x")),
+            (None, p("x"), p("y")),
+            (Some("{}".to_owned()), p("x"), p("y")),
+        ] {
+            assert_eq!(
+                body_source(d, f, b).map_err(|e| e.0),
+                Err("--data, --data-file, and --data-binary cannot be used together".to_owned())
+            );
+        }
+    }
+
+    #[test]
+    fn json_bodies_keep_their_bytes() {
+        let ok = [
+            (r#"{ "a" :  [1, 2] }"#, r#"{ "a" :  [1, 2] }"#),
+            ("\n  {\"a\":\"<&>\"}\n", r#"{"a":"<&>"}"#),
+            ("null", "null"),
+            ("123", "123"),
+            ("\"text\"", "\"text\""),
+        ];
+        for (input, kept) in ok {
+            let raw = json_body(input.as_bytes()).expect("valid JSON");
+            assert_eq!(raw.get(), kept, "{input:?}");
+        }
+        for bad in ["", "   ", "{", "{} {}", "{'a':1}", "nul", "\u{a0}{}"] {
+            assert_eq!(
+                json_body(bad.as_bytes()).map(|_| ()).map_err(|e| e.0),
+                Err("request body must be valid JSON".to_owned()),
+                "{bad:?}"
+            );
+        }
+        assert!(json_body(&[0xff, b'1']).is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn request_json_embeds_the_body_verbatim() {
+        let mut a = args("http://127.0.0.1:9090/events");
+        a.data = Some(" {\"b\":  1,\n \"a\": \"x\"} ".into());
+        a.headers = vec!["content-type: application/json".into()];
+        a.idempotency_key = Some("k1".into());
+        a.max_attempts = Some(3);
+        let req = build_request(a, &mut io::empty()).expect("valid");
+        assert_eq!(
+            serde_json::to_string(&req).expect("serializable"),
+            r#"{"idempotencyKey":"k1","targetUrl":"http://127.0.0.1:9090/events","method":"POST","headers":{"Content-Type":"application/json"},"body":{"b":  1,
+ "a": "x"},"maxAttempts":3}"#
+        );
+    }
+
+    #[test]
+    fn binary_bodies_from_stdin() {
+        let mut a = args("http://127.0.0.1:9090/");
+        a.data_binary = Some("-".into());
+        let req = build_request(a, &mut &b"\x00\x01hi"[..]).expect("valid");
+        assert_eq!(req.body_base64.as_deref(), Some("AAFoaQ=="));
+        assert!(req.body.is_none());
+    }
+
+    #[test]
+    fn json_from_stdin_is_validated() {
+        let mut a = args("http://127.0.0.1:9090/");
+        a.data_file = Some("-".into());
+        let err = build_request(a, &mut &b"not json"[..]).expect_err("invalid JSON");
+        assert!(is_usage(&err), "{err:#}");
+    }
+
+    #[test]
+    fn oversized_input_is_a_runtime_error() {
+        let big = vec![b' '; MAX_BODY_BYTES + 1];
+        let mut a = args("http://127.0.0.1:9090/");
+        a.data_binary = Some("-".into());
+        let err = build_request(a, &mut &big[..]).expect_err("too large");
+        assert!(!is_usage(&err));
+        assert_eq!(err.to_string(), "request body exceeds 1048576 bytes");
+
+        let exact = vec![b'x'; MAX_BODY_BYTES];
+        let mut a = args("http://127.0.0.1:9090/");
+        a.data_binary = Some("-".into());
+        assert!(build_request(a, &mut &exact[..]).is_ok());
+    }
+
+    #[test]
+    fn missing_file_is_a_runtime_error() {
+        let mut a = args("http://127.0.0.1:9090/");
+        a.data_file = Some("/nonexistent/spoolctl-test.json".into());
+        let err = build_request(a, &mut io::empty()).expect_err("missing file");
+        assert!(!is_usage(&err));
+        assert!(
+            format!("{err:#}").starts_with("open data file /nonexistent/spoolctl-test.json: "),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn times() {
+        let mut a = args("http://127.0.0.1:9090/");
+        a.not_before = Some("2026-07-18T14:00:00.250+02:00".into());
+        let req = build_request(a, &mut io::empty()).expect("valid");
+        assert_eq!(req.not_before.as_deref(), Some("2026-07-18T12:00:00.25Z"));
+
+        let mut a = args("http://127.0.0.1:9090/");
+        a.not_before = Some("tomorrow".into());
+        let err = build_request(a, &mut io::empty()).expect_err("bad time");
+        assert!(is_usage(&err));
+
+        let mut a = args("http://127.0.0.1:9090/");
+        a.expires_in = Some(Duration::from_secs(600));
+        let before = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_millis();
+        let req = build_request(a, &mut io::empty()).expect("valid");
+        let at = units::parse_time(req.expires_at.as_deref().expect("set")).expect("valid time");
+        let delta = u128::try_from(at).expect("positive") - before;
+        assert!((600_000..605_000).contains(&delta), "{delta}");
+
+        let mut a = args("http://127.0.0.1:9090/");
+        a.expires_in = Some(Duration::ZERO);
+        assert!(is_usage(
+            &build_request(a, &mut io::empty()).expect_err("zero")
+        ));
+    }
+}

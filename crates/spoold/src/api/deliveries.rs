@@ -1,0 +1,376 @@
+//! `/v1/deliveries`: create, list, get, attempts, cancel, retry. Converts store records to
+//! wire views, masking secret header values unless `?reveal=true`.
+
+use std::collections::BTreeMap;
+
+use axum::body::Body as HttpBody;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::value::RawValue;
+use spool_proto::units::format_time;
+use spool_proto::{
+    AttemptList, AttemptView, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
+    ErrorBody, ErrorCode,
+};
+use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
+
+use super::{json, ApiError, SharedState};
+use crate::submission;
+
+/// Shown instead of a secret header value.
+pub const MASK: &str = "[redacted]";
+
+#[utoipa::path(
+    post, path = "/v1/deliveries", tag = "deliveries",
+    request_body = CreateDelivery,
+    responses(
+        (status = 201, description = "Created and durable; `Location` names it", body = DeliveryView),
+        (status = 200, description = "Same idempotency key and same request: the existing delivery", body = DeliveryView),
+        (status = 400, description = "`invalid_request`, `invalid_delivery` or `target_blocked`", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`", body = ErrorBody),
+        (status = 500, description = "`persistence_failed`", body = ErrorBody),
+        (status = 507, description = "`journal_full` or `storage_full`", body = ErrorBody),
+    )
+)]
+pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Response {
+    let bytes = match axum::body::to_bytes(body, spool_proto::MAX_REQUEST_BYTES).await {
+        Ok(b) => b,
+        Err(_) => {
+            return ApiError::new(ErrorCode::InvalidRequest, "decode JSON: request body too large")
+                .into_response()
+        }
+    };
+    let new = match submission::decode(&bytes)
+        .and_then(|req| submission::validate(req, state.store.now_ms(), &state.policy))
+    {
+        Ok(new) => new,
+        Err(r) => {
+            if r.code == ErrorCode::TargetBlocked {
+                state.metrics.blocked.inc();
+            }
+            return ApiError::new(r.code, r.message).into_response();
+        }
+    };
+    let (status, delivery) = match state.store.insert(new).await {
+        Ok(InsertOutcome::Created(d)) => {
+            state.wake.notify_one();
+            (StatusCode::CREATED, d)
+        }
+        Ok(InsertOutcome::Existing(d)) => {
+            state.metrics.duplicates.inc();
+            (StatusCode::OK, d)
+        }
+        Ok(InsertOutcome::Conflict { .. }) => {
+            state.metrics.conflicts.inc();
+            return ApiError::new(
+                ErrorCode::IdempotencyConflict,
+                "idempotency key was already used for a different request",
+            )
+            .into_response();
+        }
+        Ok(InsertOutcome::Full { db_bytes, limit }) => {
+            state.metrics.admission_rejections.inc();
+            return ApiError::new(
+                ErrorCode::JournalFull,
+                format!("journal admission limit reached ({db_bytes} of {limit} bytes used)"),
+            )
+            .into_response();
+        }
+        Err(e) => {
+            let code = match e {
+                spool_store::StoreError::DiskFull(_) => ErrorCode::StorageFull,
+                _ => ErrorCode::PersistenceFailed,
+            };
+            tracing::error!(error = %e, "create could not be persisted");
+            return ApiError::new(code, "delivery could not be persisted").into_response();
+        }
+    };
+    let mut response = json(status, &view(delivery.clone(), false));
+    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/deliveries/{}", delivery.id)) {
+        response.headers_mut().insert(header::LOCATION, loc);
+    }
+    response
+}
+
+#[utoipa::path(
+    get, path = "/v1/deliveries", tag = "deliveries",
+    params(
+        ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries in this status"),
+        ("limit" = Option<u32>, Query, description = "Page size, 1–500 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`nextCursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "Oldest first, without headers and bodies", body = DeliveryList),
+        (status = 400, description = "`invalid_status`, `invalid_limit` or `invalid_cursor`", body = ErrorBody),
+    )
+)]
+pub async fn list(
+    State(state): State<SharedState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = first_values(query.as_deref());
+    let status = match params.get("status").map(String::as_str) {
+        None | Some("") => None,
+        Some(s) => Some(
+            s.parse::<model::DeliveryStatus>()
+                .map_err(|_| ApiError::new(ErrorCode::InvalidStatus, "unknown delivery status"))?,
+        ),
+    };
+    let limit = match params.get("limit").map(String::as_str) {
+        None | Some("") => spool_proto::DEFAULT_LIST_LIMIT,
+        Some(s) => s
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=i64::from(spool_proto::MAX_LIST_LIMIT)).contains(n))
+            .map(|n| n as u32)
+            .ok_or_else(|| {
+                ApiError::new(ErrorCode::InvalidLimit, "limit must be between 1 and 500")
+            })?,
+    };
+    let cursor = match params.get("cursor").map(String::as_str) {
+        None | Some("") => None,
+        Some(c) if is_delivery_id(c) => Some(c.to_owned()),
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidCursor,
+                "cursor must be the nextCursor of a previous page",
+            ))
+        }
+    };
+    let page = state.store.list(status, limit, cursor).await?;
+    let deliveries: Vec<DeliveryView> =
+        page.deliveries.into_iter().map(|d| view(d, false)).collect();
+    Ok(json(
+        StatusCode::OK,
+        &DeliveryList {
+            count: deliveries.len(),
+            deliveries,
+            next_cursor: page.next_cursor,
+        },
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/v1/deliveries/{id}", tag = "deliveries",
+    params(
+        ("id" = String, Path, description = "Delivery id"),
+        ("reveal" = Option<bool>, Query, description = "Show secret header values unmasked"),
+    ),
+    responses(
+        (status = 200, description = "The delivery with headers and body", body = DeliveryView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn get(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let reveal = first_values(query.as_deref())
+        .get("reveal")
+        .is_some_and(|v| v == "true" || v == "1");
+    match state.store.get(id).await? {
+        Some(d) => Ok(json(StatusCode::OK, &view(d, reveal))),
+        None => Err(not_found()),
+    }
+}
+
+#[utoipa::path(
+    get, path = "/v1/deliveries/{id}/attempts", tag = "deliveries",
+    params(("id" = String, Path, description = "Delivery id")),
+    responses(
+        (status = 200, description = "Every attempt of every cycle, oldest first", body = AttemptList),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn attempts(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(attempts) = state.store.attempts(id).await? else {
+        return Err(not_found());
+    };
+    let attempts = attempts
+        .into_iter()
+        .map(|a| AttemptView {
+            cycle: a.cycle,
+            number: a.number,
+            started_at: format_time(a.started_at),
+            finished_at: a.finished_at.map(format_time),
+            outcome: a.outcome,
+            http_status: a.http_status,
+            error_code: a.error_code,
+            error: a.error,
+            duration_ms: a.duration_ms,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &AttemptList { attempts }))
+}
+
+#[utoipa::path(
+    post, path = "/v1/deliveries/{id}/cancel", tag = "deliveries",
+    params(("id" = String, Path, description = "Delivery id")),
+    responses(
+        (status = 200, description = "Canceled", body = DeliveryView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not pending or in flight", body = ErrorBody),
+    )
+)]
+pub async fn cancel(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    transition_response(state.store.cancel(id).await?)
+}
+
+#[utoipa::path(
+    post, path = "/v1/deliveries/{id}/retry", tag = "deliveries",
+    params(("id" = String, Path, description = "Delivery id")),
+    responses(
+        (status = 200, description = "A new cycle started: pending, attempts reset, history kept", body = DeliveryView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not failed", body = ErrorBody),
+    )
+)]
+pub async fn retry(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let outcome = state.store.retry(id).await?;
+    if matches!(outcome, TransitionOutcome::Done(_)) {
+        state.wake.notify_one();
+    }
+    transition_response(outcome)
+}
+
+fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError> {
+    match outcome {
+        TransitionOutcome::Done(d) => Ok(json(StatusCode::OK, &view(d, false))),
+        TransitionOutcome::NotFound => Err(not_found()),
+        TransitionOutcome::Invalid(status) => Err(ApiError::new(
+            ErrorCode::InvalidTransition,
+            format!("invalid delivery state transition from {status}"),
+        )),
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "delivery not found")
+}
+
+/// Store record → wire view.
+pub fn view(d: model::Delivery, reveal: bool) -> DeliveryView {
+    let (body, body_base64) = match d.body {
+        Some(Body::Json(bytes)) => match String::from_utf8(bytes)
+            .map_err(|e| e.into_bytes())
+            .and_then(|s| RawValue::from_string(s).map_err(|e| e.to_string().into_bytes()))
+        {
+            Ok(raw) => (Some(raw), None),
+            Err(bytes) => (
+                None,
+                Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            ),
+        },
+        Some(Body::Binary(bytes)) if !bytes.is_empty() => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        ),
+        _ => (None, None),
+    };
+    DeliveryView {
+        headers: d.headers.filter(|h| !h.is_empty()).map(|h| {
+            h.into_iter()
+                .map(|(name, value)| {
+                    let value = if !reveal && is_secret_header(&name) {
+                        MASK.to_owned()
+                    } else {
+                        value
+                    };
+                    (name, value)
+                })
+                .collect::<BTreeMap<_, _>>()
+        }),
+        status: wire_status(d.status),
+        id: d.id,
+        idempotency_key: d.idempotency_key,
+        target_url: d.target_url,
+        method: d.method,
+        attempts: d.attempts,
+        max_attempts: d.max_attempts,
+        last_error: d.last_error,
+        last_error_code: d.last_error_code,
+        last_response_code: d.last_response_code,
+        created_at: format_time(d.created_at),
+        updated_at: format_time(d.updated_at),
+        next_attempt_at: d.next_attempt_at.map(format_time),
+        lease_until: d.lease_until.map(format_time),
+        not_before: d.not_before.map(format_time),
+        expires_at: d.expires_at.map(format_time),
+        body,
+        body_base64,
+    }
+}
+
+fn wire_status(s: model::DeliveryStatus) -> DeliveryStatus {
+    match s {
+        model::DeliveryStatus::Pending => DeliveryStatus::Pending,
+        model::DeliveryStatus::InFlight => DeliveryStatus::InFlight,
+        model::DeliveryStatus::Succeeded => DeliveryStatus::Succeeded,
+        model::DeliveryStatus::Failed => DeliveryStatus::Failed,
+        model::DeliveryStatus::Canceled => DeliveryStatus::Canceled,
+    }
+}
+
+/// Header names whose values are credentials: masked in API output unless revealed.
+pub fn is_secret_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    matches!(
+        lower.as_str(),
+        "authorization" | "cookie" | "proxy-authorization"
+    ) || ["token", "secret", "key"].iter().any(|w| lower.contains(w))
+}
+
+fn is_delivery_id(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Query parameters, first value wins (as in spoold).
+fn first_values(query: Option<&str>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        out.entry(k.into_owned()).or_insert_with(|| v.into_owned());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_headers() {
+        for name in [
+            "Authorization",
+            "Cookie",
+            "Proxy-Authorization",
+            "X-Api-Key",
+            "X-Auth-Token",
+            "X-Webhook-Secret",
+        ] {
+            assert!(is_secret_header(name), "{name}");
+        }
+        for name in ["Content-Type", "X-Event-Type", "Accept"] {
+            assert!(!is_secret_header(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn first_value_wins() {
+        let p = first_values(Some("limit=5&limit=7&status=failed&x=%20y"));
+        assert_eq!(p.get("limit").map(String::as_str), Some("5"));
+        assert_eq!(p.get("status").map(String::as_str), Some("failed"));
+        assert_eq!(p.get("x").map(String::as_str), Some(" y"));
+    }
+}

@@ -1,0 +1,145 @@
+//! The control API (axum): routing, the JSON error envelope, and request logging. One file per
+//! resource below this module.
+//!
+//! **Invariant:** a response that acknowledges a write is built only from the store's `Ok`,
+//! which the store returns only after COMMIT. **API boundary:** store types never reach the
+//! wire; [`deliveries`] converts them to `spool_proto` types.
+
+pub mod deliveries;
+pub mod openapi;
+pub mod system;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Serialize;
+use spool_proto::{ErrorBody, ErrorCode};
+use spool_store::Store;
+use tokio::sync::Notify;
+use tracing::info;
+
+use crate::metrics::Metrics;
+use crate::outbound::AddressPolicy;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    /// Poked after an enqueue or retry so the scheduler looks at once.
+    pub wake: Arc<Notify>,
+    pub policy: AddressPolicy,
+}
+
+pub type SharedState = Arc<AppState>;
+
+/// Build the router with every route, the JSON fallbacks and request logging.
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .route("/healthz", get(system::healthz))
+        .route("/readyz", get(system::readyz))
+        .route("/metrics", get(system::metrics))
+        .route("/v1/openapi.json", get(system::openapi))
+        .route(
+            "/v1/deliveries",
+            post(deliveries::create).get(deliveries::list),
+        )
+        .route("/v1/deliveries/{id}", get(deliveries::get))
+        .route("/v1/deliveries/{id}/attempts", get(deliveries::attempts))
+        .route("/v1/deliveries/{id}/cancel", post(deliveries::cancel))
+        .route("/v1/deliveries/{id}/retry", post(deliveries::retry))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(log_request))
+        // The create handler enforces its own limit with a JSON error.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// An error response: the stable code decides the HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json(status, &ErrorBody::new(self.code, self.message))
+    }
+}
+
+impl From<spool_store::StoreError> for ApiError {
+    fn from(e: spool_store::StoreError) -> Self {
+        tracing::error!(error = %e, "store operation failed");
+        match e {
+            spool_store::StoreError::DiskFull(_) => ApiError::new(
+                ErrorCode::StorageFull,
+                "storage is full; nothing was written",
+            ),
+            _ => ApiError::new(ErrorCode::InternalError, "delivery state could not be updated"),
+        }
+    }
+}
+
+/// A JSON response with a trailing newline, as spoold's encoder writes it.
+pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(mut body) => {
+            body.push(b'\n');
+            (
+                status,
+                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                body,
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "response serialisation failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
+}
+
+/// One log line per API request, with the route pattern rather than the raw path.
+async fn log_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    info!(
+        method = %method,
+        route = %route,
+        status = response.status().as_u16(),
+        duration_ms = started.elapsed().as_millis() as u64,
+        "api request"
+    );
+    response
+}

@@ -1,0 +1,69 @@
+//! Liveness, readiness, metrics and the OpenAPI document.
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use spool_proto::{ErrorBody, ErrorCode};
+use utoipa::{OpenApi, ToSchema};
+
+use super::{json, ApiError, SharedState};
+
+/// `{"status":"ok"}`
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StatusOk {
+    #[schema(example = "ok")]
+    pub status: &'static str,
+}
+
+const OK: StatusOk = StatusOk { status: "ok" };
+
+#[utoipa::path(get, path = "/healthz", tag = "system",
+    responses((status = 200, description = "The process is alive", body = StatusOk)))]
+pub async fn healthz() -> Response {
+    json(StatusCode::OK, &OK)
+}
+
+/// Ready means the store can make a write durable right now: a real write is attempted.
+#[utoipa::path(get, path = "/readyz", tag = "system",
+    responses(
+        (status = 200, description = "The store can write", body = StatusOk),
+        (status = 503, description = "`not_ready`", body = ErrorBody),
+    ))]
+pub async fn readyz(State(state): State<SharedState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => json(StatusCode::OK, &OK),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            ApiError::new(
+                ErrorCode::NotReady,
+                format!("journal persistence is unavailable: {e}"),
+            )
+            .into_response()
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "system",
+    responses((status = 200, description = "Prometheus metrics (OpenMetrics text)", content_type = "application/openmetrics-text")))]
+pub async fn metrics(State(state): State<SharedState>) -> Response {
+    match state.store.stats().await {
+        Ok(stats) => state.metrics.observe_store(&stats, state.store.now_ms()),
+        Err(e) => tracing::warn!(error = %e, "store statistics unavailable for metrics"),
+    }
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system",
+    responses((status = 200, description = "This document")))]
+pub async fn openapi() -> Response {
+    json(StatusCode::OK, &super::openapi::ApiDoc::openapi())
+}

@@ -1,0 +1,283 @@
+//! Command-line flags and the validated [`Config`] the daemon runs with. Flag names follow
+//! spoold v0.1.0 where it has one (`-listen` and `--listen` both work), so existing service
+//! files keep working.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use spool_proto::units::{parse_duration, parse_size};
+
+/// spoold: a durable outbound HTTP spool.
+///
+/// Accepts HTTP requests to deliver, makes them durable before acknowledging, and delivers them
+/// at least once with bounded retries, across crashes and restarts.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "spoold", version, about, long_about = None)]
+pub struct Args {
+    /// TCP address of the control API.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: String,
+
+    /// Serve the control API on this unix socket (absolute path) instead of TCP.
+    #[arg(long, value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+
+    /// SQLite database file (created with its directory if missing).
+    #[arg(long, env = "SPOOLD_DB", default_value = "data/spoold.db", value_name = "PATH")]
+    pub db: PathBuf,
+
+    /// Refuse new deliveries (507 journal_full) once the database is this large; 0 = no limit.
+    #[arg(long, alias = "max-journal-bytes", default_value = "1GiB", value_parser = parse_size_arg, value_name = "SIZE")]
+    pub max_db_bytes: u64,
+
+    /// Requests in flight at once, over all targets.
+    #[arg(long, alias = "workers", default_value_t = 64, value_name = "N")]
+    pub concurrency: u32,
+
+    /// Requests in flight at once to one target (`scheme://host:port`).
+    #[arg(long, alias = "per-target-workers", default_value_t = 8, value_name = "N")]
+    pub per_target_concurrency: u32,
+
+    /// Time limit of one attempt, from connect to the last byte read.
+    #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub request_timeout: Duration,
+
+    /// How long a claimed attempt is owned before another claim may take it over; must exceed
+    /// --request-timeout.
+    #[arg(long, default_value = "30s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub lease: Duration,
+
+    /// On SIGTERM/SIGINT, how long in-flight attempts may finish before they are interrupted.
+    #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub shutdown_timeout: Duration,
+
+    /// First retry delay; doubles per attempt.
+    #[arg(long, default_value = "1s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub retry_base: Duration,
+
+    /// Longest retry delay.
+    #[arg(long, default_value = "5m", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub retry_cap: Duration,
+
+    /// Remove finished deliveries (and their attempts and idempotency keys) this long after
+    /// they finished; 0 keeps them forever.
+    #[arg(long, default_value = "168h", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub terminal_retention: Duration,
+
+    /// Allow targets on loopback, private and other internal addresses (development only).
+    #[arg(long)]
+    pub allow_private_targets: bool,
+
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+/// Where the control API listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: Listen,
+    pub db: PathBuf,
+    pub max_db_bytes: u64,
+    pub concurrency: u32,
+    pub per_target_concurrency: u32,
+    pub request_timeout: Duration,
+    pub lease: Duration,
+    pub shutdown_timeout: Duration,
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+    pub terminal_retention: Duration,
+    pub allow_private_targets: bool,
+}
+
+/// A flag combination that cannot work.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl Args {
+    /// Check the flags against each other and build the [`Config`].
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        let err = |m: &str| Err(ConfigError(m.to_owned()));
+        let listen = match self.unix_socket {
+            Some(path) if !path.is_absolute() => return err("--unix-socket must be an absolute path"),
+            Some(path) => Listen::Unix(path),
+            None => match self.listen.parse::<SocketAddr>() {
+                Ok(addr) => Listen::Tcp(addr),
+                Err(_) => {
+                    return Err(ConfigError(format!(
+                        "--listen {:?} is not an address like 127.0.0.1:8080",
+                        self.listen
+                    )))
+                }
+            },
+        };
+        if self.db.as_os_str().is_empty() {
+            return err("--db must not be empty");
+        }
+        if self.concurrency == 0 {
+            return err("--concurrency must be at least 1");
+        }
+        if self.per_target_concurrency == 0 || self.per_target_concurrency > self.concurrency {
+            return err("--per-target-concurrency must be between 1 and --concurrency");
+        }
+        if self.request_timeout.is_zero() {
+            return err("--request-timeout must be greater than 0");
+        }
+        if self.lease <= self.request_timeout {
+            return Err(ConfigError(format!(
+                "--lease ({}) must be longer than --request-timeout ({}): a lease that runs out \
+                 while its request is still in flight would let a second attempt start",
+                spool_proto::units::format_duration(self.lease),
+                spool_proto::units::format_duration(self.request_timeout),
+            )));
+        }
+        if self.shutdown_timeout.is_zero() {
+            return err("--shutdown-timeout must be greater than 0");
+        }
+        if self.retry_base.is_zero() || self.retry_cap < self.retry_base {
+            return err("--retry-base must be greater than 0 and at most --retry-cap");
+        }
+        Ok(Config {
+            listen,
+            db: self.db,
+            max_db_bytes: self.max_db_bytes,
+            concurrency: self.concurrency,
+            per_target_concurrency: self.per_target_concurrency,
+            request_timeout: self.request_timeout,
+            lease: self.lease,
+            shutdown_timeout: self.shutdown_timeout,
+            retry_base: self.retry_base,
+            retry_cap: self.retry_cap,
+            terminal_retention: self.terminal_retention,
+            allow_private_targets: self.allow_private_targets,
+        })
+    }
+}
+
+/// Accept spoold v0.1.0's Go-style single-dash long flags (`-listen x`, `-workers=4`) by
+/// rewriting them to `--listen x` before clap sees them. Single-letter flags (`-h`, `-V`) and
+/// values are left alone.
+pub fn normalize_go_flags(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut expecting_value = false;
+    for (i, arg) in args.into_iter().enumerate() {
+        let rewrite = i > 0
+            && !expecting_value
+            && arg.starts_with('-')
+            && !arg.starts_with("--")
+            && arg.len() > 2
+            && arg[1..2].chars().all(|c| c.is_ascii_alphabetic());
+        expecting_value = false;
+        if rewrite {
+            let name = arg[1..].split('=').next().unwrap_or_default();
+            expecting_value = !arg.contains('=') && !BOOLEAN_FLAGS.contains(&name);
+            out.push(format!("-{arg}"));
+        } else {
+            if arg.starts_with("--") && !arg.contains('=') {
+                expecting_value = !BOOLEAN_FLAGS.contains(&&arg[2..]);
+            }
+            out.push(arg);
+        }
+    }
+    out
+}
+
+const BOOLEAN_FLAGS: &[&str] = &["allow-private-targets", "version", "help"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let argv = normalize_go_flags(
+            std::iter::once("spoold")
+                .chain(args.iter().copied())
+                .map(String::from),
+        );
+        Args::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .into_config()
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).expect("defaults are valid");
+        assert_eq!(c.listen, Listen::Tcp("127.0.0.1:8080".parse().expect("addr")));
+        assert_eq!(c.db, PathBuf::from("data/spoold.db"));
+        assert_eq!(c.max_db_bytes, 1 << 30);
+        assert_eq!((c.concurrency, c.per_target_concurrency), (64, 8));
+        assert_eq!(c.request_timeout, Duration::from_secs(10));
+        assert_eq!(c.terminal_retention, Duration::from_secs(168 * 3600));
+        assert!(!c.allow_private_targets);
+    }
+
+    #[test]
+    fn go_style_flags_and_aliases() {
+        let c = parse(&[
+            "-listen",
+            "127.0.0.1:9000",
+            "-workers=4",
+            "-per-target-workers",
+            "2",
+            "-allow-private-targets",
+            "-max-journal-bytes",
+            "64MiB",
+        ])
+        .expect("valid");
+        assert_eq!(c.listen, Listen::Tcp("127.0.0.1:9000".parse().expect("addr")));
+        assert_eq!((c.concurrency, c.per_target_concurrency), (4, 2));
+        assert!(c.allow_private_targets);
+        assert_eq!(c.max_db_bytes, 64 << 20);
+    }
+
+    #[test]
+    fn refusals() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--lease", "5s"], "must be longer than --request-timeout"),
+            (&["--concurrency", "0"], "at least 1"),
+            (&["--per-target-concurrency", "65"], "between 1 and --concurrency"),
+            (&["--unix-socket", "rel/path.sock"], "absolute"),
+            (&["--listen", "localhost"], "not an address"),
+            (&["--request-timeout", "10"], "missing unit"),
+            (&["--max-db-bytes", "lots"], "invalid size"),
+            (&["--retry-base", "10m"], "at most --retry-cap"),
+        ];
+        for (args, want) in cases {
+            let err = parse(args).expect_err("must be refused");
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn values_that_look_like_flags_are_kept() {
+        let argv = normalize_go_flags(
+            ["spoold", "--db", "-odd-name.db", "-h"].map(String::from),
+        );
+        assert_eq!(argv, ["spoold", "--db", "-odd-name.db", "-h"]);
+    }
+}

@@ -1,0 +1,214 @@
+//! One delivery attempt: build the request from the claimed delivery, send it through
+//! [`crate::outbound`], classify the outcome with [`crate::retry`], and record it in the store.
+//!
+//! **Invariant:** the attempt was claimed (durably) before this runs, and its result is
+//! recorded fenced by the claim, so a late result can never overwrite a cancel or a newer claim.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::header::{CONTENT_TYPE, USER_AGENT};
+use http::HeaderValue;
+use spool_store::model::{Applied, AttemptResult, Body, Claimed, Disposition};
+use spool_store::Store;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::metrics::{Metrics, OutcomeLabel, ResultLabel};
+use crate::outbound::{self, Outbound, SendErrorCode};
+use crate::retry::{self, Backoff, Verdict};
+
+/// What every attempt needs, shared by all of them.
+pub struct Deliverer {
+    pub store: Store,
+    pub outbound: Outbound,
+    pub metrics: Arc<Metrics>,
+    pub backoff: Backoff,
+    pub request_timeout: Duration,
+}
+
+/// The `User-Agent` sent unless the delivery sets its own.
+pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"));
+
+impl Deliverer {
+    /// Run one attempt to the end and record it. `interrupt` cuts the attempt short (shutdown);
+    /// such an attempt is recorded as interrupted and does not use up an attempt.
+    pub async fn attempt(&self, claimed: Claimed, interrupt: CancellationToken) {
+        let started = Instant::now();
+        self.metrics.attempts.inc();
+        let request = outbound::Request {
+            method: &claimed.method,
+            url: &claimed.target_url,
+            headers: request_headers(&claimed),
+            body: claimed.body.bytes().to_vec(),
+            timeout: self.request_timeout,
+        };
+        let sent = tokio::select! {
+            sent = self.outbound.send(request) => Some(sent),
+            () = interrupt.cancelled() => None,
+        };
+        let elapsed = started.elapsed();
+        let result = self.judge(&claimed, sent, elapsed);
+        let outcome = outcome_name(result.disposition);
+        self.metrics
+            .attempt_duration
+            .get_or_create(&OutcomeLabel { outcome })
+            .observe(elapsed.as_secs_f64());
+        if result.error_code.as_deref() == Some(SendErrorCode::TargetBlocked.as_str()) {
+            self.metrics.blocked.inc();
+        }
+        info!(
+            delivery_id = %claimed.id,
+            attempt = claimed.attempt,
+            target_origin = %claimed.origin,
+            outcome,
+            http_status = result.http_status,
+            error_code = result.error_code.as_deref(),
+            duration_ms = result.duration_ms,
+            "delivery attempt finished"
+        );
+        let retry_kind = result.disposition;
+        match self.store.complete(result).await {
+            Ok(Applied::Now(status)) => {
+                let label = match (retry_kind, status) {
+                    (Disposition::Succeeded, _) => "succeeded",
+                    (Disposition::Interrupted, _) => "interrupted",
+                    (_, spool_store::model::DeliveryStatus::Pending) => "retryable_failure",
+                    _ => "terminal_failure",
+                };
+                self.metrics
+                    .results
+                    .get_or_create(&ResultLabel { result: label })
+                    .inc();
+            }
+            Ok(Applied::Fenced) => {
+                info!(delivery_id = %claimed.id, attempt = claimed.attempt,
+                      "attempt result arrived after its claim ended; delivery left unchanged");
+            }
+            // The claim stays in the store with its lease; when the lease runs out the delivery
+            // is reclaimed and sent again (at least once), so nothing is lost.
+            Err(e) => warn!(delivery_id = %claimed.id, attempt = claimed.attempt, error = %e,
+                            "could not record attempt result; it will be retried after the lease"),
+        }
+    }
+
+    fn judge(
+        &self,
+        claimed: &Claimed,
+        sent: Option<Result<outbound::Response, outbound::SendError>>,
+        elapsed: Duration,
+    ) -> AttemptResult {
+        let mut result = AttemptResult {
+            id: claimed.id.clone(),
+            claim_seq: claimed.claim_seq,
+            disposition: Disposition::Interrupted,
+            http_status: None,
+            error_code: None,
+            error: None,
+            duration_ms: elapsed.as_millis() as i64,
+        };
+        let retry_in = |status: Option<u16>, headers: Option<&http::HeaderMap>| {
+            let d = retry::next_delay(
+                &self.backoff,
+                &claimed.id,
+                claimed.attempt,
+                status,
+                headers,
+                SystemTime::now(),
+            );
+            Disposition::Retry {
+                delay_ms: d.as_millis() as i64,
+            }
+        };
+        match sent {
+            None => {
+                result.error_code = Some("shutdown".into());
+                result.error = Some("attempt interrupted by shutdown; it will be sent again".into());
+            }
+            Some(Ok(resp)) => {
+                result.http_status = Some(resp.status);
+                match retry::classify_status(resp.status) {
+                    Verdict::Succeeded => result.disposition = Disposition::Succeeded,
+                    verdict => {
+                        result.error = Some(status_error(&resp));
+                        if (300..400).contains(&resp.status) {
+                            result.error_code = Some("redirect_not_followed".into());
+                        } else {
+                            result.error_code = Some("http_status".into());
+                        }
+                        result.disposition = if verdict == Verdict::Retry {
+                            retry_in(Some(resp.status), Some(&resp.headers))
+                        } else {
+                            Disposition::Failed
+                        };
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                result.error_code = Some(e.code.as_str().to_owned());
+                result.error = Some(e.message);
+                result.disposition = match e.code {
+                    // Asking again cannot help: the policy or the request itself forbids it.
+                    SendErrorCode::TargetBlocked | SendErrorCode::InvalidRequest => {
+                        Disposition::Failed
+                    }
+                    _ => retry_in(None, None),
+                };
+            }
+        }
+        result
+    }
+}
+
+fn outcome_name(d: Disposition) -> &'static str {
+    match d {
+        Disposition::Succeeded => "succeeded",
+        Disposition::Retry { .. } => "retry",
+        Disposition::Failed => "failed",
+        Disposition::Interrupted => "interrupted",
+    }
+}
+
+/// The stored headers plus the ones spoold manages.
+fn request_headers(claimed: &Claimed) -> http::HeaderMap {
+    let mut headers = outbound::header_map(&claimed.headers);
+    if !headers.contains_key(CONTENT_TYPE) {
+        let default = match &claimed.body {
+            Body::Json(_) => Some("application/json"),
+            Body::Binary(b) if !b.is_empty() => Some("application/octet-stream"),
+            _ => None,
+        };
+        if let Some(ct) = default {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+        }
+    }
+    if !headers.contains_key(USER_AGENT) {
+        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    }
+    if let Ok(v) = HeaderValue::from_str(&claimed.id) {
+        headers.insert(spool_proto::DELIVERY_ID_HEADER, v);
+    }
+    headers.insert(spool_proto::ATTEMPT_HEADER, HeaderValue::from(claimed.attempt));
+    headers
+}
+
+/// `HTTP 503: <start of the body>`, as spoold words it; 3xx names where it pointed.
+fn status_error(resp: &outbound::Response) -> String {
+    let excerpt = String::from_utf8_lossy(&resp.excerpt);
+    let excerpt = excerpt.trim();
+    let mut text = format!("HTTP {}", resp.status);
+    if (300..400).contains(&resp.status) {
+        if let Some(loc) = resp
+            .headers
+            .get(http::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+        {
+            text.push_str(&format!(" (redirect to {loc} not followed)"));
+        }
+    }
+    if !excerpt.is_empty() {
+        text.push_str(": ");
+        text.push_str(excerpt);
+    }
+    text
+}

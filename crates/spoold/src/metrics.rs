@@ -1,0 +1,199 @@
+//! Prometheus metrics. spoold v0.1.0's names are kept; ours are added. No label takes an
+//! unbounded value (no ids, no URLs, no hosts). The registry is owned here, not global.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use spool_store::model::{Stats, DeliveryStatus};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric the daemon exports.
+pub struct Metrics {
+    registry: Registry,
+    pub deliveries: Family<StatusLabel, Gauge>,
+    pub attempts: Counter,
+    pub results: Family<ResultLabel, Counter>,
+    pub attempt_duration: HistogramFamily<OutcomeLabel>,
+    pub db_bytes: Gauge,
+    pub db_max_bytes: Gauge,
+    pub oldest_due_age: Gauge<f64, AtomicU64>,
+    pub commit_duration: Histogram,
+    pub commit_batch: Histogram,
+    pub commit_failures: Counter,
+    pub duplicates: Counter,
+    pub conflicts: Counter,
+    pub blocked: Counter,
+    pub admission_rejections: Counter,
+    pub expired: Counter,
+    pub allow_private_targets: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn attempt_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+impl Metrics {
+    pub fn new(max_db_bytes: u64, allow_private_targets: bool) -> Metrics {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            deliveries: Family::default(),
+            attempts: Counter::default(),
+            results: Family::default(),
+            attempt_duration: Family::new_with_constructor(attempt_histogram),
+            db_bytes: Gauge::default(),
+            db_max_bytes: Gauge::default(),
+            oldest_due_age: Gauge::default(),
+            commit_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            commit_batch: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
+            commit_failures: Counter::default(),
+            duplicates: Counter::default(),
+            conflicts: Counter::default(),
+            blocked: Counter::default(),
+            admission_rejections: Counter::default(),
+            expired: Counter::default(),
+            allow_private_targets: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register("spoold_deliveries", "Current deliveries by status", m.deliveries.clone());
+        registry.register("spoold_delivery_attempts", "Outbound delivery attempts", m.attempts.clone());
+        registry.register("spoold_delivery_results", "Recorded delivery results", m.results.clone());
+        registry.register(
+            "spoold_attempt_duration_seconds",
+            "Duration of delivery attempts by outcome",
+            m.attempt_duration.clone(),
+        );
+        registry.register(
+            "spoold_journal_size_bytes",
+            "Bytes used by the database (spoold v0.1.0 name)",
+            m.db_bytes.clone(),
+        );
+        registry.register(
+            "spoold_journal_max_bytes",
+            "Configured admission limit in bytes; zero is unlimited",
+            m.db_max_bytes.clone(),
+        );
+        registry.register(
+            "spoold_oldest_due_age_seconds",
+            "How long the oldest due pending delivery has been waiting; 0 if none",
+            m.oldest_due_age.clone(),
+        );
+        registry.register(
+            "spoold_store_commit_duration_seconds",
+            "Duration of store commits (one per group of writes)",
+            m.commit_duration.clone(),
+        );
+        registry.register(
+            "spoold_store_commit_batch_size",
+            "Writes carried by one store commit",
+            m.commit_batch.clone(),
+        );
+        registry.register(
+            "spoold_store_commit_failures",
+            "Store commits that failed",
+            m.commit_failures.clone(),
+        );
+        registry.register(
+            "spoold_idempotent_duplicates",
+            "Creates answered with an existing delivery for the same idempotency key",
+            m.duplicates.clone(),
+        );
+        registry.register(
+            "spoold_idempotency_conflicts",
+            "Creates refused because the idempotency key was used for a different request",
+            m.conflicts.clone(),
+        );
+        registry.register(
+            "spoold_blocked_targets",
+            "Deliveries refused or failed because the target address is blocked",
+            m.blocked.clone(),
+        );
+        registry.register(
+            "spoold_admission_rejections",
+            "Creates refused because the database is over its admission limit",
+            m.admission_rejections.clone(),
+        );
+        registry.register(
+            "spoold_expired_deliveries",
+            "Deliveries failed because expiresAt passed before an attempt could start",
+            m.expired.clone(),
+        );
+        registry.register(
+            "spoold_config_allow_private_targets",
+            "1 if --allow-private-targets is set",
+            m.allow_private_targets.clone(),
+        );
+        m.db_max_bytes.set(max_db_bytes as i64);
+        m.allow_private_targets.set(i64::from(allow_private_targets));
+        for status in DeliveryStatus::ALL {
+            let _ = m.deliveries.get_or_create(&StatusLabel { status: status.as_str() });
+        }
+        for result in ["succeeded", "retryable_failure", "terminal_failure", "interrupted"] {
+            let _ = m.results.get_or_create(&ResultLabel { result });
+        }
+        Metrics { registry, ..m }
+    }
+
+    /// Refresh the gauges that mirror the store.
+    pub fn observe_store(&self, stats: &Stats, now_ms: i64) {
+        for status in DeliveryStatus::ALL {
+            let n = stats
+                .by_status
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n);
+            self.deliveries
+                .get_or_create(&StatusLabel { status: status.as_str() })
+                .set(n as i64);
+        }
+        self.db_bytes.set(stats.db_bytes as i64);
+        let age = stats
+            .oldest_due_at
+            .map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
+        self.oldest_due_age.set(age);
+    }
+
+    /// The text exposition (OpenMetrics).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl spool_store::CommitObserver for Metrics {
+    fn committed(&self, batch_size: usize, seconds: f64, ok: bool) {
+        self.commit_duration.observe(seconds);
+        self.commit_batch.observe(batch_size as f64);
+        if !ok {
+            self.commit_failures.inc();
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Outbound HTTP. **API boundary:** this is the only module that builds an HTTP client.
+//!
+//! Every connection goes through [`policy`]: host names are resolved by our resolver, which
+//! refuses the attempt if *any* resolved address is denied and hands reqwest only the vetted
+//! addresses (no second lookup, so DNS rebinding cannot slip in); IP-literal hosts, which
+//! bypass resolvers, are checked explicitly. Environment proxies are ignored and redirects are
+//! not followed.
+
+pub mod policy;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use url::{Host, Url};
+
+pub use policy::{AddressPolicy, Cidr, Denied};
+
+/// How much of a response body is kept (for `lastError`).
+pub const MAX_RESPONSE_EXCERPT: usize = 4096;
+
+/// A configured outbound client. Cheap to clone.
+#[derive(Clone)]
+pub struct Outbound {
+    client: reqwest::Client,
+    policy: Arc<AddressPolicy>,
+}
+
+/// One request to send.
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+    pub timeout: Duration,
+}
+
+/// A response: the status and at most [`MAX_RESPONSE_EXCERPT`] bytes of its body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub excerpt: Vec<u8>,
+}
+
+/// Why no response was obtained, with a stable code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendError {
+    pub code: SendErrorCode,
+    pub message: String,
+}
+
+/// Stable transport error codes (they appear as `lastErrorCode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendErrorCode {
+    TargetBlocked,
+    DnsFailed,
+    ConnectFailed,
+    TlsFailed,
+    Timeout,
+    InvalidRequest,
+    RequestFailed,
+}
+
+impl SendErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SendErrorCode::TargetBlocked => "target_blocked",
+            SendErrorCode::DnsFailed => "dns_failed",
+            SendErrorCode::ConnectFailed => "connect_failed",
+            SendErrorCode::TlsFailed => "tls_failed",
+            SendErrorCode::Timeout => "timeout",
+            SendErrorCode::InvalidRequest => "invalid_request",
+            SendErrorCode::RequestFailed => "request_failed",
+        }
+    }
+}
+
+/// The client could not be built (TLS roots, resolver).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the outbound HTTP client: {0}")]
+pub struct BuildError(#[from] reqwest::Error);
+
+impl Outbound {
+    pub fn new(
+        policy: AddressPolicy,
+        per_target: u32,
+        connect_timeout: Duration,
+    ) -> Result<Outbound, BuildError> {
+        let policy = Arc::new(policy);
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(PolicyResolver {
+                policy: Arc::clone(&policy),
+            }))
+            .connect_timeout(connect_timeout)
+            .pool_max_idle_per_host(per_target as usize)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_keepalive(Duration::from_secs(30))
+            .build()?;
+        Ok(Outbound { client, policy })
+    }
+
+    /// The policy verdict on a URL whose host is an IP literal; `Ok` for host names (they are
+    /// judged when resolved).
+    pub fn check_literal(&self, url: &Url) -> Result<(), Denied> {
+        literal_ip(url).map_or(Ok(()), |ip| self.policy.check(ip))
+    }
+
+    /// Send one request and read at most [`MAX_RESPONSE_EXCERPT`] bytes of the response body.
+    pub async fn send(&self, req: Request<'_>) -> Result<Response, SendError> {
+        let url = Url::parse(req.url).map_err(|e| SendError {
+            code: SendErrorCode::InvalidRequest,
+            message: format!("parse target URL: {e}"),
+        })?;
+        self.check_literal(&url).map_err(|d| SendError {
+            code: SendErrorCode::TargetBlocked,
+            message: d.to_string(),
+        })?;
+        let method = reqwest::Method::from_bytes(req.method.as_bytes()).map_err(|e| SendError {
+            code: SendErrorCode::InvalidRequest,
+            message: format!("method: {e}"),
+        })?;
+        let work = async {
+            let mut resp = self
+                .client
+                .request(method, url)
+                .headers(req.headers)
+                .body(req.body)
+                .send()
+                .await
+                .map_err(classify)?;
+            let status = resp.status().as_u16();
+            let headers = std::mem::take(resp.headers_mut());
+            let mut excerpt = Vec::new();
+            while excerpt.len() < MAX_RESPONSE_EXCERPT {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => {
+                        let room = MAX_RESPONSE_EXCERPT - excerpt.len();
+                        excerpt.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    }
+                    Ok(None) => break,
+                    // A body that breaks off after a 2xx status is not a success.
+                    Err(e) if (200..300).contains(&status) => return Err(classify(e)),
+                    Err(_) => break,
+                }
+            }
+            Ok(Response {
+                status,
+                headers,
+                excerpt,
+            })
+        };
+        match tokio::time::timeout(req.timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(SendError {
+                code: SendErrorCode::Timeout,
+                message: format!(
+                    "no complete response within {}",
+                    spool_proto::units::format_duration(req.timeout)
+                ),
+            }),
+        }
+    }
+}
+
+/// Build a header map from stored pairs; names and values were validated at submission.
+pub fn header_map(pairs: &[(String, String)]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(pairs.len() + 4);
+    for (name, value) in pairs {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            map.insert(n, v);
+        }
+    }
+    map
+}
+
+/// The host of `url` if it is an IP literal, in the form the URL parser normalised it to
+/// (`http://2130706433/` and `http://0x7f.1/` are both 127.0.0.1 by then).
+pub fn literal_ip(url: &Url) -> Option<IpAddr> {
+    match url.host()? {
+        Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+        Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+        Host::Domain(_) => None,
+    }
+}
+
+/// Resolves host names and applies the address policy to every address.
+struct PolicyResolver {
+    policy: Arc<AddressPolicy>,
+}
+
+/// Every address of the host, or the first one the policy refuses.
+#[derive(Debug, thiserror::Error)]
+enum ResolveError {
+    #[error("resolve {host}: {source}")]
+    Dns {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("resolve {host}: no addresses")]
+    NoAddresses { host: String },
+    #[error("target {host} resolves to a blocked address: {denied}")]
+    Blocked { host: String, denied: Denied },
+}
+
+impl Resolve for PolicyResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let policy = Arc::clone(&self.policy);
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map_err(|source| ResolveError::Dns {
+                    host: host.clone(),
+                    source,
+                })?
+                .collect();
+            if addrs.is_empty() {
+                return Err(ResolveError::NoAddresses { host }.into());
+            }
+            // Refuse if any address is denied: picking an allowed one would let a name that
+            // mixes public and internal addresses through.
+            for addr in &addrs {
+                policy
+                    .check(addr.ip())
+                    .map_err(|denied| ResolveError::Blocked {
+                        host: host.clone(),
+                        denied,
+                    })?;
+            }
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// Map a reqwest error to a stable code, looking through its chain of causes.
+fn classify(err: reqwest::Error) -> SendError {
+    let message = error_chain(&err);
+    let mut code = if err.is_timeout() {
+        SendErrorCode::Timeout
+    } else if err.is_connect() {
+        SendErrorCode::ConnectFailed
+    } else {
+        SendErrorCode::RequestFailed
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(e) = source {
+        if let Some(r) = e.downcast_ref::<ResolveError>() {
+            code = match r {
+                ResolveError::Blocked { .. } => SendErrorCode::TargetBlocked,
+                _ => SendErrorCode::DnsFailed,
+            };
+            break;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            // rustls reports handshake and certificate failures as InvalidData.
+            if io.kind() == std::io::ErrorKind::InvalidData && err.is_connect() {
+                code = SendErrorCode::TlsFailed;
+            }
+        }
+        source = e.source();
+    }
+    SendError { code, message }
+}
+
+/// `outer: cause: root cause`, without repeating identical links.
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = e.source();
+    }
+    parts.join(": ")
+}

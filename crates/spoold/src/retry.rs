@@ -1,0 +1,185 @@
+//! Retry policy as pure functions: which outcomes are worth another attempt, and when.
+//!
+//! 2xx succeeds. Transport errors, 408, 425, 429 and 5xx are retried. Everything else fails at
+//! once: a 401 or a 422 will not get better by asking again. Blocked targets fail at once too.
+
+use std::time::{Duration, SystemTime};
+
+use http::HeaderMap;
+
+/// What to do after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Succeeded,
+    Retry,
+    Failed,
+}
+
+/// The verdict on an HTTP status.
+pub fn classify_status(status: u16) -> Verdict {
+    match status {
+        200..=299 => Verdict::Succeeded,
+        408 | 425 | 429 | 500..=599 => Verdict::Retry,
+        _ => Verdict::Failed,
+    }
+}
+
+/// The longest `Retry-After` honoured.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Exponential backoff with deterministic jitter.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Backoff {
+    /// Delay after the `attempt`-th failed attempt (1-based): `base · 2^(attempt-1)`, times a
+    /// jitter factor in [0.8, 1.2] that is a pure function of (id, attempt), capped at `cap`.
+    /// Deterministic jitter spreads retries of many deliveries apart, yet a given delivery's
+    /// schedule can be reproduced from its id.
+    pub fn delay(&self, id: &str, attempt: u32) -> Duration {
+        let exp = attempt.saturating_sub(1).min(40);
+        let raw = self.base.as_secs_f64() * 2f64.powi(exp as i32);
+        let jittered = raw.min(self.cap.as_secs_f64() * 2.0) * jitter(id, attempt);
+        Duration::from_secs_f64(jittered.min(self.cap.as_secs_f64()))
+    }
+}
+
+/// A factor in [0.8, 1.2] from FNV-1a of `"<id>:<attempt>"`.
+fn jitter(id: &str, attempt: u32) -> f64 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in id
+        .bytes()
+        .chain(std::iter::once(b':'))
+        .chain(attempt.to_string().into_bytes())
+    {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    0.8 + f64::from(hash % 401) / 1000.0
+}
+
+/// The delay a `Retry-After` header asks for (delta-seconds or an HTTP date), at most
+/// [`MAX_RETRY_AFTER`]. `None` if absent or unreadable.
+pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let wait = if let Ok(secs) = value.parse::<u64>() {
+        Duration::from_secs(secs)
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
+}
+
+/// The delay before the next attempt: the backoff, or longer if the server asked for it on a
+/// 429 or 503 (`Retry-After` only ever delays).
+pub fn next_delay(
+    backoff: &Backoff,
+    id: &str,
+    attempt: u32,
+    status: Option<u16>,
+    headers: Option<&HeaderMap>,
+    now: SystemTime,
+) -> Duration {
+    let base = backoff.delay(id, attempt);
+    let asked = match (status, headers) {
+        (Some(429 | 503), Some(h)) => retry_after(h, now),
+        _ => None,
+    };
+    asked.map_or(base, |a| a.max(base))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_table() {
+        let cases = [
+            (200, Verdict::Succeeded),
+            (201, Verdict::Succeeded),
+            (204, Verdict::Succeeded),
+            (299, Verdict::Succeeded),
+            (100, Verdict::Failed),
+            (301, Verdict::Failed),
+            (304, Verdict::Failed),
+            (400, Verdict::Failed),
+            (401, Verdict::Failed),
+            (403, Verdict::Failed),
+            (404, Verdict::Failed),
+            (408, Verdict::Retry),
+            (409, Verdict::Failed),
+            (422, Verdict::Failed),
+            (425, Verdict::Retry),
+            (429, Verdict::Retry),
+            (500, Verdict::Retry),
+            (502, Verdict::Retry),
+            (503, Verdict::Retry),
+            (599, Verdict::Retry),
+        ];
+        for (status, want) in cases {
+            assert_eq!(classify_status(status), want, "{status}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_within_jitter_and_caps() {
+        let b = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(300),
+        };
+        for attempt in 1..=8u32 {
+            let nominal = f64::from(1u32 << (attempt - 1));
+            let d = b.delay("0190f3c2a1b27c4e9d0a5b6c7d8e9f01", attempt).as_secs_f64();
+            assert!(d >= nominal * 0.8 - 1e-9 && d <= nominal * 1.2 + 1e-9, "{attempt}: {d}");
+        }
+        for attempt in [9, 12, 30, 100, u32::MAX] {
+            let d = b.delay("x", attempt);
+            assert!(d <= Duration::from_secs(300), "{attempt}: {d:?}");
+            assert!(d >= Duration::from_secs(240), "{attempt}: {d:?}");
+        }
+        // Deterministic per (id, attempt), different across ids.
+        assert_eq!(b.delay("a", 3), b.delay("a", 3));
+        let spread: std::collections::HashSet<_> =
+            (0..50).map(|i| b.delay(&format!("id{i}"), 3)).collect();
+        assert!(spread.len() > 10);
+    }
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(http::header::RETRY_AFTER, v.parse().expect("header value"));
+            m
+        };
+        assert_eq!(retry_after(&h("120"), now), Some(Duration::from_secs(120)));
+        assert_eq!(retry_after(&h("999999"), now), Some(MAX_RETRY_AFTER));
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        assert_eq!(retry_after(&h(&date), now), Some(Duration::from_secs(30)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        assert_eq!(retry_after(&h(&past), now), Some(Duration::ZERO));
+        assert_eq!(retry_after(&h("soon"), now), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn retry_after_only_delays_and_only_on_429_503() {
+        let b = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(300),
+        };
+        let now = SystemTime::UNIX_EPOCH;
+        let mut h = HeaderMap::new();
+        h.insert(http::header::RETRY_AFTER, "60".parse().expect("value"));
+        let plain = b.delay("x", 1);
+        assert_eq!(next_delay(&b, "x", 1, Some(429), Some(&h), now), Duration::from_secs(60));
+        assert_eq!(next_delay(&b, "x", 1, Some(503), Some(&h), now), Duration::from_secs(60));
+        assert_eq!(next_delay(&b, "x", 1, Some(500), Some(&h), now), plain);
+        h.insert(http::header::RETRY_AFTER, "0".parse().expect("value"));
+        assert_eq!(next_delay(&b, "x", 1, Some(429), Some(&h), now), plain);
+    }
+}

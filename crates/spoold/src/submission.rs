@@ -1,0 +1,481 @@
+//! Turning a create request into a [`NewDelivery`]: JSON decoding (`invalid_request`), the
+//! field rules (`invalid_delivery`), normalisation, and the idempotency fingerprint.
+//!
+//! Parse, don't validate: nothing downstream re-checks these rules; a `NewDelivery` exists only
+//! if every rule held.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+use spool_proto::{units, CreateDelivery, ErrorCode};
+use spool_store::model::{Body, Millis, NewDelivery};
+use url::Url;
+
+use crate::outbound::{literal_ip, AddressPolicy};
+
+/// A refused request: the code and message for the error envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+fn reject(code: ErrorCode, message: impl Into<String>) -> Rejection {
+    Rejection {
+        code,
+        message: message.into(),
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Rejection {
+    reject(ErrorCode::InvalidDelivery, message)
+}
+
+/// Decode exactly one JSON object.
+pub fn decode(bytes: &[u8]) -> Result<CreateDelivery, Rejection> {
+    if bytes.len() > spool_proto::MAX_REQUEST_BYTES {
+        return Err(reject(
+            ErrorCode::InvalidRequest,
+            "decode JSON: request body too large",
+        ));
+    }
+    serde_json::from_slice::<Option<CreateDelivery>>(bytes)
+        .map(Option::unwrap_or_default)
+        .map_err(|e| {
+            let message = if e.to_string().starts_with("trailing characters") {
+                "request body must contain one JSON object".to_owned()
+            } else if e.is_eof() && bytes.iter().all(u8::is_ascii_whitespace) {
+                "decode JSON: EOF".to_owned()
+            } else {
+                format!("decode JSON: {e}")
+            };
+            reject(ErrorCode::InvalidRequest, message)
+        })
+}
+
+/// Apply every rule and build the delivery to insert.
+pub fn validate(
+    req: CreateDelivery,
+    now: Millis,
+    policy: &AddressPolicy,
+) -> Result<NewDelivery, Rejection> {
+    let body = decode_body(&req)?;
+
+    let idempotency_key = req
+        .idempotency_key
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty());
+    if idempotency_key
+        .as_ref()
+        .is_some_and(|k| k.len() > spool_proto::MAX_KEY_BYTES)
+    {
+        return Err(invalid("idempotency key must not exceed 256 bytes"));
+    }
+
+    let target_url = req.target_url.unwrap_or_default().trim().to_owned();
+    if target_url.is_empty() {
+        return Err(invalid("target URL is required"));
+    }
+    if target_url.len() > spool_proto::MAX_URL_BYTES {
+        return Err(invalid("target URL must not exceed 4096 bytes"));
+    }
+    let url = Url::parse(&target_url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("target URL must use http or https"));
+    }
+    let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
+        return Err(invalid("target URL must include a host"));
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid("target URL must not include user information"));
+    }
+    if url.fragment().is_some_and(|f| !f.is_empty()) {
+        return Err(invalid("target URL must not include a fragment"));
+    }
+    let origin = format!(
+        "{}://{}:{}",
+        url.scheme(),
+        host.to_ascii_lowercase(),
+        url.port_or_known_default().unwrap_or(0)
+    );
+    if let Some(ip) = literal_ip(&url) {
+        policy.check(ip).map_err(|denied| {
+            reject(
+                ErrorCode::TargetBlocked,
+                format!("target URL is not allowed: {denied}"),
+            )
+        })?;
+    }
+
+    let method = req.method.unwrap_or_default().trim().to_ascii_uppercase();
+    let method = if method.is_empty() {
+        "POST".to_owned()
+    } else {
+        method
+    };
+    if !is_token(&method) {
+        return Err(invalid("method contains invalid characters"));
+    }
+
+    let max_attempts = match req.max_attempts.unwrap_or(0) {
+        0 => spool_proto::DEFAULT_MAX_ATTEMPTS,
+        n if (1..=i64::from(spool_proto::MAX_MAX_ATTEMPTS)).contains(&n) => n as u32,
+        _ => return Err(invalid("max attempts must be between 1 and 100")),
+    };
+
+    let headers = normalize_headers(req.headers.unwrap_or_default())?;
+
+    if body.bytes().len() > spool_proto::MAX_BODY_BYTES {
+        return Err(invalid("body must not exceed 1048576 bytes"));
+    }
+
+    let not_before = parse_time_field("notBefore", req.not_before.as_deref())?;
+    let expires_at = parse_time_field("expiresAt", req.expires_at.as_deref())?;
+    if let Some(exp) = expires_at {
+        if exp <= now {
+            return Err(invalid("expiresAt must be in the future"));
+        }
+        if not_before.is_some_and(|nb| nb >= exp) {
+            return Err(invalid("notBefore must be earlier than expiresAt"));
+        }
+    }
+
+    let fingerprint = fingerprint(
+        &method,
+        &target_url,
+        max_attempts,
+        &headers,
+        &body,
+        not_before,
+        expires_at,
+    );
+    Ok(NewDelivery {
+        id: uuid::Uuid::now_v7().simple().to_string(),
+        idempotency_key,
+        target_url,
+        origin,
+        method,
+        headers,
+        body,
+        max_attempts,
+        not_before,
+        expires_at,
+        fingerprint,
+    })
+}
+
+fn decode_body(req: &CreateDelivery) -> Result<Body, Rejection> {
+    match (&req.body, &req.body_base64) {
+        (Some(_), Some(_)) => Err(reject(
+            ErrorCode::InvalidRequest,
+            "body and bodyBase64 cannot be used together",
+        )),
+        (Some(raw), None) => Ok(Body::Json(raw.get().as_bytes().to_vec())),
+        (None, Some(b64)) => {
+            // Line breaks are tolerated, as in spoold; anything else must be strict base64.
+            let compact: String = b64.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+            base64::engine::general_purpose::STANDARD
+                .decode(compact)
+                .map(Body::Binary)
+                .map_err(|_| {
+                    reject(
+                        ErrorCode::InvalidRequest,
+                        "bodyBase64 must contain valid standard base64",
+                    )
+                })
+        }
+        (None, None) => Ok(Body::None),
+    }
+}
+
+fn parse_time_field(name: &str, value: Option<&str>) -> Result<Option<Millis>, Rejection> {
+    value
+        .map(|v| {
+            units::parse_time(v)
+                .map_err(|_| invalid(format!("{name} must be an RFC 3339 time, e.g. 2026-07-18T12:00:00Z")))
+        })
+        .transpose()
+}
+
+fn normalize_headers(
+    raw: BTreeMap<String, Option<String>>,
+) -> Result<Vec<(String, String)>, Rejection> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in raw {
+        let trimmed = name.trim();
+        if trimmed.is_empty() || !is_token(trimmed) {
+            return Err(invalid(format!("invalid header name {name:?}")));
+        }
+        let canonical = canonical_header_name(trimmed);
+        if spool_proto::MANAGED_HEADERS
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(&canonical))
+        {
+            return Err(invalid(format!("header {canonical:?} is managed by spoold")));
+        }
+        let value = value.unwrap_or_default();
+        if value.contains(['\r', '\n']) {
+            return Err(invalid(format!("header {canonical:?} contains a newline")));
+        }
+        if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(invalid(format!(
+                "header {canonical:?} contains a control character"
+            )));
+        }
+        if out.insert(canonical.clone(), value).is_some() {
+            return Err(invalid(format!(
+                "header {canonical:?} is duplicated after canonicalization"
+            )));
+        }
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// `content-type` → `Content-Type`, `x-api-KEY` → `X-Api-Key`, as HTTP/1 servers print them.
+pub fn canonical_header_name(name: &str) -> String {
+    let mut upper = true;
+    name.chars()
+        .map(|c| {
+            let out = if upper {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            };
+            upper = c == '-';
+            out
+        })
+        .collect()
+}
+
+/// An RFC 9110 token: visible ASCII except separators.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| (33..=126).contains(&b) && !b"()<>@,;:\\\"/[]?={}".contains(&b))
+}
+
+/// Digest of every field that makes two requests the same for idempotency (all but the key).
+/// Each field is length-prefixed so no two different requests can share an encoding.
+fn fingerprint(
+    method: &str,
+    url: &str,
+    max_attempts: u32,
+    headers: &[(String, String)],
+    body: &Body,
+    not_before: Option<Millis>,
+    expires_at: Option<Millis>,
+) -> Vec<u8> {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update(bytes.len().to_string().as_bytes());
+        h.update(b":");
+        h.update(bytes);
+    };
+    field(b"spoold-request-v1");
+    field(method.as_bytes());
+    field(url.as_bytes());
+    field(max_attempts.to_string().as_bytes());
+    field(headers.len().to_string().as_bytes());
+    for (name, value) in headers {
+        field(name.as_bytes());
+        field(value.as_bytes());
+    }
+    let kind: &[u8] = match body {
+        Body::None => b"none",
+        Body::Json(_) => b"json",
+        Body::Binary(_) => b"binary",
+    };
+    field(kind);
+    field(body.bytes());
+    field(not_before.map(|t| t.to_string()).unwrap_or_default().as_bytes());
+    field(expires_at.map(|t| t.to_string()).unwrap_or_default().as_bytes());
+    h.finalize().to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: Millis = 1_800_000_000_000;
+
+    fn check(req: serde_json::Value) -> Result<NewDelivery, Rejection> {
+        let bytes = serde_json::to_vec(&req).expect("serializable");
+        let policy = AddressPolicy {
+            allow_all: true,
+            allowed: vec![],
+        };
+        validate(decode(&bytes)?, NOW, &policy)
+    }
+
+    fn rejected(req: serde_json::Value) -> (ErrorCode, String) {
+        let r = check(req).expect_err("must be rejected");
+        (r.code, r.message)
+    }
+
+    #[test]
+    fn defaults_and_normalisation() {
+        let d = check(json!({
+            "targetUrl": "  HTTPS://Example.COM/hook  ",
+            "method": " put ",
+            "headers": {"x-api-KEY": "v", "content-type": "text/plain"},
+            "idempotencyKey": "  k1 ",
+        }))
+        .expect("valid");
+        assert_eq!(d.target_url, "HTTPS://Example.COM/hook");
+        assert_eq!(d.origin, "https://example.com:443");
+        assert_eq!(d.method, "PUT");
+        assert_eq!(d.max_attempts, 8);
+        assert_eq!(d.idempotency_key.as_deref(), Some("k1"));
+        assert_eq!(
+            d.headers,
+            vec![
+                ("Content-Type".to_owned(), "text/plain".to_owned()),
+                ("X-Api-Key".to_owned(), "v".to_owned())
+            ]
+        );
+        assert_eq!(d.id.len(), 32);
+        assert!(d.id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        let d = check(json!({"targetUrl": "http://h/", "method": ""})).expect("valid");
+        assert_eq!(d.method, "POST");
+    }
+
+    #[test]
+    fn request_level_rejections() {
+        let policy = AddressPolicy::default();
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "decode JSON: EOF"),
+            (b"{", "decode JSON"),
+            (b"{} {}", "request body must contain one JSON object"),
+            (b"{\"nope\":1}", "unknown field"),
+            (b"{\"maxAttempts\":\"3\"}", "decode JSON"),
+            (b"{\"maxAttempts\":5.0}", "decode JSON"),
+            (b"[1]", "decode JSON"),
+        ];
+        for (bytes, want) in cases {
+            let r = decode(bytes)
+                .and_then(|req| validate(req, NOW, &policy))
+                .expect_err("must be rejected");
+            assert_eq!(r.code, ErrorCode::InvalidRequest, "{bytes:?}");
+            assert!(r.message.contains(want), "{bytes:?}: {}", r.message);
+        }
+        let big = vec![b' '; spool_proto::MAX_REQUEST_BYTES + 1];
+        assert!(decode(&big).expect_err("too big").message.contains("too large"));
+        assert_eq!(
+            rejected(json!({"targetUrl":"http://h/","body":{},"bodyBase64":""})).0,
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            rejected(json!({"targetUrl":"http://h/","bodyBase64":"abc"})).0,
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            rejected(json!({"targetUrl":"http://h/","bodyBase64":"AB=="})).0,
+            ErrorCode::InvalidRequest,
+            "non-zero trailing bits"
+        );
+    }
+
+    #[test]
+    fn field_rules() {
+        let long_key = "k".repeat(257);
+        let long_url = format!("http://h/{}", "a".repeat(4096));
+        let cases: Vec<(serde_json::Value, &str)> = vec![
+            (json!({}), "target URL is required"),
+            (json!({"targetUrl":"   "}), "target URL is required"),
+            (json!({"targetUrl": long_url}), "must not exceed 4096 bytes"),
+            (json!({"targetUrl":"ftp://h/"}), "must use http or https"),
+            (json!({"targetUrl":"not a url"}), "parse target URL"),
+            (json!({"targetUrl":"http://u:p@h/"}), "user information"),
+            (json!({"targetUrl":"http://h/#frag"}), "fragment"),
+            (json!({"targetUrl":"http://h/","idempotencyKey": long_key}), "256 bytes"),
+            (json!({"targetUrl":"http://h/","method":"GE T"}), "invalid characters"),
+            (json!({"targetUrl":"http://h/","method":"GET/"}), "invalid characters"),
+            (json!({"targetUrl":"http://h/","maxAttempts":101}), "between 1 and 100"),
+            (json!({"targetUrl":"http://h/","maxAttempts":-1}), "between 1 and 100"),
+            (json!({"targetUrl":"http://h/","headers":{"":"v"}}), "invalid header name"),
+            (json!({"targetUrl":"http://h/","headers":{"a b":"v"}}), "invalid header name"),
+            (json!({"targetUrl":"http://h/","headers":{"host":"v"}}), "managed by spoold"),
+            (json!({"targetUrl":"http://h/","headers":{"X-SPOOLD-ATTEMPT":"1"}}), "managed"),
+            (json!({"targetUrl":"http://h/","headers":{"x-spoold-delivery-id":"1"}}), "managed"),
+            (json!({"targetUrl":"http://h/","headers":{"Transfer-Encoding":"x"}}), "managed"),
+            (json!({"targetUrl":"http://h/","headers":{"A":"x\r\ny"}}), "newline"),
+            (json!({"targetUrl":"http://h/","headers":{"A":"x\u{0}"}}), "control character"),
+            (json!({"targetUrl":"http://h/","headers":{"a":"1","A":"2"}}), "duplicated"),
+            (json!({"targetUrl":"http://h/","notBefore":"tomorrow"}), "RFC 3339"),
+            (json!({"targetUrl":"http://h/","expiresAt":"2020-01-01T00:00:00Z"}), "future"),
+            (
+                json!({"targetUrl":"http://h/","notBefore":"2030-01-02T00:00:00Z",
+                       "expiresAt":"2030-01-01T00:00:00Z"}),
+                "earlier than expiresAt",
+            ),
+        ];
+        for (req, want) in cases {
+            let (code, message) = rejected(req.clone());
+            assert_eq!(code, ErrorCode::InvalidDelivery, "{req}");
+            assert!(message.contains(want), "{req}: {message}");
+        }
+        let big = "a".repeat(spool_proto::MAX_BODY_BYTES);
+        let (code, message) = rejected(json!({"targetUrl":"http://h/","body": big}));
+        assert_eq!(code, ErrorCode::InvalidDelivery);
+        assert!(message.contains("1048576"), "{message}");
+    }
+
+    #[test]
+    fn blocked_literal_targets_are_refused_at_submission() {
+        let policy = AddressPolicy::default();
+        for url in [
+            "http://127.0.0.1/",
+            "http://2130706433/",
+            "http://0x7f.1/",
+            "http://0177.0.0.1/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://[::]/",
+            "http://10.0.0.1:8080/",
+        ] {
+            let req = decode(format!(r#"{{"targetUrl":"{url}"}}"#).as_bytes()).expect("json");
+            let r = validate(req, NOW, &policy).expect_err(url);
+            assert_eq!(r.code, ErrorCode::TargetBlocked, "{url}");
+        }
+    }
+
+    #[test]
+    fn bodies_keep_their_bytes() {
+        let raw = br#"{"targetUrl":"http://h/","body":  {"a" :[1, 2 ], "s":"<&>"}  }"#;
+        let d = validate(decode(raw).expect("json"), NOW, &AddressPolicy::default())
+            .expect("valid");
+        assert_eq!(d.body, Body::Json(br#"{"a" :[1, 2 ], "s":"<&>"}"#.to_vec()));
+        let d = check(json!({"targetUrl":"http://h/","bodyBase64":"AP8K\r\n"})).expect("valid");
+        assert_eq!(d.body, Body::Binary(vec![0x00, 0xff, 0x0a]));
+        let d = check(json!({"targetUrl":"http://h/","body":null})).expect("valid");
+        assert_eq!(d.body, Body::Json(b"null".to_vec()));
+    }
+
+    #[test]
+    fn fingerprint_covers_every_field_but_the_key() {
+        let base = json!({"targetUrl":"http://h/","body":{"a":1},"idempotencyKey":"k"});
+        let fp = |v: serde_json::Value| check(v).expect("valid").fingerprint;
+        let reference = fp(base.clone());
+        let mut same = base.clone();
+        same["idempotencyKey"] = json!("other");
+        assert_eq!(fp(same), reference);
+        for (field, value) in [
+            ("method", json!("PUT")),
+            ("targetUrl", json!("http://h/x")),
+            ("maxAttempts", json!(3)),
+            ("headers", json!({"A":"1"})),
+            ("body", json!({"a":2})),
+            ("notBefore", json!("2031-01-01T00:00:00Z")),
+            ("expiresAt", json!("2031-01-01T00:00:00Z")),
+        ] {
+            let mut changed = base.clone();
+            changed[field] = value;
+            assert_ne!(fp(changed), reference, "{field}");
+        }
+        let mut b64 = base.clone();
+        b64.as_object_mut().expect("object").remove("body");
+        b64["bodyBase64"] = json!("eyJhIjoxfQ=="); // the same bytes, as binary
+        assert_ne!(fp(b64), reference);
+    }
+}
