@@ -216,8 +216,7 @@ mod tests {
 
     #[test]
     fn null_body_is_a_body() {
-        let req: CreateDelivery =
-            serde_json::from_str(r#"{"body":null}"#).expect("valid request");
+        let req: CreateDelivery = serde_json::from_str(r#"{"body":null}"#).expect("valid request");
         assert_eq!(req.body.as_deref().map(RawValue::get), Some("null"));
         let req: CreateDelivery = serde_json::from_str(r#"{}"#).expect("valid request");
         assert!(req.body.is_none());
@@ -225,8 +224,8 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused() {
-        let err = serde_json::from_str::<CreateDelivery>(r#"{"target":"x"}"#)
-            .expect_err("unknown field");
+        let err =
+            serde_json::from_str::<CreateDelivery>(r#"{"target":"x"}"#).expect_err("unknown field");
         assert!(err.to_string().contains("unknown field"), "{err}");
     }
 

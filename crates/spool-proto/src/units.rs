@@ -79,12 +79,7 @@ pub fn format_duration(d: Duration) -> String {
     if ms == 0 {
         return "0s".to_owned();
     }
-    let (h, m, s, rest_ms) = (
-        ms / 3_600_000,
-        ms / 60_000 % 60,
-        ms / 1000 % 60,
-        ms % 1000,
-    );
+    let (h, m, s, rest_ms) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
     let mut out = String::new();
     if h > 0 {
         out.push_str(&format!("{h}h"));
@@ -106,9 +101,7 @@ pub fn format_duration(d: Duration) -> String {
 pub fn parse_size(input: &str) -> Result<u64, ParseError> {
     const KIND: &str = "size";
     let s = input.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     if split == 0 {
         return Err(parse_err(KIND, input, "expected a number"));
     }
@@ -125,7 +118,13 @@ pub fn parse_size(input: &str) -> Result<u64, ParseError> {
         "mib" => 1 << 20,
         "gib" => 1 << 30,
         "tib" => 1 << 40,
-        _ => return Err(parse_err(KIND, input, "unknown unit (use B, KiB, MiB, GiB)")),
+        _ => {
+            return Err(parse_err(
+                KIND,
+                input,
+                "unknown unit (use B, KiB, MiB, GiB)",
+            ))
+        }
     };
     number
         .checked_mul(factor)
@@ -160,8 +159,13 @@ pub fn format_time(ms: i64) -> String {
 
 /// Parse an RFC 3339 time (any offset) to milliseconds since the epoch.
 pub fn parse_time(input: &str) -> Result<i64, ParseError> {
-    let t = OffsetDateTime::parse(input.trim(), &Rfc3339)
-        .map_err(|_| parse_err("time", input, "expected RFC 3339, e.g. 2026-07-18T12:00:00Z"))?;
+    let t = OffsetDateTime::parse(input.trim(), &Rfc3339).map_err(|_| {
+        parse_err(
+            "time",
+            input,
+            "expected RFC 3339, e.g. 2026-07-18T12:00:00Z",
+        )
+    })?;
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
         .map_err(|_| parse_err("time", input, "out of range"))
 }

@@ -73,13 +73,21 @@ impl Store {
         dispatch!(self, s => s.reclaim(only_expired).await)
     }
 
+    /// Remove up to `limit` finished deliveries (with attempts and idempotency keys) that
+    /// finished more than `older_than_ms` ago, then return free space to the filesystem.
+    /// Pending and in-flight deliveries are never removed.
+    pub async fn purge_finished(&self, older_than_ms: Millis, limit: u32) -> Result<u64> {
+        dispatch!(self, s => s.purge_finished(older_than_ms, limit).await)
+    }
+
     /// Operator cancel: `pending` or `in_flight` → `canceled`.
     pub async fn cancel(&self, id: String) -> Result<TransitionOutcome> {
         dispatch!(self, s => s.cancel(id).await)
     }
 
-    /// Operator retry: `failed` → `pending`, a new cycle with the attempt count reset; the
-    /// attempt history is kept.
+    /// Operator retry: `failed` → `pending`, a new cycle with the attempt count and last error
+    /// reset; the attempt history is kept. An `expires_at` already in the past is cleared (the
+    /// operator's retry overrides a deadline that has passed).
     pub async fn retry(&self, id: String) -> Result<TransitionOutcome> {
         dispatch!(self, s => s.retry(id).await)
     }

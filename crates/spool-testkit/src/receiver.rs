@@ -191,14 +191,17 @@ impl Receiver {
                 seen.context("receiver state dropped")?;
                 Ok(self.requests())
             }
-            Err(_elapsed) => anyhow::bail!(
-                "receiver saw {} requests within {timeout:?}, wanted {n}: {:?}",
-                lock(&self.shared.requests).len(),
-                self.requests()
+            Err(_elapsed) => {
+                let seen: Vec<String> = self
+                    .requests()
                     .iter()
                     .map(|r| format!("{} {}", r.method, r.path))
-                    .collect::<Vec<_>>()
-            ),
+                    .collect();
+                anyhow::bail!(
+                    "receiver saw {} requests within {timeout:?}, wanted {n}: {seen:?}",
+                    seen.len()
+                )
+            }
         }
     }
 

@@ -50,6 +50,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+const GLOBAL: &str = "Global options";
+
 /// Options accepted before or after any subcommand.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
@@ -59,6 +61,7 @@ pub struct GlobalArgs {
     #[arg(
         long,
         global = true,
+        help_heading = GLOBAL,
         env = "SPOOLD_URL",
         default_value = DEFAULT_SERVER,
         value_name = "URL"
@@ -66,13 +69,19 @@ pub struct GlobalArgs {
     pub server: String,
 
     /// Print the API's JSON (one compact line) instead of a table
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
 
     /// Read a bearer token from FILE and send it on every request
     ///
     /// One trailing newline is removed; the rest of the file is the token.
-    #[arg(long, global = true, env = "SPOOLD_TOKEN_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = GLOBAL,
+        env = "SPOOLD_TOKEN_FILE",
+        value_name = "FILE"
+    )]
     pub token_file: Option<PathBuf>,
 }
 
@@ -125,6 +134,9 @@ pub struct SendArgs {
     pub request: RequestArgs,
 
     /// After queuing, wait until the delivery is terminal and exit like `wait`
+    ///
+    /// Prints the `queued` row, then a `wait` row with the final state. With --json, prints
+    /// only the final delivery.
     #[arg(long)]
     pub wait: bool,
 

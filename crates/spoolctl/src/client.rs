@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, USER_AGENT};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::client::conn::http1;
@@ -405,13 +405,16 @@ impl Client {
             Endpoint::Unix { .. } => (UNIX_HOST, path_and_query.to_owned()),
         };
         let mut builder = Request::builder()
-            .method(method)
+            .method(method.clone())
             .uri(uri)
             .header(HOST, host)
             .header(ACCEPT, "application/json")
             .header(USER_AGENT, USER_AGENT_VALUE);
         if body.is_some() {
             builder = builder.header(CONTENT_TYPE, "application/json");
+        } else if method == Method::POST {
+            // hyper sends no framing for an empty body; say so, as Go's client does.
+            builder = builder.header(CONTENT_LENGTH, "0");
         }
         if let Some(token) = &self.token {
             builder = builder.header(AUTHORIZATION, token.0.clone());
@@ -707,6 +710,11 @@ mod tests {
         assert_eq!(req.headers()[HOST], "spoold");
         assert!(req.headers().get(CONTENT_TYPE).is_none());
         assert!(req.headers().get(AUTHORIZATION).is_none());
+
+        let req = client
+            .build(Method::POST, "/v1/deliveries/x/cancel", None)
+            .expect("valid request");
+        assert_eq!(req.headers()[CONTENT_LENGTH], "0");
     }
 
     #[test]

@@ -25,7 +25,12 @@ pub struct Args {
     pub unix_socket: Option<PathBuf>,
 
     /// SQLite database file (created with its directory if missing).
-    #[arg(long, env = "SPOOLD_DB", default_value = "data/spoold.db", value_name = "PATH")]
+    #[arg(
+        long,
+        env = "SPOOLD_DB",
+        default_value = "data/spoold.db",
+        value_name = "PATH"
+    )]
     pub db: PathBuf,
 
     /// Refuse new deliveries (507 journal_full) once the database is this large; 0 = no limit.
@@ -37,7 +42,12 @@ pub struct Args {
     pub concurrency: u32,
 
     /// Requests in flight at once to one target (`scheme://host:port`).
-    #[arg(long, alias = "per-target-workers", default_value_t = 8, value_name = "N")]
+    #[arg(
+        long,
+        alias = "per-target-workers",
+        default_value_t = 8,
+        value_name = "N"
+    )]
     pub per_target_concurrency: u32,
 
     /// Time limit of one attempt, from connect to the last byte read.
@@ -123,7 +133,9 @@ impl Args {
     pub fn into_config(self) -> Result<Config, ConfigError> {
         let err = |m: &str| Err(ConfigError(m.to_owned()));
         let listen = match self.unix_socket {
-            Some(path) if !path.is_absolute() => return err("--unix-socket must be an absolute path"),
+            Some(path) if !path.is_absolute() => {
+                return err("--unix-socket must be an absolute path")
+            }
             Some(path) => Listen::Unix(path),
             None => match self.listen.parse::<SocketAddr>() {
                 Ok(addr) => Listen::Tcp(addr),
@@ -227,7 +239,10 @@ mod tests {
     #[test]
     fn defaults() {
         let c = parse(&[]).expect("defaults are valid");
-        assert_eq!(c.listen, Listen::Tcp("127.0.0.1:8080".parse().expect("addr")));
+        assert_eq!(
+            c.listen,
+            Listen::Tcp("127.0.0.1:8080".parse().expect("addr"))
+        );
         assert_eq!(c.db, PathBuf::from("data/spoold.db"));
         assert_eq!(c.max_db_bytes, 1 << 30);
         assert_eq!((c.concurrency, c.per_target_concurrency), (64, 8));
@@ -249,7 +264,10 @@ mod tests {
             "64MiB",
         ])
         .expect("valid");
-        assert_eq!(c.listen, Listen::Tcp("127.0.0.1:9000".parse().expect("addr")));
+        assert_eq!(
+            c.listen,
+            Listen::Tcp("127.0.0.1:9000".parse().expect("addr"))
+        );
         assert_eq!((c.concurrency, c.per_target_concurrency), (4, 2));
         assert!(c.allow_private_targets);
         assert_eq!(c.max_db_bytes, 64 << 20);
@@ -260,7 +278,10 @@ mod tests {
         let cases: &[(&[&str], &str)] = &[
             (&["--lease", "5s"], "must be longer than --request-timeout"),
             (&["--concurrency", "0"], "at least 1"),
-            (&["--per-target-concurrency", "65"], "between 1 and --concurrency"),
+            (
+                &["--per-target-concurrency", "65"],
+                "between 1 and --concurrency",
+            ),
             (&["--unix-socket", "rel/path.sock"], "absolute"),
             (&["--listen", "localhost"], "not an address"),
             (&["--request-timeout", "10"], "missing unit"),
@@ -275,9 +296,7 @@ mod tests {
 
     #[test]
     fn values_that_look_like_flags_are_kept() {
-        let argv = normalize_go_flags(
-            ["spoold", "--db", "-odd-name.db", "-h"].map(String::from),
-        );
+        let argv = normalize_go_flags(["spoold", "--db", "-odd-name.db", "-h"].map(String::from));
         assert_eq!(argv, ["spoold", "--db", "-odd-name.db", "-h"]);
     }
 }

@@ -123,7 +123,8 @@ impl Deliverer {
         match sent {
             None => {
                 result.error_code = Some("shutdown".into());
-                result.error = Some("attempt interrupted by shutdown; it will be sent again".into());
+                result.error =
+                    Some("attempt interrupted by shutdown; it will be sent again".into());
             }
             Some(Ok(resp)) => {
                 result.http_status = Some(resp.status);
@@ -188,7 +189,10 @@ fn request_headers(claimed: &Claimed) -> http::HeaderMap {
     if let Ok(v) = HeaderValue::from_str(&claimed.id) {
         headers.insert(spool_proto::DELIVERY_ID_HEADER, v);
     }
-    headers.insert(spool_proto::ATTEMPT_HEADER, HeaderValue::from(claimed.attempt));
+    headers.insert(
+        spool_proto::ATTEMPT_HEADER,
+        HeaderValue::from(claimed.attempt),
+    );
     headers
 }
 

@@ -20,6 +20,7 @@ mod deliver;
 pub mod logging;
 pub mod metrics;
 pub mod outbound;
+mod retention;
 pub mod retry;
 mod scheduler;
 mod submission;
@@ -103,7 +104,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     // rather than waiting for their leases to run out (at-least-once).
     let reclaimed = store.reclaim(false).await?;
     if reclaimed > 0 {
-        info!(count = reclaimed, "reclaimed in-flight deliveries left by a previous process");
+        info!(
+            count = reclaimed,
+            "reclaimed in-flight deliveries left by a previous process"
+        );
     }
 
     let policy = outbound::AddressPolicy {
@@ -111,7 +115,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         allowed: Vec::new(),
     };
     if config.allow_private_targets {
-        warn!("--allow-private-targets is set: deliveries may reach loopback and internal networks");
+        warn!(
+            "--allow-private-targets is set: deliveries may reach loopback and internal networks"
+        );
     }
     let outbound = outbound::Outbound::new(
         policy.clone(),
@@ -154,11 +160,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             let listener = unix_socket::bind(path).map_err(StartError::Socket)?;
             let serve = axum::serve(listener, router)
                 .with_graceful_shutdown(stop.clone().cancelled_owned());
-            (Bound::Unix(path.clone()), tokio::spawn(async move { serve.await }))
+            (
+                Bound::Unix(path.clone()),
+                tokio::spawn(async move { serve.await }),
+            )
         }
     };
     info!(addr = %bound, db = %config.db.display(), "listening");
 
+    let deliverer_metrics = Arc::clone(&metrics);
     let deliverer = Arc::new(deliver::Deliverer {
         store: store.clone(),
         outbound,
@@ -179,7 +189,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     };
     let attempts = TaskTracker::new();
     let interrupt = CancellationToken::new();
-    let scheduler_task = tokio::spawn(scheduler.run(stop.clone(), interrupt.clone(), attempts.clone()));
+    let scheduler_task =
+        tokio::spawn(scheduler.run(stop.clone(), interrupt.clone(), attempts.clone()));
+
+    let retention_task = tokio::spawn(retention::run(
+        store.clone(),
+        config.terminal_retention,
+        Arc::clone(&deliverer_metrics),
+        stop.clone(),
+    ));
 
     let task_stop = stop.clone();
     let task_bound = bound.clone();
@@ -188,6 +206,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         task_stop.cancelled().await;
         info!("shutting down: no new requests or claims");
         let _ = scheduler_task.await;
+        let _ = retention_task.await;
         attempts.close();
         if tokio::time::timeout(shutdown_timeout, attempts.wait())
             .await

@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use spool_store::model::{Stats, DeliveryStatus};
+use spool_store::model::{DeliveryStatus, Stats};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabel {
@@ -46,6 +46,7 @@ pub struct Metrics {
     pub blocked: Counter,
     pub admission_rejections: Counter,
     pub expired: Counter,
+    pub pruned: Counter,
     pub allow_private_targets: Gauge,
 }
 
@@ -78,12 +79,25 @@ impl Metrics {
             blocked: Counter::default(),
             admission_rejections: Counter::default(),
             expired: Counter::default(),
+            pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
             registry: Registry::default(),
         };
-        registry.register("spoold_deliveries", "Current deliveries by status", m.deliveries.clone());
-        registry.register("spoold_delivery_attempts", "Outbound delivery attempts", m.attempts.clone());
-        registry.register("spoold_delivery_results", "Recorded delivery results", m.results.clone());
+        registry.register(
+            "spoold_deliveries",
+            "Current deliveries by status",
+            m.deliveries.clone(),
+        );
+        registry.register(
+            "spoold_delivery_attempts",
+            "Outbound delivery attempts",
+            m.attempts.clone(),
+        );
+        registry.register(
+            "spoold_delivery_results",
+            "Recorded delivery results",
+            m.results.clone(),
+        );
         registry.register(
             "spoold_attempt_duration_seconds",
             "Duration of delivery attempts by outcome",
@@ -145,16 +159,29 @@ impl Metrics {
             m.expired.clone(),
         );
         registry.register(
+            "spoold_journal_pruned_deliveries",
+            "Terminal deliveries removed by retention",
+            m.pruned.clone(),
+        );
+        registry.register(
             "spoold_config_allow_private_targets",
             "1 if --allow-private-targets is set",
             m.allow_private_targets.clone(),
         );
         m.db_max_bytes.set(max_db_bytes as i64);
-        m.allow_private_targets.set(i64::from(allow_private_targets));
+        m.allow_private_targets
+            .set(i64::from(allow_private_targets));
         for status in DeliveryStatus::ALL {
-            let _ = m.deliveries.get_or_create(&StatusLabel { status: status.as_str() });
+            let _ = m.deliveries.get_or_create(&StatusLabel {
+                status: status.as_str(),
+            });
         }
-        for result in ["succeeded", "retryable_failure", "terminal_failure", "interrupted"] {
+        for result in [
+            "succeeded",
+            "retryable_failure",
+            "terminal_failure",
+            "interrupted",
+        ] {
             let _ = m.results.get_or_create(&ResultLabel { result });
         }
         Metrics { registry, ..m }
@@ -169,7 +196,9 @@ impl Metrics {
                 .find(|(s, _)| *s == status)
                 .map_or(0, |(_, n)| *n);
             self.deliveries
-                .get_or_create(&StatusLabel { status: status.as_str() })
+                .get_or_create(&StatusLabel {
+                    status: status.as_str(),
+                })
                 .set(n as i64);
         }
         self.db_bytes.set(stats.db_bytes as i64);

@@ -64,7 +64,11 @@ fn jitter(id: &str, attempt: u32) -> f64 {
 /// The delay a `Retry-After` header asks for (delta-seconds or an HTTP date), at most
 /// [`MAX_RETRY_AFTER`]. `None` if absent or unreadable.
 pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let value = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let value = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
     let wait = if let Ok(secs) = value.parse::<u64>() {
         Duration::from_secs(secs)
     } else {
@@ -133,8 +137,13 @@ mod tests {
         };
         for attempt in 1..=8u32 {
             let nominal = f64::from(1u32 << (attempt - 1));
-            let d = b.delay("0190f3c2a1b27c4e9d0a5b6c7d8e9f01", attempt).as_secs_f64();
-            assert!(d >= nominal * 0.8 - 1e-9 && d <= nominal * 1.2 + 1e-9, "{attempt}: {d}");
+            let d = b
+                .delay("0190f3c2a1b27c4e9d0a5b6c7d8e9f01", attempt)
+                .as_secs_f64();
+            assert!(
+                d >= nominal * 0.8 - 1e-9 && d <= nominal * 1.2 + 1e-9,
+                "{attempt}: {d}"
+            );
         }
         for attempt in [9, 12, 30, 100, u32::MAX] {
             let d = b.delay("x", attempt);
@@ -176,8 +185,14 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(http::header::RETRY_AFTER, "60".parse().expect("value"));
         let plain = b.delay("x", 1);
-        assert_eq!(next_delay(&b, "x", 1, Some(429), Some(&h), now), Duration::from_secs(60));
-        assert_eq!(next_delay(&b, "x", 1, Some(503), Some(&h), now), Duration::from_secs(60));
+        assert_eq!(
+            next_delay(&b, "x", 1, Some(429), Some(&h), now),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            next_delay(&b, "x", 1, Some(503), Some(&h), now),
+            Duration::from_secs(60)
+        );
         assert_eq!(next_delay(&b, "x", 1, Some(500), Some(&h), now), plain);
         h.insert(http::header::RETRY_AFTER, "0".parse().expect("value"));
         assert_eq!(next_delay(&b, "x", 1, Some(429), Some(&h), now), plain);

@@ -63,7 +63,10 @@ impl Scheduler {
                 match self.store.claim_due(free, capacity, lease_ms).await {
                     Ok(batch) => {
                         if batch.expired > 0 {
-                            self.deliverer.metrics.expired.inc_by(u64::from(batch.expired));
+                            self.deliverer
+                                .metrics
+                                .expired
+                                .inc_by(u64::from(batch.expired));
                         }
                         let claimed = batch.claimed.len() as u32;
                         for c in batch.claimed {

@@ -192,8 +192,11 @@ fn decode_body(req: &CreateDelivery) -> Result<Body, Rejection> {
 fn parse_time_field(name: &str, value: Option<&str>) -> Result<Option<Millis>, Rejection> {
     value
         .map(|v| {
-            units::parse_time(v)
-                .map_err(|_| invalid(format!("{name} must be an RFC 3339 time, e.g. 2026-07-18T12:00:00Z")))
+            units::parse_time(v).map_err(|_| {
+                invalid(format!(
+                    "{name} must be an RFC 3339 time, e.g. 2026-07-18T12:00:00Z"
+                ))
+            })
         })
         .transpose()
 }
@@ -212,7 +215,9 @@ fn normalize_headers(
             .iter()
             .any(|m| m.eq_ignore_ascii_case(&canonical))
         {
-            return Err(invalid(format!("header {canonical:?} is managed by spoold")));
+            return Err(invalid(format!(
+                "header {canonical:?} is managed by spoold"
+            )));
         }
         let value = value.unwrap_or_default();
         if value.contains(['\r', '\n']) {
@@ -288,8 +293,18 @@ fn fingerprint(
     };
     field(kind);
     field(body.bytes());
-    field(not_before.map(|t| t.to_string()).unwrap_or_default().as_bytes());
-    field(expires_at.map(|t| t.to_string()).unwrap_or_default().as_bytes());
+    field(
+        not_before
+            .map(|t| t.to_string())
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    field(
+        expires_at
+            .map(|t| t.to_string())
+            .unwrap_or_default()
+            .as_bytes(),
+    );
     h.finalize().to_vec()
 }
 
@@ -336,7 +351,10 @@ mod tests {
             ]
         );
         assert_eq!(d.id.len(), 32);
-        assert!(d.id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(d
+            .id
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         let d = check(json!({"targetUrl": "http://h/", "method": ""})).expect("valid");
         assert_eq!(d.method, "POST");
     }
@@ -361,7 +379,10 @@ mod tests {
             assert!(r.message.contains(want), "{bytes:?}: {}", r.message);
         }
         let big = vec![b' '; spool_proto::MAX_REQUEST_BYTES + 1];
-        assert!(decode(&big).expect_err("too big").message.contains("too large"));
+        assert!(decode(&big)
+            .expect_err("too big")
+            .message
+            .contains("too large"));
         assert_eq!(
             rejected(json!({"targetUrl":"http://h/","body":{},"bodyBase64":""})).0,
             ErrorCode::InvalidRequest
@@ -389,22 +410,70 @@ mod tests {
             (json!({"targetUrl":"not a url"}), "parse target URL"),
             (json!({"targetUrl":"http://u:p@h/"}), "user information"),
             (json!({"targetUrl":"http://h/#frag"}), "fragment"),
-            (json!({"targetUrl":"http://h/","idempotencyKey": long_key}), "256 bytes"),
-            (json!({"targetUrl":"http://h/","method":"GE T"}), "invalid characters"),
-            (json!({"targetUrl":"http://h/","method":"GET/"}), "invalid characters"),
-            (json!({"targetUrl":"http://h/","maxAttempts":101}), "between 1 and 100"),
-            (json!({"targetUrl":"http://h/","maxAttempts":-1}), "between 1 and 100"),
-            (json!({"targetUrl":"http://h/","headers":{"":"v"}}), "invalid header name"),
-            (json!({"targetUrl":"http://h/","headers":{"a b":"v"}}), "invalid header name"),
-            (json!({"targetUrl":"http://h/","headers":{"host":"v"}}), "managed by spoold"),
-            (json!({"targetUrl":"http://h/","headers":{"X-SPOOLD-ATTEMPT":"1"}}), "managed"),
-            (json!({"targetUrl":"http://h/","headers":{"x-spoold-delivery-id":"1"}}), "managed"),
-            (json!({"targetUrl":"http://h/","headers":{"Transfer-Encoding":"x"}}), "managed"),
-            (json!({"targetUrl":"http://h/","headers":{"A":"x\r\ny"}}), "newline"),
-            (json!({"targetUrl":"http://h/","headers":{"A":"x\u{0}"}}), "control character"),
-            (json!({"targetUrl":"http://h/","headers":{"a":"1","A":"2"}}), "duplicated"),
-            (json!({"targetUrl":"http://h/","notBefore":"tomorrow"}), "RFC 3339"),
-            (json!({"targetUrl":"http://h/","expiresAt":"2020-01-01T00:00:00Z"}), "future"),
+            (
+                json!({"targetUrl":"http://h/","idempotencyKey": long_key}),
+                "256 bytes",
+            ),
+            (
+                json!({"targetUrl":"http://h/","method":"GE T"}),
+                "invalid characters",
+            ),
+            (
+                json!({"targetUrl":"http://h/","method":"GET/"}),
+                "invalid characters",
+            ),
+            (
+                json!({"targetUrl":"http://h/","maxAttempts":101}),
+                "between 1 and 100",
+            ),
+            (
+                json!({"targetUrl":"http://h/","maxAttempts":-1}),
+                "between 1 and 100",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"":"v"}}),
+                "invalid header name",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"a b":"v"}}),
+                "invalid header name",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"host":"v"}}),
+                "managed by spoold",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"X-SPOOLD-ATTEMPT":"1"}}),
+                "managed",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"x-spoold-delivery-id":"1"}}),
+                "managed",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"Transfer-Encoding":"x"}}),
+                "managed",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"A":"x\r\ny"}}),
+                "newline",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"A":"x\u{0}"}}),
+                "control character",
+            ),
+            (
+                json!({"targetUrl":"http://h/","headers":{"a":"1","A":"2"}}),
+                "duplicated",
+            ),
+            (
+                json!({"targetUrl":"http://h/","notBefore":"tomorrow"}),
+                "RFC 3339",
+            ),
+            (
+                json!({"targetUrl":"http://h/","expiresAt":"2020-01-01T00:00:00Z"}),
+                "future",
+            ),
             (
                 json!({"targetUrl":"http://h/","notBefore":"2030-01-02T00:00:00Z",
                        "expiresAt":"2030-01-01T00:00:00Z"}),
@@ -443,8 +512,8 @@ mod tests {
     #[test]
     fn bodies_keep_their_bytes() {
         let raw = br#"{"targetUrl":"http://h/","body":  {"a" :[1, 2 ], "s":"<&>"}  }"#;
-        let d = validate(decode(raw).expect("json"), NOW, &AddressPolicy::default())
-            .expect("valid");
+        let d =
+            validate(decode(raw).expect("json"), NOW, &AddressPolicy::default()).expect("valid");
         assert_eq!(d.body, Body::Json(br#"{"a" :[1, 2 ], "s":"<&>"}"#.to_vec()));
         let d = check(json!({"targetUrl":"http://h/","bodyBase64":"AP8K\r\n"})).expect("valid");
         assert_eq!(d.body, Body::Binary(vec![0x00, 0xff, 0x0a]));

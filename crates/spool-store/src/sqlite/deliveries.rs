@@ -401,7 +401,9 @@ pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<Transiti
         conn.prepare_cached(
             "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
              cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, last_error = NULL, \
-             last_error_code = NULL, last_response_code = NULL, updated_at = ?2 WHERE id = ?1",
+             last_error_code = NULL, last_response_code = NULL, updated_at = ?2, \
+             expires_at = CASE WHEN expires_at <= ?2 THEN NULL ELSE expires_at END \
+             WHERE id = ?1",
         )
         .and_then(|mut st| st.execute(params![id, now]))
         .map_err(map_err)
@@ -424,6 +426,42 @@ fn transition(
     apply(conn)?;
     let updated = get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
     Ok(TransitionOutcome::Done(updated))
+}
+
+/// Remove up to `limit` finished deliveries last updated at or before `cutoff`, with their
+/// attempts and idempotency keys. Pending and in-flight work is never touched.
+pub(crate) fn purge_finished(conn: &Connection, cutoff: Millis, limit: u32) -> Result<u64> {
+    let rows: Vec<(String, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT id, idempotency_key FROM deliveries \
+             WHERE status IN ('succeeded', 'failed', 'canceled') AND updated_at <= ?1 \
+             ORDER BY updated_at LIMIT ?2",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![cutoff, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(map_err)?;
+    for (id, key) in &rows {
+        conn.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
+            .and_then(|mut st| st.execute([id]))
+            .map_err(map_err)?;
+        if let Some(key) = key {
+            conn.prepare_cached("DELETE FROM idempotency_keys WHERE key = ?1 AND delivery_id = ?2")
+                .and_then(|mut st| st.execute([key, id]))
+                .map_err(map_err)?;
+        }
+        conn.prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+            .and_then(|mut st| st.execute([id]))
+            .map_err(map_err)?;
+    }
+    Ok(rows.len() as u64)
+}
+
+/// Hand up to `pages` free pages back to the filesystem.
+pub(crate) fn reclaim_space(conn: &Connection, pages: u32) -> Result<()> {
+    conn.execute_batch(&format!("PRAGMA incremental_vacuum({pages})"))
+        .map_err(map_err)
 }
 
 pub(crate) fn get(conn: &Connection, id: &str) -> Result<Option<Delivery>> {

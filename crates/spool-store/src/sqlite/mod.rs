@@ -207,6 +207,23 @@ impl SqliteStore {
             .await
     }
 
+    /// See [`crate::Store::purge_finished`].
+    pub async fn purge_finished(&self, older_than_ms: i64, limit: u32) -> Result<u64> {
+        let removed = self
+            .inner
+            .writer
+            .write(move |c| deliveries::purge_finished(c, now_ms() - older_than_ms, limit))
+            .await?;
+        if removed > 0 {
+            // A separate, small job: space comes back in steps without holding the writer long.
+            self.inner
+                .writer
+                .write(|c| deliveries::reclaim_space(c, 2048))
+                .await?;
+        }
+        Ok(removed)
+    }
+
     /// A real write that must reach the disk: proves the store can write right now.
     pub async fn ping(&self) -> Result<()> {
         self.inner

@@ -28,7 +28,14 @@ echo '{"fields":{"message":"database is locked by another spoold"}}' >&2
 exit 1
 "#;
 
+/// Never logs `listening`; keeps stderr open.
 const SILENT_DAEMON: &str = r#"#!/bin/sh
+echo "starting" >&2
+exec sleep 300 </dev/null >/dev/null
+"#;
+
+/// Never logs `listening`; closes stderr but keeps running.
+const MUTE_DAEMON: &str = r#"#!/bin/sh
 echo "starting" >&2
 exec sleep 300 </dev/null >/dev/null 2>/dev/null
 "#;
@@ -109,14 +116,16 @@ async fn exit_before_ready_is_an_error_with_stderr() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn not_ready_in_time_is_an_error() -> anyhow::Result<()> {
-    let dir = TempDir::new()?;
-    let opts = options(&dir, SILENT_DAEMON).ready_timeout(Duration::from_millis(300));
-    let err = DaemonProcess::start(opts)
-        .await
-        .expect_err("the script never logs listening");
-    let message = format!("{err:#}");
-    assert!(message.contains("not ready within"), "{message}");
-    assert!(message.contains("starting"), "{message}");
+    for script in [SILENT_DAEMON, MUTE_DAEMON] {
+        let dir = TempDir::new()?;
+        let opts = options(&dir, script).ready_timeout(Duration::from_millis(300));
+        let err = DaemonProcess::start(opts)
+            .await
+            .expect_err("the script never logs listening");
+        let message = format!("{err:#}");
+        assert!(message.contains("not ready within"), "{message}");
+        assert!(message.contains("starting"), "{message}");
+    }
     Ok(())
 }
 

@@ -14,8 +14,7 @@ use spool_proto::{units, CreateDelivery, MAX_BODY_BYTES};
 
 use crate::cli::{RequestArgs, SendArgs, UsageError};
 use crate::client::Client;
-use crate::commands::wait;
-use crate::commands::Exit;
+use crate::commands::{wait, Exit};
 use crate::output::{Details, Output};
 
 pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {

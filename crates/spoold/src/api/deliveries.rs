@@ -38,8 +38,11 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
     let bytes = match axum::body::to_bytes(body, spool_proto::MAX_REQUEST_BYTES).await {
         Ok(b) => b,
         Err(_) => {
-            return ApiError::new(ErrorCode::InvalidRequest, "decode JSON: request body too large")
-                .into_response()
+            return ApiError::new(
+                ErrorCode::InvalidRequest,
+                "decode JSON: request body too large",
+            )
+            .into_response()
         }
     };
     let new = match submission::decode(&bytes)
@@ -140,8 +143,11 @@ pub async fn list(
         }
     };
     let page = state.store.list(status, limit, cursor).await?;
-    let deliveries: Vec<DeliveryView> =
-        page.deliveries.into_iter().map(|d| view(d, false)).collect();
+    let deliveries: Vec<DeliveryView> = page
+        .deliveries
+        .into_iter()
+        .map(|d| view(d, false))
+        .collect();
     Ok(json(
         StatusCode::OK,
         &DeliveryList {
@@ -333,7 +339,9 @@ pub fn is_secret_header(name: &str) -> bool {
 }
 
 fn is_delivery_id(s: &str) -> bool {
-    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Query parameters, first value wins (as in spoold).

@@ -79,8 +79,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status =
-            StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         json(status, &ErrorBody::new(self.code, self.message))
     }
 }
@@ -93,7 +93,10 @@ impl From<spool_store::StoreError> for ApiError {
                 ErrorCode::StorageFull,
                 "storage is full; nothing was written",
             ),
-            _ => ApiError::new(ErrorCode::InternalError, "delivery state could not be updated"),
+            _ => ApiError::new(
+                ErrorCode::InternalError,
+                "delivery state could not be updated",
+            ),
         }
     }
 }
@@ -105,7 +108,10 @@ pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
             body.push(b'\n');
             (
                 status,
-                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                )],
                 body,
             )
                 .into_response()
@@ -122,7 +128,10 @@ async fn not_found() -> ApiError {
 }
 
 async fn method_not_allowed() -> ApiError {
-    ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "method not allowed on this route",
+    )
 }
 
 /// One log line per API request, with the route pattern rather than the raw path.

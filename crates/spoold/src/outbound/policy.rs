@@ -13,32 +13,100 @@ use std::str::FromStr;
 const DENIED_V4: &[(Ipv4Addr, u8, &str)] = &[
     (Ipv4Addr::new(0, 0, 0, 0), 8, "this-network 0.0.0.0/8"),
     (Ipv4Addr::new(10, 0, 0, 0), 8, "private 10.0.0.0/8"),
-    (Ipv4Addr::new(100, 64, 0, 0), 10, "shared address space 100.64.0.0/10"),
+    (
+        Ipv4Addr::new(100, 64, 0, 0),
+        10,
+        "shared address space 100.64.0.0/10",
+    ),
     (Ipv4Addr::new(127, 0, 0, 0), 8, "loopback 127.0.0.0/8"),
-    (Ipv4Addr::new(169, 254, 0, 0), 16, "link-local 169.254.0.0/16"),
+    (
+        Ipv4Addr::new(169, 254, 0, 0),
+        16,
+        "link-local 169.254.0.0/16",
+    ),
     (Ipv4Addr::new(172, 16, 0, 0), 12, "private 172.16.0.0/12"),
-    (Ipv4Addr::new(192, 0, 0, 0), 24, "IETF protocol assignments 192.0.0.0/24"),
-    (Ipv4Addr::new(192, 0, 2, 0), 24, "documentation 192.0.2.0/24"),
-    (Ipv4Addr::new(192, 88, 99, 0), 24, "6to4 relay anycast 192.88.99.0/24"),
+    (
+        Ipv4Addr::new(192, 0, 0, 0),
+        24,
+        "IETF protocol assignments 192.0.0.0/24",
+    ),
+    (
+        Ipv4Addr::new(192, 0, 2, 0),
+        24,
+        "documentation 192.0.2.0/24",
+    ),
+    (
+        Ipv4Addr::new(192, 88, 99, 0),
+        24,
+        "6to4 relay anycast 192.88.99.0/24",
+    ),
     (Ipv4Addr::new(192, 168, 0, 0), 16, "private 192.168.0.0/16"),
-    (Ipv4Addr::new(198, 18, 0, 0), 15, "benchmarking 198.18.0.0/15"),
-    (Ipv4Addr::new(198, 51, 100, 0), 24, "documentation 198.51.100.0/24"),
-    (Ipv4Addr::new(203, 0, 113, 0), 24, "documentation 203.0.113.0/24"),
+    (
+        Ipv4Addr::new(198, 18, 0, 0),
+        15,
+        "benchmarking 198.18.0.0/15",
+    ),
+    (
+        Ipv4Addr::new(198, 51, 100, 0),
+        24,
+        "documentation 198.51.100.0/24",
+    ),
+    (
+        Ipv4Addr::new(203, 0, 113, 0),
+        24,
+        "documentation 203.0.113.0/24",
+    ),
     (Ipv4Addr::new(224, 0, 0, 0), 4, "multicast 224.0.0.0/4"),
     (Ipv4Addr::new(240, 0, 0, 0), 4, "reserved 240.0.0.0/4"),
-    (Ipv4Addr::new(255, 255, 255, 255), 32, "broadcast 255.255.255.255/32"),
+    (
+        Ipv4Addr::new(255, 255, 255, 255),
+        32,
+        "broadcast 255.255.255.255/32",
+    ),
 ];
 
 /// IPv6 ranges denied outright (the embedded-IPv4 forms are handled separately).
 const DENIED_V6: &[(Ipv6Addr, u8, &str)] = &[
-    (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48, "local-use NAT64 64:ff9b:1::/48"),
-    (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64, "discard-only 100::/64"),
-    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32, "documentation 2001:db8::/32"),
-    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32, "Teredo 2001::/32"),
-    (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7, "unique local fc00::/7"),
-    (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10, "link-local fe80::/10"),
-    (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10, "site-local fec0::/10"),
-    (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8, "multicast ff00::/8"),
+    (
+        Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0),
+        48,
+        "local-use NAT64 64:ff9b:1::/48",
+    ),
+    (
+        Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0),
+        64,
+        "discard-only 100::/64",
+    ),
+    (
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0),
+        32,
+        "documentation 2001:db8::/32",
+    ),
+    (
+        Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0),
+        32,
+        "Teredo 2001::/32",
+    ),
+    (
+        Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
+        7,
+        "unique local fc00::/7",
+    ),
+    (
+        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        "link-local fe80::/10",
+    ),
+    (
+        Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0),
+        10,
+        "site-local fec0::/10",
+    ),
+    (
+        Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
+        8,
+        "multicast ff00::/8",
+    ),
 ];
 
 /// Why an address is refused: the rule that matched.
@@ -157,9 +225,8 @@ fn deny_rule_v6(ip: Ipv6Addr) -> Option<String> {
     if ip.is_loopback() {
         return Some("loopback ::1/128".into());
     }
-    let embedded = |v4: Ipv4Addr, form: &str| {
-        deny_rule_v4(v4).map(|rule| format!("{form} of {v4}: {rule}"))
-    };
+    let embedded =
+        |v4: Ipv4Addr, form: &str| deny_rule_v4(v4).map(|rule| format!("{form} of {v4}: {rule}"));
     let low32 = Ipv4Addr::from(u128::from(ip) as u32);
     // ::ffff:0:0/96, IPv4-mapped.
     if seg[..6] == [0, 0, 0, 0, 0, 0xffff] {
@@ -167,8 +234,7 @@ fn deny_rule_v6(ip: Ipv6Addr) -> Option<String> {
     }
     // ::/96, IPv4-compatible (deprecated, but still routed by some stacks).
     if seg[..6] == [0; 6] {
-        return embedded(low32, "IPv4-compatible address")
-            .or_else(|| Some("IPv4-compatible ::/96".into()));
+        return embedded(low32, "IPv4-compatible address");
     }
     // 64:ff9b::/96, well-known NAT64 prefix.
     if seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
@@ -194,12 +260,20 @@ fn unmap(ip: IpAddr) -> IpAddr {
 }
 
 fn in_v4(ip: Ipv4Addr, net: Ipv4Addr, prefix: u8) -> bool {
-    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - prefix)
+    };
     u32::from(ip) & mask == u32::from(net) & mask
 }
 
 fn in_v6(ip: Ipv6Addr, net: Ipv6Addr, prefix: u8) -> bool {
-    let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - prefix)
+    };
     u128::from(ip) & mask == u128::from(net) & mask
 }
 
@@ -294,7 +368,9 @@ mod tests {
             allowed: vec!["10.1.0.0/16".parse().expect("cidr")],
         };
         assert!(policy.check("10.1.2.3".parse().expect("addr")).is_ok());
-        assert!(policy.check("::ffff:10.1.2.3".parse().expect("addr")).is_ok());
+        assert!(policy
+            .check("::ffff:10.1.2.3".parse().expect("addr"))
+            .is_ok());
         assert!(policy.check("10.2.0.1".parse().expect("addr")).is_err());
         let open = AddressPolicy {
             allow_all: true,
@@ -316,7 +392,11 @@ mod tests {
     fn every_denied_v4_range_is_denied_in_embedded_forms() {
         for (net, prefix, _) in DENIED_V4 {
             let first = u32::from(*net);
-            let span = if *prefix == 0 { u32::MAX } else { (1u32 << (32 - prefix)) - 1 };
+            let span = if *prefix == 0 {
+                u32::MAX
+            } else {
+                (1u32 << (32 - prefix)) - 1
+            };
             for v4 in [first, first + span / 2, first + span] {
                 let v4 = Ipv4Addr::from(v4);
                 let [a, b, c, d] = v4.octets();

@@ -1,0 +1,333 @@
+//! Runs the built `spoolctl` binary: exit codes, usage errors and messages that need no daemon.
+//! Tests that need spoold boot a real one (spool-testkit) and add modules here. Network: only
+//! 127.0.0.1 and unix sockets.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// `spoolctl` with a clean environment: no inherited SPOOLD_URL or token file.
+fn spoolctl() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spoolctl"));
+    cmd.env_remove("SPOOLD_URL")
+        .env_remove("SPOOLD_TOKEN_FILE")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn run(args: &[&str]) -> Output {
+    spoolctl().args(args).output().expect("spoolctl runs")
+}
+
+fn run_with_stdin(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = spoolctl()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spoolctl runs");
+    // spoolctl may exit before reading everything; a broken pipe here is fine.
+    let _ = child.stdin.take().expect("piped stdin").write_all(stdin);
+    child.wait_with_output().expect("spoolctl finishes")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A loopback URL where nothing listens: bound to get a free port, then released.
+fn refusing_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().expect("bound address");
+    drop(listener);
+    format!("http://{addr}")
+}
+
+/// Asserts the exit code and that stderr is exactly one `spoolctl: …` line.
+fn check_error(o: &Output, code: i32, message: &str) {
+    assert_eq!(o.status.code(), Some(code), "stderr: {}", stderr(o));
+    assert_eq!(stderr(o), format!("spoolctl: {message}\n"));
+    assert!(o.stdout.is_empty(), "stdout: {}", stdout(o));
+}
+
+#[test]
+fn version() {
+    let o = run(&["version"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        stdout(&o),
+        format!("spoolctl {}\n", env!("CARGO_PKG_VERSION"))
+    );
+
+    let o = run(&["version", "--json"]);
+    assert_eq!(
+        stdout(&o),
+        format!("{{\"version\":\"{}\"}}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn version_and_completion_ignore_a_bad_server() {
+    let o = spoolctl()
+        .arg("version")
+        .env("SPOOLD_URL", "ftp://nowhere")
+        .output()
+        .expect("spoolctl runs");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn completion_scripts() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = run(&["completion", shell]);
+        assert_eq!(o.status.code(), Some(0), "{shell}: {}", stderr(&o));
+        let script = stdout(&o);
+        assert!(script.contains("spoolctl"), "{shell}");
+        assert!(script.contains("send"), "{shell}");
+    }
+    assert_eq!(run(&["completion", "tcsh"]).status.code(), Some(2));
+}
+
+#[test]
+fn help_documents_exit_codes() {
+    let o = run(&["wait", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = stdout(&o);
+    for line in [
+        "3  the delivery failed",
+        "4  the delivery was canceled",
+        "5  timed out",
+    ] {
+        assert!(help.contains(line), "{help}");
+    }
+}
+
+#[test]
+fn clap_usage_errors_exit_2() {
+    for args in [
+        &[][..],
+        &["frobnicate"][..],
+        &["send"][..],
+        &["send", "http://127.0.0.1:1/", "--max-attempts", "0"][..],
+        &["send", "http://127.0.0.1:1/", "--expires-in", "10"][..],
+        &["send", "http://127.0.0.1:1/", "--timeout", "1s"][..],
+        &["get"][..],
+        &["list", "--limit", "501"][..],
+        &["list", "--status", "done"][..],
+        &["wait", "x", "--timeout", "soon"][..],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn send_usage_errors_exit_2_before_any_request() {
+    let server = refusing_server();
+    let s = server.as_str();
+    let url = "http://127.0.0.1:9/events";
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["send", url, "-d", "{not json"],
+            "request body must be valid JSON",
+        ),
+        (
+            &["send", url, "-d", "{}", "--data-file", "-"],
+            "--data, --data-file, and --data-binary cannot be used together",
+        ),
+        (
+            &["send", url, "--data-file", "a", "--data-binary", "b"],
+            "--data, --data-file, and --data-binary cannot be used together",
+        ),
+        (
+            &["send", url, "-H", "NoColon"],
+            "header must use 'Name: value' form",
+        ),
+        (
+            &["send", url, "-H", "x-a: 1", "-H", "X-A: 2"],
+            "header \"X-A\" was provided more than once",
+        ),
+        (
+            &["send", url, "--expires-in", "0"],
+            "--expires-in must be greater than zero",
+        ),
+        (
+            &["send", url, "--wait", "--interval", "1ms"],
+            "--interval must be at least 10ms",
+        ),
+        (&["get", " "], "delivery ID must not be empty"),
+    ];
+    for (args, message) in cases {
+        let o = spoolctl()
+            .args(*args)
+            .args(["--server", s])
+            .output()
+            .expect("spoolctl runs");
+        check_error(&o, 2, message);
+    }
+
+    let o = run(&["send", url, "--server", s, "--not-before", "tomorrow"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).starts_with("spoolctl: --not-before: invalid time"));
+}
+
+#[test]
+fn json_from_stdin_is_validated() {
+    let server = refusing_server();
+    let o = run_with_stdin(
+        &[
+            "send",
+            "http://127.0.0.1:9/",
+            "--data-file",
+            "-",
+            "--server",
+            &server,
+        ],
+        b"{\"a\": ",
+    );
+    check_error(&o, 2, "request body must be valid JSON");
+}
+
+#[test]
+fn oversized_data_file_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("big.json");
+    std::fs::write(&path, vec![b' '; 1024 * 1024 + 1]).expect("write file");
+    let server = refusing_server();
+    let o = run(&[
+        "send",
+        "http://127.0.0.1:9/",
+        "--data-file",
+        path.to_str().expect("utf-8 temp path"),
+        "--server",
+        &server,
+    ]);
+    check_error(&o, 1, "request body exceeds 1048576 bytes");
+}
+
+#[test]
+fn bad_server_exits_2() {
+    let cases = [
+        ("ftp://127.0.0.1", "--server must use http, https, or unix"),
+        ("http://", "--server must include a host"),
+        (
+            "http://user@127.0.0.1:8080",
+            "--server must not include user information, a query, or a fragment",
+        ),
+        (
+            "unix://relative.sock",
+            "unix --server must contain an absolute socket path",
+        ),
+        (
+            "unix:///tmp/s.sock?x=1",
+            "unix --server must not include user information, a query, or a fragment",
+        ),
+        (
+            "https://127.0.0.1:8443",
+            "--server uses https, but spoolctl does not support TLS; \
+             use a unix:///path socket or a loopback http:// address",
+        ),
+    ];
+    for (server, message) in cases {
+        // Global options work after the subcommand…
+        check_error(&run(&["list", "--server", server]), 2, message);
+        // …before it…
+        check_error(&run(&["--server", server, "get", "x"]), 2, message);
+        // …and from the environment.
+        let o = spoolctl()
+            .args(["cancel", "x"])
+            .env("SPOOLD_URL", server)
+            .output()
+            .expect("spoolctl runs");
+        check_error(&o, 2, message);
+    }
+}
+
+#[test]
+fn refused_connection_exits_1() {
+    let server = refusing_server();
+    for args in [
+        &["list"][..],
+        &["get", "abc"][..],
+        &["attempts", "abc"][..],
+        &["retry", "abc"][..],
+        &["cancel", "abc"][..],
+        &["wait", "abc", "--timeout", "0"][..],
+        &["send", "http://127.0.0.1:9/", "-d", "{}"][..],
+    ] {
+        let o = spoolctl()
+            .args(args)
+            .args(["--server", &server])
+            .output()
+            .expect("spoolctl runs");
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        let prefix = format!("spoolctl: contact spoold at {server}: connect: ");
+        assert!(err.starts_with(&prefix), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    // SPOOLD_URL is the default for --server.
+    let o = spoolctl()
+        .arg("list")
+        .env("SPOOLD_URL", &server)
+        .output()
+        .expect("spoolctl runs");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with(&format!("spoolctl: contact spoold at {server}: ")));
+}
+
+#[test]
+fn missing_unix_socket_exits_1() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = format!("unix://{}", dir.path().join("absent.sock").display());
+    let o = run(&["list", "--server", &server]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with(&format!("spoolctl: contact spoold at {server}: connect: ")),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn unreadable_token_file_exits_1() {
+    let server = refusing_server();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("missing-token");
+    let o = run(&[
+        "list",
+        "--server",
+        &server,
+        "--token-file",
+        path_str(&missing),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with(&format!(
+            "spoolctl: read token file {}: ",
+            missing.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+
+    let empty = dir.path().join("empty-token");
+    std::fs::write(&empty, "\n").expect("write token");
+    let o = spoolctl()
+        .args(["list", "--server", &server])
+        .env("SPOOLD_TOKEN_FILE", &empty)
+        .output()
+        .expect("spoolctl runs");
+    check_error(&o, 1, &format!("token file {} is empty", empty.display()));
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}

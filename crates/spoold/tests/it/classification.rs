@@ -1,0 +1,223 @@
+//! Retry classification end to end: which responses succeed, are retried or fail at once;
+//! Retry-After; expiresAt; notBefore; blocked targets.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use spool_testkit::{Receiver, Reply};
+
+use crate::{id_of, InProcess, Targets, WAIT};
+
+/// (first response, final status, attempts, lastErrorCode)
+#[tokio::test(flavor = "multi_thread")]
+async fn status_table() {
+    let d = InProcess::boot(&[]).await;
+    let cases: &[(u16, &str, u64, Option<&str>)] = &[
+        (200, "succeeded", 1, None),
+        (201, "succeeded", 1, None),
+        (204, "succeeded", 1, None),
+        (301, "failed", 1, Some("redirect_not_followed")),
+        (302, "failed", 1, Some("redirect_not_followed")),
+        (400, "failed", 1, Some("http_status")),
+        (401, "failed", 1, Some("http_status")),
+        (404, "failed", 1, Some("http_status")),
+        (409, "failed", 1, Some("http_status")),
+        (422, "failed", 1, Some("http_status")),
+        // Retried: the second response (200) succeeds.
+        (408, "succeeded", 2, None),
+        (425, "succeeded", 2, None),
+        (429, "succeeded", 2, None),
+        (500, "succeeded", 2, None),
+        (502, "succeeded", 2, None),
+        (503, "succeeded", 2, None),
+    ];
+    let mut receivers = Vec::new();
+    for (first, ..) in cases {
+        let r = Receiver::start().await.expect("receiver");
+        let mut reply = Reply::status(*first).body(format!("reply {first}"));
+        if (300..400).contains(first) {
+            reply = reply.header("Location", "http://127.0.0.1:9/elsewhere");
+        }
+        r.push_replies([reply]);
+        let (status, created) = d
+            .api
+            .create(json!({"targetUrl": r.url("/hook")}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201);
+        receivers.push((r, id_of(&created)));
+    }
+    for ((first, want_status, want_attempts, want_code), (_r, id)) in cases.iter().zip(&receivers) {
+        let done = d
+            .api
+            .wait_status(id, &["succeeded", "failed"], WAIT)
+            .await
+            .expect("terminal");
+        assert_eq!(done["status"], *want_status, "{first}: {done}");
+        assert_eq!(
+            done["attempts"].as_u64(),
+            Some(*want_attempts),
+            "{first}: {done}"
+        );
+        assert_eq!(
+            done["lastErrorCode"].as_str(),
+            *want_code,
+            "{first}: {done}"
+        );
+        if *want_status == "failed" {
+            assert_eq!(done["lastResponseCode"].as_u64(), Some(u64::from(*first)));
+            let err = done["lastError"].as_str().expect("lastError");
+            assert!(err.starts_with(&format!("HTTP {first}")), "{err}");
+            assert!(err.contains(&format!("reply {first}")), "{err}");
+        }
+        let (_, attempts) = d.api.attempts(id).await.expect("attempts");
+        let outcomes: Vec<&str> = attempts["attempts"]
+            .as_array()
+            .expect("attempts")
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap_or("-"))
+            .collect();
+        let want: Vec<&str> = match (*want_status, *want_attempts) {
+            ("succeeded", 1) => vec!["succeeded"],
+            ("succeeded", _) => vec!["retry", "succeeded"],
+            _ => vec!["failed"],
+        };
+        assert_eq!(outcomes, want, "{first}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transport_errors_are_retried_until_max_attempts() {
+    let d = InProcess::boot(&[]).await;
+    let port = Receiver::refusing_port();
+    let (_, created) = d
+        .api
+        .create(json!({"targetUrl": format!("http://127.0.0.1:{port}/x"), "maxAttempts": 3}))
+        .await
+        .expect("create");
+    let done = d
+        .api
+        .wait_status(&id_of(&created), &["failed"], WAIT)
+        .await
+        .expect("fails after its attempts");
+    assert_eq!(done["attempts"], 3);
+    assert_eq!(done["lastErrorCode"], "connect_failed");
+    assert!(done.get("lastResponseCode").is_none(), "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_delays_the_next_attempt() {
+    let d = InProcess::boot(&[]).await;
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies([Reply::status(429).header("Retry-After", "1")]);
+    let (_, created) = d
+        .api
+        .create(json!({"targetUrl": r.url("/limited")}))
+        .await
+        .expect("create");
+    r.wait_for_requests(1, WAIT).await.expect("first attempt");
+    let first = Instant::now();
+    r.wait_for_requests(2, WAIT).await.expect("second attempt");
+    // Backoff alone would retry after ~50 ms; the server asked for a second.
+    assert!(
+        first.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        first.elapsed()
+    );
+    d.api
+        .wait_status(&id_of(&created), &["succeeded"], WAIT)
+        .await
+        .expect("succeeds");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expires_at_ends_retries_as_expired() {
+    let d = InProcess::boot(&[]).await;
+    let port = Receiver::refusing_port();
+    let expires = spool_proto::units::format_time(now_ms() + 700);
+    let (status, created) = d
+        .api
+        .create(json!({"targetUrl": format!("http://127.0.0.1:{port}/x"),
+                       "maxAttempts": 100, "expiresAt": expires}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let done = d
+        .api
+        .wait_status(&id_of(&created), &["failed"], WAIT)
+        .await
+        .expect("expires");
+    assert_eq!(done["lastErrorCode"], "expired", "{done}");
+    assert!(done["attempts"].as_u64() >= Some(1));
+    assert!(done["attempts"].as_u64() < Some(100));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn not_before_holds_the_first_attempt() {
+    let d = InProcess::boot(&[]).await;
+    let r = Receiver::start().await.expect("receiver");
+    let not_before = now_ms() + 1200;
+    let (_, created) = d
+        .api
+        .create(json!({"targetUrl": r.url("/later"),
+                       "notBefore": spool_proto::units::format_time(not_before)}))
+        .await
+        .expect("create");
+    assert_eq!(created["status"], "pending");
+    r.wait_for_requests(1, WAIT)
+        .await
+        .expect("attempted eventually");
+    assert!(now_ms() >= not_before, "attempted before notBefore");
+    d.api
+        .wait_status(&id_of(&created), &["succeeded"], WAIT)
+        .await
+        .expect("succeeds");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn blocked_targets_fail_without_retrying() {
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let d = InProcess::boot_in(dir, Targets::PolicyDefault, &[]).await;
+    let r = Receiver::start().await.expect("receiver");
+    // An IP literal is judged at submission.
+    let (status, err) = d
+        .api
+        .create(json!({"targetUrl": r.url("/x")}))
+        .await
+        .expect("create");
+    assert_eq!(status, 400);
+    assert_eq!(err["error"]["code"], "target_blocked");
+    // A name is judged when resolved: localhost resolves to loopback (from /etc/hosts).
+    let (status, created) = d
+        .api
+        .create(json!({"targetUrl": format!("http://localhost:{}/x", r.port()), "maxAttempts": 5}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201);
+    let done = d
+        .api
+        .wait_status(&id_of(&created), &["failed"], WAIT)
+        .await
+        .expect("fails");
+    assert_eq!(
+        done["attempts"], 1,
+        "blocked targets are not retried: {done}"
+    );
+    assert_eq!(done["lastErrorCode"], "target_blocked");
+    assert!(
+        done["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("loopback")),
+        "{done}"
+    );
+    assert!(
+        r.requests().is_empty(),
+        "a blocked target must not be contacted"
+    );
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

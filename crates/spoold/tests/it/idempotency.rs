@@ -1,0 +1,117 @@
+//! Idempotency keys: duplicates resolve to the original (also after a restart), different
+//! requests conflict, and concurrent duplicates create exactly one delivery.
+
+use serde_json::json;
+use spool_testkit::{Api, DaemonProcess, Receiver};
+use tempfile::TempDir;
+
+use crate::{id_of, process_opts, InProcess};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicate_returns_original_even_after_restart() {
+    let dir = TempDir::new().expect("temp dir");
+    let receiver = Receiver::start().await.expect("receiver");
+    let request = json!({
+        "targetUrl": receiver.url("/hook"),
+        "idempotencyKey": "nightly-2026-11-29",
+        "headers": {"X-Event": "build"},
+        "body": {"result": "passed"},
+    });
+    let mut daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (status, created) = api.create(request.clone()).await.expect("create");
+    assert_eq!(status, 201);
+    let (status, again) = api.create(request.clone()).await.expect("duplicate");
+    assert_eq!(status, 200);
+    assert_eq!(id_of(&again), id_of(&created));
+
+    let mut different = request.clone();
+    different["body"] = json!({"result": "failed"});
+    let (status, err) = api.create(different.clone()).await.expect("conflict");
+    assert_eq!(status, 409);
+    assert_eq!(err["error"]["code"], "idempotency_conflict");
+
+    daemon.kill9();
+    let daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let (status, after) = api.create(request).await.expect("duplicate after restart");
+    assert_eq!(status, 200);
+    assert_eq!(id_of(&after), id_of(&created));
+    let (status, _) = api.create(different).await.expect("conflict after restart");
+    assert_eq!(status, 409);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_identical_creates_make_one_delivery() {
+    let d = InProcess::boot(&[]).await;
+    let receiver = Receiver::start().await.expect("receiver");
+    let request = json!({"targetUrl": receiver.url("/x"), "idempotencyKey": "once", "body": [1]});
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        let api = d.api.clone();
+        let request = request.clone();
+        tasks.spawn(async move { api.create(request).await.expect("create") });
+    }
+    let mut statuses = Vec::new();
+    let mut ids = std::collections::HashSet::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (status, body) = joined.expect("task");
+        statuses.push(status);
+        ids.insert(id_of(&body));
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 201).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        31,
+        "{statuses:?}"
+    );
+    assert_eq!(ids.len(), 1);
+    let (_, list) = d.api.list("limit=500").await.expect("list");
+    assert_eq!(list["count"], 1, "{list}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_field_takes_part_in_the_comparison() {
+    let d = InProcess::boot(&[]).await;
+    let base = json!({"targetUrl": "http://127.0.0.1:9/a", "idempotencyKey": "k",
+                      "body": {"a": 1}, "maxAttempts": 3, "notBefore": "2099-01-01T00:00:00Z"});
+    let (status, _) = d.api.create(base.clone()).await.expect("create");
+    assert_eq!(status, 201);
+    for (field, value) in [
+        ("targetUrl", json!("http://127.0.0.1:9/b")),
+        ("method", json!("PUT")),
+        ("maxAttempts", json!(4)),
+        ("headers", json!({"X-A": "1"})),
+        ("body", json!({"a": 2})),
+        ("notBefore", json!("2099-01-02T00:00:00Z")),
+        ("expiresAt", json!("2099-06-01T00:00:00Z")),
+    ] {
+        let mut changed = base.clone();
+        changed[field] = value;
+        let (status, err) = d.api.create(changed).await.expect("create");
+        assert_eq!(status, 409, "{field}: {err}");
+    }
+    // The body is compared byte for byte: the same JSON value spelled differently conflicts.
+    let (status, _) = d
+        .api
+        .create_raw(
+            r#"{"targetUrl":"http://127.0.0.1:9/a","idempotencyKey":"k","body":{ "a": 1 },
+                "maxAttempts":3,"notBefore":"2099-01-01T00:00:00Z"}"#,
+        )
+        .await
+        .expect("create");
+    assert_eq!(status, 409);
+    // Whitespace around the key is not part of the key.
+    let mut padded = base.clone();
+    padded["idempotencyKey"] = json!("  k  ");
+    let (status, _) = d.api.create(padded).await.expect("create");
+    assert_eq!(status, 200);
+}

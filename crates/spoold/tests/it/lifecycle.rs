@@ -1,0 +1,182 @@
+//! The daemon as a process: exclusive ownership of the database, refusal of unusable files,
+//! the admission limit, graceful shutdown, health and metrics.
+
+use serde_json::json;
+use spool_testkit::{Api, DaemonProcess, Receiver, Reply};
+use tempfile::TempDir;
+
+use crate::{db_path, id_of, process_opts, InProcess, WAIT};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn second_daemon_on_the_same_database_is_refused() {
+    let dir = TempDir::new().expect("temp dir");
+    let first = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("first");
+    let (status, stderr) = DaemonProcess::run_to_exit(process_opts(&dir))
+        .await
+        .expect("second runs");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("in use by another spoold"), "{stderr}");
+    // The first one is unaffected.
+    let (status, _) = Api::new(first.base_url()).list("").await.expect("list");
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unusable_database_files_are_refused() {
+    let dir = TempDir::new().expect("temp dir");
+    let db = db_path(&dir);
+    std::fs::create_dir_all(db.parent().expect("parent")).expect("mkdir");
+    let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&db, &garbage).expect("write garbage");
+    let (status, stderr) = DaemonProcess::run_to_exit(process_opts(&dir))
+        .await
+        .expect("runs");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("corrupt or not a spoold database"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&db).expect("read back"),
+        garbage,
+        "file left untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_flags_exit_2() {
+    let dir = TempDir::new().expect("temp dir");
+    let (status, stderr) = DaemonProcess::run_to_exit(process_opts(&dir).args([
+        "--request-timeout",
+        "40s",
+        "--lease",
+        "30s",
+    ]))
+    .await
+    .expect("runs");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--lease"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admission_limit_refuses_new_work_but_not_duplicates() {
+    let dir = TempDir::new().expect("temp dir");
+    let request = json!({"targetUrl": "http://127.0.0.1:9/x", "idempotencyKey": "keep",
+                         "notBefore": "2099-01-01T00:00:00Z"});
+    let d = InProcess::boot_in(dir, crate::Targets::Loopback, &[]).await;
+    let (status, created) = d.api.create(request.clone()).await.expect("create");
+    assert_eq!(status, 201);
+    let dir = d.stop().await;
+
+    let d = InProcess::boot_in(dir, crate::Targets::Loopback, &["--max-db-bytes", "1"]).await;
+    let (status, err) = d
+        .api
+        .create(json!({"targetUrl": "http://127.0.0.1:9/new"}))
+        .await
+        .expect("create");
+    assert_eq!(status, 507, "{err}");
+    assert_eq!(err["error"]["code"], "journal_full");
+    let (status, again) = d.api.create(request).await.expect("duplicate");
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(id_of(&again), id_of(&created));
+    let (_, _, body) = d
+        .api
+        .request(http::Method::GET, "/metrics", None)
+        .await
+        .expect("metrics");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("spoold_admission_rejections_total 1"),
+        "{text}"
+    );
+    assert!(text.contains("spoold_journal_max_bytes 1"), "{text}");
+}
+
+/// SIGTERM while an attempt hangs: the daemon exits 0 within the shutdown timeout, and the
+/// interrupted attempt is not charged: with maxAttempts 1 the delivery still succeeds later.
+#[tokio::test(flavor = "multi_thread")]
+async fn graceful_shutdown_interrupts_without_charging() {
+    let dir = TempDir::new().expect("temp dir");
+    let receiver = Receiver::start().await.expect("receiver");
+    receiver.push_replies([Reply::hang()]);
+    let opts = || process_opts(&dir).args(["--shutdown-timeout", "300ms"]);
+    let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, created) = api
+        .create(json!({"targetUrl": receiver.url("/slow"), "maxAttempts": 1}))
+        .await
+        .expect("create");
+    let id = id_of(&created);
+    receiver
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("attempt started");
+    let status = daemon.terminate().await.expect("terminates");
+    assert_eq!(status.code(), Some(0), "{}", daemon.stderr());
+
+    let daemon = DaemonProcess::start(opts()).await.expect("restart");
+    let api = Api::new(daemon.base_url());
+    let done = api
+        .wait_status(&id, &["succeeded", "failed"], WAIT)
+        .await
+        .expect("done");
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let (_, history) = api.attempts(&id).await.expect("attempts");
+    let first = &history["attempts"][0];
+    assert_eq!(first["outcome"], "interrupted", "{history}");
+    assert_eq!(first["errorCode"], "shutdown", "{history}");
+    assert_eq!(history["attempts"][1]["outcome"], "succeeded", "{history}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_readiness_and_metrics() {
+    let d = InProcess::boot(&[]).await;
+    let receiver = Receiver::start().await.expect("receiver");
+    for path in ["/healthz", "/readyz"] {
+        let (status, _, body) = d
+            .api
+            .request(http::Method::GET, path, None)
+            .await
+            .expect("probe");
+        assert_eq!(
+            (status, body.as_ref()),
+            (200, b"{\"status\":\"ok\"}\n".as_slice())
+        );
+    }
+    let (_, created) = d
+        .api
+        .create(json!({"targetUrl": receiver.url("/m")}))
+        .await
+        .expect("create");
+    d.api
+        .wait_status(&id_of(&created), &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    let (status, headers, body) = d
+        .api
+        .request(http::Method::GET, "/metrics", None)
+        .await
+        .expect("metrics");
+    assert_eq!(status, 200);
+    assert!(headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/openmetrics-text")));
+    let text = String::from_utf8_lossy(&body);
+    for line in [
+        "spoold_deliveries{status=\"succeeded\"} 1",
+        "spoold_deliveries{status=\"pending\"} 0",
+        "spoold_delivery_attempts_total 1",
+        "spoold_delivery_results_total{result=\"succeeded\"} 1",
+        "spoold_config_allow_private_targets 1",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+    assert!(
+        text.contains("spoold_store_commit_duration_seconds_count"),
+        "{text}"
+    );
+    assert!(text.contains("spoold_journal_size_bytes"), "{text}");
+}

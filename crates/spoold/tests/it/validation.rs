@@ -1,0 +1,359 @@
+//! Every validation rule answers 400 with its stable code; routing errors are JSON too.
+
+use serde_json::{json, Value};
+
+use crate::{id_of, InProcess, WAIT};
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no code>")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn create_rules() {
+    let d = InProcess::boot(&[]).await;
+    let long_url = format!("http://127.0.0.1/{}", "a".repeat(4100));
+    let big_body = "x".repeat(1024 * 1024 + 10);
+    let cases: Vec<(String, &str, &str)> = vec![
+        ("".into(), "invalid_request", "EOF"),
+        ("{".into(), "invalid_request", "decode JSON"),
+        ("{}{}".into(), "invalid_request", "one JSON object"),
+        (
+            r#"{"targetUrl":"http://h/","extra":1}"#.into(),
+            "invalid_request",
+            "unknown field",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","maxAttempts":"8"}"#.into(),
+            "invalid_request",
+            "decode JSON",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","headers":{"A":1}}"#.into(),
+            "invalid_request",
+            "decode JSON",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","body":{},"bodyBase64":"e30="}"#.into(),
+            "invalid_request",
+            "together",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","bodyBase64":"not base64!"}"#.into(),
+            "invalid_request",
+            "base64",
+        ),
+        (r#"{}"#.into(), "invalid_delivery", "target URL is required"),
+        (
+            format!(r#"{{"targetUrl":"{long_url}"}}"#),
+            "invalid_delivery",
+            "4096",
+        ),
+        (
+            r#"{"targetUrl":"file:///etc/passwd"}"#.into(),
+            "invalid_delivery",
+            "http or https",
+        ),
+        (
+            r#"{"targetUrl":"http://user:pw@h/"}"#.into(),
+            "invalid_delivery",
+            "user information",
+        ),
+        (
+            r#"{"targetUrl":"http://h/#frag"}"#.into(),
+            "invalid_delivery",
+            "fragment",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","method":"BAD METHOD"}"#.into(),
+            "invalid_delivery",
+            "method",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","maxAttempts":101}"#.into(),
+            "invalid_delivery",
+            "between 1 and 100",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","headers":{"Host":"x"}}"#.into(),
+            "invalid_delivery",
+            "managed",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","headers":{"Content-Length":"1"}}"#.into(),
+            "invalid_delivery",
+            "managed",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","headers":{"X-Spoold-Attempt":"1"}}"#.into(),
+            "invalid_delivery",
+            "managed",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","headers":{"a":"1","A":"2"}}"#.into(),
+            "invalid_delivery",
+            "duplicated",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","headers":{"A":"x\r\nB: y"}}"#.into(),
+            "invalid_delivery",
+            "newline",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","headers":{"bad name":"x"}}"#.into(),
+            "invalid_delivery",
+            "header name",
+        ),
+        (
+            format!(
+                r#"{{"targetUrl":"http://h/","idempotencyKey":"{}"}}"#,
+                "k".repeat(300)
+            ),
+            "invalid_delivery",
+            "256",
+        ),
+        (
+            format!(r#"{{"targetUrl":"http://h/","body":"{big_body}"}}"#),
+            "invalid_delivery",
+            "1048576",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","notBefore":"soon"}"#.into(),
+            "invalid_delivery",
+            "RFC 3339",
+        ),
+        (
+            r#"{"targetUrl":"http://h/","expiresAt":"2001-01-01T00:00:00Z"}"#.into(),
+            "invalid_delivery",
+            "future",
+        ),
+    ];
+    for (body, want_code, want_text) in cases {
+        let (status, err) = d.api.create_raw(body.clone()).await.expect("request");
+        let shown: String = body.chars().take(80).collect();
+        assert_eq!(status, 400, "{shown}: {err}");
+        assert_eq!(code(&err), want_code, "{shown}: {err}");
+        let message = err["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(want_text), "{shown}: {message}");
+    }
+    // Over the 2 MiB request limit.
+    let (status, err) = d
+        .api
+        .create_raw(format!(
+            r#"{{"targetUrl":"http://h/","body":"{}"}}"#,
+            "x".repeat(3 << 20)
+        ))
+        .await
+        .expect("request");
+    assert_eq!((status, code(&err)), (400, "invalid_request"), "{err}");
+    // Nothing above was stored.
+    let (_, list) = d.api.list("").await.expect("list");
+    assert_eq!(list["count"], 0, "{list}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn routing_and_lookup_errors_are_json() {
+    let d = InProcess::boot(&[]).await;
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let checks: Vec<(http::Method, String, u16, &str)> = vec![
+        (http::Method::GET, "/nope".into(), 404, "not_found"),
+        (
+            http::Method::GET,
+            "/v1/deliveries/".into(),
+            404,
+            "not_found",
+        ),
+        (
+            http::Method::DELETE,
+            "/v1/deliveries".into(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries/x/cancel".into(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            http::Method::GET,
+            format!("/v1/deliveries/{unknown}"),
+            404,
+            "not_found",
+        ),
+        (
+            http::Method::GET,
+            format!("/v1/deliveries/{unknown}/attempts"),
+            404,
+            "not_found",
+        ),
+        (
+            http::Method::POST,
+            format!("/v1/deliveries/{unknown}/cancel"),
+            404,
+            "not_found",
+        ),
+        (
+            http::Method::POST,
+            format!("/v1/deliveries/{unknown}/retry"),
+            404,
+            "not_found",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries?status=done".into(),
+            400,
+            "invalid_status",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries?limit=0".into(),
+            400,
+            "invalid_limit",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries?limit=501".into(),
+            400,
+            "invalid_limit",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries?limit=ten".into(),
+            400,
+            "invalid_limit",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries?cursor=zzz".into(),
+            400,
+            "invalid_cursor",
+        ),
+    ];
+    for (method, path, want_status, want_code) in checks {
+        let (status, headers, body) = d
+            .api
+            .request(method.clone(), &path, None)
+            .await
+            .expect("request");
+        assert_eq!(status, want_status, "{method} {path}");
+        assert_eq!(
+            headers.get("content-type").and_then(|v| v.to_str().ok()),
+            Some("application/json"),
+            "{method} {path}"
+        );
+        let body: Value = serde_json::from_slice(&body).expect("json error");
+        assert_eq!(code(&body), want_code, "{method} {path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transitions_follow_the_state_machine() {
+    let d = InProcess::boot(&[]).await;
+    let receiver = spool_testkit::Receiver::start().await.expect("receiver");
+    receiver.respond_with(spool_testkit::Reply::status(400));
+    let far = json!({"targetUrl": receiver.url("/x"), "notBefore": "2099-01-01T00:00:00Z"});
+    let (_, pending) = d.api.create(far).await.expect("create");
+    let pending = id_of(&pending);
+    let (status, canceled) = d.api.cancel(&pending).await.expect("cancel");
+    assert_eq!(
+        (status, canceled["status"].as_str()),
+        (200, Some("canceled"))
+    );
+    let (status, err) = d.api.cancel(&pending).await.expect("cancel again");
+    assert_eq!((status, code(&err)), (409, "invalid_transition"));
+    let (status, err) = d.api.retry(&pending).await.expect("retry canceled");
+    assert_eq!((status, code(&err)), (409, "invalid_transition"));
+
+    // failed → retry → a new cycle, history kept.
+    let (_, failing) = d
+        .api
+        .create(json!({"targetUrl": receiver.url("/y")}))
+        .await
+        .expect("create");
+    let failing = id_of(&failing);
+    let failed = d
+        .api
+        .wait_status(&failing, &["failed"], WAIT)
+        .await
+        .expect("fails");
+    assert_eq!(failed["lastResponseCode"], 400);
+    receiver.respond_with(spool_testkit::Reply::status(204));
+    let (status, retried) = d.api.retry(&failing).await.expect("retry");
+    assert_eq!(status, 200, "{retried}");
+    assert_eq!(retried["attempts"], 0);
+    assert!(retried.get("lastError").is_none(), "{retried}");
+    let done = d
+        .api
+        .wait_status(&failing, &["succeeded"], WAIT)
+        .await
+        .expect("succeeds");
+    assert_eq!(done["attempts"], 1);
+    let (_, history) = d.api.attempts(&failing).await.expect("attempts");
+    let cycles: Vec<(u64, u64, &str)> = history["attempts"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|a| {
+            (
+                a["cycle"].as_u64().unwrap_or(0),
+                a["number"].as_u64().unwrap_or(0),
+                a["outcome"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect();
+    assert_eq!(cycles, vec![(1, 1, "failed"), (2, 1, "succeeded")]);
+    let (status, err) = d.api.cancel(&failing).await.expect("cancel succeeded");
+    assert_eq!((status, code(&err)), (409, "invalid_transition"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_pages_reach_every_delivery() {
+    let d = InProcess::boot(&[]).await;
+    let mut created = Vec::new();
+    for n in 0..12 {
+        let (_, v) = d
+            .api
+            .create(json!({"targetUrl": format!("http://127.0.0.1:9/{n}"),
+                           "notBefore": "2099-01-01T00:00:00Z",
+                           "headers": {"Authorization": "Bearer secret"}, "body": {"n": n}}))
+            .await
+            .expect("create");
+        created.push(id_of(&v));
+    }
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, page) = d
+            .api
+            .list(&format!("limit=5&status=pending&cursor={cursor}"))
+            .await
+            .expect("list");
+        assert_eq!(status, 200);
+        for item in page["deliveries"].as_array().expect("array") {
+            assert!(
+                item.get("headers").is_none() && item.get("body").is_none(),
+                "{item}"
+            );
+            seen.push(id_of(item));
+        }
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = c.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(seen, created, "oldest first, every row exactly once");
+    // Secrets are masked unless revealed.
+    let (_, one) = d.api.get(&created[0]).await.expect("get");
+    assert_eq!(one["headers"]["Authorization"], "[redacted]");
+    let (_, _, body) = d
+        .api
+        .request(
+            http::Method::GET,
+            &format!("/v1/deliveries/{}?reveal=true", created[0]),
+            None,
+        )
+        .await
+        .expect("get");
+    let revealed: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(revealed["headers"]["Authorization"], "Bearer secret");
+}
