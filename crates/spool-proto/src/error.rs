@@ -38,10 +38,12 @@ pub enum ErrorCode {
     InternalError,
     /// `/readyz`: the store cannot write.
     NotReady,
+    /// A bearer token is required and was missing or wrong.
+    Unauthorized,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -57,6 +59,7 @@ impl ErrorCode {
         ErrorCode::PersistenceFailed,
         ErrorCode::InternalError,
         ErrorCode::NotReady,
+        ErrorCode::Unauthorized,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -76,6 +79,7 @@ impl ErrorCode {
             ErrorCode::PersistenceFailed => "persistence_failed",
             ErrorCode::InternalError => "internal_error",
             ErrorCode::NotReady => "not_ready",
+            ErrorCode::Unauthorized => "unauthorized",
         }
     }
 
@@ -88,6 +92,7 @@ impl ErrorCode {
             | ErrorCode::InvalidStatus
             | ErrorCode::InvalidLimit
             | ErrorCode::InvalidCursor => 400,
+            ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::IdempotencyConflict | ErrorCode::InvalidTransition => 409,

@@ -3,11 +3,13 @@
 //! files keep working.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use spool_proto::units::{parse_duration, parse_size};
+
+use crate::outbound::Cidr;
 
 /// spoold: a durable outbound HTTP spool.
 ///
@@ -80,6 +82,21 @@ pub struct Args {
     #[arg(long)]
     pub allow_private_targets: bool,
 
+    /// Allow targets in this network although the default policy blocks it, e.g. an internal
+    /// callback range (repeatable): 10.20.0.0/16, fd00:1::/64, 192.168.1.7
+    #[arg(long = "allow-target", value_name = "CIDR", value_parser = parse_cidr_arg)]
+    pub allow_targets: Vec<Cidr>,
+
+    /// Follow up to N redirects per attempt, applying the address policy to every hop; 0 means
+    /// a 3xx answer fails the delivery (`redirect_not_followed`).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_redirects: u32,
+
+    /// File holding the bearer token every API request except /healthz and /readyz must carry
+    /// (at least 32 bytes; not world-readable). Required to listen on a non-loopback address.
+    #[arg(long, value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -93,6 +110,10 @@ pub enum LogFormat {
 
 fn parse_duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn parse_cidr_arg(s: &str) -> Result<Cidr, String> {
+    s.parse()
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -121,6 +142,54 @@ pub struct Config {
     pub retry_cap: Duration,
     pub terminal_retention: Duration,
     pub allow_private_targets: bool,
+    pub allow_targets: Vec<Cidr>,
+    pub max_redirects: u32,
+    pub auth_token: Option<AuthToken>,
+}
+
+/// The API bearer token. Its `Debug` never shows the value.
+#[derive(Clone)]
+pub struct AuthToken(String);
+
+impl AuthToken {
+    /// Shortest token accepted, in bytes.
+    pub const MIN_BYTES: usize = 32;
+
+    /// Read and check a token file: not readable by others, at least [`Self::MIN_BYTES`]
+    /// bytes once one trailing newline is removed.
+    pub fn from_file(path: &Path) -> Result<AuthToken, ConfigError> {
+        use std::os::unix::fs::PermissionsExt;
+        let fail = |m: String| ConfigError(format!("--auth-token-file {}: {m}", path.display()));
+        let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+        if meta.permissions().mode() & 0o004 != 0 {
+            return Err(fail(
+                "is readable by every user; chmod o-r (or 600) it".into(),
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let token = text
+            .strip_suffix('\n')
+            .map(|t| t.strip_suffix('\r').unwrap_or(t))
+            .unwrap_or(&text);
+        if token.len() < Self::MIN_BYTES {
+            return Err(fail(format!(
+                "token is {} bytes; at least {} are required",
+                token.len(),
+                Self::MIN_BYTES
+            )));
+        }
+        Ok(AuthToken(token.to_owned()))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuthToken([redacted])")
+    }
 }
 
 /// A flag combination that cannot work.
@@ -147,6 +216,20 @@ impl Args {
                 }
             },
         };
+        let auth_token = self
+            .auth_token_file
+            .as_deref()
+            .map(AuthToken::from_file)
+            .transpose()?;
+        if let Listen::Tcp(addr) = &listen {
+            if !addr.ip().is_loopback() && auth_token.is_none() {
+                return Err(ConfigError(format!(
+                    "--listen {addr} is not a loopback address: anyone who can reach it could \
+                     make this host send requests; set --auth-token-file (or listen on \
+                     127.0.0.1 or a unix socket)"
+                )));
+            }
+        }
         if self.db.as_os_str().is_empty() {
             return err("--db must not be empty");
         }
@@ -186,6 +269,9 @@ impl Args {
             retry_cap: self.retry_cap,
             terminal_retention: self.terminal_retention,
             allow_private_targets: self.allow_private_targets,
+            allow_targets: self.allow_targets,
+            max_redirects: self.max_redirects,
+            auth_token,
         })
     }
 }
@@ -287,11 +373,40 @@ mod tests {
             (&["--request-timeout", "10"], "missing unit"),
             (&["--max-db-bytes", "lots"], "invalid size"),
             (&["--retry-base", "10m"], "at most --retry-cap"),
+            (&["--listen", "0.0.0.0:8080"], "--auth-token-file"),
+            (&["--listen", "[::]:8080"], "--auth-token-file"),
+            (&["--allow-target", "10.0.0.0/40"], "prefix"),
+            (
+                &["--auth-token-file", "/nonexistent/token"],
+                "--auth-token-file",
+            ),
         ];
         for (args, want) in cases {
             let err = parse(args).expect_err("must be refused");
             assert!(err.contains(want), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn token_file_rules() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let write = |name: &str, text: &str, mode: u32| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            p.display().to_string()
+        };
+        let good = write("good", &format!("{}\n", "t".repeat(32)), 0o600);
+        let short = write("short", &format!("{}\n", "t".repeat(31)), 0o600);
+        let open = write("open", &"t".repeat(40), 0o644);
+        let c = parse(&["--auth-token-file", &good, "--listen", "0.0.0.0:0"]).expect("valid");
+        assert_eq!(c.auth_token.as_ref().map(|t| t.expose().len()), Some(32));
+        assert_eq!(format!("{:?}", c.auth_token), "Some(AuthToken([redacted]))");
+        let err = parse(&["--auth-token-file", &short]).expect_err("short");
+        assert!(err.contains("at least 32"), "{err}");
+        let err = parse(&["--auth-token-file", &open]).expect_err("world-readable");
+        assert!(err.contains("readable by every user"), "{err}");
     }
 
     #[test]

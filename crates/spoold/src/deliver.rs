@@ -40,7 +40,7 @@ impl Deliverer {
             method: &claimed.method,
             url: &claimed.target_url,
             headers: request_headers(&claimed),
-            body: claimed.body.bytes().to_vec(),
+            body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
             timeout: self.request_timeout,
         };
         let sent = tokio::select! {
@@ -148,12 +148,11 @@ impl Deliverer {
             Some(Err(e)) => {
                 result.error_code = Some(e.code.as_str().to_owned());
                 result.error = Some(e.message);
-                result.disposition = match e.code {
-                    // Asking again cannot help: the policy or the request itself forbids it.
-                    SendErrorCode::TargetBlocked | SendErrorCode::InvalidRequest => {
-                        Disposition::Failed
-                    }
-                    _ => retry_in(None, None),
+                // Asking again cannot help when the policy or the request itself forbids it.
+                result.disposition = if e.code.is_retryable() {
+                    retry_in(None, None)
+                } else {
+                    Disposition::Failed
                 };
             }
         }
@@ -201,6 +200,9 @@ fn status_error(resp: &outbound::Response) -> String {
     let excerpt = String::from_utf8_lossy(&resp.excerpt);
     let excerpt = excerpt.trim();
     let mut text = format!("HTTP {}", resp.status);
+    if resp.redirects > 0 {
+        text.push_str(&format!(" after {} redirects", resp.redirects));
+    }
     if (300..400).contains(&resp.status) {
         if let Some(loc) = resp
             .headers

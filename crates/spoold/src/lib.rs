@@ -112,22 +112,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
     let policy = outbound::AddressPolicy {
         allow_all: config.allow_private_targets,
-        allowed: Vec::new(),
+        allowed: config.allow_targets.clone(),
     };
     if config.allow_private_targets {
         warn!(
             "--allow-private-targets is set: deliveries may reach loopback and internal networks"
         );
     }
-    let outbound = outbound::Outbound::new(
-        policy.clone(),
-        config.per_target_concurrency,
-        config.request_timeout,
-    )?;
-    let metrics = Arc::new(metrics::Metrics::new(
-        config.max_db_bytes,
-        config.allow_private_targets,
-    ));
+    let outbound = outbound::Outbound::new(outbound::OutboundConfig {
+        policy: policy.clone(),
+        per_target: config.per_target_concurrency,
+        connect_timeout: config.request_timeout,
+        max_redirects: config.max_redirects,
+    })?;
+    let metrics = Arc::new(metrics::Metrics::new(&config));
     store.observe_commits(metrics.clone());
     let wake = Arc::new(Notify::new());
 
@@ -136,6 +134,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics: Arc::clone(&metrics),
         wake: Arc::clone(&wake),
         policy,
+        auth_token: config.auth_token.clone(),
     });
     let router = api::router(state);
 

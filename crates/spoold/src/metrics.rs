@@ -48,6 +48,8 @@ pub struct Metrics {
     pub expired: Counter,
     pub pruned: Counter,
     pub allow_private_targets: Gauge,
+    pub allowed_target_ranges: Gauge,
+    pub max_redirects: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -61,7 +63,7 @@ fn attempt_histogram() -> Histogram {
 }
 
 impl Metrics {
-    pub fn new(max_db_bytes: u64, allow_private_targets: bool) -> Metrics {
+    pub fn new(config: &crate::config::Config) -> Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             deliveries: Family::default(),
@@ -81,6 +83,8 @@ impl Metrics {
             expired: Counter::default(),
             pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
+            allowed_target_ranges: Gauge::default(),
+            max_redirects: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -168,9 +172,22 @@ impl Metrics {
             "1 if --allow-private-targets is set",
             m.allow_private_targets.clone(),
         );
-        m.db_max_bytes.set(max_db_bytes as i64);
+        registry.register(
+            "spoold_config_allowed_target_ranges",
+            "Networks opened with --allow-target",
+            m.allowed_target_ranges.clone(),
+        );
+        registry.register(
+            "spoold_config_max_redirects",
+            "Redirects followed per attempt (--max-redirects)",
+            m.max_redirects.clone(),
+        );
+        m.db_max_bytes.set(config.max_db_bytes as i64);
         m.allow_private_targets
-            .set(i64::from(allow_private_targets));
+            .set(i64::from(config.allow_private_targets));
+        m.allowed_target_ranges
+            .set(config.allow_targets.len() as i64);
+        m.max_redirects.set(i64::from(config.max_redirects));
         for status in DeliveryStatus::ALL {
             let _ = m.deliveries.get_or_create(&StatusLabel {
                 status: status.as_str(),
@@ -208,12 +225,18 @@ impl Metrics {
         self.oldest_due_age.set(age);
     }
 
-    /// The text exposition (OpenMetrics).
-    pub fn encode(&self) -> String {
+    /// The OpenMetrics text exposition.
+    pub fn encode_openmetrics(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// The classic Prometheus text format (0.0.4), which spoold v0.1.0 served and every
+    /// scraper and `promtool` read.
+    pub fn encode_classic(&self) -> String {
+        to_classic(&self.encode_openmetrics())
     }
 }
 
@@ -224,5 +247,47 @@ impl spool_store::CommitObserver for Metrics {
         if !ok {
             self.commit_failures.inc();
         }
+    }
+}
+
+/// OpenMetrics → Prometheus text 0.0.4: counter families are named with their `_total`
+/// suffix in HELP and TYPE, and the OpenMetrics-only `# UNIT` and `# EOF` lines go.
+fn to_classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classic_format_names_counters_with_total() {
+        let om = "# HELP a_things Things.\n# TYPE a_things counter\na_things_total 3\n\
+                  # HELP b Gauge.\n# TYPE b gauge\n# UNIT b seconds\nb 1\n# EOF\n";
+        assert_eq!(
+            to_classic(om),
+            "# HELP a_things_total Things.\n# TYPE a_things_total counter\na_things_total 3\n\
+             # HELP b Gauge.\n# TYPE b gauge\nb 1\n"
+        );
     }
 }

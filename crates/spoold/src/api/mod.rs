@@ -24,6 +24,7 @@ use spool_store::Store;
 use tokio::sync::Notify;
 use tracing::info;
 
+use crate::config::AuthToken;
 use crate::metrics::Metrics;
 use crate::outbound::AddressPolicy;
 
@@ -34,6 +35,8 @@ pub struct AppState {
     /// Poked after an enqueue or retry so the scheduler looks at once.
     pub wake: Arc<Notify>,
     pub policy: AddressPolicy,
+    /// When set, every route but the health probes requires `Authorization: Bearer <token>`.
+    pub auth_token: Option<AuthToken>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -55,6 +58,10 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/deliveries/{id}/retry", post(deliveries::retry))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            require_token,
+        ))
         .layer(middleware::from_fn(log_request))
         // The create handler enforces its own limit with a JSON error.
         .layer(axum::extract::DefaultBodyLimit::disable())
@@ -132,6 +139,51 @@ async fn method_not_allowed() -> ApiError {
         ErrorCode::MethodNotAllowed,
         "method not allowed on this route",
     )
+}
+
+/// Routes that answer without a token: load balancers and supervisors probe them.
+const OPEN_ROUTES: [&str; 2] = ["/healthz", "/readyz"];
+
+async fn require_token(
+    axum::extract::State(state): axum::extract::State<SharedState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = &state.auth_token else {
+        return next.run(request).await;
+    };
+    if OPEN_ROUTES.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if presented.is_some_and(|p| tokens_match(p, token.expose())) {
+        return next.run(request).await;
+    }
+    let mut response = ApiError::new(
+        ErrorCode::Unauthorized,
+        "a valid bearer token is required (Authorization: Bearer <token>)",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Constant-time comparison: both sides are hashed first, so neither the position of the first
+/// difference nor the token's length shows in the timing.
+fn tokens_match(presented: &str, expected: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let a = Sha256::digest(presented.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 /// One log line per API request, with the route pattern rather than the raw path.

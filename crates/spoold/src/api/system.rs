@@ -1,7 +1,7 @@
 //! Liveness, readiness, metrics and the OpenAPI document.
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use spool_proto::{ErrorBody, ErrorCode};
@@ -44,20 +44,31 @@ pub async fn readyz(State(state): State<SharedState>) -> Response {
     }
 }
 
+/// Prometheus text format 0.0.4 by default (as spoold v0.1.0); OpenMetrics when the scraper
+/// asks for it in `Accept`.
 #[utoipa::path(get, path = "/metrics", tag = "system",
-    responses((status = 200, description = "Prometheus metrics (OpenMetrics text)", content_type = "application/openmetrics-text")))]
-pub async fn metrics(State(state): State<SharedState>) -> Response {
+    responses((status = 200, description = "Prometheus metrics: text format 0.0.4, or OpenMetrics if requested", content_type = "text/plain")))]
+pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Response {
     match state.store.stats().await {
         Ok(stats) => state.metrics.observe_store(&stats, state.store.now_ms()),
         Err(e) => tracing::warn!(error = %e, "store statistics unavailable for metrics"),
     }
+    let wants_openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    let (content_type, body) = if wants_openmetrics {
+        (
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            state.metrics.encode_openmetrics(),
+        )
+    } else {
+        ("text/plain; version=0.0.4", state.metrics.encode_classic())
+    };
     (
         StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        )],
-        state.metrics.encode(),
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        body,
     )
         .into_response()
 }

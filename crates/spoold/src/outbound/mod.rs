@@ -12,6 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use url::{Host, Url};
@@ -26,6 +27,18 @@ pub const MAX_RESPONSE_EXCERPT: usize = 4096;
 pub struct Outbound {
     client: reqwest::Client,
     policy: Arc<AddressPolicy>,
+    max_redirects: u32,
+}
+
+/// How the outbound client behaves.
+#[derive(Debug, Clone)]
+pub struct OutboundConfig {
+    pub policy: AddressPolicy,
+    /// Idle keep-alive connections kept per target.
+    pub per_target: u32,
+    pub connect_timeout: Duration,
+    /// Redirects followed per attempt; 0 = none (a 3xx is the attempt's answer).
+    pub max_redirects: u32,
 }
 
 /// One request to send.
@@ -33,7 +46,8 @@ pub struct Request<'a> {
     pub method: &'a str,
     pub url: &'a str,
     pub headers: HeaderMap,
-    pub body: Vec<u8>,
+    pub body: Bytes,
+    /// For the whole attempt, redirects included.
     pub timeout: Duration,
 }
 
@@ -43,6 +57,8 @@ pub struct Response {
     pub status: u16,
     pub headers: HeaderMap,
     pub excerpt: Vec<u8>,
+    /// Redirects followed to get here.
+    pub redirects: u32,
 }
 
 /// Why no response was obtained, with a stable code.
@@ -61,6 +77,8 @@ pub enum SendErrorCode {
     TlsFailed,
     Timeout,
     InvalidRequest,
+    /// A redirect pointed somewhere we will not go (not http/https, unparsable).
+    RedirectRefused,
     RequestFailed,
 }
 
@@ -73,8 +91,19 @@ impl SendErrorCode {
             SendErrorCode::TlsFailed => "tls_failed",
             SendErrorCode::Timeout => "timeout",
             SendErrorCode::InvalidRequest => "invalid_request",
+            SendErrorCode::RedirectRefused => "redirect_refused",
             SendErrorCode::RequestFailed => "request_failed",
         }
+    }
+
+    /// Whether asking again could give a different answer.
+    pub fn is_retryable(self) -> bool {
+        !matches!(
+            self,
+            SendErrorCode::TargetBlocked
+                | SendErrorCode::InvalidRequest
+                | SendErrorCode::RedirectRefused
+        )
     }
 }
 
@@ -83,25 +112,33 @@ impl SendErrorCode {
 #[error("cannot build the outbound HTTP client: {0}")]
 pub struct BuildError(#[from] reqwest::Error);
 
+/// Headers that carry credentials: dropped when a redirect leaves the origin.
+const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+    reqwest::header::AUTHORIZATION,
+    reqwest::header::COOKIE,
+    reqwest::header::PROXY_AUTHORIZATION,
+];
+
 impl Outbound {
-    pub fn new(
-        policy: AddressPolicy,
-        per_target: u32,
-        connect_timeout: Duration,
-    ) -> Result<Outbound, BuildError> {
-        let policy = Arc::new(policy);
+    pub fn new(config: OutboundConfig) -> Result<Outbound, BuildError> {
+        let policy = Arc::new(config.policy);
         let client = reqwest::Client::builder()
             .no_proxy()
+            // Redirects are followed by `send`, hop by hop, so the policy sees every one.
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(PolicyResolver {
                 policy: Arc::clone(&policy),
             }))
-            .connect_timeout(connect_timeout)
-            .pool_max_idle_per_host(per_target as usize)
+            .connect_timeout(config.connect_timeout)
+            .pool_max_idle_per_host(config.per_target as usize)
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_keepalive(Duration::from_secs(30))
             .build()?;
-        Ok(Outbound { client, policy })
+        Ok(Outbound {
+            client,
+            policy,
+            max_redirects: config.max_redirects,
+        })
     }
 
     /// The policy verdict on a URL whose host is an IP literal; `Ok` for host names (they are
@@ -110,49 +147,58 @@ impl Outbound {
         literal_ip(url).map_or(Ok(()), |ip| self.policy.check(ip))
     }
 
-    /// Send one request and read at most [`MAX_RESPONSE_EXCERPT`] bytes of the response body.
+    /// Send one request, following up to `max_redirects` redirects (each hop judged by the
+    /// address policy again), and read at most [`MAX_RESPONSE_EXCERPT`] bytes of the final
+    /// response body.
     pub async fn send(&self, req: Request<'_>) -> Result<Response, SendError> {
-        let url = Url::parse(req.url).map_err(|e| SendError {
+        let invalid = |message: String| SendError {
             code: SendErrorCode::InvalidRequest,
-            message: format!("parse target URL: {e}"),
-        })?;
-        self.check_literal(&url).map_err(|d| SendError {
-            code: SendErrorCode::TargetBlocked,
-            message: d.to_string(),
-        })?;
-        let method = reqwest::Method::from_bytes(req.method.as_bytes()).map_err(|e| SendError {
-            code: SendErrorCode::InvalidRequest,
-            message: format!("method: {e}"),
-        })?;
+            message,
+        };
+        let mut url = Url::parse(req.url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
+        let mut method = reqwest::Method::from_bytes(req.method.as_bytes())
+            .map_err(|e| invalid(format!("method: {e}")))?;
+        let mut headers = req.headers;
+        let mut body = req.body;
         let work = async {
-            let mut resp = self
-                .client
-                .request(method, url)
-                .headers(req.headers)
-                .body(req.body)
-                .send()
-                .await
-                .map_err(classify)?;
-            let status = resp.status().as_u16();
-            let headers = std::mem::take(resp.headers_mut());
-            let mut excerpt = Vec::new();
-            while excerpt.len() < MAX_RESPONSE_EXCERPT {
-                match resp.chunk().await {
-                    Ok(Some(chunk)) => {
-                        let room = MAX_RESPONSE_EXCERPT - excerpt.len();
-                        excerpt.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            let mut redirects = 0;
+            loop {
+                self.check_literal(&url).map_err(|d| SendError {
+                    code: SendErrorCode::TargetBlocked,
+                    message: d.to_string(),
+                })?;
+                let resp = self
+                    .client
+                    .request(method.clone(), url.clone())
+                    .headers(headers.clone())
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .map_err(classify)?;
+                let status = resp.status().as_u16();
+                if redirects < self.max_redirects && is_followed_redirect(status) {
+                    if let Some(location) = resp.headers().get(reqwest::header::LOCATION) {
+                        let next = next_hop(&url, location)?;
+                        if !same_origin(&url, &next) {
+                            for name in &CREDENTIAL_HEADERS {
+                                headers.remove(name);
+                            }
+                        }
+                        if !matches!(status, 307 | 308) {
+                            // 301/302/303: the next request is a GET without the body.
+                            if method != reqwest::Method::HEAD {
+                                method = reqwest::Method::GET;
+                            }
+                            body = Bytes::new();
+                            headers.remove(reqwest::header::CONTENT_TYPE);
+                        }
+                        url = next;
+                        redirects += 1;
+                        continue;
                     }
-                    Ok(None) => break,
-                    // A body that breaks off after a 2xx status is not a success.
-                    Err(e) if (200..300).contains(&status) => return Err(classify(e)),
-                    Err(_) => break,
                 }
+                return read_excerpt(resp, redirects).await;
             }
-            Ok(Response {
-                status,
-                headers,
-                excerpt,
-            })
         };
         match tokio::time::timeout(req.timeout, work).await {
             Ok(result) => result,
@@ -167,13 +213,72 @@ impl Outbound {
     }
 }
 
+fn is_followed_redirect(status: u16) -> bool {
+    matches!(status, 301 | 302 | 303 | 307 | 308)
+}
+
+/// Resolve a `Location` against the current URL; only http and https may follow.
+fn next_hop(current: &Url, location: &HeaderValue) -> Result<Url, SendError> {
+    let refused = |message: String| SendError {
+        code: SendErrorCode::RedirectRefused,
+        message,
+    };
+    let text = location
+        .to_str()
+        .map_err(|_| refused("redirect Location is not valid text".into()))?;
+    let next = current
+        .join(text)
+        .map_err(|e| refused(format!("redirect to {text:?}: {e}")))?;
+    if !matches!(next.scheme(), "http" | "https") || next.host_str().is_none() {
+        return Err(refused(format!(
+            "redirect to {next} refused: only http and https"
+        )));
+    }
+    if !next.username().is_empty() || next.password().is_some() {
+        return Err(refused(
+            "redirect to a URL with user information refused".into(),
+        ));
+    }
+    Ok(next)
+}
+
+fn same_origin(a: &Url, b: &Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
+}
+
+async fn read_excerpt(mut resp: reqwest::Response, redirects: u32) -> Result<Response, SendError> {
+    let status = resp.status().as_u16();
+    let headers = std::mem::take(resp.headers_mut());
+    let mut excerpt = Vec::new();
+    while excerpt.len() < MAX_RESPONSE_EXCERPT {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = MAX_RESPONSE_EXCERPT - excerpt.len();
+                excerpt.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) => break,
+            // A body that breaks off after a 2xx status is not a success.
+            Err(e) if (200..300).contains(&status) => return Err(classify(e)),
+            Err(_) => break,
+        }
+    }
+    Ok(Response {
+        status,
+        headers,
+        excerpt,
+        redirects,
+    })
+}
+
 /// Build a header map from stored pairs; names and values were validated at submission.
 pub fn header_map(pairs: &[(String, String)]) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(pairs.len() + 4);
     for (name, value) in pairs {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
+            HeaderValue::from_bytes(value.as_bytes()),
         ) {
             map.insert(n, v);
         }

@@ -163,7 +163,7 @@ async fn health_readiness_and_metrics() {
     assert!(headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/openmetrics-text")));
+        .is_some_and(|v| v.starts_with("text/plain; version=0.0.4")));
     let text = String::from_utf8_lossy(&body);
     for line in [
         "spoold_deliveries{status=\"succeeded\"} 1",
