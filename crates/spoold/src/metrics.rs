@@ -50,6 +50,7 @@ pub struct Metrics {
     pub allow_private_targets: Gauge,
     pub allowed_target_ranges: Gauge,
     pub max_redirects: Gauge,
+    pub ready: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -85,6 +86,7 @@ impl Metrics {
             allow_private_targets: Gauge::default(),
             allowed_target_ranges: Gauge::default(),
             max_redirects: Gauge::default(),
+            ready: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -181,6 +183,11 @@ impl Metrics {
             "spoold_config_max_redirects",
             "Redirects followed per attempt (--max-redirects)",
             m.max_redirects.clone(),
+        );
+        registry.register(
+            "spoold_ready",
+            "1 if the store could make a write durable at the last scrape or readiness probe",
+            m.ready.clone(),
         );
         m.db_max_bytes.set(config.max_db_bytes as i64);
         m.allow_private_targets

@@ -1,11 +1,19 @@
-//! Runs the built `spoolctl` binary: exit codes, usage errors and messages that need no daemon.
-//! Tests that need spoold boot a real one (spool-testkit) and add modules here. Network: only
-//! 127.0.0.1 and unix sockets.
+//! Runs the built `spoolctl` binary: exit codes, usage errors and messages that need no daemon
+//! here; against a real `spoold` process and a real receiver in [`e2e`] (TCP) and
+//! [`unix_socket`]. Network: only 127.0.0.1 and unix sockets.
+
+mod e2e;
+mod unix_socket;
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver};
+use tempfile::TempDir;
+use tokio::io::AsyncWriteExt as _;
 
 /// `spoolctl` with a clean environment: no inherited SPOOLD_URL or token file.
 fn spoolctl() -> Command {
@@ -330,4 +338,118 @@ fn unreadable_token_file_exits_1() {
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp path")
+}
+
+/// How long a test waits for a delivery to reach a state or for the receiver to see a request.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Fast retries so a retried delivery finishes in well under a second.
+const FAST_RETRIES: [&str; 4] = ["--retry-base", "50ms", "--retry-cap", "200ms"];
+
+/// A real `spoold` process on a fresh database, and a receiver on 127.0.0.1 for it to deliver
+/// to. Fields drop in order: the daemon is killed before its directory is removed.
+struct Spoold {
+    daemon: DaemonProcess,
+    receiver: Receiver,
+    /// The `--server` value that reaches the daemon.
+    server: String,
+    dir: TempDir,
+}
+
+impl Spoold {
+    /// A daemon on 127.0.0.1 with an OS-chosen port.
+    async fn start() -> Spoold {
+        Self::start_with(|_| None).await
+    }
+
+    /// A daemon on the unix socket `socket(dir)`, `dir` being the test's temp directory.
+    async fn start_unix(socket: impl FnOnce(&Path) -> PathBuf) -> Spoold {
+        Self::start_with(|dir| Some(socket(dir))).await
+    }
+
+    async fn start_with(socket: impl FnOnce(&Path) -> Option<PathBuf>) -> Spoold {
+        let dir = TempDir::new().expect("temp dir");
+        let mut opts = DaemonOptions::new(dir.path().join("data/spoold.db")).args(FAST_RETRIES);
+        if let Some(path) = socket(dir.path()) {
+            opts = opts.unix_socket(path);
+        }
+        let daemon = DaemonProcess::start(opts).await.expect("spoold starts");
+        let receiver = Receiver::start().await.expect("receiver starts");
+        Spoold {
+            server: daemon.base_url(),
+            daemon,
+            receiver,
+            dir,
+        }
+    }
+
+    /// The testkit's API client, for waiting on states (TCP daemons only).
+    fn api(&self) -> Api {
+        assert!(
+            self.daemon.addr().is_some(),
+            "the testkit's Api speaks TCP only"
+        );
+        Api::new(self.daemon.base_url())
+    }
+
+    /// `spoolctl ARGS… --server <this daemon>`, run to completion.
+    async fn ctl(&self, args: &[&str]) -> Output {
+        capture(self.command(args), None).await
+    }
+
+    /// Like [`Self::ctl`], with `stdin` on spoolctl's standard input.
+    async fn ctl_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
+        capture(self.command(args), Some(stdin)).await
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = spoolctl();
+        cmd.args(args).args(["--server", &self.server]);
+        cmd
+    }
+}
+
+/// Runs `cmd` on tokio's process support, so the receiver keeps serving on the test's runtime
+/// while the synchronous CLI waits for spoold.
+async fn capture(cmd: Command, stdin: Option<&[u8]>) -> Output {
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().expect("spoolctl runs");
+    if let Some(bytes) = stdin {
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        // spoolctl may exit before reading everything; a broken pipe here is fine.
+        let _ = pipe.write_all(bytes).await;
+        drop(pipe);
+    }
+    child.wait_with_output().await.expect("spoolctl finishes")
+}
+
+/// Asserts success with nothing on stderr; returns stdout.
+fn check_ok(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
+    assert_eq!(stderr(o), "", "stdout: {}", stdout(o));
+    stdout(o)
+}
+
+/// The delivery id in a one-row `ACTION  ID  …` output, checked to be 32 lowercase hex digits.
+fn row_id(out: &str) -> String {
+    let id = out
+        .split("  ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no id column in {out:?}"));
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "not a delivery id: {id:?} in {out:?}"
+    );
+    id.to_owned()
+}
+
+/// One delivery row as `send`, `get`, `wait`, `retry` and `cancel` print it.
+fn row(action: &str, id: &str, status: &str, attempts: &str, method: &str, url: &str) -> String {
+    format!("{action}  {id}  {status}  {attempts}  {method}  {url}\n")
 }

@@ -31,7 +31,7 @@ pub async fn healthz() -> Response {
         (status = 503, description = "`not_ready`", body = ErrorBody),
     ))]
 pub async fn readyz(State(state): State<SharedState>) -> Response {
-    match state.store.ping().await {
+    match probe_store(&state).await {
         Ok(()) => json(StatusCode::OK, &OK),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
@@ -49,6 +49,8 @@ pub async fn readyz(State(state): State<SharedState>) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "system",
     responses((status = 200, description = "Prometheus metrics: text format 0.0.4, or OpenMetrics if requested", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Response {
+    // Readiness as a metric, so "not ready" can be alerted on from the scrape alone.
+    let _ = probe_store(&state).await;
     match state.store.stats().await {
         Ok(stats) => state.metrics.observe_store(&stats, state.store.now_ms()),
         Err(e) => tracing::warn!(error = %e, "store statistics unavailable for metrics"),
@@ -71,6 +73,13 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
         body,
     )
         .into_response()
+}
+
+/// A real durable write, recorded in the `spoold_ready` gauge.
+async fn probe_store(state: &SharedState) -> Result<(), spool_store::StoreError> {
+    let result = state.store.ping().await;
+    state.metrics.ready.set(i64::from(result.is_ok()));
+    result
 }
 
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "system",

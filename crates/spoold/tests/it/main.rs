@@ -8,7 +8,10 @@ mod crash;
 mod idempotency;
 mod isolation;
 mod lifecycle;
+mod observability;
 mod openapi;
+mod retention;
+mod security;
 mod validation;
 
 use std::path::PathBuf;

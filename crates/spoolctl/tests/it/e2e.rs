@@ -1,0 +1,460 @@
+//! `spoolctl` against a real `spoold` process over loopback TCP, delivering to a real receiver:
+//! the exact rows, messages and exit codes a script sees, and the bytes the target receives.
+
+use serde_json::Value;
+use spool_testkit::Reply;
+
+use crate::{check_ok, row, row_id, spoolctl, stderr, stdout, Spoold, WAIT};
+
+/// Far enough ahead that the daemon never attempts the delivery during a test.
+const FAR_FUTURE: &str = "2099-01-01T00:00:00Z";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn send_queues_and_the_target_gets_the_body_verbatim() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/hook");
+    let body = r#"{ "a" :  1 }"#;
+
+    let out = check_ok(&s.ctl(&["send", &url, "-d", body]).await);
+    let id = row_id(&out);
+    assert_eq!(out, row("queued", &id, "pending", "0/8", "POST", &url));
+
+    let seen = s
+        .receiver
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("delivered");
+    assert_eq!(seen[0].method, "POST");
+    assert_eq!(seen[0].path, "/hook");
+    assert_eq!(seen[0].body.as_ref(), body.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idempotency_key_returns_the_existing_delivery_or_conflicts() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/once");
+    let body = r#"{ "a" :  1 }"#;
+    let send = |body| ["send", url.as_str(), "--idempotency-key", "k", "-d", body];
+
+    let first = check_ok(&s.ctl(&send(body)).await);
+    let id = row_id(&first);
+    assert_eq!(first, row("queued", &id, "pending", "0/8", "POST", &url));
+    s.api()
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+
+    let again = check_ok(&s.ctl(&send(body)).await);
+    assert_eq!(
+        again,
+        row("existing", &id, "succeeded", "1/8", "POST", &url)
+    );
+
+    let o = s.ctl(&send(r#"{"a":2}"#)).await;
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        "spoolctl: spoold returned HTTP 409 (idempotency_conflict): \
+         idempotency key was already used for a different request\n"
+    );
+    assert_eq!(stdout(&o), "");
+
+    let seen = s.receiver.requests();
+    assert_eq!(seen.len(), 1, "one delivery, delivered once");
+    assert_eq!(seen[0].body.as_ref(), body.as_bytes());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn options_after_the_url_shape_the_request() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/put?x=1");
+    let out = check_ok(
+        &s.ctl(&[
+            "send",
+            &url,
+            "-X",
+            "PUT",
+            "-H",
+            "X-A: 1",
+            "-H",
+            "x-b:two words",
+        ])
+        .await,
+    );
+    let id = row_id(&out);
+    assert_eq!(out, row("queued", &id, "pending", "0/8", "PUT", &url));
+
+    let seen = s
+        .receiver
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("delivered");
+    let r = &seen[0];
+    assert_eq!((r.method.as_str(), r.path.as_str()), ("PUT", "/put"));
+    assert_eq!(r.query.as_deref(), Some("x=1"));
+    assert_eq!(r.header("x-a"), Some("1"));
+    assert_eq!(r.header("x-b"), Some("two words"));
+    assert!(r.body.is_empty(), "{:?}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn binary_body_from_a_file_arrives_byte_for_byte() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/bin");
+    let bytes: Vec<u8> = [0x00, 0xff, b'\n', 0x80, b'{', 0x00, 0xfe, b' ']
+        .into_iter()
+        .chain(0..=255)
+        .collect();
+    let path = s.dir.path().join("body.bin");
+    std::fs::write(&path, &bytes).expect("write body file");
+
+    let out = check_ok(
+        &s.ctl(&[
+            "send",
+            &url,
+            "--data-binary",
+            path.to_str().expect("utf-8 path"),
+        ])
+        .await,
+    );
+    row_id(&out);
+    let seen = s
+        .receiver
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("delivered");
+    assert_eq!(seen[0].body.as_ref(), bytes.as_slice());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_body_from_stdin() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/stdin");
+    let out = check_ok(
+        &s.ctl_stdin(
+            &["send", &url, "--data-file", "-"],
+            b"\n{\"from\" : \"stdin\",\n \"n\": [1,2]}\n",
+        )
+        .await,
+    );
+    row_id(&out);
+    let seen = s
+        .receiver
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("delivered");
+    // Surrounding whitespace is dropped; everything inside is kept as typed.
+    assert_eq!(
+        seen[0].body_text(),
+        "{\"from\" : \"stdin\",\n \"n\": [1,2]}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn send_wait_exits_with_the_outcome() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/wait");
+
+    s.receiver.push_replies([Reply::status(204)]);
+    let out = check_ok(&s.ctl(&["send", &url, "--wait", "--interval", "20ms"]).await);
+    let id = row_id(&out);
+    assert_eq!(
+        out,
+        row("queued", &id, "pending", "0/8", "POST", &url)
+            + &row("wait", &id, "succeeded", "1/8", "POST", &url)
+    );
+
+    s.receiver
+        .push_replies([Reply::status(400).body("no such thing")]);
+    let o = s.ctl(&["send", &url, "--wait", "--interval", "20ms"]).await;
+    assert_eq!(o.status.code(), Some(3), "stderr: {}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+    let out = stdout(&o);
+    let id = row_id(&out);
+    assert_eq!(
+        out,
+        row("queued", &id, "pending", "0/8", "POST", &url)
+            + &row("wait", &id, "failed", "1/8", "POST", &url)
+            + "last error: HTTP 400: no such thing\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_times_out_and_reports_cancellation() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/later");
+    let out = check_ok(&s.ctl(&["send", &url, "--not-before", FAR_FUTURE]).await);
+    let id = row_id(&out);
+
+    let o = s.ctl(&["wait", &id, "--timeout", "300ms"]).await;
+    assert_eq!(o.status.code(), Some(5), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), row("wait", &id, "pending", "0/8", "POST", &url));
+    assert_eq!(
+        stderr(&o),
+        format!("spoolctl: timed out after 300ms: delivery {id} is still pending\n")
+    );
+
+    let out = check_ok(&s.ctl(&["cancel", &id]).await);
+    assert_eq!(out, row("cancel", &id, "canceled", "0/8", "POST", &url));
+
+    let o = s.ctl(&["wait", &id]).await;
+    assert_eq!(o.status.code(), Some(4), "stderr: {}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+    assert_eq!(
+        stdout(&o),
+        row("wait", &id, "canceled", "0/8", "POST", &url)
+    );
+    assert!(s.receiver.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn list_pages_and_json() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/listed");
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let out = check_ok(&s.ctl(&["send", &url, "--not-before", FAR_FUTURE]).await);
+        ids.push(row_id(&out));
+    }
+    let table = |ids: &[String]| {
+        let mut t =
+            String::from("ID                                STATUS   ATTEMPTS  METHOD  TARGET\n");
+        for id in ids {
+            t.push_str(&format!("{id}  pending  0/8       POST    {url}\n"));
+        }
+        t
+    };
+
+    assert_eq!(check_ok(&s.ctl(&["list"]).await), table(&ids));
+
+    let o = s
+        .ctl(&["list", "--status", "pending", "--limit", "1"])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stdout(&o), table(&ids[..1]));
+    let err = stderr(&o);
+    let cursor = err
+        .strip_prefix("next cursor: ")
+        .and_then(|c| c.strip_suffix('\n'))
+        .unwrap_or_else(|| panic!("no cursor line: {err:?}"));
+    assert!(
+        !cursor.is_empty() && !cursor.contains(char::is_whitespace),
+        "{err:?}"
+    );
+
+    // The cursor continues where the first page stopped.
+    let o = s.ctl(&["list", "--limit", "1", "--cursor", cursor]).await;
+    assert_eq!(stdout(&o), table(&ids[1..2]), "stderr: {}", stderr(&o));
+
+    // --all follows every cursor and prints one table.
+    let out = check_ok(
+        &s.ctl(&["list", "--status", "pending", "--limit", "1", "--all"])
+            .await,
+    );
+    assert_eq!(out, table(&ids));
+    // With no rows the header alone sets the column widths.
+    assert_eq!(
+        check_ok(&s.ctl(&["list", "--status", "succeeded"]).await),
+        "ID  STATUS  ATTEMPTS  METHOD  TARGET\n"
+    );
+
+    let json: Value =
+        serde_json::from_str(&check_ok(&s.ctl(&["list", "--json"]).await)).expect("JSON");
+    assert_eq!(json["count"], 3, "{json}");
+    let listed: Vec<&str> = json["deliveries"]
+        .as_array()
+        .expect("deliveries array")
+        .iter()
+        .map(|d| d["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(listed, ids);
+
+    let out = check_ok(&s.ctl(&["list", "--json", "--all", "--limit", "2"]).await);
+    assert_eq!(out.lines().count(), 1, "one document: {out}");
+    let json: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["count"], 3, "{json}");
+    assert_eq!(json["deliveries"].as_array().map(Vec::len), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn get_shows_the_last_error_and_masks_secrets() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/secret");
+    s.receiver
+        .push_replies([Reply::status(400).body("bad input")]);
+    let out = check_ok(
+        &s.ctl(&[
+            "send",
+            &url,
+            "-H",
+            "Authorization: Bearer s3cret",
+            "-d",
+            "{}",
+        ])
+        .await,
+    );
+    let id = row_id(&out);
+    s.api()
+        .wait_status(&id, &["failed"], WAIT)
+        .await
+        .expect("failed");
+
+    let out = check_ok(&s.ctl(&["get", &id]).await);
+    assert_eq!(
+        out,
+        row("get", &id, "failed", "1/8", "POST", &url)
+            + "last error: HTTP 400: bad input\n\
+               last error code: http_status\n"
+    );
+
+    let masked: Value =
+        serde_json::from_str(&check_ok(&s.ctl(&["get", &id, "--json"]).await)).expect("JSON");
+    assert_eq!(masked["headers"]["Authorization"], "[redacted]", "{masked}");
+    assert_eq!(masked["lastError"], "HTTP 400: bad input");
+
+    let revealed: Value =
+        serde_json::from_str(&check_ok(&s.ctl(&["get", &id, "--reveal", "--json"]).await))
+            .expect("JSON");
+    assert_eq!(
+        revealed["headers"]["Authorization"], "Bearer s3cret",
+        "{revealed}"
+    );
+
+    let seen = s.receiver.requests();
+    assert_eq!(seen[0].header("authorization"), Some("Bearer s3cret"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attempts_table_after_a_retry() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/flaky");
+    s.receiver.push_replies([Reply::status(503).body("busy")]);
+    let id = row_id(&check_ok(&s.ctl(&["send", &url]).await));
+    s.api()
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered on the second attempt");
+
+    let out = check_ok(&s.ctl(&["attempts", &id]).await);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(
+        lines[0],
+        ["CYCLE", "ATTEMPT", "STARTED", "OUTCOME", "HTTP", "CODE", "DURATION", "ERROR"],
+        "{out}"
+    );
+    // STARTED and DURATION vary; the rest is fixed.
+    let fixed = |cells: &[&str]| {
+        let mut cells = cells.to_vec();
+        cells[2] = "<started>";
+        cells[6] = "<duration>";
+        cells.join(" ")
+    };
+    assert_eq!(
+        fixed(&lines[1]),
+        "1 1 <started> retry 503 http_status <duration> HTTP 503: busy",
+        "{out}"
+    );
+    assert_eq!(
+        fixed(&lines[2]),
+        "1 2 <started> succeeded 200 - <duration> -",
+        "{out}"
+    );
+
+    let json: Value =
+        serde_json::from_str(&check_ok(&s.ctl(&["attempts", &id, "--json"]).await)).expect("JSON");
+    assert_eq!(json["attempts"].as_array().map(Vec::len), Some(2), "{json}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_starts_a_new_cycle_only_for_failed_deliveries() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/again");
+    s.receiver.push_replies([Reply::status(400)]);
+    let id = row_id(&check_ok(&s.ctl(&["send", &url, "-d", "[1]"]).await));
+    let api = s.api();
+    api.wait_status(&id, &["failed"], WAIT)
+        .await
+        .expect("failed");
+
+    let out = check_ok(&s.ctl(&["retry", &id]).await);
+    assert_eq!(out, row("retry", &id, "pending", "0/8", "POST", &url));
+    api.wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered again");
+    let seen = s
+        .receiver
+        .wait_for_requests(2, WAIT)
+        .await
+        .expect("two requests");
+    assert!(seen.iter().all(|r| r.body.as_ref() == b"[1]"));
+
+    let pending = row_id(&check_ok(
+        &s.ctl(&["send", &url, "--not-before", FAR_FUTURE]).await,
+    ));
+    let o = s.ctl(&["retry", &pending]).await;
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        "spoolctl: spoold returned HTTP 409 (invalid_transition): \
+         invalid delivery state transition from pending\n"
+    );
+    assert_eq!(stdout(&o), "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_delivery_is_not_found() {
+    let s = Spoold::start().await;
+    for args in [
+        &["get", "0123456789abcdef0123456789abcdef"][..],
+        &["attempts", "0123456789abcdef0123456789abcdef"][..],
+        &["cancel", "0123456789abcdef0123456789abcdef"][..],
+        &["retry", "0123456789abcdef0123456789abcdef"][..],
+        &["wait", "0123456789abcdef0123456789abcdef"][..],
+        &["get", "not-an-id"][..],
+    ] {
+        let o = s.ctl(args).await;
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert_eq!(
+            stderr(&o),
+            "spoolctl: spoold returned HTTP 404 (not_found): delivery not found\n",
+            "{args:?}"
+        );
+        assert_eq!(stdout(&o), "", "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spoold_url_from_the_environment() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/env");
+    let with_env = |args: &[&str]| {
+        let mut cmd = spoolctl();
+        cmd.args(args).env("SPOOLD_URL", &s.server);
+        cmd
+    };
+    let out = check_ok(&crate::capture(with_env(&["send", &url, "-d", "true"]), None).await);
+    let id = row_id(&out);
+    assert_eq!(out, row("queued", &id, "pending", "0/8", "POST", &url));
+    s.receiver
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("delivered");
+
+    let o = crate::capture(with_env(&["wait", &id, "--interval", "20ms"]), None).await;
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        row("wait", &id, "succeeded", "1/8", "POST", &url)
+    );
+
+    // --server wins over the environment.
+    let mut cmd = spoolctl();
+    cmd.args(["get", &id, "--server", &s.server])
+        .env("SPOOLD_URL", "http://127.0.0.1:9");
+    let out = check_ok(&crate::capture(cmd, None).await);
+    assert_eq!(out, row("get", &id, "succeeded", "1/8", "POST", &url));
+}
