@@ -180,3 +180,31 @@ async fn health_readiness_and_metrics() {
     );
     assert!(text.contains("spoold_journal_size_bytes"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unix_socket_lifecycle() {
+    let dir = TempDir::new().expect("temp dir");
+    let sock = dir.path().join("run/spoold.sock");
+    // A stale socket (its listener is gone) is replaced.
+    std::fs::create_dir_all(sock.parent().expect("parent")).expect("mkdir");
+    drop(std::os::unix::net::UnixListener::bind(&sock).expect("stale socket"));
+    assert!(sock.exists());
+    let mut daemon = DaemonProcess::start(process_opts(&dir).unix_socket(&sock))
+        .await
+        .expect("starts over a stale socket");
+    std::os::unix::net::UnixStream::connect(&sock).expect("socket answers");
+
+    // A live socket is not taken over: a second daemon (another database) exits 1.
+    let other = TempDir::new().expect("temp dir");
+    let (status, stderr) = DaemonProcess::run_to_exit(process_opts(&other).unix_socket(&sock))
+        .await
+        .expect("runs");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("in use"), "{stderr}");
+    std::os::unix::net::UnixStream::connect(&sock).expect("first daemon still answers");
+
+    // Removed on shutdown.
+    let status = daemon.terminate().await.expect("terminates");
+    assert_eq!(status.code(), Some(0));
+    assert!(!sock.exists(), "socket left behind");
+}

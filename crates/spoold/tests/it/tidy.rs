@@ -1,0 +1,83 @@
+//! Conventions the code base keeps, checked mechanically (after rust-analyzer's tidy test):
+//! every source file says what it is for, and the boundaries named in ARCHITECTURE.md hold.
+
+use std::path::{Path, PathBuf};
+
+fn sources() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    assert!(out.len() > 20, "found only {} files", out.len());
+    out
+}
+
+fn is_under(path: &Path, part: &str) -> bool {
+    path.to_string_lossy().contains(part)
+}
+
+#[test]
+fn every_file_starts_with_a_doc_comment() {
+    let missing: Vec<_> = sources()
+        .into_iter()
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            !text.trim_start().starts_with("//!")
+        })
+        .collect();
+    assert!(missing.is_empty(), "files without a //! line: {missing:#?}");
+}
+
+#[test]
+fn only_outbound_builds_http_clients_to_targets() {
+    let offenders: Vec<_> = sources()
+        .into_iter()
+        .filter(|p| is_under(p, "/spoold/src/") && !is_under(p, "/spoold/src/outbound/"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            text.contains("reqwest::Client") || text.contains("ClientBuilder")
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "HTTP clients built outside outbound/: {offenders:#?}"
+    );
+}
+
+#[test]
+fn no_unwrap_in_library_code() {
+    let offenders: Vec<String> = sources()
+        .into_iter()
+        .filter(|p| is_under(p, "/src/"))
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            // Unit tests live at the end of a file, after `#[cfg(test)]`.
+            let code = text
+                .split("#[cfg(test)]")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            code.lines()
+                .enumerate()
+                .filter(|(_, l)| l.contains(".unwrap()") && !l.trim_start().starts_with("//"))
+                .map(|(i, _)| format!("{}:{}", p.display(), i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "unwrap() outside tests: {offenders:#?}"
+    );
+}
