@@ -12,6 +12,7 @@ mod observability;
 mod openapi;
 mod retention;
 mod security;
+mod tidy;
 mod validation;
 
 use std::path::PathBuf;
