@@ -97,9 +97,30 @@ pub(crate) fn insert(
         .and_then(|mut st| st.execute(params![key, new.id, new.fingerprint]))
         .map_err(map_err)?;
     }
-    let created = get(conn, &new.id)?
-        .ok_or_else(|| StoreError::Database("inserted delivery not found".into()))?;
-    Ok(InsertOutcome::Created(created))
+    // The row is exactly what was inserted: build it instead of reading it back.
+    Ok(InsertOutcome::Created(Delivery {
+        id: new.id.clone(),
+        idempotency_key: new.idempotency_key.clone(),
+        target_url: new.target_url.clone(),
+        origin: new.origin.clone(),
+        method: new.method.clone(),
+        headers: Some(new.headers.clone()),
+        body: Some(new.body.clone()),
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        uncharged: 0,
+        max_attempts: new.max_attempts,
+        cycle: 1,
+        last_error: None,
+        last_error_code: None,
+        last_response_code: None,
+        created_at: now,
+        updated_at: now,
+        next_attempt_at: Some(due),
+        not_before: new.not_before,
+        expires_at: new.expires_at,
+        lease_until: None,
+    }))
 }
 
 /// Per-target capacity the claim must respect.
@@ -582,13 +603,12 @@ pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
 /// Bytes in use: pages minus free pages. The WAL is not counted; it is bounded by checkpoints.
 pub(crate) fn db_bytes(conn: &Connection) -> Result<u64> {
     let (pages, free, size): (u64, u64, u64) = conn
-        .query_row(
+        .prepare_cached(
             "SELECT (SELECT page_count FROM pragma_page_count), \
                     (SELECT freelist_count FROM pragma_freelist_count), \
                     (SELECT page_size FROM pragma_page_size)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
+        .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
         .map_err(map_err)?;
     Ok(pages.saturating_sub(free) * size)
 }

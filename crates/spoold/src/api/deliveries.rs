@@ -90,8 +90,9 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
             return ApiError::new(code, "delivery could not be persisted").into_response();
         }
     };
-    let mut response = json(status, &view(delivery.clone(), false));
-    if let Ok(loc) = HeaderValue::from_str(&format!("/v1/deliveries/{}", delivery.id)) {
+    let location = HeaderValue::from_str(&format!("/v1/deliveries/{}", delivery.id));
+    let mut response = json(status, &view(delivery, false));
+    if let Ok(loc) = location {
         response.headers_mut().insert(header::LOCATION, loc);
     }
     response
