@@ -19,7 +19,8 @@ pub mod model;
 pub mod sqlite;
 
 pub use error::{Result, StoreError};
-pub use sqlite::{Capacity, CommitObserver};
+pub use model::Capacity;
+pub use sqlite::CommitObserver;
 
 use model::{
     Applied, Attempt, AttemptResult, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome, Millis,
@@ -78,6 +79,12 @@ impl Store {
     /// Pending and in-flight deliveries are never removed.
     pub async fn purge_finished(&self, older_than_ms: Millis, limit: u32) -> Result<u64> {
         dispatch!(self, s => s.purge_finished(older_than_ms, limit).await)
+    }
+
+    /// Fail up to `limit` pending deliveries whose `expires_at` has passed (code `expired`),
+    /// due or not. Returns how many.
+    pub async fn expire_overdue(&self, limit: u32) -> Result<u64> {
+        dispatch!(self, s => s.expire_overdue(limit).await)
     }
 
     /// Operator cancel: `pending` or `in_flight` → `canceled`.

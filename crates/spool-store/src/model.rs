@@ -2,6 +2,7 @@
 //! records that cross the store boundary. Every backend implements exactly these rules; the
 //! conformance suite in `tests/it` checks that they do.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -190,6 +191,41 @@ pub struct Claimed {
     pub lease_until: Millis,
 }
 
+/// Per-target capacity a claim must respect.
+#[derive(Debug, Clone, Default)]
+pub struct Capacity {
+    /// At most this many in flight per origin, unless `limits` says otherwise.
+    pub per_origin: u32,
+    /// What is in flight now, by origin (origins not named have none).
+    pub in_flight: HashMap<String, u32>,
+    /// Origins with their own limit: 0 pauses an origin, 1 lets a single probe through.
+    pub limits: HashMap<String, u32>,
+}
+
+impl Capacity {
+    /// The in-flight limit of `origin`.
+    pub fn limit(&self, origin: &str) -> u32 {
+        self.limits.get(origin).copied().unwrap_or(self.per_origin)
+    }
+
+    /// Origins that cannot take another attempt now.
+    pub fn saturated(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .in_flight
+            .iter()
+            .filter(|(o, n)| **n >= self.limit(o))
+            .map(|(o, _)| o.clone())
+            .collect();
+        out.extend(
+            self.limits
+                .iter()
+                .filter(|(o, l)| **l == 0 && !self.in_flight.contains_key(*o))
+                .map(|(o, _)| o.clone()),
+        );
+        out
+    }
+}
+
 /// What a claim pass did.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimBatch {
@@ -325,6 +361,27 @@ mod tests {
             assert_eq!(st.as_str().parse::<DeliveryStatus>().ok(), Some(st));
         }
         assert!("running".parse::<DeliveryStatus>().is_err());
+    }
+
+    #[test]
+    fn capacity_limits() {
+        let cap = Capacity {
+            per_origin: 2,
+            in_flight: HashMap::from([
+                ("a".to_owned(), 2),
+                ("b".to_owned(), 1),
+                ("c".to_owned(), 1),
+            ]),
+            limits: HashMap::from([
+                ("c".to_owned(), 1),
+                ("d".to_owned(), 0),
+                ("e".to_owned(), 1),
+            ]),
+        };
+        let mut saturated = cap.saturated();
+        saturated.sort();
+        assert_eq!(saturated, ["a", "c", "d"]);
+        assert_eq!((cap.limit("b"), cap.limit("e"), cap.limit("d")), (2, 1, 0));
     }
 
     #[test]

@@ -27,13 +27,24 @@ pub struct Deliverer {
     pub request_timeout: Duration,
 }
 
+/// What an attempt says about its target, for the scheduler's per-target pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetHealth {
+    /// The target sent an HTTP response (any status): it is up.
+    Answered,
+    /// Connection refused or unreachable, or the name did not resolve.
+    Unreachable,
+    /// Neither (timeout, TLS error, interrupted, blocked): no conclusion.
+    Unknown,
+}
+
 /// The `User-Agent` sent unless the delivery sets its own.
 pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"));
 
 impl Deliverer {
     /// Run one attempt to the end and record it. `interrupt` cuts the attempt short (shutdown);
     /// such an attempt is recorded as interrupted and does not use up an attempt.
-    pub async fn attempt(&self, claimed: Claimed, interrupt: CancellationToken) {
+    pub async fn attempt(&self, claimed: Claimed, interrupt: CancellationToken) -> TargetHealth {
         let started = Instant::now();
         self.metrics.attempts.inc();
         let request = outbound::Request {
@@ -68,6 +79,11 @@ impl Deliverer {
             "delivery attempt finished"
         );
         let retry_kind = result.disposition;
+        let health = match result.error_code.as_deref() {
+            Some("connect_failed" | "dns_failed") => TargetHealth::Unreachable,
+            _ if result.http_status.is_some() => TargetHealth::Answered,
+            _ => TargetHealth::Unknown,
+        };
         match self.store.complete(result).await {
             Ok(Applied::Now(status)) => {
                 let label = match (retry_kind, status) {
@@ -90,6 +106,7 @@ impl Deliverer {
             Err(e) => warn!(delivery_id = %claimed.id, attempt = claimed.attempt, error = %e,
                             "could not record attempt result; it will be retried after the lease"),
         }
+        health
     }
 
     fn judge(

@@ -185,6 +185,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         concurrency: config.concurrency,
         per_target: config.per_target_concurrency,
         lease: config.lease,
+        pause_backoff: retry::Backoff {
+            base: config.retry_base,
+            cap: config.retry_cap,
+        },
     };
     let attempts = TaskTracker::new();
     let interrupt = CancellationToken::new();

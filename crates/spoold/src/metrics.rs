@@ -51,6 +51,7 @@ pub struct Metrics {
     pub allowed_target_ranges: Gauge,
     pub max_redirects: Gauge,
     pub ready: Gauge,
+    pub paused_targets: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -87,6 +88,7 @@ impl Metrics {
             allowed_target_ranges: Gauge::default(),
             max_redirects: Gauge::default(),
             ready: Gauge::default(),
+            paused_targets: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -188,6 +190,11 @@ impl Metrics {
             "spoold_ready",
             "1 if the store could make a write durable at the last scrape or readiness probe",
             m.ready.clone(),
+        );
+        registry.register(
+            "spoold_paused_targets",
+            "Targets paused after refusing connections; probed one delivery at a time",
+            m.paused_targets.clone(),
         );
         m.db_max_bytes.set(config.max_db_bytes as i64);
         m.allow_private_targets

@@ -1,9 +1,12 @@
 //! The scheduler: claims due deliveries and starts their attempts, within the global and
 //! per-target concurrency limits.
 //!
-//! It never polls: it sleeps until the earliest due time, an enqueue (`wake`), or a finished
-//! attempt frees a slot. A target that is slow, hung or refusing only ever occupies its own
-//! per-target slots, and due work for other targets is claimed past it.
+//! It never polls: it sleeps until the earliest due time, an enqueue (`wake`), a finished
+//! attempt, or the end of a target's pause. A target that is slow or hung only ever occupies its
+//! own per-target slots. A target that refuses connections is *paused* after a few failures in a
+//! row: its deliveries wait (uncharged) while one probe at a time, spaced by the retry backoff,
+//! finds out whether it is back. So a dead target costs a handful of attempts, not one attempt
+//! per queued delivery per backoff period.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,12 +19,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 
-use crate::deliver::Deliverer;
+use crate::deliver::{Deliverer, TargetHealth};
+use crate::retry::Backoff;
 
-/// How often leases are checked for expiry (a crashed attempt that could not record itself).
-const LEASE_SWEEP: Duration = Duration::from_secs(5);
+/// How often leases are checked for expiry and overdue deliveries are expired.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Pause after a store error before trying again.
 const ERROR_PAUSE: Duration = Duration::from_secs(1);
+/// Unreachable attempts in a row after which a target is paused.
+pub const PAUSE_AFTER_FAILURES: u32 = 3;
+/// Overdue deliveries expired per sweep job.
+const EXPIRE_BATCH: u32 = 500;
 
 pub struct Scheduler {
     pub store: Store,
@@ -30,6 +38,21 @@ pub struct Scheduler {
     pub concurrency: u32,
     pub per_target: u32,
     pub lease: Duration,
+    /// Spacing of probes to a paused target.
+    pub pause_backoff: Backoff,
+}
+
+/// A finished attempt, reported back to the scheduler.
+struct Done {
+    origin: String,
+    health: TargetHealth,
+}
+
+/// Consecutive unreachable attempts of one target, and until when it is paused.
+#[derive(Debug, Default)]
+struct TargetState {
+    failures: u32,
+    paused_until: Option<Instant>,
 }
 
 impl Scheduler {
@@ -41,26 +64,33 @@ impl Scheduler {
         interrupt: CancellationToken,
         attempts: TaskTracker,
     ) {
-        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
         let mut in_flight: HashMap<String, u32> = HashMap::new();
+        let mut targets: HashMap<String, TargetState> = HashMap::new();
         let mut total: u32 = 0;
-        let mut next_sweep = Instant::now() + LEASE_SWEEP;
+        let mut next_sweep = Instant::now() + SWEEP_EVERY;
         let lease_ms = self.lease.as_millis() as i64;
         loop {
-            while let Ok(origin) = done_rx.try_recv() {
-                release(&mut in_flight, &mut total, &origin);
+            while let Ok(done) = done_rx.try_recv() {
+                self.finished(&mut in_flight, &mut total, &mut targets, done);
             }
             if stop.is_cancelled() {
                 break;
             }
-            let mut wait_until: Option<Instant> = None;
+            let now = Instant::now();
+            let capacity = Capacity {
+                per_origin: self.per_target,
+                in_flight: in_flight.clone(),
+                limits: limits(&targets, now),
+            };
+            self.deliverer
+                .metrics
+                .paused_targets
+                .set(capacity.limits.values().filter(|l| **l == 0).count() as i64);
+            let mut wait_until: Option<Instant> = earliest_resume(&targets, now);
             let free = self.concurrency.saturating_sub(total);
             if free > 0 {
-                let capacity = Capacity {
-                    per_origin: self.per_target,
-                    in_flight: in_flight.clone(),
-                };
-                match self.store.claim_due(free, capacity, lease_ms).await {
+                match self.store.claim_due(free, capacity.clone(), lease_ms).await {
                     Ok(batch) => {
                         if batch.expired > 0 {
                             self.deliverer
@@ -77,32 +107,17 @@ impl Scheduler {
                             let interrupt = interrupt.clone();
                             attempts.spawn(async move {
                                 let origin = c.origin.clone();
-                                deliverer.attempt(c, interrupt).await;
-                                let _ = done.send(origin);
+                                let health = deliverer.attempt(c, interrupt).await;
+                                let _ = done.send(Done { origin, health });
                             });
                         }
                         if claimed == free {
-                            // Possibly more due: go round again once a slot frees up.
-                            continue;
-                        }
-                        if claimed == 0 || batch.expired > 0 {
-                            let saturated = saturated(&in_flight, self.per_target);
-                            match self.store.next_due(saturated).await {
-                                Ok(Some(at)) => {
-                                    let delay = (at - self.store.now_ms()).max(0) as u64;
-                                    // Something is due already but was not claimable (a race
-                                    // with an enqueue): retry shortly rather than spin.
-                                    let delay = Duration::from_millis(delay.max(5));
-                                    wait_until = Some(Instant::now() + delay);
-                                }
-                                Ok(None) => {}
-                                Err(e) => {
-                                    error!(error = %e, "store query for the next due time failed");
-                                    wait_until = Some(Instant::now() + ERROR_PAUSE);
-                                }
-                            }
-                        } else {
+                            // Possibly more due: look again once a slot frees up.
+                        } else if claimed > 0 && batch.expired == 0 {
+                            // Room left and more may be claimable: look again at once.
                             wait_until = Some(Instant::now());
+                        } else if let Some(at) = self.next_due(&capacity, &in_flight).await {
+                            wait_until = Some(wait_until.map_or(at, |w| w.min(at)));
                         }
                     }
                     Err(e) => {
@@ -112,38 +127,176 @@ impl Scheduler {
                 }
             }
             if Instant::now() >= next_sweep {
-                next_sweep = Instant::now() + LEASE_SWEEP;
-                match self.store.reclaim(true).await {
-                    Ok(0) => {}
-                    Ok(n) => info!(count = n, "reclaimed deliveries whose lease expired"),
-                    Err(e) => error!(error = %e, "reclaiming expired leases failed"),
-                }
+                next_sweep = Instant::now() + SWEEP_EVERY;
+                self.sweep().await;
             }
             let deadline = wait_until.map_or(next_sweep, |w| w.min(next_sweep));
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = self.wake.notified() => {}
-                Some(origin) = done_rx.recv() => release(&mut in_flight, &mut total, &origin),
+                Some(done) = done_rx.recv() => {
+                    self.finished(&mut in_flight, &mut total, &mut targets, done);
+                }
                 () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// When to look again: the earliest due time of work whose target has room.
+    async fn next_due(
+        &self,
+        capacity: &Capacity,
+        in_flight: &HashMap<String, u32>,
+    ) -> Option<Instant> {
+        let mut blocked = capacity.saturated();
+        blocked.extend(
+            in_flight
+                .iter()
+                .filter(|(o, n)| **n >= capacity.limit(o))
+                .map(|(o, _)| o.clone()),
+        );
+        match self.store.next_due(blocked).await {
+            Ok(Some(at)) => {
+                let delay = (at - self.store.now_ms()).max(0) as u64;
+                // Something is due already but was not claimable (a race with an enqueue):
+                // look again shortly rather than spin.
+                Some(Instant::now() + Duration::from_millis(delay.max(5)))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                error!(error = %e, "store query for the next due time failed");
+                Some(Instant::now() + ERROR_PAUSE)
+            }
+        }
+    }
+
+    /// Book a finished attempt: free its slot, and pause or resume its target.
+    fn finished(
+        &self,
+        in_flight: &mut HashMap<String, u32>,
+        total: &mut u32,
+        targets: &mut HashMap<String, TargetState>,
+        done: Done,
+    ) {
+        *total = total.saturating_sub(1);
+        if let Some(n) = in_flight.get_mut(&done.origin) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                in_flight.remove(&done.origin);
+            }
+        }
+        match done.health {
+            TargetHealth::Answered => {
+                if targets
+                    .remove(&done.origin)
+                    .is_some_and(|t| t.paused_until.is_some())
+                {
+                    info!(target_origin = %done.origin, "target answered again; resumed");
+                }
+            }
+            TargetHealth::Unreachable => {
+                let state = targets.entry(done.origin.clone()).or_default();
+                state.failures += 1;
+                if state.failures >= PAUSE_AFTER_FAILURES {
+                    let step = state.failures - PAUSE_AFTER_FAILURES + 1;
+                    let pause = self.pause_backoff.delay(&done.origin, step);
+                    state.paused_until = Some(Instant::now() + pause);
+                    info!(
+                        target_origin = %done.origin,
+                        failures = state.failures,
+                        pause_ms = pause.as_millis() as u64,
+                        "target unreachable; paused, probing with one delivery at a time"
+                    );
+                }
+            }
+            TargetHealth::Unknown => {}
+        }
+    }
+
+    /// Periodic housekeeping: leases that ran out (an attempt that could not record its
+    /// result) and deliveries that expired while waiting.
+    async fn sweep(&self) {
+        match self.store.reclaim(true).await {
+            Ok(0) => {}
+            Ok(n) => info!(count = n, "reclaimed deliveries whose lease expired"),
+            Err(e) => error!(error = %e, "reclaiming expired leases failed"),
+        }
+        loop {
+            match self.store.expire_overdue(EXPIRE_BATCH).await {
+                Ok(n) => {
+                    self.deliverer.metrics.expired.inc_by(n);
+                    if n < u64::from(EXPIRE_BATCH) {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    error!(error = %e, "expiring overdue deliveries failed");
+                    break;
+                }
             }
         }
     }
 }
 
-fn release(in_flight: &mut HashMap<String, u32>, total: &mut u32, origin: &str) {
-    *total = total.saturating_sub(1);
-    if let Some(n) = in_flight.get_mut(origin) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            in_flight.remove(origin);
-        }
-    }
+/// Per-target limits: 0 while a target is paused, 1 (a single probe) once its pause is over
+/// until it answers again.
+fn limits(targets: &HashMap<String, TargetState>, now: Instant) -> HashMap<String, u32> {
+    targets
+        .iter()
+        .filter(|(_, t)| t.failures >= PAUSE_AFTER_FAILURES)
+        .map(|(o, t)| {
+            let paused = t.paused_until.is_some_and(|until| until > now);
+            (o.clone(), if paused { 0 } else { 1 })
+        })
+        .collect()
 }
 
-fn saturated(in_flight: &HashMap<String, u32>, per_target: u32) -> Vec<String> {
-    in_flight
-        .iter()
-        .filter(|(_, n)| **n >= per_target)
-        .map(|(o, _)| o.clone())
-        .collect()
+/// When the next paused target may be probed.
+fn earliest_resume(targets: &HashMap<String, TargetState>, now: Instant) -> Option<Instant> {
+    targets
+        .values()
+        .filter_map(|t| t.paused_until)
+        .filter(|until| *until > now)
+        .min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paused_targets_get_no_slots_then_one_probe() {
+        let now = Instant::now();
+        let targets = HashMap::from([
+            (
+                "http://down:80".to_owned(),
+                TargetState {
+                    failures: PAUSE_AFTER_FAILURES,
+                    paused_until: Some(now + Duration::from_secs(5)),
+                },
+            ),
+            (
+                "http://probe:80".to_owned(),
+                TargetState {
+                    failures: PAUSE_AFTER_FAILURES + 2,
+                    paused_until: Some(now - Duration::from_secs(1)),
+                },
+            ),
+            (
+                "http://flaky:80".to_owned(),
+                TargetState {
+                    failures: 1,
+                    paused_until: None,
+                },
+            ),
+        ]);
+        let l = limits(&targets, now);
+        assert_eq!(l.get("http://down:80"), Some(&0));
+        assert_eq!(l.get("http://probe:80"), Some(&1));
+        assert_eq!(l.get("http://flaky:80"), None);
+        assert_eq!(
+            earliest_resume(&targets, now),
+            Some(now + Duration::from_secs(5))
+        );
+    }
 }

@@ -2,16 +2,16 @@
 //! savepoint; read functions run on a reader connection. All state changes follow the rules in
 //! `model`: claims are fenced by `claim_seq`, terminal rows are never reopened except by retry.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, ClaimBatch, Claimed,
-    Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery, Page, Stats,
-    TransitionOutcome,
+    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, ClaimBatch,
+    Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery, Page,
+    Stats, TransitionOutcome,
 };
 
 /// Columns of a full delivery row, in the order `row_to_delivery` reads them.
@@ -123,26 +123,6 @@ pub(crate) fn insert(
     }))
 }
 
-/// Per-target capacity the claim must respect.
-#[derive(Debug, Clone, Default)]
-pub struct Capacity {
-    /// At most this many in flight per origin.
-    pub per_origin: u32,
-    /// What is in flight now, by origin (origins not named have none).
-    pub in_flight: HashMap<String, u32>,
-}
-
-impl Capacity {
-    /// Origins that cannot take another attempt now.
-    pub fn saturated(&self) -> Vec<String> {
-        self.in_flight
-            .iter()
-            .filter(|(_, n)| **n >= self.per_origin)
-            .map(|(o, _)| o.clone())
-            .collect()
-    }
-}
-
 pub(crate) fn claim(
     conn: &Connection,
     now: Millis,
@@ -189,9 +169,10 @@ pub(crate) fn claim(
             batch
                 .claimed
                 .push(claim_one(conn, &id, &origin, now, lease_until)?);
+            let limit = capacity.limit(&origin);
             let n = capacity.in_flight.entry(origin.clone()).or_insert(0);
             *n += 1;
-            if *n >= capacity.per_origin {
+            if *n >= limit {
                 saturated.insert(origin);
             }
         }
@@ -200,6 +181,22 @@ pub(crate) fn claim(
         }
     }
     Ok(batch)
+}
+
+/// Fail up to `limit` pending deliveries whose `expires_at` has passed, whether or not they are
+/// due (work waiting behind a paused target is not claimed, so the claim cannot expire it).
+pub(crate) fn expire_overdue(conn: &Connection, now: Millis, limit: u32) -> Result<u64> {
+    let ids: Vec<String> = conn
+        .prepare_cached(
+            "SELECT id FROM deliveries WHERE status = 'pending' AND expires_at IS NOT NULL \
+             AND expires_at <= ?1 ORDER BY expires_at LIMIT ?2",
+        )
+        .and_then(|mut st| st.query_map(params![now, limit], |r| r.get(0))?.collect())
+        .map_err(map_err)?;
+    for id in &ids {
+        expire(conn, id, now)?;
+    }
+    Ok(ids.len() as u64)
 }
 
 fn expire(conn: &Connection, id: &str, now: Millis) -> Result<()> {

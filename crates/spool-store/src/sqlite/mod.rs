@@ -17,13 +17,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::Semaphore;
 
-pub use deliveries::Capacity;
 pub use writer::{CommitObserver, WriterStats};
 
 use crate::error::{Result, StoreError};
 use crate::model::{
-    Applied, Attempt, AttemptResult, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome, Millis,
-    NewDelivery, Page, Stats, TransitionOutcome,
+    Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome,
+    Millis, NewDelivery, Page, Stats, TransitionOutcome,
 };
 
 /// How to open the SQLite store.
@@ -190,6 +189,13 @@ impl SqliteStore {
         self.inner
             .writer
             .write(move |c| deliveries::reclaim(c, now_ms(), only_expired))
+            .await
+    }
+
+    pub async fn expire_overdue(&self, limit: u32) -> Result<u64> {
+        self.inner
+            .writer
+            .write(move |c| deliveries::expire_overdue(c, now_ms(), limit))
             .await
     }
 

@@ -69,6 +69,11 @@ const MIGRATIONS: &[&str] = &[
         value TEXT
     ) WITHOUT ROWID;
     "#,
+    // 2: find overdue deliveries without scanning (they may wait behind a paused target).
+    r#"
+    CREATE INDEX deliveries_expiry ON deliveries (expires_at)
+        WHERE status = 'pending' AND expires_at IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this binary writes.

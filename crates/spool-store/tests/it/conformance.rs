@@ -375,6 +375,7 @@ pub async fn claim_respects_per_origin_capacity(store: Store) {
     let capacity = Capacity {
         per_origin: 2,
         in_flight: HashMap::new(),
+        limits: HashMap::new(),
     };
     let batch = store.claim_due(10, capacity, 60_000).await.expect("claim");
     assert_eq!(
@@ -386,6 +387,7 @@ pub async fn claim_respects_per_origin_capacity(store: Store) {
     let full = Capacity {
         per_origin: 2,
         in_flight: HashMap::from([(ORIGIN_A.to_owned(), 2), (ORIGIN_B.to_owned(), 1)]),
+        limits: HashMap::new(),
     };
     let batch = store.claim_due(10, full, 60_000).await.expect("claim");
     assert!(batch.claimed.is_empty(), "{:?}", batch.claimed);
@@ -394,6 +396,7 @@ pub async fn claim_respects_per_origin_capacity(store: Store) {
     let one_free = Capacity {
         per_origin: 2,
         in_flight: HashMap::from([(ORIGIN_A.to_owned(), 1)]),
+        limits: HashMap::new(),
     };
     let batch = store.claim_due(10, one_free, 60_000).await.expect("claim");
     assert_eq!(origin_counts(&batch.claimed), [(ORIGIN_A, 1)]);
@@ -410,6 +413,7 @@ pub async fn claim_skips_saturated_origins(store: Store) {
     let capacity = Capacity {
         per_origin: 2,
         in_flight: HashMap::new(),
+        limits: HashMap::new(),
     };
     let batch = store.claim_due(10, capacity, 60_000).await.expect("claim");
     assert_eq!(
@@ -423,6 +427,7 @@ pub async fn claim_skips_saturated_origins(store: Store) {
     let capacity = Capacity {
         per_origin: 2,
         in_flight: HashMap::from([(ORIGIN_A.to_owned(), 2)]),
+        limits: HashMap::new(),
     };
     let batch = store.claim_due(1, capacity, 60_000).await.expect("claim");
     assert_eq!(claimed_ids(&batch.claimed), [id(42)]);
@@ -1216,6 +1221,7 @@ fn unlimited() -> Capacity {
     Capacity {
         per_origin: u32::MAX,
         in_flight: HashMap::new(),
+        limits: HashMap::new(),
     }
 }
 
