@@ -11,6 +11,7 @@ mod writer;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,6 +25,10 @@ use crate::model::{
     Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome,
     Millis, NewDelivery, Page, Stats, TransitionOutcome,
 };
+
+/// Room a readiness probe must find after a write has failed for lack of space: as much as the
+/// largest delivery body the API accepts.
+pub const SPACE_PROBE_BYTES: i64 = 1 << 20;
 
 /// How to open the SQLite store.
 #[derive(Debug, Clone)]
@@ -230,8 +235,19 @@ impl SqliteStore {
         Ok(removed)
     }
 
-    /// A real write that must reach the disk: proves the store can write right now.
+    /// A real write that must reach the disk: proves the store can write right now. After a
+    /// write has failed for lack of space, it must first make room for [`SPACE_PROBE_BYTES`]
+    /// too: a small write alone proves nothing then, as it fits in the end of the WAL that the
+    /// failed write had already extended, while every create goes on failing.
     pub async fn ping(&self) -> Result<()> {
+        let stats = &self.inner.writer.stats;
+        // Cleared before probing, so a failure that comes in meanwhile sets it again.
+        if stats.short_of_space.swap(false, Ordering::Relaxed) {
+            if let Err(e) = self.probe_space().await {
+                stats.short_of_space.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
         self.inner
             .writer
             .write(|c| {
@@ -242,6 +258,32 @@ impl SqliteStore {
                 )
                 .map_err(map_err)
                 .map(drop)
+            })
+            .await
+    }
+
+    /// Write [`SPACE_PROBE_BYTES`] durably, then give the space back.
+    async fn probe_space(&self) -> Result<()> {
+        self.inner
+            .writer
+            .write(|c| {
+                c.execute(
+                    "INSERT INTO meta (key, value) VALUES ('space_probe', zeroblob(?1)) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [SPACE_PROBE_BYTES],
+                )
+                .map_err(map_err)
+                .map(drop)
+            })
+            .await?;
+        // Only now, in a transaction of its own: freed in the same one, the pages might never
+        // have been written at all.
+        self.inner
+            .writer
+            .write(|c| {
+                c.execute("DELETE FROM meta WHERE key = 'space_probe'", [])
+                    .map_err(map_err)
+                    .map(drop)
             })
             .await
     }

@@ -47,6 +47,9 @@ impl CommitError {
 pub struct WriterStats {
     /// Set while the last transaction failed; cleared by the next one that commits.
     pub failing: AtomicBool,
+    /// Set when a write fails for lack of space; cleared by a readiness probe that finds room
+    /// (see `SqliteStore::ping`).
+    pub short_of_space: AtomicBool,
     pub observer: std::sync::OnceLock<Arc<dyn CommitObserver>>,
 }
 
@@ -91,6 +94,7 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel::<Result<T>>();
+        let stats = Arc::clone(&self.stats);
         let job: Job = Box::new(move |conn: Option<&Connection>| {
             let outcome = conn.map(|conn| in_savepoint(conn, op));
             Box::new(move |commit: &Result<(), CommitError>| {
@@ -101,6 +105,10 @@ impl Writer {
                     (Err(e), _) => Err(e.to_store_error()),
                     (Ok(()), None) => Err(StoreError::WriterGone),
                 };
+                // Here, on the writer thread, so that it is noted even if the caller has gone.
+                if matches!(result, Err(StoreError::DiskFull(_))) {
+                    stats.short_of_space.store(true, Ordering::Relaxed);
+                }
                 // The caller may have gone away (client disconnected); the write stands anyway.
                 let _ = reply_tx.send(result);
             })

@@ -39,6 +39,10 @@ macro_rules! conformance_suite {
             claim_skips_saturated_origins,
             claim_records_attempt_and_lease,
             claim_fails_expired_instead,
+            claim_honours_per_origin_limits,
+            expire_overdue_fails_waiting_work,
+            retry_clears_a_passed_deadline,
+            purge_finished_removes_only_old_terminal_rows,
             complete_succeeded,
             complete_retry_schedules_next_attempt,
             complete_retry_when_exhausted_fails,
@@ -494,6 +498,84 @@ pub async fn claim_records_attempt_and_lease(store: Store) {
     assert_eq!(history[0].outcome.as_deref(), Some("retry"));
     assert_eq!(history[1].number, 2);
     assert_eq!(history[1].outcome, None);
+}
+
+pub async fn claim_honours_per_origin_limits(store: Store) {
+    for n in 1..=3 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+        create(&store, new_delivery(&id(10 + n), None, URL_B)).await;
+    }
+    // A is paused (limit 0); B may take a single probe (limit 1).
+    let capacity = Capacity {
+        per_origin: 8,
+        in_flight: HashMap::new(),
+        limits: HashMap::from([(ORIGIN_A.to_owned(), 0), (ORIGIN_B.to_owned(), 1)]),
+    };
+    let batch = store
+        .claim_due(10, capacity.clone(), 60_000)
+        .await
+        .expect("claim");
+    assert_eq!(origin_counts(&batch.claimed), [(ORIGIN_B, 1)]);
+    let next = store
+        .next_due(capacity.saturated())
+        .await
+        .expect("next due");
+    assert!(next.is_some(), "B still has due work");
+}
+
+pub async fn expire_overdue_fails_waiting_work(store: Store) {
+    let now = store.now_ms();
+    // Not due for an hour, but its deadline is already over.
+    let mut overdue = new_delivery(&id(1), None, URL_A);
+    overdue.not_before = Some(now + 3_600_000);
+    overdue.expires_at = Some(now + 1);
+    let mut fine = new_delivery(&id(2), None, URL_A);
+    fine.expires_at = Some(now + 3_600_000);
+    create(&store, overdue).await;
+    create(&store, fine).await;
+    wait_until(&store, now + 2).await;
+    assert_eq!(store.expire_overdue(10).await.expect("expire"), 1);
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Failed);
+    assert_eq!(d.last_error_code.as_deref(), Some("expired"));
+    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Pending);
+    assert_eq!(store.expire_overdue(10).await.expect("expire"), 0);
+}
+
+pub async fn retry_clears_a_passed_deadline(store: Store) {
+    let now = store.now_ms();
+    let mut d = new_delivery(&id(1), None, URL_A);
+    d.expires_at = Some(now + 1);
+    create(&store, d).await;
+    wait_until(&store, now + 2).await;
+    assert_eq!(store.expire_overdue(10).await.expect("expire"), 1);
+    let retried = match store.retry(id(1)).await.expect("retry") {
+        TransitionOutcome::Done(d) => d,
+        other => panic!("retry refused: {other:?}"),
+    };
+    assert_eq!(retried.status, DeliveryStatus::Pending);
+    assert_eq!(retried.expires_at, None);
+    assert_eq!(claimed_ids(&claim(&store, 10).await), [id(1)]);
+}
+
+pub async fn purge_finished_removes_only_old_terminal_rows(store: Store) {
+    create(&store, new_delivery(&id(1), Some("k1"), URL_A)).await;
+    create(&store, new_delivery(&id(2), None, URL_A)).await;
+    let claimed = claim(&store, 1).await;
+    complete(&store, &claimed[0], Disposition::Succeeded, Some(200)).await;
+    // Finished just now: a one-hour retention keeps it.
+    assert_eq!(store.purge_finished(3_600_000, 10).await.expect("purge"), 0);
+    // Zero retention: gone, with its attempts and key; the pending one stays.
+    let now = store.now_ms();
+    wait_until(&store, now + 2).await;
+    assert_eq!(store.purge_finished(0, 10).await.expect("purge"), 1);
+    assert!(store.get(id(1)).await.expect("get").is_none());
+    assert!(store.attempts(id(1)).await.expect("attempts").is_none());
+    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Pending);
+    match insert(&store, new_delivery(&id(3), Some("k1"), URL_A)).await {
+        InsertOutcome::Created(d) => assert_eq!(d.id, id(3)),
+        other => panic!("key not released: {other:?}"),
+    }
 }
 
 pub async fn claim_fails_expired_instead(store: Store) {
