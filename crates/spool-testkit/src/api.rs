@@ -1,4 +1,4 @@
-//! A thin client for the daemon's JSON API over TCP, for tests. Every call returns the HTTP
+//! A thin client for the daemon's JSON API over TCP or a unix socket, for tests. Every call returns the HTTP
 //! status with the parsed body, so a test asserts on error envelopes as easily as on
 //! successes; only transport failures are errors.
 //!
@@ -6,6 +6,7 @@
 //! `GET /v1/deliveries/{id}/attempts`, `POST /v1/deliveries/{id}/cancel`,
 //! `POST /v1/deliveries/{id}/retry`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -29,15 +30,23 @@ impl Api {
     /// A client for the daemon at `base_url` (`http://127.0.0.1:PORT`).
     pub fn new(base_url: impl Into<String>) -> Self {
         let base = base_url.into().trim_end_matches('/').to_owned();
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            // Plain HTTP to loopback only: no certificate store to load, nothing to fail.
-            .tls_built_in_root_certs(false)
-            .timeout(REQUEST_TIMEOUT)
+        let client = builder()
             .build()
             .expect("a proxy-less, root-less reqwest client always builds");
         Self { base, client }
+    }
+
+    /// A client for the daemon listening on the unix socket at `path`. [`Self::base_url`] is
+    /// then `http://spoold`, a name that is never resolved: every connection goes to `path`.
+    pub fn unix(path: impl Into<PathBuf>) -> Self {
+        let client = builder()
+            .unix_socket(path.into())
+            .build()
+            .expect("a proxy-less, root-less reqwest client always builds");
+        Self {
+            base: "http://spoold".to_owned(),
+            client,
+        }
     }
 
     pub fn base_url(&self) -> &str {
@@ -89,6 +98,15 @@ impl Api {
     pub async fn attempts(&self, id: &str) -> anyhow::Result<(u16, Value)> {
         self.json(Method::GET, &format!("/v1/deliveries/{id}/attempts"), None)
             .await
+    }
+
+    /// The value of one sample in `GET /metrics`: `name` is the sample as exposed, labels
+    /// included (`spoold_blocked_targets_total`, `spoold_deliveries{status="pending"}`).
+    /// `None` if there is no such sample.
+    pub async fn metric(&self, name: &str) -> anyhow::Result<Option<f64>> {
+        let (status, _headers, body) = self.request(Method::GET, "/metrics", None).await?;
+        anyhow::ensure!(status == 200, "GET /metrics answered {status}");
+        Ok(sample(&String::from_utf8_lossy(&body), name))
     }
 
     /// Any request: `path` is appended to the base URL; a body is sent as
@@ -154,6 +172,22 @@ impl Api {
     }
 }
 
+fn builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        // Plain HTTP to loopback only: no certificate store to load, nothing to fail.
+        .tls_built_in_root_certs(false)
+        .timeout(REQUEST_TIMEOUT)
+}
+
+/// The value of sample `name` in Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+}
+
 /// The body as JSON: `Null` when empty, a JSON string holding the text when it is not JSON
 /// (so a test's assertion shows what came back instead of a parse error).
 fn body_json(bytes: &[u8]) -> Value {
@@ -173,5 +207,16 @@ mod tests {
         assert_eq!(body_json(b""), Value::Null);
         assert_eq!(body_json(br#"{"id":"x"}"#), serde_json::json!({"id": "x"}));
         assert_eq!(body_json(b"not json"), Value::String("not json".into()));
+    }
+
+    #[test]
+    fn samples_by_name() {
+        let text = "# HELP a_total A.\n# TYPE a_total counter\na_total 3\nab 4\n\
+                    b{x=\"1\"} 5.5 1700000000\n";
+        assert_eq!(sample(text, "a_total"), Some(3.0));
+        assert_eq!(sample(text, "ab"), Some(4.0));
+        assert_eq!(sample(text, "b{x=\"1\"}"), Some(5.5));
+        assert_eq!(sample(text, "a"), None);
+        assert_eq!(sample(text, "b"), None);
     }
 }

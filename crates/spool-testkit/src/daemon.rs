@@ -34,8 +34,9 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 const KILL_REAP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How to start `spoold`. The command line is
-/// `spoold --db <db> --listen 127.0.0.1:0 --allow-private-targets --log-format json <args…>`,
-/// with `--unix-socket <path>` in place of `--listen …` when [`Self::unix_socket`] is set.
+/// `[wrapper…] spoold --db <db> --listen 127.0.0.1:0 --allow-private-targets --log-format json
+/// <args…>`, with `--unix-socket <path>` in place of `--listen …` when [`Self::unix_socket`] is
+/// set, and without `--allow-private-targets` after [`Self::default_address_policy`].
 ///
 /// The child does not inherit `RUST_LOG` or any `SPOOLD_*` variable from the test's
 /// environment (so a developer's shell cannot change what a test runs); set them with
@@ -52,6 +53,12 @@ pub struct DaemonOptions {
     pub unix_socket: Option<PathBuf>,
     /// The executable to run; `None` means [`cargo_bin`]`("spoold")`.
     pub program: Option<PathBuf>,
+    /// A command that runs the daemon, e.g. `ip netns exec NS`; empty for none. It must exec
+    /// the program (as `ip netns exec` does), so that the child's pid is the daemon's and
+    /// [`DaemonProcess::kill9`] and [`DaemonProcess::signal`] reach it.
+    pub wrapper: Vec<OsString>,
+    /// Pass `--allow-private-targets` (the default: the test receiver is on loopback).
+    pub allow_private_targets: bool,
     /// How long to wait for readiness (or, in [`DaemonProcess::run_to_exit`], for the exit).
     pub ready_timeout: Duration,
 }
@@ -103,6 +110,8 @@ impl DaemonOptions {
             env: Vec::new(),
             unix_socket: None,
             program: None,
+            wrapper: Vec::new(),
+            allow_private_targets: true,
             ready_timeout: READY_TIMEOUT,
         }
     }
@@ -141,6 +150,24 @@ impl DaemonOptions {
         self
     }
 
+    /// Run the daemon through this command (`["ip", "netns", "exec", ns]`); see the field of
+    /// the same name.
+    pub fn wrapper<I, S>(mut self, command: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.wrapper = command.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Leave out `--allow-private-targets`: the daemon applies its default address policy
+    /// (plus any `--allow-target` in [`Self::args`]).
+    pub fn default_address_policy(mut self) -> Self {
+        self.allow_private_targets = false;
+        self
+    }
+
     /// Wait this long for readiness instead of [`READY_TIMEOUT`].
     pub fn ready_timeout(mut self, timeout: Duration) -> Self {
         self.ready_timeout = timeout;
@@ -154,7 +181,10 @@ impl DaemonOptions {
             Some(path) => argv.extend(["--unix-socket".into(), path.clone().into()]),
             None => argv.extend(["--listen", LOOPBACK_ANY_PORT].map(OsString::from)),
         }
-        argv.extend(["--allow-private-targets", "--log-format", "json"].map(OsString::from));
+        if self.allow_private_targets {
+            argv.push("--allow-private-targets".into());
+        }
+        argv.extend(["--log-format", "json"].map(OsString::from));
         argv.extend(self.args.iter().map(OsString::from));
         argv
     }
@@ -339,7 +369,14 @@ impl DaemonProcess {
             Some(path) => path.clone(),
             None => cargo_bin("spoold"),
         };
-        let mut command = Command::new(&program);
+        let mut command = match opts.wrapper.split_first() {
+            Some((wrapper, wrapper_args)) => {
+                let mut command = Command::new(wrapper);
+                command.args(wrapper_args).arg(&program);
+                command
+            }
+            None => Command::new(&program),
+        };
         command
             .args(opts.command_args())
             .stdin(Stdio::null())
@@ -357,7 +394,14 @@ impl DaemonProcess {
         command.envs(opts.env.iter().map(|(k, v)| (k, v)));
         let mut child = command
             .spawn()
-            .with_context(|| format!("spawn {}", program.display()))?;
+            .with_context(|| match opts.wrapper.first() {
+                Some(wrapper) => format!(
+                    "spawn {} (running {})",
+                    Path::new(wrapper).display(),
+                    program.display()
+                ),
+                None => format!("spawn {}", program.display()),
+            })?;
         let pid = child.id().context("a just-spawned child has a pid")?;
         let stderr_pipe = child.stderr.take().context("stderr is piped")?;
         let stdout_pipe = child.stdout.take().context("stdout is piped")?;
@@ -528,5 +572,20 @@ mod tests {
                 "--x",
             ]
         );
+        let policy = DaemonOptions::new("/d/spool.db")
+            .default_address_policy()
+            .wrapper(["ip", "netns", "exec", "ns1"]);
+        assert_eq!(
+            policy.command_args(),
+            [
+                "--db",
+                "/d/spool.db",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json"
+            ]
+        );
+        assert_eq!(policy.wrapper, ["ip", "netns", "exec", "ns1"]);
     }
 }

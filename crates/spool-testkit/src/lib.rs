@@ -8,7 +8,11 @@
 //!   `listening` log line; for tests where a process is the point (kill -9, restart, signals).
 //! - [`receiver`]: [`Receiver`] records requests and answers from a [`Reply`] script; `stop`
 //!   drops open connections so the port refuses, as a crashed target would.
-//! - [`api`]: [`Api`] calls the daemon's HTTP API and returns `(status, json)` pairs.
+//! - [`api`]: [`Api`] calls the daemon's HTTP API (TCP or unix socket) and returns
+//!   `(status, json)` pairs.
+//! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
+//!   command runner, and the rule that skips such a test where it cannot run unless an
+//!   environment variable requires it.
 //!
 //! # Example
 //! ```no_run
@@ -34,6 +38,7 @@
 pub mod api;
 pub mod bin_path;
 pub mod daemon;
+pub mod privileged;
 pub mod receiver;
 
 pub use api::Api;

@@ -288,8 +288,19 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
             .optional()
         })
         .map_err(map_err)?;
+    // The claim is current only while the delivery is still in flight under this claim.
+    let current = current.filter(|(status, claim_seq, ..)| {
+        status == DeliveryStatus::InFlight.as_str() && *claim_seq == result.claim_seq
+    });
+    let exhausted = current
+        .as_ref()
+        .is_some_and(|(_, _, attempts, uncharged, max, _)| {
+            attempts.saturating_sub(*uncharged) >= *max
+        });
     let outcome = match result.disposition {
         Disposition::Succeeded => AttemptOutcome::Succeeded,
+        // The last allowed attempt did not end in a retry: it ended the delivery.
+        Disposition::Retry { .. } if exhausted => AttemptOutcome::Failed,
         Disposition::Retry { .. } => AttemptOutcome::Retry,
         Disposition::Failed => AttemptOutcome::Failed,
         Disposition::Interrupted => AttemptOutcome::Interrupted,
@@ -313,18 +324,15 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
     })
     .map_err(map_err)?;
 
-    let Some((status, claim_seq, attempts, uncharged, max_attempts, expires_at)) = current else {
+    let Some((_, _, _, uncharged, _, expires_at)) = current else {
         return Ok(Applied::Fenced);
     };
-    if status != DeliveryStatus::InFlight.as_str() || claim_seq != result.claim_seq {
-        return Ok(Applied::Fenced);
-    }
     let (new_status, next_at, uncharged) = match result.disposition {
         Disposition::Succeeded => (DeliveryStatus::Succeeded, None, uncharged),
         Disposition::Failed => (DeliveryStatus::Failed, None, uncharged),
         Disposition::Interrupted => (DeliveryStatus::Pending, Some(now), uncharged + 1),
         Disposition::Retry { delay_ms } => {
-            if attempts.saturating_sub(uncharged) >= max_attempts {
+            if exhausted {
                 (DeliveryStatus::Failed, None, uncharged)
             } else {
                 let mut at = now + delay_ms.max(0);

@@ -725,6 +725,16 @@ pub async fn complete_retry_when_exhausted_fails(store: Store) {
     assert_eq!(d.last_response_code, Some(502));
     assert_eq!(d.next_attempt_at, None);
     assert!(claim(&store, 10).await.is_empty());
+    let outcomes: Vec<Option<String>> = attempts(&store, &id(1))
+        .await
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(
+        outcomes,
+        [Some("retry".to_owned()), Some("failed".to_owned())],
+        "the attempt that used up the budget is recorded as failed"
+    );
 
     let mut single = new_delivery(&id(2), None, URL_A);
     single.max_attempts = 1;
@@ -804,7 +814,7 @@ pub async fn complete_interrupted_is_not_charged(store: Store) {
         .collect();
     assert_eq!(
         outcomes,
-        [Some("interrupted".to_owned()), Some("retry".to_owned())]
+        [Some("interrupted".to_owned()), Some("failed".to_owned())]
     );
     let d = get(&store, &id(1)).await;
     assert_eq!((d.attempts, d.uncharged), (2, 1));
@@ -1028,7 +1038,7 @@ pub async fn retry_transitions(store: Store) {
     assert_eq!(
         history,
         [
-            (1, 1, Some("retry".to_owned())),
+            (1, 1, Some("failed".to_owned())),
             (2, 1, Some("succeeded".to_owned())),
         ]
     );

@@ -5,6 +5,7 @@
 mod bytes;
 mod classification;
 mod crash;
+mod disk_full;
 mod idempotency;
 mod isolation;
 mod lifecycle;
@@ -12,6 +13,7 @@ mod observability;
 mod openapi;
 mod retention;
 mod security;
+mod ssrf_netns;
 mod tidy;
 mod validation;
 
