@@ -5,10 +5,12 @@
 //! # Layout
 //! - [`delivery`]: create request, delivery object, listings, attempt history.
 //! - [`error`]: the error envelope and its stable codes.
+//! - [`headers`]: header-name canonicalisation and token rules.
 //! - [`units`]: `1h30m`-style durations, `64KiB`-style sizes, RFC 3339 times.
 
 pub mod delivery;
 pub mod error;
+pub mod headers;
 pub mod units;
 
 pub use delivery::{

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
-use spool_proto::{units, CreateDelivery, ErrorCode};
+use spool_proto::{headers, units, CreateDelivery, ErrorCode};
 use spool_store::model::{Body, Millis, NewDelivery};
 use url::Url;
 
@@ -114,7 +114,7 @@ pub fn validate(
     } else {
         method
     };
-    if !is_token(&method) {
+    if !headers::is_token(&method) {
         return Err(invalid("method contains invalid characters"));
     }
 
@@ -207,10 +207,10 @@ fn normalize_headers(
     let mut out: BTreeMap<String, String> = BTreeMap::new();
     for (name, value) in raw {
         let trimmed = name.trim();
-        if trimmed.is_empty() || !is_token(trimmed) {
+        if trimmed.is_empty() || !headers::is_token(trimmed) {
             return Err(invalid(format!("invalid header name {name:?}")));
         }
-        let canonical = canonical_header_name(trimmed);
+        let canonical = headers::canonical_name(trimmed);
         if spool_proto::MANAGED_HEADERS
             .iter()
             .any(|m| m.eq_ignore_ascii_case(&canonical))
@@ -235,29 +235,6 @@ fn normalize_headers(
         }
     }
     Ok(out.into_iter().collect())
-}
-
-/// `content-type` → `Content-Type`, `x-api-KEY` → `X-Api-Key`, as HTTP/1 servers print them.
-pub fn canonical_header_name(name: &str) -> String {
-    let mut upper = true;
-    name.chars()
-        .map(|c| {
-            let out = if upper {
-                c.to_ascii_uppercase()
-            } else {
-                c.to_ascii_lowercase()
-            };
-            upper = c == '-';
-            out
-        })
-        .collect()
-}
-
-/// An RFC 9110 token: visible ASCII except separators.
-fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| (33..=126).contains(&b) && !b"()<>@,;:\\\"/[]?={}".contains(&b))
 }
 
 /// Digest of every field that makes two requests the same for idempotency (all but the key).

@@ -162,33 +162,7 @@ pub fn parse_header(line: &str) -> Result<(String, String), UsageError> {
     if value.contains(['\r', '\n']) {
         return Err(UsageError::new("header value must not contain a newline"));
     }
-    Ok((canonical_header_name(name), value.to_owned()))
-}
-
-/// Go's `CanonicalMIMEHeaderKey`: the first letter and every letter after `-` upper-case, the
-/// rest lower-case. A name with a character that is not a token character is left unchanged
-/// (spoold then refuses it with its own message).
-pub fn canonical_header_name(name: &str) -> String {
-    if !name.bytes().all(is_token_byte) {
-        return name.to_owned();
-    }
-    let mut upper = true;
-    name.chars()
-        .map(|c| {
-            let out = if upper {
-                c.to_ascii_uppercase()
-            } else {
-                c.to_ascii_lowercase()
-            };
-            upper = c == '-';
-            out
-        })
-        .collect()
-}
-
-/// RFC 9110 `tchar`.
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    Ok((spool_proto::headers::canonical_name(name), value.to_owned()))
 }
 
 /// Picks the single body source; more than one is a usage error.
@@ -275,7 +249,11 @@ mod tests {
             ("x_y", "X_y"),
         ];
         for (input, expected) in cases {
-            assert_eq!(canonical_header_name(input), expected, "{input}");
+            assert_eq!(
+                spool_proto::headers::canonical_name(input),
+                expected,
+                "{input}"
+            );
         }
     }
 
