@@ -2,6 +2,7 @@
 //! here; against a real `spoold` process and a real receiver in [`e2e`] (TCP) and
 //! [`unix_socket`]. Network: only 127.0.0.1 and unix sockets.
 
+mod auth;
 mod e2e;
 mod unix_socket;
 

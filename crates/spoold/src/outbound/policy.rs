@@ -345,7 +345,29 @@ mod tests {
             ("ff02::1", true),
             ("2606:4700:4700::1111", false),
             ("2a00:1450:4001::200e", false),
+            ("9.255.255.255", false),
+            ("11.0.0.0", false),
+            ("100.63.255.255", false),
+            ("126.255.255.255", false),
+            ("128.0.0.1", false),
+            ("169.253.255.255", false),
+            ("169.255.0.1", false),
+            ("192.0.1.1", false),
+            ("192.0.3.1", false),
+            ("192.167.255.255", false),
+            ("192.169.0.1", false),
+            ("223.255.255.254", false),
+            ("::2", true),
+            ("::ffff:169.254.169.254", true),
+            ("::ffff:0.0.0.0", true),
+            ("64:ff9b::a9fe:a9fe", true),
+            ("2001:db8:ffff::1", true),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", true),
+            ("fbff::1", false),
+            ("fe7f::1", false),
+            ("ff00::", true),
         ];
+        assert!(cases.len() >= 60, "the table keeps at least 60 cases");
         for (addr, want_denied) in cases {
             assert_eq!(denied(addr), *want_denied, "{addr}");
         }
@@ -388,8 +410,19 @@ mod tests {
         assert!("example.com/8".parse::<Cidr>().is_err());
     }
 
+    /// Property: every IPv4 address in a denied range is denied as itself and in every IPv6
+    /// form that embeds it (mapped, compatible, NAT64, 6to4). Checked on the range edges and
+    /// 500 pseudo-random addresses per range (a fixed-seed generator keeps runs reproducible).
     #[test]
     fn every_denied_v4_range_is_denied_in_embedded_forms() {
+        let mut seed: u64 = 0x5eed_0000_5900_1d00;
+        let mut next = move || {
+            // xorshift64*
+            seed ^= seed >> 12;
+            seed ^= seed << 25;
+            seed ^= seed >> 27;
+            (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
+        };
         for (net, prefix, _) in DENIED_V4 {
             let first = u32::from(*net);
             let span = if *prefix == 0 {
@@ -397,18 +430,55 @@ mod tests {
             } else {
                 (1u32 << (32 - prefix)) - 1
             };
-            for v4 in [first, first + span / 2, first + span] {
+            let samples = [first, first + span / 2, first + span]
+                .into_iter()
+                .chain((0..500).map(|_| first + next() % span.saturating_add(1).max(1)));
+            for v4 in samples {
                 let v4 = Ipv4Addr::from(v4);
+                assert!(denied(&v4.to_string()), "{v4}");
                 let [a, b, c, d] = v4.octets();
                 let hi = u16::from_be_bytes([a, b]);
                 let lo = u16::from_be_bytes([c, d]);
                 for v6 in [
                     v4.to_ipv6_mapped(),
+                    v4.to_ipv6_compatible(),
                     Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, hi, lo),
                     Ipv6Addr::new(0x2002, hi, lo, 0, 0, 0, 0, 1),
                 ] {
                     assert!(denied(&v6.to_string()), "{v4} as {v6}");
                 }
+            }
+        }
+    }
+
+    /// Property: public IPv4 addresses are allowed, and so are their mapped and NAT64 forms.
+    #[test]
+    fn public_v4_is_allowed_in_embedded_forms() {
+        for v4 in [
+            "1.1.1.1",
+            "8.8.4.4",
+            "93.184.216.34",
+            "151.101.1.69",
+            "223.5.5.5",
+        ] {
+            let v4: Ipv4Addr = v4.parse().expect("addr");
+            let [a, b, c, d] = v4.octets();
+            let nat64 = Ipv6Addr::new(
+                0x64,
+                0xff9b,
+                0,
+                0,
+                0,
+                0,
+                u16::from_be_bytes([a, b]),
+                u16::from_be_bytes([c, d]),
+            );
+            for ip in [
+                IpAddr::V4(v4),
+                IpAddr::V6(v4.to_ipv6_mapped()),
+                IpAddr::V6(nat64),
+            ] {
+                assert!(!denied(&ip.to_string()), "{ip}");
             }
         }
     }
