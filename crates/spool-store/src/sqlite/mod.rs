@@ -30,6 +30,9 @@ use crate::model::{
 /// largest delivery body the API accepts.
 pub const SPACE_PROBE_BYTES: i64 = 1 << 20;
 
+/// Prepared statements kept per connection: more than the store has distinct statements.
+const STATEMENT_CACHE: usize = 64;
+
 /// How to open the SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteConfig {
@@ -123,6 +126,8 @@ impl SqliteStore {
         )
         .map_err(|e| corrupt_or(&path, e))?;
         configure_writer(&conn, &path, fresh)?;
+        // Every statement on the hot path is prepared once and kept (rusqlite keeps 16).
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         schema::migrate(&conn).map_err(|e| match e {
             StoreError::Database(detail) => StoreError::Corrupt {
                 path: path.clone(),
@@ -137,6 +142,7 @@ impl SqliteStore {
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
             .map_err(|e| corrupt_or(&path, e))?;
+            r.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
             r.busy_timeout(std::time::Duration::from_secs(5))
                 .map_err(map_err)?;
             readers.push(r);

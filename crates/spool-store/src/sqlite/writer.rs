@@ -136,10 +136,16 @@ impl Drop for Writer {
 }
 
 fn in_savepoint<T>(conn: &Connection, op: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-    conn.execute_batch("SAVEPOINT job").map_err(map_err)?;
+    // Cached statements: these run twice per write, so parsing them every time would show.
+    let exec = |sql: &str| {
+        conn.prepare_cached(sql)
+            .and_then(|mut st| st.execute([]))
+            .map_err(map_err)
+    };
+    exec("SAVEPOINT job")?;
     match op(conn) {
         Ok(v) => {
-            conn.execute_batch("RELEASE job").map_err(map_err)?;
+            exec("RELEASE job")?;
             Ok(v)
         }
         Err(e) => {
