@@ -4,6 +4,7 @@
 //! read-only connections and never see uncommitted state. The database file is owned by one
 //! process at a time, enforced by an exclusive lock on `<db>.lock`.
 
+mod checkpoint;
 mod deliveries;
 mod schema;
 mod writer;
@@ -74,6 +75,8 @@ struct Inner {
     path: PathBuf,
     max_db_bytes: u64,
     writer: writer::Writer,
+    // Declared after the writer: it is dropped (stopped) after the writer has finished.
+    _checkpointer: checkpoint::Checkpointer,
     readers: Mutex<Vec<Connection>>,
     // One permit per pooled connection. The permit travels with the connection into the
     // blocking task, so it is returned only after the connection is back in the pool.
@@ -147,12 +150,30 @@ impl SqliteStore {
                 .map_err(map_err)?;
             readers.push(r);
         }
-        let writer = writer::Writer::spawn(conn)?;
+        // Checkpoints run on their own thread and connection (see `checkpoint`).
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(map_err)?;
+        // After a burst, give the WAL file's space back once it is checkpointed and reset.
+        conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
+            .map_err(map_err)?;
+        let signal = Arc::new(checkpoint::CheckpointSignal::default());
+        let checkpoint_conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| corrupt_or(&path, e))?;
+        checkpoint_conn
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(map_err)?;
+        let checkpointer = checkpoint::Checkpointer::spawn(checkpoint_conn, Arc::clone(&signal))
+            .map_err(|e| io_err("cannot start the checkpoint thread".into(), e))?;
+        let writer = writer::Writer::spawn(conn, signal)?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 max_db_bytes: config.max_db_bytes,
                 writer,
+                _checkpointer: checkpointer,
                 reader_permits: Arc::new(Semaphore::new(readers.len())),
                 readers: Mutex::new(readers),
                 _lock: lock,

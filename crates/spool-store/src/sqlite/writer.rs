@@ -13,6 +13,7 @@ use std::thread;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::checkpoint::CheckpointSignal;
 use super::map_err;
 use crate::error::{Result, StoreError};
 
@@ -69,13 +70,13 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Start the thread; it stops when the handle is dropped.
-    pub(crate) fn spawn(conn: Connection) -> Result<Writer> {
+    pub(crate) fn spawn(conn: Connection, checkpoints: Arc<CheckpointSignal>) -> Result<Writer> {
         let (tx, rx) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
         let thread_stats = Arc::clone(&stats);
         let handle = thread::Builder::new()
             .name("spool-writer".into())
-            .spawn(move || run(conn, rx, &thread_stats))
+            .spawn(move || run(conn, rx, &thread_stats, &checkpoints))
             .map_err(|e| StoreError::Io {
                 context: "cannot start the store writer thread".into(),
                 source: e,
@@ -156,7 +157,12 @@ fn in_savepoint<T>(conn: &Connection, op: impl FnOnce(&Connection) -> Result<T>)
     }
 }
 
-fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &WriterStats) {
+fn run(
+    conn: Connection,
+    rx: mpsc::Receiver<Job>,
+    stats: &WriterStats,
+    checkpoints: &CheckpointSignal,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut replies: Vec<Reply> = Vec::with_capacity(MAX_BATCH);
     while let Ok(first) = rx.recv() {
@@ -184,6 +190,9 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &WriterStats) {
             replies.extend(batch.drain(..).map(|job| job(None)));
         }
         let ok = commit.is_ok();
+        if ok {
+            checkpoints.commits.fetch_add(1, Ordering::Relaxed);
+        }
         stats.failing.store(!ok, Ordering::Relaxed);
         if let Err(e) = &commit {
             tracing::error!(error = %e.message, batch = size, "store commit failed");
@@ -193,6 +202,15 @@ fn run(conn: Connection, rx: mpsc::Receiver<Job>, stats: &WriterStats) {
         }
         for reply in replies.drain(..) {
             reply(&commit);
+        }
+        if checkpoints
+            .writer_should_checkpoint
+            .swap(false, Ordering::Relaxed)
+        {
+            // Between batches, after every caller has its answer (see `checkpoint`).
+            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                tracing::warn!(error = %e, "checkpoint by the writer failed");
+            }
         }
     }
     tracing::debug!("store writer stopped");
