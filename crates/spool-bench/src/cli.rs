@@ -1,0 +1,147 @@
+//! Command-line flags: which scenario to run, how big, and where the daemon, the data and the
+//! results live. Sizes come from [`crate::plan::Plan`]; the flags here only override them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Benchmark spoold: starts the real `spoold` binary on a fresh on-disk database and drives it
+/// with its own keep-alive HTTP/1.1 load generator and receiver, all on 127.0.0.1.
+///
+/// Build both binaries first: `cargo build --release -p spoold -p spool-bench`.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "spool-bench", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub options: Options,
+}
+
+/// Which scenarios to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Every scenario below, in this order.
+    All,
+    /// Baseline: 256-byte append + fdatasync on the data directory.
+    Fsync,
+    /// Baseline: the load generator against the receiver directly (no daemon).
+    HttpCeiling,
+    /// Durable enqueue via POST /v1/deliveries at concurrency 1, 16 and 64.
+    Enqueue,
+    /// End-to-end: enqueue a batch and wait until every delivery has succeeded, at the default
+    /// per-target concurrency and at 1 and 64.
+    E2e,
+    /// Restart with a large pending backlog: time to ready, memory, size, a fresh batch.
+    Backlog,
+    /// CPU used over a window with a backlog for a target that refuses connections.
+    Idle,
+    /// Enqueue-ack to receiver-sees-request latency at a steady enqueue rate.
+    Latency,
+}
+
+/// Flags shared by every scenario.
+#[derive(Debug, Clone, Args)]
+pub struct Options {
+    /// Tiny sizes and one run each, for CI: the whole suite takes seconds.
+    #[arg(long, global = true)]
+    pub smoke: bool,
+
+    /// Runs per measurement (median and spread are reported); default 3, 1 with --smoke.
+    #[arg(long, global = true, value_name = "N")]
+    pub runs: Option<usize>,
+
+    /// The spoold executable; default: `spoold` next to this program.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub spoold: Option<PathBuf>,
+
+    /// Where databases are created (a real disk, not tmpfs); each invocation gets a fresh
+    /// subdirectory, removed at the end unless --keep-data.
+    #[arg(
+        long,
+        global = true,
+        default_value = "target/bench-data",
+        value_name = "DIR"
+    )]
+    pub data_dir: PathBuf,
+
+    /// Where the JSON results are written.
+    #[arg(
+        long,
+        global = true,
+        default_value = "target/bench-results.json",
+        value_name = "FILE"
+    )]
+    pub json_out: PathBuf,
+
+    /// Keep the databases and daemon logs' summaries after the run.
+    #[arg(long, global = true)]
+    pub keep_data: bool,
+
+    #[command(flatten)]
+    pub sizes: SizeOverrides,
+}
+
+/// Override single sizes of the plan (full or smoke), e.g. for a shorter hand run.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Size overrides")]
+pub struct SizeOverrides {
+    /// fsync baseline: writes per run.
+    #[arg(long, global = true, value_name = "N")]
+    pub fsync_writes: Option<u64>,
+    /// HTTP ceiling and enqueue: requests per run.
+    #[arg(long, global = true, value_name = "N")]
+    pub requests: Option<u64>,
+    /// End-to-end: deliveries per run.
+    #[arg(long, global = true, value_name = "N")]
+    pub e2e_deliveries: Option<u64>,
+    /// Backlog: pending deliveries seeded into the database.
+    #[arg(long, global = true, value_name = "N")]
+    pub backlog_pending: Option<u64>,
+    /// Backlog: size of the fresh batch delivered on top of the backlog.
+    #[arg(long, global = true, value_name = "N")]
+    pub backlog_batch: Option<u64>,
+    /// Idle: pending deliveries to the refusing target.
+    #[arg(long, global = true, value_name = "N")]
+    pub idle_pending: Option<u64>,
+    /// Idle: length of the CPU measurement window, in seconds.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    pub idle_seconds: Option<u64>,
+    /// Latency: how long the steady enqueue rate is held, in seconds.
+    #[arg(long, global = true, value_name = "SECONDS")]
+    pub latency_seconds: Option<u64>,
+    /// Latency: enqueues per second.
+    #[arg(long, global = true, value_name = "N")]
+    pub latency_rate: Option<u32>,
+}
+
+impl Command {
+    /// The scenarios this command stands for, in run order.
+    pub fn scenarios(self) -> &'static [Command] {
+        use Command::*;
+        match self {
+            All => &[Fsync, HttpCeiling, Enqueue, E2e, Backlog, Idle, Latency],
+            Fsync => &[Fsync],
+            HttpCeiling => &[HttpCeiling],
+            Enqueue => &[Enqueue],
+            E2e => &[E2e],
+            Backlog => &[Backlog],
+            Idle => &[Idle],
+            Latency => &[Latency],
+        }
+    }
+
+    /// The scenario's name in the table and the JSON document.
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::All => "all",
+            Command::Fsync => "fsync",
+            Command::HttpCeiling => "http-ceiling",
+            Command::Enqueue => "enqueue",
+            Command::E2e => "e2e",
+            Command::Backlog => "backlog",
+            Command::Idle => "idle",
+            Command::Latency => "latency",
+        }
+    }
+}

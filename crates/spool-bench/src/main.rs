@@ -1,0 +1,30 @@
+//! The `spool-bench` binary: parses flags and hands over to the library.
+//!
+//! Exit codes: 0 when every scenario ran and passed its checks, 1 otherwise, 2 for invalid flags.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use spool_bench::cli::Cli;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("spool-bench")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("spool-bench: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(spool_bench::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("spool-bench: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

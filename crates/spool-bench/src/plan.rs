@@ -1,0 +1,131 @@
+//! How big each scenario is: the full sizes from the issue, the smoke sizes CI runs, and the
+//! per-size overrides from the command line. Every request loop in the benchmark is bounded by
+//! one of these counts and by a time limit.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cli::Options;
+
+/// Sizes and repetitions of every scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub smoke: bool,
+    /// Repetitions of every measurement.
+    pub runs: usize,
+    /// fsync baseline: 256-byte appends, each followed by fdatasync.
+    pub fsync_writes: u64,
+    /// HTTP ceiling and enqueue: requests per run (fixed count, closed loop).
+    pub requests: u64,
+    /// HTTP ceiling and enqueue: client concurrencies (one keep-alive connection each).
+    pub concurrencies: Vec<usize>,
+    /// End-to-end: deliveries per run.
+    pub e2e_deliveries: u64,
+    /// End-to-end: client concurrency while enqueueing the batch.
+    pub e2e_enqueue_concurrency: usize,
+    /// End-to-end: `--per-target-concurrency` values; `None` is the daemon's default.
+    pub e2e_per_target: Vec<Option<u32>>,
+    /// Backlog: pending deliveries in the database at start.
+    pub backlog_pending: u64,
+    /// Backlog: the fresh batch delivered on top.
+    pub backlog_batch: u64,
+    /// Idle: pending deliveries to a target that refuses connections.
+    pub idle_pending: u64,
+    /// Idle: the CPU measurement window.
+    #[serde(with = "seconds")]
+    pub idle_window: Duration,
+    /// Latency: enqueues per second (open loop).
+    pub latency_rate: u32,
+    /// Latency: how long the rate is held.
+    #[serde(with = "seconds")]
+    pub latency_duration: Duration,
+}
+
+impl Plan {
+    /// The sizes the issue asks for.
+    pub fn full() -> Plan {
+        Plan {
+            smoke: false,
+            runs: 3,
+            fsync_writes: 10_000,
+            requests: 50_000,
+            concurrencies: vec![1, 16, 64],
+            e2e_deliveries: 100_000,
+            e2e_enqueue_concurrency: 64,
+            e2e_per_target: vec![None, Some(1), Some(64)],
+            backlog_pending: 1_000_000,
+            backlog_batch: 100_000,
+            idle_pending: 100_000,
+            idle_window: Duration::from_secs(30),
+            latency_rate: 1_000,
+            latency_duration: Duration::from_secs(20),
+        }
+    }
+
+    /// Seconds, not minutes, even against a debug build: every code path, tiny counts.
+    pub fn smoke() -> Plan {
+        Plan {
+            smoke: true,
+            runs: 1,
+            fsync_writes: 200,
+            requests: 2_000,
+            concurrencies: vec![1, 16, 64],
+            e2e_deliveries: 2_000,
+            e2e_enqueue_concurrency: 16,
+            e2e_per_target: vec![None, Some(1), Some(64)],
+            backlog_pending: 20_000,
+            backlog_batch: 1_000,
+            idle_pending: 2_000,
+            idle_window: Duration::from_secs(3),
+            latency_rate: 200,
+            latency_duration: Duration::from_secs(2),
+        }
+    }
+
+    /// The plan the flags ask for: full or smoke, then single overrides.
+    pub fn from_options(options: &Options) -> Plan {
+        let mut plan = if options.smoke {
+            Plan::smoke()
+        } else {
+            Plan::full()
+        };
+        let o = &options.sizes;
+        if let Some(runs) = options.runs {
+            plan.runs = runs.max(1);
+        }
+        set(&mut plan.fsync_writes, o.fsync_writes);
+        set(&mut plan.requests, o.requests);
+        set(&mut plan.e2e_deliveries, o.e2e_deliveries);
+        set(&mut plan.backlog_pending, o.backlog_pending);
+        set(&mut plan.backlog_batch, o.backlog_batch);
+        set(&mut plan.idle_pending, o.idle_pending);
+        if let Some(s) = o.idle_seconds {
+            plan.idle_window = Duration::from_secs(s.max(1));
+        }
+        if let Some(s) = o.latency_seconds {
+            plan.latency_duration = Duration::from_secs(s.max(1));
+        }
+        if let Some(r) = o.latency_rate {
+            plan.latency_rate = r.max(1);
+        }
+        plan
+    }
+}
+
+/// Counts of zero would measure nothing; they are raised to one.
+fn set(field: &mut u64, value: Option<u64>) {
+    if let Some(v) = value {
+        *field = v.max(1);
+    }
+}
+
+mod seconds {
+    use std::time::Duration;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}

@@ -1,0 +1,232 @@
+//! The results: every measurement with its value from each run, summarised as median and
+//! spread; printed as a table and written as a JSON document together with what they were
+//! measured on.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
+use serde::Serialize;
+
+use crate::machine::{Filesystem, Machine};
+use crate::plan::Plan;
+use crate::summary::Spread;
+
+/// Measurements in the order they were first recorded.
+#[derive(Debug, Default)]
+pub struct Results {
+    entries: Vec<Entry>,
+    notes: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// One measurement (scenario, case, metric) and its value in each run.
+#[derive(Debug, Clone)]
+struct Entry {
+    scenario: String,
+    case: String,
+    metric: String,
+    unit: String,
+    runs: Vec<f64>,
+}
+
+/// A measurement as written to JSON.
+#[derive(Debug, Serialize)]
+pub struct EntryJson<'a> {
+    pub scenario: &'a str,
+    pub case: &'a str,
+    pub metric: &'a str,
+    pub unit: &'a str,
+    #[serde(flatten)]
+    pub summary: Option<Spread>,
+    pub runs: &'a [f64],
+}
+
+/// Everything besides the numbers that the JSON document carries.
+#[derive(Debug, Serialize)]
+pub struct Context {
+    pub tool: String,
+    pub date: String,
+    pub command: Vec<String>,
+    pub git_commit: Option<String>,
+    pub machine: Machine,
+    pub data_dir: PathBuf,
+    pub data_filesystem: Filesystem,
+    pub spoold_path: PathBuf,
+    pub spoold_version: String,
+    /// The build profile of this benchmark binary (`release` or `debug`).
+    pub bench_profile: &'static str,
+    pub plan: Plan,
+}
+
+#[derive(Serialize)]
+struct Document<'a> {
+    #[serde(flatten)]
+    context: &'a Context,
+    elapsed_seconds: f64,
+    results: Vec<EntryJson<'a>>,
+    notes: &'a [String],
+    errors: &'a [String],
+}
+
+impl Results {
+    /// Add one run's value of a measurement.
+    pub fn record(&mut self, scenario: &str, case: &str, metric: &str, unit: &str, value: f64) {
+        let found = self
+            .entries
+            .iter_mut()
+            .find(|e| e.scenario == scenario && e.case == case && e.metric == metric);
+        match found {
+            Some(e) => e.runs.push(value),
+            None => self.entries.push(Entry {
+                scenario: scenario.to_owned(),
+                case: case.to_owned(),
+                metric: metric.to_owned(),
+                unit: unit.to_owned(),
+                runs: vec![value],
+            }),
+        }
+    }
+
+    /// A remark printed under the table and kept in the JSON document.
+    pub fn note(&mut self, note: impl Into<String>) {
+        let note = note.into();
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    /// A scenario that failed; the run goes on with the next one.
+    pub fn error(&mut self, error: impl Into<String>) {
+        self.errors.push(error.into());
+    }
+
+    pub fn errors(&self) -> &[String] {
+        &self.errors
+    }
+
+    /// The runs of one measurement, for checks and tests.
+    pub fn runs(&self, scenario: &str, case: &str, metric: &str) -> Option<&[f64]> {
+        self.entries
+            .iter()
+            .find(|e| e.scenario == scenario && e.case == case && e.metric == metric)
+            .map(|e| e.runs.as_slice())
+    }
+
+    /// The table printed at the end of a run.
+    pub fn table(&self) -> String {
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "scenario", "case", "metric", "unit", "median", "min", "max", "spread", "runs",
+        ]);
+        for e in &self.entries {
+            let Some(s) = Spread::of(&e.runs) else {
+                continue;
+            };
+            table.add_row(vec![
+                e.scenario.clone(),
+                e.case.clone(),
+                e.metric.clone(),
+                e.unit.clone(),
+                format_value(s.median),
+                format_value(s.min),
+                format_value(s.max),
+                format!("{:.1}%", s.spread_pct),
+                e.runs.len().to_string(),
+            ]);
+        }
+        for col in 4..=8 {
+            if let Some(c) = table.column_mut(col) {
+                c.set_cell_alignment(CellAlignment::Right);
+            }
+        }
+        let mut out = table.to_string();
+        for note in &self.notes {
+            out.push_str("\n- ");
+            out.push_str(note);
+        }
+        for error in &self.errors {
+            out.push_str("\nERROR: ");
+            out.push_str(error);
+        }
+        out
+    }
+
+    /// Write the JSON document to `path`, creating its directory.
+    pub fn write_json(
+        &self,
+        path: &Path,
+        context: &Context,
+        elapsed_seconds: f64,
+    ) -> anyhow::Result<()> {
+        let doc = Document {
+            context,
+            elapsed_seconds,
+            results: self
+                .entries
+                .iter()
+                .map(|e| EntryJson {
+                    scenario: &e.scenario,
+                    case: &e.case,
+                    metric: &e.metric,
+                    unit: &e.unit,
+                    summary: Spread::of(&e.runs),
+                    runs: &e.runs,
+                })
+                .collect(),
+            notes: &self.notes,
+            errors: &self.errors,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        }
+        let mut text = serde_json::to_vec_pretty(&doc).context("encode results")?;
+        text.push(b'\n');
+        std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+    }
+}
+
+/// Three significant digits or so, without exponent notation.
+fn format_value(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_accumulate_per_measurement() {
+        let mut r = Results::default();
+        r.record("enqueue", "c=1", "throughput", "req/s", 10.0);
+        r.record("enqueue", "c=16", "throughput", "req/s", 20.0);
+        r.record("enqueue", "c=1", "throughput", "req/s", 12.0);
+        assert_eq!(
+            r.runs("enqueue", "c=1", "throughput"),
+            Some(&[10.0, 12.0][..])
+        );
+        assert_eq!(r.runs("enqueue", "c=16", "throughput"), Some(&[20.0][..]));
+        let table = r.table();
+        assert!(table.contains("c=16"), "{table}");
+        assert!(table.contains("11.0"), "{table}");
+    }
+
+    #[test]
+    fn values_keep_about_three_digits() {
+        let check = |v: f64, want: &str| assert_eq!(format_value(v), want, "{v}");
+        check(12345.6, "12346");
+        check(12.345, "12.3");
+        check(1.2345, "1.23");
+        check(0.012345, "0.012");
+        check(0.0, "0");
+    }
+}

@@ -1,0 +1,230 @@
+//! End-to-end: enqueue a batch of deliveries to one local receiver and time it from the first
+//! enqueue until the daemon has recorded the last one as succeeded; at the default per-target
+//! concurrency and at the values the issue names.
+//!
+//! "Succeeded" is read from the daemon, not assumed from the receiver: once the receiver has
+//! seen every delivery id, the daemon is asked until nothing is in flight and its count of
+//! recorded successes has grown by the batch size.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use http::StatusCode;
+
+use super::{create_body, ms, time_limit, Bench, DaemonCosts};
+use crate::daemon::{Daemon, Metrics};
+use crate::load::{closed_loop, ClosedLoop, ClosedLoopReport};
+use crate::receiver::Receiver;
+
+const SCENARIO: &str = "e2e";
+/// How often the daemon is asked whether the batch is done, once the receiver has it all.
+const DONE_POLL: Duration = Duration::from_millis(5);
+
+/// One batch: how many deliveries, enqueued at what client concurrency.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch {
+    pub deliveries: u64,
+    pub concurrency: usize,
+}
+
+/// What delivering a batch took.
+pub struct BatchReport {
+    /// First enqueue sent → the daemon reports the last success.
+    pub total: Duration,
+    /// First enqueue sent → the receiver has seen every delivery.
+    pub received: Duration,
+    pub enqueue: ClosedLoopReport,
+    /// Requests the receiver got beyond one per delivery (at-least-once redeliveries).
+    pub duplicates: u64,
+    pub before: Metrics,
+    pub after: Metrics,
+}
+
+impl BatchReport {
+    pub fn rate(&self) -> f64 {
+        self.enqueue.latencies.len() as f64 / self.total.as_secs_f64()
+    }
+}
+
+pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
+    let batch = Batch {
+        deliveries: bench.plan.e2e_deliveries,
+        concurrency: bench.plan.e2e_enqueue_concurrency,
+    };
+    bench.results.note(format!(
+        "e2e: the batch is enqueued at client concurrency {} while the daemon delivers; time \
+         runs from the first enqueue to the daemon reporting the last success",
+        batch.concurrency
+    ));
+    for per_target in bench.plan.e2e_per_target.clone() {
+        let (case, args) = match per_target {
+            None => ("per-target=8 (default)".to_owned(), Vec::new()),
+            Some(n) => (
+                format!("per-target={n}"),
+                vec!["--per-target-concurrency".to_owned(), n.to_string()],
+            ),
+        };
+        for run in 0..bench.plan.runs {
+            let dir = bench.fresh_dir(&format!("{SCENARIO}-pt{}", per_target.unwrap_or(8)))?;
+            let receiver = Receiver::start().await?;
+            let daemon = bench.start_daemon(&dir, &args).await?;
+            let report = deliver_batch(&daemon, &receiver, batch).await?;
+            eprintln!(
+                "{} {} deliveries in {:.2} s: {:.0}/s (enqueue {:.0} req/s)",
+                bench.label(SCENARIO, &case, run),
+                batch.deliveries,
+                report.total.as_secs_f64(),
+                report.rate(),
+                report.enqueue.throughput(),
+            );
+            record_batch(bench, SCENARIO, &case, &daemon, &report, batch.deliveries);
+            daemon.stop().await?;
+            receiver.stop().await;
+            bench.discard(&dir);
+        }
+    }
+    Ok(())
+}
+
+/// Record a delivered batch's numbers under `scenario`/`case`.
+pub fn record_batch(
+    bench: &mut Bench,
+    scenario: &str,
+    case: &str,
+    daemon: &Daemon,
+    report: &BatchReport,
+    deliveries: u64,
+) {
+    let r = &mut bench.results;
+    r.record(
+        scenario,
+        case,
+        "first enqueue → last succeeded",
+        "s",
+        report.total.as_secs_f64(),
+    );
+    r.record(
+        scenario,
+        case,
+        "delivery rate",
+        "deliveries/s",
+        report.rate(),
+    );
+    r.record(
+        scenario,
+        case,
+        "first enqueue → last received",
+        "s",
+        report.received.as_secs_f64(),
+    );
+    r.record(
+        scenario,
+        case,
+        "enqueue throughput (while delivering)",
+        "req/s",
+        report.enqueue.throughput(),
+    );
+    r.record(
+        scenario,
+        case,
+        "enqueue p99 latency (while delivering)",
+        "ms",
+        ms(report.enqueue.latencies.percentile(0.99)),
+    );
+    let attempts = report.after.attempts() - report.before.attempts();
+    r.record(
+        scenario,
+        case,
+        "attempts per delivery",
+        "attempts",
+        attempts / deliveries.max(1) as f64,
+    );
+    r.record(
+        scenario,
+        case,
+        "duplicate receipts",
+        "requests",
+        report.duplicates as f64,
+    );
+    bench.record_daemon_costs(
+        scenario,
+        case,
+        &DaemonCosts {
+            before: &report.before,
+            after: &report.after,
+            daemon,
+            units: deliveries,
+            unit: "delivery",
+        },
+    );
+}
+
+/// Enqueue `batch` (due at once) to `receiver` and wait until the daemon has recorded every one
+/// as succeeded.
+pub async fn deliver_batch(
+    daemon: &Daemon,
+    receiver: &Receiver,
+    batch: Batch,
+) -> anyhow::Result<BatchReport> {
+    let n = batch.deliveries;
+    let before = daemon.metrics().await?;
+    let seen_before = receiver.unique();
+    let requests_before = receiver.requests();
+    let limit = time_limit(n);
+    let load = ClosedLoop {
+        addr: daemon.addr(),
+        path: "/v1/deliveries".into(),
+        concurrency: batch.concurrency,
+        requests: n,
+        expect: StatusCode::CREATED,
+        time_limit: limit,
+        body: create_body(receiver.url("/hook"), None),
+    };
+    let enqueue = closed_loop(&load).await?;
+    let started = enqueue.started;
+    let deadline = started + limit;
+    receiver
+        .wait_unique(
+            seen_before + n,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+        .await?;
+    let received = receiver.last_arrival().map_or_else(
+        || started.elapsed(),
+        |t| t.saturating_duration_since(started),
+    );
+    let mut conn = daemon.connect().await?;
+    loop {
+        let page = conn
+            .get_json("/v1/deliveries?status=in_flight&limit=1")
+            .await?;
+        let in_flight = page
+            .get("count")
+            .and_then(serde_json::Value::as_u64)
+            .context("listing without count")?;
+        if in_flight == 0 {
+            let now = daemon.metrics().await?;
+            if now.succeeded() - before.succeeded() >= n as f64 {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the daemon had not recorded {n} successes within {limit:?} (receiver saw {})",
+                receiver.unique() - seen_before
+            );
+        }
+        tokio::time::sleep(DONE_POLL).await;
+    }
+    let total = started.elapsed();
+    let after = daemon.metrics().await?;
+    let requests = receiver.requests() - requests_before;
+    Ok(BatchReport {
+        total,
+        received,
+        enqueue,
+        duplicates: requests.saturating_sub(n),
+        before,
+        after,
+    })
+}

@@ -1,0 +1,3 @@
+//! Integration tests of spool-bench: the smoke suite, end to end, against the debug `spoold`.
+
+mod smoke;
