@@ -44,7 +44,16 @@ pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"))
 impl Deliverer {
     /// Run one attempt to the end and record it. `interrupt` cuts the attempt short (shutdown);
     /// such an attempt is recorded as interrupted and does not use up an attempt.
-    pub async fn attempt(&self, claimed: Claimed, interrupt: CancellationToken) -> TargetHealth {
+    ///
+    /// `released` is called as soon as the target has answered (or failed), before the result
+    /// is recorded: the request no longer occupies the target, so its slot can go to the next
+    /// delivery while this result waits for its commit.
+    pub async fn attempt(
+        &self,
+        claimed: Claimed,
+        interrupt: CancellationToken,
+        released: impl FnOnce(TargetHealth),
+    ) {
         let started = Instant::now();
         self.metrics.attempts.inc();
         let request = outbound::Request {
@@ -79,11 +88,11 @@ impl Deliverer {
             "delivery attempt finished"
         );
         let retry_kind = result.disposition;
-        let health = match result.error_code.as_deref() {
+        released(match result.error_code.as_deref() {
             Some("connect_failed" | "dns_failed") => TargetHealth::Unreachable,
             _ if result.http_status.is_some() => TargetHealth::Answered,
             _ => TargetHealth::Unknown,
-        };
+        });
         match self.store.complete(result).await {
             Ok(Applied::Now(status)) => {
                 let label = match (retry_kind, status) {
@@ -106,7 +115,6 @@ impl Deliverer {
             Err(e) => warn!(delivery_id = %claimed.id, attempt = claimed.attempt, error = %e,
                             "could not record attempt result; it will be retried after the lease"),
         }
-        health
     }
 
     fn judge(

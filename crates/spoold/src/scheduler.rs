@@ -107,8 +107,10 @@ impl Scheduler {
                             let interrupt = interrupt.clone();
                             attempts.spawn(async move {
                                 let origin = c.origin.clone();
-                                let health = deliverer.attempt(c, interrupt).await;
-                                let _ = done.send(Done { origin, health });
+                                let released = move |health| {
+                                    let _ = done.send(Done { origin, health });
+                                };
+                                deliverer.attempt(c, interrupt, released).await;
                             });
                         }
                         if claimed == free {
