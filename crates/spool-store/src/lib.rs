@@ -67,6 +67,17 @@ impl Store {
         dispatch!(self, s => s.complete(result).await)
     }
 
+    /// Record an attempt's outcome (as [`Store::complete`]) and, in the same transaction, claim
+    /// the oldest due delivery of the same target, if any. An attempt whose target answered
+    /// hands its slot straight on, without a round trip through the scheduler.
+    pub async fn complete_and_claim_next(
+        &self,
+        result: AttemptResult,
+        lease_ms: i64,
+    ) -> Result<(Applied, Option<model::Claimed>)> {
+        dispatch!(self, s => s.complete_and_claim_next(result, lease_ms).await)
+    }
+
     /// Return in-flight deliveries to `pending`, due now, without charging the attempt:
     /// all of them (`only_expired == false`, at start-up, when the previous owner is known to
     /// be dead) or only those whose lease has expired.

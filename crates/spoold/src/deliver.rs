@@ -25,6 +25,10 @@ pub struct Deliverer {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub request_timeout: Duration,
+    /// Lease of a delivery claimed to follow a finished one.
+    pub lease_ms: i64,
+    /// Graceful shutdown has begun: finish, but take on no further work.
+    pub stop: CancellationToken,
 }
 
 /// What an attempt says about its target, for the scheduler's per-target pause.
@@ -42,24 +46,66 @@ pub enum TargetHealth {
 pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"));
 
 impl Deliverer {
-    /// Run one attempt to the end and record it. `interrupt` cuts the attempt short (shutdown);
-    /// such an attempt is recorded as interrupted and does not use up an attempt.
+    /// Run one attempt to the end and record it; while the target keeps answering, go on with
+    /// its next due delivery (claimed in the same commit that records the result), so a busy
+    /// target's slot never waits for the scheduler. `interrupt` cuts an attempt short
+    /// (shutdown); such an attempt is recorded as interrupted and does not use up an attempt.
     ///
-    /// `released` is called as soon as the target has answered (or failed), before the result
-    /// is recorded: the request no longer occupies the target, so its slot can go to the next
-    /// delivery while this result waits for its commit.
+    /// `released` is called once the slot is given up: when the target did not answer, that
+    /// is before the result is recorded (the request no longer occupies the target).
     pub async fn attempt(
         &self,
-        claimed: Claimed,
+        mut claimed: Claimed,
         interrupt: CancellationToken,
         released: impl FnOnce(TargetHealth),
     ) {
+        loop {
+            let result = self.send(&claimed, &interrupt).await;
+            let health = match result.error_code.as_deref() {
+                Some("connect_failed" | "dns_failed") => TargetHealth::Unreachable,
+                _ if result.http_status.is_some() => TargetHealth::Answered,
+                _ => TargetHealth::Unknown,
+            };
+            let (id, attempt, disposition) =
+                (claimed.id.clone(), claimed.attempt, result.disposition);
+            let hand_on = health == TargetHealth::Answered
+                && !self.stop.is_cancelled()
+                && !interrupt.is_cancelled();
+            if !hand_on {
+                released(health);
+                let recorded = self.store.complete(result).await;
+                self.count(&id, attempt, disposition, recorded);
+                return;
+            }
+            match self
+                .store
+                .complete_and_claim_next(result, self.lease_ms)
+                .await
+            {
+                Ok((applied, next)) => {
+                    self.count(&id, attempt, disposition, Ok(applied));
+                    match next {
+                        Some(next) => claimed = next,
+                        None => break,
+                    }
+                }
+                Err(e) => {
+                    self.count(&id, attempt, disposition, Err(e));
+                    break;
+                }
+            }
+        }
+        released(TargetHealth::Answered);
+    }
+
+    /// Send one attempt and classify its outcome (nothing is recorded yet).
+    async fn send(&self, claimed: &Claimed, interrupt: &CancellationToken) -> AttemptResult {
         let started = Instant::now();
         self.metrics.attempts.inc();
         let request = outbound::Request {
             method: &claimed.method,
             url: &claimed.target_url,
-            headers: request_headers(&claimed),
+            headers: request_headers(claimed),
             body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
             timeout: self.request_timeout,
         };
@@ -68,7 +114,7 @@ impl Deliverer {
             () = interrupt.cancelled() => None,
         };
         let elapsed = started.elapsed();
-        let result = self.judge(&claimed, sent, elapsed);
+        let result = self.judge(claimed, sent, elapsed);
         let outcome = outcome_name(result.disposition);
         self.metrics
             .attempt_duration
@@ -87,15 +133,20 @@ impl Deliverer {
             duration_ms = result.duration_ms,
             "delivery attempt finished"
         );
-        let retry_kind = result.disposition;
-        released(match result.error_code.as_deref() {
-            Some("connect_failed" | "dns_failed") => TargetHealth::Unreachable,
-            _ if result.http_status.is_some() => TargetHealth::Answered,
-            _ => TargetHealth::Unknown,
-        });
-        match self.store.complete(result).await {
+        result
+    }
+
+    /// Count a recorded result, or log why it could not be recorded.
+    fn count(
+        &self,
+        id: &str,
+        attempt: u32,
+        disposition: Disposition,
+        recorded: spool_store::Result<Applied>,
+    ) {
+        match recorded {
             Ok(Applied::Now(status)) => {
-                let label = match (retry_kind, status) {
+                let label = match (disposition, status) {
                     (Disposition::Succeeded, _) => "succeeded",
                     (Disposition::Interrupted, _) => "interrupted",
                     (_, spool_store::model::DeliveryStatus::Pending) => "retryable_failure",
@@ -107,12 +158,12 @@ impl Deliverer {
                     .inc();
             }
             Ok(Applied::Fenced) => {
-                info!(delivery_id = %claimed.id, attempt = claimed.attempt,
+                info!(delivery_id = %id, attempt,
                       "attempt result arrived after its claim ended; delivery left unchanged");
             }
             // The claim stays in the store with its lease; when the lease runs out the delivery
             // is reclaimed and sent again (at least once), so nothing is lost.
-            Err(e) => warn!(delivery_id = %claimed.id, attempt = claimed.attempt, error = %e,
+            Err(e) => warn!(delivery_id = %id, attempt, error = %e,
                             "could not record attempt result; it will be retried after the lease"),
         }
     }

@@ -177,6 +177,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             cap: config.retry_cap,
         },
         request_timeout: config.request_timeout,
+        lease_ms: config.lease.as_millis() as i64,
+        stop: stop.clone(),
     });
     let scheduler = scheduler::Scheduler {
         store: store.clone(),

@@ -375,6 +375,36 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
     Ok(Applied::Now(new_status))
 }
 
+/// Claim the oldest due delivery of `origin`, if there is one (expired ones met on the way are
+/// failed as `expired`).
+pub(crate) fn claim_next_for(
+    conn: &Connection,
+    origin: &str,
+    now: Millis,
+    lease_ms: i64,
+) -> Result<Option<Claimed>> {
+    // Bounded: at most this many expired deliveries are failed before giving up for now.
+    for _ in 0..64 {
+        let next: Option<(String, Option<Millis>)> = conn
+            .prepare_cached(
+                "SELECT id, expires_at FROM deliveries INDEXED BY deliveries_origin_due \
+                 WHERE status = 'pending' AND origin = ?1 AND next_attempt_at <= ?2 \
+                 ORDER BY next_attempt_at LIMIT 1",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![origin, now], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(map_err)?;
+        match next {
+            None => return Ok(None),
+            Some((id, Some(exp))) if exp <= now => expire(conn, &id, now)?,
+            Some((id, _)) => return claim_one(conn, &id, origin, now, now + lease_ms).map(Some),
+        }
+    }
+    Ok(None)
+}
+
 /// Put claimed deliveries back to `pending`, due at once, without charging the attempt:
 /// every in-flight delivery (`only_expired == false`, at start-up, when we hold the exclusive
 /// lock and so know their owner is dead) or only those whose lease has run out.

@@ -16,15 +16,15 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tokio::sync::Semaphore;
 
 pub use writer::{CommitObserver, WriterStats};
 
 use crate::error::{Result, StoreError};
 use crate::model::{
-    Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome,
-    Millis, NewDelivery, Page, Stats, TransitionOutcome,
+    Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Claimed, Delivery, DeliveryStatus,
+    InsertOutcome, Millis, NewDelivery, Page, Stats, TransitionOutcome,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -213,6 +213,30 @@ impl SqliteStore {
         self.inner
             .writer
             .write(move |c| deliveries::complete(c, &result, now_ms()))
+            .await
+    }
+
+    /// See [`crate::Store::complete_and_claim_next`].
+    pub async fn complete_and_claim_next(
+        &self,
+        result: AttemptResult,
+        lease_ms: i64,
+    ) -> Result<(Applied, Option<Claimed>)> {
+        self.inner
+            .writer
+            .write(move |c| {
+                let now = now_ms();
+                let applied = deliveries::complete(c, &result, now)?;
+                let origin: Option<String> = c
+                    .prepare_cached("SELECT origin FROM deliveries WHERE id = ?1")
+                    .and_then(|mut st| st.query_row([&result.id], |r| r.get(0)).optional())
+                    .map_err(map_err)?;
+                let next = match origin {
+                    Some(origin) => deliveries::claim_next_for(c, &origin, now, lease_ms)?,
+                    None => None,
+                };
+                Ok((applied, next))
+            })
             .await
     }
 

@@ -74,6 +74,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_expiry ON deliveries (expires_at)
         WHERE status = 'pending' AND expires_at IS NOT NULL;
     "#,
+    // 3: the next due delivery of one target, for an attempt that hands its slot on.
+    r#"
+    CREATE INDEX deliveries_origin_due ON deliveries (origin, next_attempt_at)
+        WHERE status = 'pending';
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
             claim_records_attempt_and_lease,
             claim_fails_expired_instead,
             claim_honours_per_origin_limits,
+            complete_and_claim_next_hands_the_slot_on,
             expire_overdue_fails_waiting_work,
             retry_clears_a_passed_deadline,
             purge_finished_removes_only_old_terminal_rows,
@@ -576,6 +577,49 @@ pub async fn purge_finished_removes_only_old_terminal_rows(store: Store) {
         InsertOutcome::Created(d) => assert_eq!(d.id, id(3)),
         other => panic!("key not released: {other:?}"),
     }
+}
+
+pub async fn complete_and_claim_next_hands_the_slot_on(store: Store) {
+    let now = store.now_ms();
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    create(&store, new_delivery(&id(2), None, URL_B)).await;
+    let mut expired = new_delivery(&id(3), None, URL_A);
+    expired.expires_at = Some(now + 1);
+    create(&store, expired).await;
+    create(&store, new_delivery(&id(4), None, URL_A)).await;
+    wait_until(&store, now + 2).await;
+
+    let first = claim(&store, 1).await;
+    assert_eq!(claimed_ids(&first), [id(1)]);
+    let result = |c: &Claimed| AttemptResult {
+        id: c.id.clone(),
+        claim_seq: c.claim_seq,
+        disposition: Disposition::Succeeded,
+        http_status: Some(200),
+        error_code: None,
+        error: None,
+        duration_ms: 1,
+    };
+    // The next due delivery of the same origin (B's is skipped, the expired one is failed).
+    let (applied, next) = store
+        .complete_and_claim_next(result(&first[0]), 60_000)
+        .await
+        .expect("complete and claim");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
+    let next = next.expect("A has more due work");
+    assert_eq!(next.id, id(4));
+    assert_eq!(get(&store, &id(4)).await.status, DeliveryStatus::InFlight);
+    assert_eq!(
+        get(&store, &id(3)).await.last_error_code.as_deref(),
+        Some("expired")
+    );
+    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Pending);
+    // Nothing left for A.
+    let (_, none) = store
+        .complete_and_claim_next(result(&next), 60_000)
+        .await
+        .expect("complete and claim");
+    assert!(none.is_none());
 }
 
 pub async fn claim_fails_expired_instead(store: Store) {
