@@ -68,14 +68,15 @@ impl Store {
     }
 
     /// Record an attempt's outcome (as [`Store::complete`]) and, in the same transaction, claim
-    /// the oldest due delivery of the same target, if any. An attempt whose target answered
+    /// the oldest due delivery of `origin` (the attempt's target), if any. An attempt whose target answered
     /// hands its slot straight on, without a round trip through the scheduler.
     pub async fn complete_and_claim_next(
         &self,
         result: AttemptResult,
+        origin: String,
         lease_ms: i64,
     ) -> Result<(Applied, Option<model::Claimed>)> {
-        dispatch!(self, s => s.complete_and_claim_next(result, lease_ms).await)
+        dispatch!(self, s => s.complete_and_claim_next(result, origin, lease_ms).await)
     }
 
     /// Return in-flight deliveries to `pending`, due now, without charging the attempt:

@@ -79,7 +79,7 @@ impl Deliverer {
             }
             match self
                 .store
-                .complete_and_claim_next(result, self.lease_ms)
+                .complete_and_claim_next(result, claimed.origin.clone(), self.lease_ms)
                 .await
             {
                 Ok((applied, next)) => {

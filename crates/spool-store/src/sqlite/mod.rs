@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::Semaphore;
 
 pub use writer::{CommitObserver, WriterStats};
@@ -220,6 +220,7 @@ impl SqliteStore {
     pub async fn complete_and_claim_next(
         &self,
         result: AttemptResult,
+        origin: String,
         lease_ms: i64,
     ) -> Result<(Applied, Option<Claimed>)> {
         self.inner
@@ -227,14 +228,7 @@ impl SqliteStore {
             .write(move |c| {
                 let now = now_ms();
                 let applied = deliveries::complete(c, &result, now)?;
-                let origin: Option<String> = c
-                    .prepare_cached("SELECT origin FROM deliveries WHERE id = ?1")
-                    .and_then(|mut st| st.query_row([&result.id], |r| r.get(0)).optional())
-                    .map_err(map_err)?;
-                let next = match origin {
-                    Some(origin) => deliveries::claim_next_for(c, &origin, now, lease_ms)?,
-                    None => None,
-                };
+                let next = deliveries::claim_next_for(c, &origin, now, lease_ms)?;
                 Ok((applied, next))
             })
             .await

@@ -602,7 +602,7 @@ pub async fn complete_and_claim_next_hands_the_slot_on(store: Store) {
     };
     // The next due delivery of the same origin (B's is skipped, the expired one is failed).
     let (applied, next) = store
-        .complete_and_claim_next(result(&first[0]), 60_000)
+        .complete_and_claim_next(result(&first[0]), ORIGIN_A.to_owned(), 60_000)
         .await
         .expect("complete and claim");
     assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
@@ -616,7 +616,7 @@ pub async fn complete_and_claim_next_hands_the_slot_on(store: Store) {
     assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Pending);
     // Nothing left for A.
     let (_, none) = store
-        .complete_and_claim_next(result(&next), 60_000)
+        .complete_and_claim_next(result(&next), ORIGIN_A.to_owned(), 60_000)
         .await
         .expect("complete and claim");
     assert!(none.is_none());
