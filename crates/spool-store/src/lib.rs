@@ -67,16 +67,22 @@ impl Store {
         dispatch!(self, s => s.complete(result).await)
     }
 
-    /// Record an attempt's outcome (as [`Store::complete`]) and, in the same transaction, claim
-    /// the oldest due delivery of `origin` (the attempt's target), if any. An attempt whose target answered
-    /// hands its slot straight on, without a round trip through the scheduler.
-    pub async fn complete_and_claim_next(
+    /// Claim the oldest due delivery of `origin`, if any (expired ones met on the way are failed
+    /// as `expired`). Lets an attempt whose target is answering line up that target's next
+    /// delivery while its own request is still on the wire.
+    pub async fn claim_next_for(
         &self,
-        result: AttemptResult,
         origin: String,
         lease_ms: i64,
-    ) -> Result<(Applied, Option<model::Claimed>)> {
-        dispatch!(self, s => s.complete_and_claim_next(result, origin, lease_ms).await)
+    ) -> Result<Option<model::Claimed>> {
+        dispatch!(self, s => s.claim_next_for(origin, lease_ms).await)
+    }
+
+    /// Give back a claim whose request was never sent (see [`Store::claim_next_for`]): the
+    /// delivery is pending again, its attempt count and history as before. `false` if the claim
+    /// was no longer current.
+    pub async fn unclaim(&self, id: String, claim_seq: u32) -> Result<bool> {
+        dispatch!(self, s => s.unclaim(id, claim_seq).await)
     }
 
     /// Return in-flight deliveries to `pending`, due now, without charging the attempt:

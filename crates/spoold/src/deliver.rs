@@ -25,8 +25,11 @@ pub struct Deliverer {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub request_timeout: Duration,
-    /// Lease of a delivery claimed to follow a finished one.
+    /// Lease of a delivery claimed ahead, to follow the current one.
     pub lease_ms: i64,
+    /// Whether to claim ahead at all: a delivery claimed ahead may wait for one request before
+    /// its own is sent, so its lease must outlast two request timeouts.
+    pub look_ahead: bool,
     /// Graceful shutdown has begun: finish, but take on no further work.
     pub stop: CancellationToken,
 }
@@ -47,55 +50,116 @@ pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"))
 
 impl Deliverer {
     /// Run one attempt to the end and record it; while the target keeps answering, go on with
-    /// its next due delivery (claimed in the same commit that records the result), so a busy
-    /// target's slot never waits for the scheduler. `interrupt` cuts an attempt short
+    /// its next due delivery. That next delivery is claimed while the current request is on the
+    /// wire, and the current result is recorded while the next request is, so a busy target's
+    /// slot waits neither for the scheduler nor for a commit. `interrupt` cuts an attempt short
     /// (shutdown); such an attempt is recorded as interrupted and does not use up an attempt.
     ///
-    /// `released` is called once the slot is given up: when the target did not answer, that
-    /// is before the result is recorded (the request no longer occupies the target).
+    /// `released` is called once the slot is given up, before the last result is recorded (the
+    /// request no longer occupies the target).
     pub async fn attempt(
         &self,
-        mut claimed: Claimed,
+        first: Claimed,
         interrupt: CancellationToken,
         released: impl FnOnce(TargetHealth),
     ) {
+        let mut current = first;
+        // The previous result of this slot, recorded while the current request is sent.
+        let mut unrecorded: Option<AttemptResult> = None;
         loop {
-            let result = self.send(&claimed, &interrupt).await;
+            let look_ahead = self.may_go_on(&interrupt);
+            let (result, ahead, ()) = tokio::join!(
+                self.send(&current, &interrupt),
+                self.claim_ahead(look_ahead, &current.origin),
+                self.record(unrecorded.take()),
+            );
             let health = match result.error_code.as_deref() {
                 Some("connect_failed" | "dns_failed") => TargetHealth::Unreachable,
                 _ if result.http_status.is_some() => TargetHealth::Answered,
                 _ => TargetHealth::Unknown,
             };
-            let (id, attempt, disposition) =
-                (claimed.id.clone(), claimed.attempt, result.disposition);
-            let hand_on = health == TargetHealth::Answered
-                && !self.stop.is_cancelled()
-                && !interrupt.is_cancelled();
-            if !hand_on {
-                released(health);
-                let recorded = self.store.complete(result).await;
-                self.count(&id, attempt, disposition, recorded);
-                return;
-            }
-            match self
-                .store
-                .complete_and_claim_next(result, claimed.origin.clone(), self.lease_ms)
-                .await
-            {
-                Ok((applied, next)) => {
-                    self.count(&id, attempt, disposition, Ok(applied));
-                    match next {
-                        Some(next) => claimed = next,
-                        None => break,
-                    }
+            let next = match ahead {
+                Some(next) if health == TargetHealth::Answered && self.may_go_on(&interrupt) => {
+                    Some(next)
                 }
-                Err(e) => {
-                    self.count(&id, attempt, disposition, Err(e));
-                    break;
+                Some(unsent) => {
+                    // Claimed ahead but not to be sent now: back to pending, as if never claimed.
+                    if let Err(e) = self
+                        .store
+                        .unclaim(unsent.id.clone(), unsent.claim_seq)
+                        .await
+                    {
+                        warn!(delivery_id = %unsent.id, error = %e,
+                              "could not give back a claim; it will be sent after its lease");
+                    }
+                    None
+                }
+                None => None,
+            };
+            match next {
+                Some(next) => {
+                    unrecorded = Some(result);
+                    current = next;
+                }
+                None => {
+                    released(health);
+                    self.record(Some(result)).await;
+                    return;
                 }
             }
         }
-        released(TargetHealth::Answered);
+    }
+
+    /// Whether this slot may take on another delivery: not while shutting down.
+    fn may_go_on(&self, interrupt: &CancellationToken) -> bool {
+        self.look_ahead && !self.stop.is_cancelled() && !interrupt.is_cancelled()
+    }
+
+    /// The next due delivery of `origin`, claimed now, if `wanted`.
+    async fn claim_ahead(&self, wanted: bool, origin: &str) -> Option<Claimed> {
+        if !wanted {
+            return None;
+        }
+        match self
+            .store
+            .claim_next_for(origin.to_owned(), self.lease_ms)
+            .await
+        {
+            Ok(next) => next,
+            Err(e) => {
+                warn!(target_origin = %origin, error = %e, "claiming ahead failed");
+                None
+            }
+        }
+    }
+
+    /// Record a result and count it, or log why it could not be recorded: the claim then stays
+    /// in the store with its lease, and when the lease runs out the delivery is reclaimed and
+    /// sent again (at least once), so nothing is lost.
+    async fn record(&self, result: Option<AttemptResult>) {
+        let Some(result) = result else { return };
+        let (id, claim_seq, disposition) =
+            (result.id.clone(), result.claim_seq, result.disposition);
+        match self.store.complete(result).await {
+            Ok(Applied::Now(status)) => {
+                let label = match (disposition, status) {
+                    (Disposition::Succeeded, _) => "succeeded",
+                    (Disposition::Interrupted, _) => "interrupted",
+                    (_, spool_store::model::DeliveryStatus::Pending) => "retryable_failure",
+                    _ => "terminal_failure",
+                };
+                self.metrics
+                    .results
+                    .get_or_create(&ResultLabel { result: label })
+                    .inc();
+            }
+            Ok(Applied::Fenced) => {
+                info!(delivery_id = %id, claim_seq,
+                      "attempt result arrived after its claim ended; delivery left unchanged");
+            }
+            Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
+                            "could not record attempt result; it will be retried after the lease"),
+        }
     }
 
     /// Send one attempt and classify its outcome (nothing is recorded yet).
@@ -134,38 +198,6 @@ impl Deliverer {
             "delivery attempt finished"
         );
         result
-    }
-
-    /// Count a recorded result, or log why it could not be recorded.
-    fn count(
-        &self,
-        id: &str,
-        attempt: u32,
-        disposition: Disposition,
-        recorded: spool_store::Result<Applied>,
-    ) {
-        match recorded {
-            Ok(Applied::Now(status)) => {
-                let label = match (disposition, status) {
-                    (Disposition::Succeeded, _) => "succeeded",
-                    (Disposition::Interrupted, _) => "interrupted",
-                    (_, spool_store::model::DeliveryStatus::Pending) => "retryable_failure",
-                    _ => "terminal_failure",
-                };
-                self.metrics
-                    .results
-                    .get_or_create(&ResultLabel { result: label })
-                    .inc();
-            }
-            Ok(Applied::Fenced) => {
-                info!(delivery_id = %id, attempt,
-                      "attempt result arrived after its claim ended; delivery left unchanged");
-            }
-            // The claim stays in the store with its lease; when the lease runs out the delivery
-            // is reclaimed and sent again (at least once), so nothing is lost.
-            Err(e) => warn!(delivery_id = %id, attempt, error = %e,
-                            "could not record attempt result; it will be retried after the lease"),
-        }
     }
 
     fn judge(

@@ -178,6 +178,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         },
         request_timeout: config.request_timeout,
         lease_ms: config.lease.as_millis() as i64,
+        look_ahead: config.lease > config.request_timeout * 2,
         stop: stop.clone(),
     });
     let scheduler = scheduler::Scheduler {

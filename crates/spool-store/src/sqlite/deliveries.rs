@@ -405,6 +405,28 @@ pub(crate) fn claim_next_for(
     Ok(None)
 }
 
+/// Give back a claim whose request was never sent: the delivery is pending again with its
+/// attempt count and history as before the claim. Only the current claim can be given back.
+pub(crate) fn unclaim(conn: &Connection, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = 'pending', attempts = attempts - 1, \
+             lease_until = NULL, updated_at = ?3 \
+             WHERE id = ?1 AND status = 'in_flight' AND claim_seq = ?2",
+        )
+        .and_then(|mut st| st.execute(params![id, claim_seq, now]))
+        .map_err(map_err)?;
+    if changed == 0 {
+        return Ok(false);
+    }
+    conn.prepare_cached(
+        "DELETE FROM attempts WHERE delivery_id = ?1 AND seq = ?2 AND outcome IS NULL",
+    )
+    .and_then(|mut st| st.execute(params![id, claim_seq]))
+    .map_err(map_err)?;
+    Ok(true)
+}
+
 /// Put claimed deliveries back to `pending`, due at once, without charging the attempt:
 /// every in-flight delivery (`only_expired == false`, at start-up, when we hold the exclusive
 /// lock and so know their owner is dead) or only those whose lease has run out.

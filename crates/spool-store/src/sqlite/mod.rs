@@ -216,21 +216,19 @@ impl SqliteStore {
             .await
     }
 
-    /// See [`crate::Store::complete_and_claim_next`].
-    pub async fn complete_and_claim_next(
-        &self,
-        result: AttemptResult,
-        origin: String,
-        lease_ms: i64,
-    ) -> Result<(Applied, Option<Claimed>)> {
+    /// See [`crate::Store::claim_next_for`].
+    pub async fn claim_next_for(&self, origin: String, lease_ms: i64) -> Result<Option<Claimed>> {
         self.inner
             .writer
-            .write(move |c| {
-                let now = now_ms();
-                let applied = deliveries::complete(c, &result, now)?;
-                let next = deliveries::claim_next_for(c, &origin, now, lease_ms)?;
-                Ok((applied, next))
-            })
+            .write(move |c| deliveries::claim_next_for(c, &origin, now_ms(), lease_ms))
+            .await
+    }
+
+    /// See [`crate::Store::unclaim`].
+    pub async fn unclaim(&self, id: String, claim_seq: u32) -> Result<bool> {
+        self.inner
+            .writer
+            .write(move |c| deliveries::unclaim(c, &id, claim_seq, now_ms()))
             .await
     }
 

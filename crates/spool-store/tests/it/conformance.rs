@@ -40,7 +40,8 @@ macro_rules! conformance_suite {
             claim_records_attempt_and_lease,
             claim_fails_expired_instead,
             claim_honours_per_origin_limits,
-            complete_and_claim_next_hands_the_slot_on,
+            claim_next_for_takes_one_origins_oldest,
+            unclaim_restores_the_delivery,
             expire_overdue_fails_waiting_work,
             retry_clears_a_passed_deadline,
             purge_finished_removes_only_old_terminal_rows,
@@ -579,47 +580,71 @@ pub async fn purge_finished_removes_only_old_terminal_rows(store: Store) {
     }
 }
 
-pub async fn complete_and_claim_next_hands_the_slot_on(store: Store) {
+pub async fn claim_next_for_takes_one_origins_oldest(store: Store) {
     let now = store.now_ms();
-    create(&store, new_delivery(&id(1), None, URL_A)).await;
-    create(&store, new_delivery(&id(2), None, URL_B)).await;
-    let mut expired = new_delivery(&id(3), None, URL_A);
+    create(&store, new_delivery(&id(1), None, URL_B)).await;
+    let mut expired = new_delivery(&id(2), None, URL_A);
     expired.expires_at = Some(now + 1);
     create(&store, expired).await;
+    create(&store, new_delivery(&id(3), None, URL_A)).await;
     create(&store, new_delivery(&id(4), None, URL_A)).await;
     wait_until(&store, now + 2).await;
 
-    let first = claim(&store, 1).await;
-    assert_eq!(claimed_ids(&first), [id(1)]);
-    let result = |c: &Claimed| AttemptResult {
-        id: c.id.clone(),
-        claim_seq: c.claim_seq,
-        disposition: Disposition::Succeeded,
-        http_status: Some(200),
-        error_code: None,
-        error: None,
-        duration_ms: 1,
-    };
-    // The next due delivery of the same origin (B's is skipped, the expired one is failed).
-    let (applied, next) = store
-        .complete_and_claim_next(result(&first[0]), ORIGIN_A.to_owned(), 60_000)
+    // A's oldest due delivery (B's is not A's; the expired one is failed on the way).
+    let next = store
+        .claim_next_for(ORIGIN_A.to_owned(), 60_000)
         .await
-        .expect("complete and claim");
-    assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
-    let next = next.expect("A has more due work");
-    assert_eq!(next.id, id(4));
-    assert_eq!(get(&store, &id(4)).await.status, DeliveryStatus::InFlight);
+        .expect("claim")
+        .expect("A has due work");
+    assert_eq!(next.id, id(3));
+    assert_eq!(next.attempt, 1);
+    assert_eq!(get(&store, &id(3)).await.status, DeliveryStatus::InFlight);
     assert_eq!(
-        get(&store, &id(3)).await.last_error_code.as_deref(),
+        get(&store, &id(2)).await.last_error_code.as_deref(),
         Some("expired")
     );
-    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Pending);
-    // Nothing left for A.
-    let (_, none) = store
-        .complete_and_claim_next(result(&next), ORIGIN_A.to_owned(), 60_000)
+    assert_eq!(get(&store, &id(1)).await.status, DeliveryStatus::Pending);
+    let next = store
+        .claim_next_for(ORIGIN_A.to_owned(), 60_000)
         .await
-        .expect("complete and claim");
+        .expect("claim");
+    assert_eq!(next.map(|c| c.id), Some(id(4)));
+    let none = store
+        .claim_next_for(ORIGIN_A.to_owned(), 60_000)
+        .await
+        .expect("claim");
     assert!(none.is_none());
+}
+
+pub async fn unclaim_restores_the_delivery(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await.remove(0);
+    assert!(store
+        .unclaim(claimed.id.clone(), claimed.claim_seq)
+        .await
+        .expect("unclaim"));
+    let d = get(&store, &id(1)).await;
+    assert_eq!(
+        (d.status, d.attempts, d.lease_until),
+        (DeliveryStatus::Pending, 0, None)
+    );
+    assert_eq!(attempts(&store, &id(1)).await, []);
+    // The fence token moved on: the old claim can neither be given back again nor completed.
+    assert!(!store
+        .unclaim(claimed.id.clone(), claimed.claim_seq)
+        .await
+        .expect("unclaim"));
+    let again = claim(&store, 1).await.remove(0);
+    assert_eq!(again.attempt, 1);
+    assert!(again.claim_seq > claimed.claim_seq);
+    assert_eq!(
+        complete(&store, &claimed, Disposition::Succeeded, Some(200)).await,
+        Applied::Fenced
+    );
+    assert_eq!(
+        complete(&store, &again, Disposition::Succeeded, Some(200)).await,
+        Applied::Now(DeliveryStatus::Succeeded)
+    );
 }
 
 pub async fn claim_fails_expired_instead(store: Store) {
