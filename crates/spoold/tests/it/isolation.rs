@@ -96,3 +96,54 @@ async fn refusing_target_is_paused_and_probed() {
     }
     assert_eq!(receiver.requests().len(), ids.len());
 }
+
+/// A slot claims its target's next delivery while the current request is on the wire; when the
+/// current request then fails, that claim is given back without a trace: the next delivery is
+/// sent normally later and its history shows only the attempt that really happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_claimed_ahead_is_given_back_when_the_target_fails() {
+    let d = InProcess::boot(&[
+        "--per-target-concurrency",
+        "1",
+        "--request-timeout",
+        "500ms",
+        "--lease",
+        "5s",
+    ])
+    .await;
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies([Reply::hang()]);
+    // Both due at the same moment, so the second is there to be claimed ahead.
+    let due = std::time::SystemTime::now() + Duration::from_millis(300);
+    let due = spool_proto::units::format_time(
+        due.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+    );
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let (_, created) = d
+            .api
+            .create(json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due}))
+            .await
+            .expect("create");
+        ids.push(id_of(&created));
+    }
+    for id in &ids {
+        d.api
+            .wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let outcomes = |v: serde_json::Value| -> Vec<String> {
+        v["attempts"]
+            .as_array()
+            .expect("attempts")
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap_or("-").to_owned())
+            .collect()
+    };
+    let (_, first) = d.api.attempts(&ids[0]).await.expect("attempts");
+    assert_eq!(outcomes(first), ["retry", "succeeded"]);
+    let (_, second) = d.api.attempts(&ids[1]).await.expect("attempts");
+    assert_eq!(outcomes(second), ["succeeded"]);
+}
