@@ -90,16 +90,12 @@ async fn status_table() {
 async fn transport_errors_are_retried_until_max_attempts() {
     let d = InProcess::boot(&[]).await;
     let port = Receiver::refusing_port();
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": format!("http://127.0.0.1:{port}/x"), "maxAttempts": 3}))
-        .await
-        .expect("create");
     let done = d
-        .api
-        .wait_status(&id_of(&created), &["failed"], WAIT)
-        .await
-        .expect("fails after its attempts");
+        .deliver(
+            json!({"targetUrl": format!("http://127.0.0.1:{port}/x"), "maxAttempts": 3}),
+            &["failed"],
+        )
+        .await;
     assert_eq!(done["attempts"], 3);
     assert_eq!(done["lastErrorCode"], "connect_failed");
     assert!(done.get("lastResponseCode").is_none(), "{done}");

@@ -145,15 +145,8 @@ async fn health_readiness_and_metrics() {
             (200, b"{\"status\":\"ok\"}\n".as_slice())
         );
     }
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": receiver.url("/m")}))
-        .await
-        .expect("create");
-    d.api
-        .wait_status(&id_of(&created), &["succeeded"], WAIT)
-        .await
-        .expect("delivered");
+    d.deliver(json!({"targetUrl": receiver.url("/m")}), &["succeeded"])
+        .await;
     let (status, headers, body) = d
         .api
         .request(http::Method::GET, "/metrics", None)

@@ -81,6 +81,17 @@ impl InProcess {
         }
     }
 
+    /// Create a delivery (it must be accepted with 201) and wait until its status is one of
+    /// `want`; the delivery as it is then.
+    pub async fn deliver(&self, request: Value, want: &[&str]) -> Value {
+        let (status, created) = self.api.create(request).await.expect("create");
+        assert_eq!(status, 201, "{created}");
+        self.api
+            .wait_status(&id_of(&created), want, WAIT)
+            .await
+            .unwrap_or_else(|e| panic!("delivery never reached {want:?}: {e}"))
+    }
+
     /// Graceful shutdown, as SIGTERM would do it.
     pub async fn stop(mut self) -> TempDir {
         if let Some(r) = self.running.take() {

@@ -36,15 +36,8 @@ async fn metrics_pass_promtool() {
     let d = InProcess::boot(&[]).await;
     let r = Receiver::start().await.expect("receiver");
     r.push_replies([Reply::status(503)]);
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": r.url("/x")}))
-        .await
-        .expect("create");
-    d.api
-        .wait_status(&id_of(&created), &["succeeded"], WAIT)
-        .await
-        .expect("delivered");
+    d.deliver(json!({"targetUrl": r.url("/x")}), &["succeeded"])
+        .await;
     let (_, _, body) = d
         .api
         .request(http::Method::GET, "/metrics", None)

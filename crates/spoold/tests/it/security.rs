@@ -25,16 +25,9 @@ async fn redirects_keep_method_and_body_only_for_307_and_308() {
     ] {
         let end = Receiver::start().await.expect("receiver");
         let hop = redirecting(status, &end.url("/end")).await;
-        let (_, created) = d
-            .api
-            .create(json!({"targetUrl": hop.url("/start"), "body": {"k": 1},
-                           "headers": {"Authorization": "Bearer t", "Cookie": "c=1", "X-Keep": "yes"}}))
-            .await
-            .expect("create");
-        d.api
-            .wait_status(&id_of(&created), &["succeeded"], WAIT)
-            .await
-            .expect("delivered through the redirect");
+        let request = json!({"targetUrl": hop.url("/start"), "body": {"k": 1},
+                             "headers": {"Authorization": "Bearer t", "Cookie": "c=1", "X-Keep": "yes"}});
+        d.deliver(request, &["succeeded"]).await;
         let seen = end.requests();
         assert_eq!(seen.len(), 1, "{status}");
         assert_eq!(seen[0].method, want_method, "{status}");
@@ -52,15 +45,11 @@ async fn same_origin_redirect_keeps_credentials() {
     let d = InProcess::boot(&["--max-redirects", "1"]).await;
     let r = Receiver::start().await.expect("receiver");
     r.push_replies([Reply::status(307).header("Location", "/moved")]);
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": r.url("/start"), "headers": {"Authorization": "Bearer t"}}))
-        .await
-        .expect("create");
-    d.api
-        .wait_status(&id_of(&created), &["succeeded"], WAIT)
-        .await
-        .expect("delivered");
+    d.deliver(
+        json!({"targetUrl": r.url("/start"), "headers": {"Authorization": "Bearer t"}}),
+        &["succeeded"],
+    )
+    .await;
     let seen = r.requests();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].path, "/moved");
@@ -73,16 +62,9 @@ async fn redirect_limits_and_refusals() {
     let d = InProcess::boot(&[]).await;
     let end = Receiver::start().await.expect("receiver");
     let hop = redirecting(302, &end.url("/end")).await;
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": hop.url("/")}))
-        .await
-        .expect("create");
     let done = d
-        .api
-        .wait_status(&id_of(&created), &["failed"], WAIT)
-        .await
-        .expect("fails");
+        .deliver(json!({"targetUrl": hop.url("/")}), &["failed"])
+        .await;
     assert_eq!(done["lastErrorCode"], "redirect_not_followed", "{done}");
     assert_eq!(done["attempts"], 1);
     assert!(end.requests().is_empty());
@@ -92,31 +74,17 @@ async fn redirect_limits_and_refusals() {
     let third = Receiver::start().await.expect("receiver");
     let second = redirecting(302, &third.url("/3")).await;
     let first = redirecting(302, &second.url("/2")).await;
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": first.url("/1")}))
-        .await
-        .expect("create");
     let done = d
-        .api
-        .wait_status(&id_of(&created), &["failed"], WAIT)
-        .await
-        .expect("fails");
+        .deliver(json!({"targetUrl": first.url("/1")}), &["failed"])
+        .await;
     assert_eq!(done["lastErrorCode"], "redirect_not_followed", "{done}");
     assert!(third.requests().is_empty());
 
     // Only http and https.
     let odd = redirecting(302, "ftp://127.0.0.1/file").await;
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": odd.url("/")}))
-        .await
-        .expect("create");
     let done = d
-        .api
-        .wait_status(&id_of(&created), &["failed"], WAIT)
-        .await
-        .expect("fails");
+        .deliver(json!({"targetUrl": odd.url("/")}), &["failed"])
+        .await;
     assert_eq!(done["lastErrorCode"], "redirect_refused", "{done}");
 }
 
