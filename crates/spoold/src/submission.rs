@@ -478,7 +478,7 @@ mod tests {
             "http://0177.0.0.1/",
             "http://[::ffff:127.0.0.1]/",
             "http://[::]/",
-            "http://10.0.0.1:8080/",
+            "http://10.0.0.1:8080/", // blocked by the policy: never dialled
         ] {
             let req = decode(format!(r#"{{"targetUrl":"{url}"}}"#).as_bytes()).expect("json");
             let r = validate(req, NOW, &policy).expect_err(url);
