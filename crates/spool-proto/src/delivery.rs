@@ -86,13 +86,6 @@ impl DeliveryStatus {
             DeliveryStatus::Canceled => "canceled",
         }
     }
-
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            DeliveryStatus::Succeeded | DeliveryStatus::Failed | DeliveryStatus::Canceled
-        )
-    }
 }
 
 impl fmt::Display for DeliveryStatus {

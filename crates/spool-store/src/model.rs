@@ -49,14 +49,6 @@ impl DeliveryStatus {
         }
     }
 
-    /// Terminal statuses never change again, except `failed`, which an operator may retry.
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            DeliveryStatus::Succeeded | DeliveryStatus::Failed | DeliveryStatus::Canceled
-        )
-    }
-
     /// Whether an operator's cancel is allowed from this status.
     pub fn can_cancel(self) -> bool {
         matches!(self, DeliveryStatus::Pending | DeliveryStatus::InFlight)

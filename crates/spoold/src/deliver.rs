@@ -45,6 +45,18 @@ pub enum TargetHealth {
     Unknown,
 }
 
+impl TargetHealth {
+    fn of(result: &AttemptResult) -> TargetHealth {
+        let unreachable =
+            [SendErrorCode::ConnectFailed, SendErrorCode::DnsFailed].map(SendErrorCode::as_str);
+        match result.error_code.as_deref() {
+            Some(code) if unreachable.contains(&code) => TargetHealth::Unreachable,
+            _ if result.http_status.is_some() => TargetHealth::Answered,
+            _ => TargetHealth::Unknown,
+        }
+    }
+}
+
 /// The `User-Agent` sent unless the delivery sets its own.
 pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"));
 
@@ -73,11 +85,7 @@ impl Deliverer {
                 self.claim_ahead(look_ahead, &current.origin),
                 self.record(unrecorded.take()),
             );
-            let health = match result.error_code.as_deref() {
-                Some("connect_failed" | "dns_failed") => TargetHealth::Unreachable,
-                _ if result.http_status.is_some() => TargetHealth::Answered,
-                _ => TargetHealth::Unknown,
-            };
+            let health = TargetHealth::of(&result);
             let next = match ahead {
                 Some(next) if health == TargetHealth::Answered && self.may_go_on(&interrupt) => {
                     Some(next)

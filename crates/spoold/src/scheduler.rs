@@ -118,7 +118,13 @@ impl Scheduler {
                         } else if claimed > 0 && batch.expired == 0 {
                             // Room left and more may be claimable: look again at once.
                             wait_until = Some(Instant::now());
-                        } else if let Some(at) = self.next_due(&capacity, &in_flight).await {
+                        } else if let Some(at) = self
+                            .next_due(&Capacity {
+                                in_flight: in_flight.clone(),
+                                ..capacity
+                            })
+                            .await
+                        {
                             wait_until = Some(wait_until.map_or(at, |w| w.min(at)));
                         }
                     }
@@ -145,19 +151,8 @@ impl Scheduler {
     }
 
     /// When to look again: the earliest due time of work whose target has room.
-    async fn next_due(
-        &self,
-        capacity: &Capacity,
-        in_flight: &HashMap<String, u32>,
-    ) -> Option<Instant> {
-        let mut blocked = capacity.saturated();
-        blocked.extend(
-            in_flight
-                .iter()
-                .filter(|(o, n)| **n >= capacity.limit(o))
-                .map(|(o, _)| o.clone()),
-        );
-        match self.store.next_due(blocked).await {
+    async fn next_due(&self, capacity: &Capacity) -> Option<Instant> {
+        match self.store.next_due(capacity.saturated()).await {
             Ok(Some(at)) => {
                 let delay = (at - self.store.now_ms()).max(0) as u64;
                 // Something is due already but was not claimable (a race with an enqueue):

@@ -181,10 +181,6 @@ impl SqliteStore {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
     pub fn writer_stats(&self) -> &WriterStats {
         &self.inner.writer.stats
     }

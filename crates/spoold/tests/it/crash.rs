@@ -70,7 +70,9 @@ async fn drill_survives_kill9_and_target_downtime() {
     let api = Api::new(daemon.base_url());
     let (status, after) = api.get(&id).await.expect("get after restart");
     assert_eq!(status, 200);
-    assert_eq!(after["status"], "pending", "{after}");
+    // Not finished, and being retried: the restarted daemon may already be attempting it.
+    let status = after["status"].as_str().unwrap_or_default();
+    assert!(matches!(status, "pending" | "in_flight"), "{after}");
     assert!(after["attempts"].as_u64() >= Some(4), "{after}");
 
     // 4. Receiver back: delivered.

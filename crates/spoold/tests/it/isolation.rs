@@ -75,7 +75,9 @@ async fn refusing_target_is_paused_and_probed() {
     let mut attempts = 0;
     for id in &ids {
         let (_, v) = d.api.get(id).await.expect("get");
-        assert_eq!(v["status"], "pending", "{v}");
+        // Waiting, or being probed at this very moment; never finished.
+        let status = v["status"].as_str().unwrap_or_default();
+        assert!(matches!(status, "pending" | "in_flight"), "{v}");
         attempts += v["attempts"].as_u64().unwrap_or(0);
     }
     // Without the pause every delivery would have been tried several times by now (~60 × 8).
