@@ -33,6 +33,11 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
+    /// The database file could not be read or written (an I/O error, or SQLite ran out of
+    /// memory or found the file busy). SQLite may have rolled back the whole transaction.
+    #[error("storage error: {0}")]
+    Storage(String),
+
     /// Any other database error.
     #[error("database error: {0}")]
     Database(String),
@@ -43,6 +48,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether, after this error inside a transaction, the transaction can no longer be
+    /// trusted: SQLite documents that it "may or may not" have rolled it back, and advises a
+    /// full ROLLBACK.
+    pub fn breaks_transaction(&self) -> bool {
+        matches!(
+            self,
+            StoreError::DiskFull(_) | StoreError::Storage(_) | StoreError::Corrupt { .. }
+        )
+    }
+
     /// A stable code for logs and API errors.
     pub fn code(&self) -> &'static str {
         match self {

@@ -492,6 +492,10 @@ pub(crate) fn map_err(e: rusqlite::Error) -> StoreError {
     if let rusqlite::Error::SqliteFailure(f, _) = &e {
         match f.code {
             ErrorCode::DiskFull => return StoreError::DiskFull(e.to_string()),
+            ErrorCode::SystemIoFailure
+            | ErrorCode::OutOfMemory
+            | ErrorCode::DatabaseBusy
+            | ErrorCode::DatabaseLocked => return StoreError::Storage(e.to_string()),
             ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase => {
                 return StoreError::Corrupt {
                     path: PathBuf::new(),

@@ -2,9 +2,18 @@
 //! (enqueue, claim, result, operator action) runs here, batched into one transaction, and each
 //! caller gets its reply only after COMMIT has returned with `synchronous=FULL`.
 //!
-//! Each job runs inside its own SAVEPOINT, so one job's error rolls back only that job and the
-//! rest of the batch still commits.
+//! Each job runs inside its own SAVEPOINT, so one job's ordinary error (a constraint, a logic
+//! error) rolls back only that job and the rest of the batch still commits.
+//!
+//! **Invariant: an answer always matches what is on disk.** After an I/O error, a full disk or
+//! an out-of-memory condition, SQLite may roll back the *whole* transaction by itself (typically
+//! when spilling a large batch's pages fails). The writer never lets that go unnoticed: it checks
+//! after every job that the batch's transaction is still open, never lets a job's SAVEPOINT open
+//! a transaction of its own, and treats such an error as the end of the transaction. Every job
+//! that ran in a transaction that did not commit is answered with an error, the earlier ones
+//! too; the jobs not yet run go on in a fresh transaction.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -17,16 +26,23 @@ use super::checkpoint::CheckpointSignal;
 use super::map_err;
 use crate::error::{Result, StoreError};
 
-/// Largest number of jobs folded into one transaction. Bounds the latency a job can add to the
+/// Largest number of jobs folded into one batch. Bounds the latency a job can add to the
 /// others in its batch.
 const MAX_BATCH: usize = 1024;
 
-type Reply = Box<dyn FnOnce(&Result<(), CommitError>) + Send>;
-/// Runs the job's statements (or, given `None`, skips them because the batch could not begin)
-/// and returns the reply to send once the batch's fate is known.
-type Job = Box<dyn FnOnce(Option<&Connection>) -> Reply + Send>;
+/// Sends a job's answer once the fate of its transaction is known: `None` if it committed.
+type Reply = Box<dyn FnOnce(Option<&CommitError>) + Send>;
+/// Runs the job's statements inside the current transaction (or, given `None`, skips them
+/// because no transaction could be begun).
+type Job = Box<dyn FnOnce(Option<&Connection>) -> Ran + Send>;
 
-/// Why a batch did not commit, in a form every caller of the batch can receive.
+/// A job that has run: its reply, and whether it left the transaction unusable.
+struct Ran {
+    reply: Reply,
+    broke: Option<CommitError>,
+}
+
+/// Why a transaction did not commit, in a form every caller of it can receive.
 #[derive(Debug, Clone)]
 pub(crate) struct CommitError {
     full: bool,
@@ -38,7 +54,25 @@ impl CommitError {
         if self.full {
             StoreError::DiskFull(self.message.clone())
         } else {
-            StoreError::Database(self.message.clone())
+            StoreError::Storage(self.message.clone())
+        }
+    }
+
+    fn from_store_error(e: &StoreError) -> CommitError {
+        CommitError {
+            full: matches!(e, StoreError::DiskFull(_)),
+            message: e.to_string(),
+        }
+    }
+
+    fn from_sqlite(e: &rusqlite::Error) -> CommitError {
+        CommitError::from_store_error(&map_err(clone_rusqlite(e)))
+    }
+
+    fn lost() -> CommitError {
+        CommitError {
+            full: false,
+            message: "the transaction was rolled back by SQLite after an error".into(),
         }
     }
 }
@@ -94,28 +128,59 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        self.write_then(op, |_| ()).await
+    }
+
+    /// Like [`Self::write`], and `then` sees the result on the writer thread, before the caller
+    /// does: it runs even if the caller has stopped waiting (a client that hung up).
+    pub(crate) async fn write_then<T, F, G>(&self, op: F, then: G) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        G: FnOnce(&Result<T>) + Send + 'static,
+    {
+        self.submit(op, then)?
+            .await
+            .map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Queue `op` at once; the receiver yields its result after its transaction's fate is known.
+    fn submit<T, F, G>(&self, op: F, then: G) -> Result<oneshot::Receiver<Result<T>>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        G: FnOnce(&Result<T>) + Send + 'static,
+    {
         let (reply_tx, reply_rx) = oneshot::channel::<Result<T>>();
         let stats = Arc::clone(&self.stats);
         let job: Job = Box::new(move |conn: Option<&Connection>| {
-            let outcome = conn.map(|conn| in_savepoint(conn, op));
-            Box::new(move |commit: &Result<(), CommitError>| {
-                let result = match (commit, outcome) {
-                    (Ok(()), Some(outcome)) => outcome,
-                    // The job's own error is more specific than the commit's, when it has one.
-                    (Err(_), Some(Err(own))) => Err(own),
-                    (Err(e), _) => Err(e.to_store_error()),
-                    (Ok(()), None) => Err(StoreError::WriterGone),
+            let (outcome, broke) = match conn {
+                Some(conn) => {
+                    let (outcome, broke) = in_savepoint(conn, op);
+                    (Some(outcome), broke)
+                }
+                None => (None, None),
+            };
+            let reply: Reply = Box::new(move |fate: Option<&CommitError>| {
+                let result = match (fate, outcome) {
+                    (None, Some(outcome)) => outcome,
+                    // The job's own error is more specific than the transaction's, when it has one.
+                    (Some(_), Some(Err(own))) => Err(own),
+                    (Some(e), _) => Err(e.to_store_error()),
+                    (None, None) => Err(StoreError::WriterGone),
                 };
                 // Here, on the writer thread, so that it is noted even if the caller has gone.
                 if matches!(result, Err(StoreError::DiskFull(_))) {
                     stats.short_of_space.store(true, Ordering::Relaxed);
                 }
+                then(&result);
                 // The caller may have gone away (client disconnected); the write stands anyway.
                 let _ = reply_tx.send(result);
-            })
+            });
+            Ran { reply, broke }
         });
         self.tx.send(job).map_err(|_| StoreError::WriterGone)?;
-        reply_rx.await.map_err(|_| StoreError::WriterGone)?
+        Ok(reply_rx)
     }
 }
 
@@ -136,24 +201,53 @@ impl Drop for Writer {
     }
 }
 
-fn in_savepoint<T>(conn: &Connection, op: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+/// Run `op` inside a savepoint of the open transaction. Returns its result, and why the
+/// transaction can no longer be used, if it cannot: then it must be rolled back as a whole.
+fn in_savepoint<T>(
+    conn: &Connection,
+    op: impl FnOnce(&Connection) -> Result<T>,
+) -> (Result<T>, Option<CommitError>) {
+    // Outside a transaction, SAVEPOINT would open one of its own and RELEASE would commit it,
+    // behind the batch's back.
+    if conn.is_autocommit() {
+        return (
+            Err(CommitError::lost().to_store_error()),
+            Some(CommitError::lost()),
+        );
+    }
     // Cached statements: these run twice per write, so parsing them every time would show.
-    let exec = |sql: &str| {
-        conn.prepare_cached(sql)
-            .and_then(|mut st| st.execute([]))
-            .map_err(map_err)
+    let exec = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([]));
+    if let Err(e) = exec("SAVEPOINT job") {
+        return (
+            Err(map_err(clone_rusqlite(&e))),
+            Some(CommitError::from_sqlite(&e)),
+        );
+    }
+    let outcome = op(conn);
+    let broke = match &outcome {
+        _ if conn.is_autocommit() => Some(match &outcome {
+            Err(e) => CommitError::from_store_error(e),
+            Ok(_) => CommitError::lost(),
+        }),
+        Ok(_) => exec("RELEASE job")
+            .err()
+            // Its changes would stay in the transaction although it is answered with an error.
+            .map(|e| CommitError::from_sqlite(&e)),
+        Err(e) if e.breaks_transaction() => Some(CommitError::from_store_error(e)),
+        Err(_) => conn
+            .execute_batch("ROLLBACK TO job; RELEASE job")
+            .err()
+            .map(|e| CommitError::from_sqlite(&e)),
     };
-    exec("SAVEPOINT job")?;
-    match op(conn) {
-        Ok(v) => {
-            exec("RELEASE job")?;
-            Ok(v)
+    match broke {
+        Some(why) => {
+            let own = match outcome {
+                Err(e) => e,
+                Ok(_) => why.to_store_error(),
+            };
+            (Err(own), Some(why))
         }
-        Err(e) => {
-            // If even the rollback fails the transaction is broken; COMMIT will report it.
-            let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
-            Err(e)
-        }
+        None => (outcome, None),
     }
 }
 
@@ -163,45 +257,31 @@ fn run(
     stats: &WriterStats,
     checkpoints: &CheckpointSignal,
 ) {
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    let mut replies: Vec<Reply> = Vec::with_capacity(MAX_BATCH);
+    let mut queue: VecDeque<Job> = VecDeque::with_capacity(MAX_BATCH);
     while let Ok(first) = rx.recv() {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
+        queue.push_back(first);
+        while queue.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(job) => queue.push_back(job),
                 Err(_) => break,
             }
         }
         let started = std::time::Instant::now();
-        let size = batch.len();
-        let commit = match conn.execute_batch("BEGIN IMMEDIATE") {
-            Ok(()) => {
-                replies.extend(batch.drain(..).map(|job| job(Some(&conn))));
-                conn.execute_batch("COMMIT").map_err(|e| {
-                    let _ = conn.execute_batch("ROLLBACK");
-                    commit_error(&e)
-                })
+        let size = queue.len();
+        let mut failed = None;
+        while !queue.is_empty() {
+            if let Err(e) = transaction(&conn, &mut queue) {
+                tracing::error!(error = %e.message, batch = size, "store commit failed");
+                failed = Some(e);
             }
-            Err(e) => Err(commit_error(&e)),
-        };
-        if !batch.is_empty() {
-            // BEGIN failed: the jobs do not run; they are answered with the error below.
-            replies.extend(batch.drain(..).map(|job| job(None)));
         }
-        let ok = commit.is_ok();
+        let ok = failed.is_none();
         if ok {
             checkpoints.commits.fetch_add(1, Ordering::Relaxed);
         }
         stats.failing.store(!ok, Ordering::Relaxed);
-        if let Err(e) = &commit {
-            tracing::error!(error = %e.message, batch = size, "store commit failed");
-        }
         if let Some(obs) = stats.observer.get() {
             obs.committed(size, started.elapsed().as_secs_f64(), ok);
-        }
-        for reply in replies.drain(..) {
-            reply(&commit);
         }
         if checkpoints
             .writer_should_checkpoint
@@ -216,11 +296,59 @@ fn run(
     tracing::debug!("store writer stopped");
 }
 
-fn commit_error(e: &rusqlite::Error) -> CommitError {
-    let full = matches!(map_err(clone_rusqlite(e)), StoreError::DiskFull(_));
-    CommitError {
-        full,
-        message: e.to_string(),
+/// Run jobs from the front of `queue` in one transaction until the queue is empty or a job
+/// leaves the transaction unusable, then commit (or roll back) and answer each of them with
+/// the transaction's fate. Always takes at least one job off the queue.
+fn transaction(conn: &Connection, queue: &mut VecDeque<Job>) -> Result<(), CommitError> {
+    if !conn.is_autocommit() {
+        // Only a failed rollback leaves a transaction open; never carry it into a new batch.
+        rollback(conn);
+    }
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        // Nothing can run: every job waiting is answered with the error.
+        let err = CommitError::from_sqlite(&e);
+        for job in queue.drain(..) {
+            (job(None).reply)(Some(&err));
+        }
+        return Err(err);
+    }
+    let mut replies = Vec::new();
+    let mut broken = None;
+    while let Some(job) = queue.pop_front() {
+        let ran = job(Some(conn));
+        replies.push(ran.reply);
+        if let Some(why) = ran
+            .broke
+            .or_else(|| conn.is_autocommit().then(CommitError::lost))
+        {
+            broken = Some(why);
+            break;
+        }
+    }
+    let fate = match broken {
+        Some(why) => {
+            rollback(conn);
+            Err(why)
+        }
+        None => conn.execute_batch("COMMIT").map_err(|e| {
+            rollback(conn);
+            CommitError::from_sqlite(&e)
+        }),
+    };
+    for reply in replies {
+        reply(fate.as_ref().err());
+    }
+    fate
+}
+
+/// Roll back whatever is open. SQLite may already have done so itself, and then says so in an
+/// error that means nothing here.
+fn rollback(conn: &Connection) {
+    if conn.is_autocommit() {
+        return;
+    }
+    if let Err(e) = conn.execute_batch("ROLLBACK") {
+        tracing::error!(error = %e, "store rollback failed");
     }
 }
 
@@ -230,5 +358,204 @@ fn clone_rusqlite(e: &rusqlite::Error) -> rusqlite::Error {
             rusqlite::Error::SqliteFailure(*code, msg.clone())
         }
         other => rusqlite::Error::InvalidParameterName(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The writer's bookkeeping when SQLite ends a transaction by itself. SQLite does that
+    //! after an I/O error while spilling pages; here a job ends it with `ROLLBACK`, which leaves
+    //! the connection in exactly that state, so the failure lands deterministically in the
+    //! middle of a batch.
+
+    use std::path::PathBuf;
+    use std::sync::mpsc as std_mpsc;
+
+    use super::*;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+        writer: Writer,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::TempDir::new().expect("temp dir");
+        let path = dir.path().join("w.db");
+        let conn = Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER NOT NULL UNIQUE);",
+        )
+        .expect("schema");
+        let writer =
+            Writer::spawn(conn, Arc::new(CheckpointSignal::default())).expect("writer thread");
+        Fixture {
+            _dir: dir,
+            path,
+            writer,
+        }
+    }
+
+    fn insert(conn: &Connection, x: i64) -> Result<()> {
+        conn.execute("INSERT INTO t (x) VALUES (?1)", [x])
+            .map(drop)
+            .map_err(map_err)
+    }
+
+    /// What SQLite does to a transaction after an I/O error, and the error it reports.
+    fn lose_transaction(conn: &Connection) -> Result<()> {
+        conn.execute_batch("ROLLBACK").map_err(map_err)?;
+        Err(StoreError::Storage("disk I/O error (simulated)".into()))
+    }
+
+    type Op = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+
+    impl Fixture {
+        /// Run `ops` as one batch: the writer is held inside an earlier batch until all of
+        /// them are queued. Returns each op's answer.
+        fn batch(&self, ops: Vec<Op>) -> Vec<Result<()>> {
+            let (started_tx, started_rx) = std_mpsc::channel::<()>();
+            let (release_tx, release_rx) = std_mpsc::channel::<()>();
+            let hold = self
+                .writer
+                .submit(
+                    move |_| {
+                        let _ = started_tx.send(());
+                        let _ = release_rx.recv();
+                        Ok(())
+                    },
+                    |_| (),
+                )
+                .expect("queue");
+            started_rx.recv().expect("the writer runs the holding job");
+            let replies: Vec<_> = ops
+                .into_iter()
+                .map(|op| self.writer.submit(op, |_| ()).expect("queue"))
+                .collect();
+            release_tx.send(()).expect("release the writer");
+            hold.blocking_recv().expect("reply").expect("holding job");
+            replies
+                .into_iter()
+                .map(|r| r.blocking_recv().expect("reply"))
+                .collect()
+        }
+
+        fn stored(&self) -> Vec<i64> {
+            let conn = Connection::open(&self.path).expect("open");
+            let mut st = conn.prepare("SELECT x FROM t ORDER BY x").expect("query");
+            let rows = st.query_map([], |r| r.get(0)).expect("rows");
+            rows.collect::<rusqlite::Result<_>>().expect("values")
+        }
+    }
+
+    fn oks(answers: &[Result<()>]) -> Vec<bool> {
+        answers.iter().map(Result::is_ok).collect()
+    }
+
+    #[test]
+    fn a_transaction_lost_mid_batch_fails_every_job_that_ran_in_it() {
+        let f = fixture();
+        let answers = f.batch(vec![
+            Box::new(|c| insert(c, 1)),
+            Box::new(|c| {
+                insert(c, 2)?;
+                lose_transaction(c)
+            }),
+            Box::new(|c| insert(c, 3)),
+            Box::new(|c| insert(c, 4)),
+        ]);
+        // 1 ran in the lost transaction: answered with an error, and indeed not stored. 3 and
+        // 4 ran in a fresh transaction that committed.
+        assert_eq!(oks(&answers), [false, false, true, true], "{answers:?}");
+        assert!(
+            matches!(answers[0], Err(StoreError::Storage(_))),
+            "{answers:?}"
+        );
+        assert_eq!(f.stored(), [3, 4]);
+    }
+
+    #[test]
+    fn a_job_that_ends_the_transaction_but_reports_success_fails_too() {
+        let f = fixture();
+        let answers = f.batch(vec![
+            Box::new(|c| insert(c, 1)),
+            Box::new(|c| {
+                insert(c, 2)?;
+                c.execute_batch("ROLLBACK").map_err(map_err)
+            }),
+            Box::new(|c| insert(c, 3)),
+        ]);
+        assert_eq!(oks(&answers), [false, false, true], "{answers:?}");
+        assert_eq!(f.stored(), [3]);
+    }
+
+    #[test]
+    fn a_job_whose_savepoint_cannot_be_released_is_not_kept() {
+        let f = fixture();
+        let answers = f.batch(vec![
+            Box::new(|c| insert(c, 1)),
+            Box::new(|c| {
+                insert(c, 2)?;
+                // Releases the job's savepoint early, so the writer's own RELEASE fails.
+                c.execute_batch("RELEASE job").map_err(map_err)
+            }),
+            Box::new(|c| insert(c, 3)),
+        ]);
+        assert_eq!(oks(&answers), [false, false, true], "{answers:?}");
+        assert_eq!(f.stored(), [3]);
+    }
+
+    #[test]
+    fn an_ordinary_error_fails_only_its_own_job() {
+        let f = fixture();
+        let answers = f.batch(vec![
+            Box::new(|c| insert(c, 1)),
+            // A unique-constraint violation: rolled back to its savepoint alone.
+            Box::new(|c| {
+                insert(c, 2)?;
+                insert(c, 1)
+            }),
+            Box::new(|c| insert(c, 3)),
+        ]);
+        assert_eq!(oks(&answers), [true, false, true], "{answers:?}");
+        assert_eq!(f.stored(), [1, 3]);
+    }
+
+    #[test]
+    fn an_io_error_the_transaction_survived_still_ends_it() {
+        let f = fixture();
+        let answers = f.batch(vec![
+            Box::new(|c| insert(c, 1)),
+            // SQLite kept the transaction open, but advises a full rollback after such errors.
+            Box::new(|_| Err(StoreError::DiskFull("database or disk is full".into()))),
+            Box::new(|c| insert(c, 3)),
+        ]);
+        assert_eq!(oks(&answers), [false, false, true], "{answers:?}");
+        assert!(
+            matches!(answers[1], Err(StoreError::DiskFull(_))),
+            "{answers:?}"
+        );
+        assert_eq!(f.stored(), [3]);
+    }
+
+    #[test]
+    fn then_runs_on_the_writer_even_when_the_caller_is_gone() {
+        let f = fixture();
+        let (seen_tx, seen_rx) = std_mpsc::channel::<bool>();
+        let reply = f
+            .writer
+            .submit(
+                |c| insert(c, 7),
+                move |r: &Result<()>| {
+                    let _ = seen_tx.send(r.is_ok());
+                },
+            )
+            .expect("queue");
+        drop(reply);
+        assert_eq!(
+            seen_rx.recv_timeout(std::time::Duration::from_secs(10)),
+            Ok(true)
+        );
+        assert_eq!(f.stored(), [7]);
     }
 }

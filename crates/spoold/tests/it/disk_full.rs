@@ -30,7 +30,7 @@ const REQUIRE: &str = "SPOOLD_REQUIRE_MOUNT";
 /// Clients creating at once while the disk fills up, so that group commits are refused too.
 const CLIENTS: usize = 8;
 /// Upper bounds of every loop below, by count and by time.
-const MAX_CREATES: usize = 2000;
+const MAX_CREATES: usize = 8000;
 const TIME_LIMIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
 /// One WAL's worth of frames before SQLite checkpoints (its default of 1000 pages of 4 KiB).
@@ -51,14 +51,15 @@ async fn full_while_appending_to_the_wal() {
     full_then_recover(filled).await;
 }
 
-/// More room than one WAL takes: the WAL is checkpointed and reused while the disk fills, and
-/// it is the database file, growing at a checkpoint, that runs out first.
+/// More room than one WAL takes (the writer finishes a checkpoint once the WAL passes 8 MiB,
+/// whatever the timing of the passive ones): the WAL is checkpointed and reused while the disk
+/// fills, and it is the database file, growing at a checkpoint, that runs out first.
 #[tokio::test(flavor = "multi_thread")]
 async fn full_while_checkpointing() {
-    let Some(tmpfs) = available(REQUIRE, Tmpfs::mount("16m")) else {
+    let Some(tmpfs) = available(REQUIRE, Tmpfs::mount("24m")) else {
         return;
     };
-    let filled = fill_until_refused(&tmpfs, 6 * 1024 * 1024).await;
+    let filled = fill_until_refused(&tmpfs, 14 * 1024 * 1024).await;
     assert!(
         filled.db_file_bytes > WAL_CHECKPOINT_BYTES / 4,
         "expected checkpoints to have grown the database file: it has {} bytes",
@@ -295,13 +296,13 @@ impl Filler {
 
 /// A tmpfs of its own, mounted on a temporary directory; unmounted (lazily, in case a
 /// process still has a file open there) on drop, before the directory is removed.
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     mnt: PathBuf,
     _dir: TempDir,
 }
 
 impl Tmpfs {
-    fn mount(size: &str) -> anyhow::Result<Tmpfs> {
+    pub(crate) fn mount(size: &str) -> anyhow::Result<Tmpfs> {
         privileged::require_root()?;
         let dir = TempDir::new().context("temp dir")?;
         let mnt = dir.path().join("mnt");
@@ -312,7 +313,7 @@ impl Tmpfs {
         Ok(Tmpfs { mnt, _dir: dir })
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.mnt
     }
 }

@@ -14,6 +14,7 @@ mod openapi;
 mod retention;
 mod security;
 mod ssrf_netns;
+mod storage_faults;
 mod tidy;
 mod validation;
 
