@@ -6,8 +6,8 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Another process holds the database.
-    #[error("database {path} is in use by another spoold (lock file {lock} is held)")]
-    Locked { path: PathBuf, lock: PathBuf },
+    #[error("database {path} is in use by another spoold (it holds a lock on the file)")]
+    Locked { path: PathBuf },
 
     /// The file is not a usable database.
     #[error("database {path} is corrupt or not a spoold database: {detail}")]

@@ -2,7 +2,8 @@
 //!
 //! **Invariant:** only the writer thread holds a write connection; readers use their own
 //! read-only connections and never see uncommitted state. The database file is owned by one
-//! process at a time, enforced by an exclusive lock on `<db>.lock`.
+//! process at a time, enforced by an exclusive lock on the file itself (`flock`), so a second
+//! opener is refused whatever path it took: a symlink, a hard link, another spelling.
 
 mod checkpoint;
 mod deliveries;
@@ -81,7 +82,9 @@ struct Inner {
     // One permit per pooled connection. The permit travels with the connection into the
     // blocking task, so it is returned only after the connection is back in the pool.
     reader_permits: Arc<Semaphore>,
-    // Held for the life of the store: dropping it releases the exclusive lock.
+    // The database file, locked (`flock`) for the life of the store: dropping it releases the
+    // lock. Dropped last: closing a descriptor of the file would also drop SQLite's own POSIX
+    // locks on it, so no connection may still be open then.
     _lock: File,
 }
 
@@ -109,35 +112,20 @@ impl SqliteStore {
                     })?;
             }
         }
-        let lock = take_lock(&path)?;
-        let missing = !path.exists();
-        // An empty file has never been written (a crash right after creating it, or a `touch`):
-        // it must be set up like a new one, or it would never get incremental auto-vacuum.
-        let fresh = missing || fs::metadata(&path).is_ok_and(|m| m.len() == 0);
-        if missing {
-            // SQLite gives the -wal and -shm files the mode of the main file.
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-                .map_err(|e| io_err(format!("cannot create database {}", path.display()), e))?;
-        }
+        let (lock, fresh) = lock_database(&path)?;
         let conn = Connection::open_with_flags(
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| corrupt_or(&path, e))?;
+        if !fresh {
+            // Before anything is set: another program's database is refused unchanged.
+            schema::check(&conn).map_err(|e| schema_error(&path, e))?;
+        }
         configure_writer(&conn, &path, fresh)?;
         // Every statement on the hot path is prepared once and kept (rusqlite keeps 16).
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        schema::migrate(&conn).map_err(|e| match e {
-            StoreError::Database(detail) => StoreError::Corrupt {
-                path: path.clone(),
-                detail,
-            },
-            other => other,
-        })?;
+        schema::migrate(&conn).map_err(|e| schema_error(&path, e))?;
         let mut readers = Vec::with_capacity(config.readers.max(1));
         for _ in 0..config.readers.max(1) {
             let r = Connection::open_with_flags(
@@ -413,27 +401,45 @@ pub fn now_ms() -> Millis {
         .map_or(0, |d| d.as_millis() as Millis)
 }
 
-fn take_lock(db: &Path) -> Result<File> {
-    let mut lock_path = db.as_os_str().to_owned();
-    lock_path.push(".lock");
-    let lock_path = PathBuf::from(lock_path);
+/// Open (creating it 0600 if missing) and lock the database file itself. Also says whether the
+/// file is fresh: an empty file has never been written (a crash right after creating it, or a
+/// `touch`) and must be set up like a new one, or it would never get incremental auto-vacuum.
+fn lock_database(path: &Path) -> Result<(File, bool)> {
+    // SQLite gives the -wal and -shm files the mode of the main file.
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .open(&lock_path)
-        .map_err(|e| io_err(format!("cannot open lock file {}", lock_path.display()), e))?;
+        .open(path)
+        .map_err(|e| io_err(format!("cannot open database {}", path.display()), e))?;
     match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
-            path: db.to_owned(),
-            lock: lock_path,
-        }),
-        Err(fs::TryLockError::Error(e)) => {
-            Err(io_err(format!("cannot lock {}", lock_path.display()), e))
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            return Err(StoreError::Locked {
+                path: path.to_owned(),
+            })
         }
+        Err(fs::TryLockError::Error(e)) => {
+            return Err(io_err(format!("cannot lock {}", path.display()), e))
+        }
+    }
+    let len = file
+        .metadata()
+        .map_err(|e| io_err(format!("cannot stat {}", path.display()), e))?
+        .len();
+    Ok((file, len == 0))
+}
+
+/// A schema problem names the file it was found in.
+fn schema_error(path: &Path, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Database(detail) => StoreError::Corrupt {
+            path: path.to_owned(),
+            detail,
+        },
+        other => corrupt_path(path, other),
     }
 }
 
@@ -477,7 +483,11 @@ fn io_err(context: String, source: std::io::Error) -> StoreError {
 }
 
 fn corrupt_or(path: &Path, e: rusqlite::Error) -> StoreError {
-    match map_err(e) {
+    corrupt_path(path, map_err(e))
+}
+
+fn corrupt_path(path: &Path, e: StoreError) -> StoreError {
+    match e {
         StoreError::Corrupt { detail, .. } => StoreError::Corrupt {
             path: path.to_owned(),
             detail,

@@ -84,8 +84,9 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this binary writes.
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
-/// Bring the schema to [`LATEST`], or refuse a database that is newer.
-pub fn migrate(conn: &Connection) -> Result<()> {
+/// Refuse a database this binary must not touch: one from a newer spoold, or another
+/// program's (tables, but no spoold schema version). Only reads.
+pub fn check(conn: &Connection) -> Result<i64> {
     let found: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(map_err)?;
@@ -95,23 +96,31 @@ pub fn migrate(conn: &Connection) -> Result<()> {
             supported: LATEST,
         });
     }
-    if found == LATEST {
+    if found == 0 {
+        // Version 0 is only ever an empty database. Tables without our version belong to
+        // another program; migrating would write spoold's schema into its data.
+        let objects: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(map_err)?;
+        if objects > 0 {
+            return Err(StoreError::Database(
+                "it has tables but no spoold schema version".into(),
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// Bring the schema to [`LATEST`], or refuse a database that is newer or not ours.
+pub fn migrate(conn: &Connection) -> Result<()> {
+    if check(conn)? == LATEST {
         return Ok(());
     }
     conn.execute_batch("BEGIN IMMEDIATE").map_err(map_err)?;
     let applied = (|| {
-        if found == 0 {
-            // Version 0 is only ever an empty database. Tables without our version belong to
-            // another program; migrating would write spoold's schema into its data.
-            let objects: i64 = conn
-                .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
-                .map_err(map_err)?;
-            if objects > 0 {
-                return Err(StoreError::Database(
-                    "it has tables but no spoold schema version".into(),
-                ));
-            }
-        }
+        // Again inside the transaction: nothing may have changed since, but this is the check
+        // the writes below rely on.
+        let found = check(conn)?;
         for (version, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
             conn.execute_batch(sql).map_err(map_err)?;
             conn.pragma_update(None, "user_version", version as i64 + 1)

@@ -64,11 +64,27 @@ async fn second_open_is_locked() {
     let path = dir.path().join("spool.db");
     let _first = open(&path, 0).expect("first open");
     match open(&path, 0) {
-        Err(StoreError::Locked { path: locked, lock }) => {
-            assert_eq!(locked, path);
-            assert_eq!(lock, sibling(&path, ".lock"));
-        }
+        Err(StoreError::Locked { path: locked }) => assert_eq!(locked, path),
         other => panic!("expected Locked, got {other:?}"),
+    }
+}
+
+/// The lock is on the file, not on the name: another path to the same file is refused too
+/// (a second owner would reclaim the first one's live claims and send them again).
+#[tokio::test]
+async fn another_path_to_the_same_file_is_locked() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = dir.path().join("spool.db");
+    let _first = open(&path, 0).expect("first open");
+    let symlink = dir.path().join("symlink.db");
+    std::os::unix::fs::symlink(&path, &symlink).expect("symlink");
+    let hard_link = dir.path().join("hard-link.db");
+    std::fs::hard_link(&path, &hard_link).expect("hard link");
+    for other in [symlink, hard_link, dir.path().join(".").join("spool.db")] {
+        match open(&other, 0) {
+            Err(StoreError::Locked { path: locked }) => assert_eq!(locked, other),
+            res => panic!("{}: expected Locked, got {res:?}", other.display()),
+        }
     }
 }
 
@@ -190,12 +206,7 @@ async fn created_files_are_private() {
 
     assert_eq!(mode(&dir.path().join("state")), 0o700);
     assert_eq!(mode(&data), 0o700);
-    for file in [
-        path.clone(),
-        sibling(&path, ".lock"),
-        sibling(&path, "-wal"),
-        sibling(&path, "-shm"),
-    ] {
+    for file in [path.clone(), sibling(&path, "-wal"), sibling(&path, "-shm")] {
         assert_eq!(mode(&file), 0o600, "{}", file.display());
     }
 }
@@ -273,6 +284,7 @@ async fn foreign_database_is_refused_and_left_alone() {
             "CREATE TABLE photos (id INTEGER PRIMARY KEY); INSERT INTO photos VALUES (7);",
         )
         .expect("another program's schema");
+    let before = std::fs::read(&path).expect("read");
     match open(&path, 0) {
         Err(StoreError::Corrupt { path: bad, detail }) => {
             assert_eq!(bad, path);
@@ -287,6 +299,12 @@ async fn foreign_database_is_refused_and_left_alone() {
         .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
         .expect("list tables");
     assert_eq!(tables, ["photos"]);
+    // Not a byte changed, and no WAL was set up beside it.
+    assert!(
+        std::fs::read(&path).expect("read") == before,
+        "the file was changed"
+    );
+    assert!(!sibling(&path, "-wal").exists());
 }
 
 #[tokio::test]

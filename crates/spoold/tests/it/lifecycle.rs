@@ -2,7 +2,7 @@
 //! the admission limit, graceful shutdown, health and metrics.
 
 use serde_json::json;
-use spool_testkit::{Api, DaemonProcess, Receiver, Reply};
+use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply};
 use tempfile::TempDir;
 
 use crate::{db_path, id_of, process_opts, InProcess, WAIT};
@@ -18,6 +18,19 @@ async fn second_daemon_on_the_same_database_is_refused() {
         .expect("second runs");
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("in use by another spoold"), "{stderr}");
+    // The same file under another name: a symlink, a hard link.
+    let db = db_path(&dir);
+    let symlink = dir.path().join("symlink.db");
+    std::os::unix::fs::symlink(&db, &symlink).expect("symlink");
+    let hard_link = dir.path().join("data/hard-link.db");
+    std::fs::hard_link(&db, &hard_link).expect("hard link");
+    for other in [symlink, hard_link] {
+        let (status, stderr) = DaemonProcess::run_to_exit(DaemonOptions::new(&other))
+            .await
+            .expect("second runs");
+        assert_eq!(status.code(), Some(1), "{}: {stderr}", other.display());
+        assert!(stderr.contains("in use by another spoold"), "{stderr}");
+    }
     // The first one is unaffected.
     let (status, _) = Api::new(first.base_url()).list("").await.expect("list");
     assert_eq!(status, 200);
