@@ -1,4 +1,5 @@
-//! Header-name rules shared by daemon and CLI, so both canonicalise names the same way.
+//! Header-name rules shared by daemon and CLI, so both canonicalise names the same way, and one
+//! rule says which headers carry secrets (masked in output, dropped on a cross-origin redirect).
 
 /// Whether `s` is an RFC 9110 token (method names, header names): visible ASCII except
 /// separators.
@@ -32,6 +33,17 @@ pub fn canonical_name(name: &str) -> String {
         .collect()
 }
 
+/// Whether a header's value is a credential: `Authorization`, `Cookie`, `Proxy-Authorization`,
+/// and every name containing `token`, `secret` or `key` (any case). Such values are masked in
+/// API output unless revealed, and never follow a redirect to another origin.
+pub fn is_secret_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    matches!(
+        lower.as_str(),
+        "authorization" | "cookie" | "proxy-authorization"
+    ) || ["token", "secret", "key"].iter().any(|w| lower.contains(w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,6 +59,23 @@ mod tests {
             ("a--b", "A--B"),
         ] {
             assert_eq!(canonical_name(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn secret_headers() {
+        for name in [
+            "Authorization",
+            "cookie",
+            "Proxy-Authorization",
+            "X-Api-Key",
+            "X-Auth-Token",
+            "X-Webhook-Secret",
+        ] {
+            assert!(is_secret_header(name), "{name}");
+        }
+        for name in ["Content-Type", "X-Event-Type", "Accept"] {
+            assert!(!is_secret_header(name), "{name}");
         }
     }
 

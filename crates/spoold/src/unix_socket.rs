@@ -3,12 +3,13 @@
 //! which another user could connect.
 
 use std::fs::DirBuilder;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::path::Path;
 
 use rustix::fs::Mode;
 
-/// Bind `path`, replacing a stale socket nobody answers on; refuse if a live daemon owns it.
+/// Bind `path`, replacing a stale socket nobody answers on; refuse if a live daemon owns it, or
+/// if anything but a socket is there (a file is never deleted to make room).
 pub fn bind(path: &Path) -> Result<tokio::net::UnixListener, String> {
     if let Some(dir) = path.parent() {
         if !dir.exists() {
@@ -19,7 +20,14 @@ pub fn bind(path: &Path) -> Result<tokio::net::UnixListener, String> {
                 .map_err(|e| format!("cannot create socket directory {}: {e}", dir.display()))?;
         }
     }
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!(
+                "{} exists and is not a socket; refusing to replace it (remove it, or choose \
+                 another --unix-socket path)",
+                path.display()
+            ));
+        }
         match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => {
                 return Err(format!(

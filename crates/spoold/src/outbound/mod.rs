@@ -112,13 +112,6 @@ impl SendErrorCode {
 #[error("cannot build the outbound HTTP client: {0}")]
 pub struct BuildError(#[from] reqwest::Error);
 
-/// Headers that carry credentials: dropped when a redirect leaves the origin.
-const CREDENTIAL_HEADERS: [HeaderName; 3] = [
-    reqwest::header::AUTHORIZATION,
-    reqwest::header::COOKIE,
-    reqwest::header::PROXY_AUTHORIZATION,
-];
-
 impl Outbound {
     pub fn new(config: OutboundConfig) -> Result<Outbound, BuildError> {
         let policy = Arc::new(config.policy);
@@ -180,9 +173,8 @@ impl Outbound {
                     if let Some(location) = resp.headers().get(reqwest::header::LOCATION) {
                         let next = next_hop(&url, location)?;
                         if !same_origin(&url, &next) {
-                            for name in &CREDENTIAL_HEADERS {
-                                headers.remove(name);
-                            }
+                            // Credentials are for the origin they were given for.
+                            drop_secret_headers(&mut headers);
                         }
                         if !matches!(status, 307 | 308) {
                             // 301/302/303: the next request is a GET without the body.
@@ -240,6 +232,18 @@ fn next_hop(current: &Url, location: &HeaderValue) -> Result<Url, SendError> {
         ));
     }
     Ok(next)
+}
+
+/// Remove every header whose value the masking rule treats as a secret.
+fn drop_secret_headers(headers: &mut HeaderMap) {
+    let secret: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| spool_proto::headers::is_secret_header(name.as_str()))
+        .cloned()
+        .collect();
+    for name in secret {
+        headers.remove(name);
+    }
 }
 
 fn same_origin(a: &Url, b: &Url) -> bool {

@@ -214,3 +214,29 @@ async fn unix_socket_lifecycle() {
     assert_eq!(status.code(), Some(0));
     assert!(!sock.exists(), "socket left behind");
 }
+
+/// Only a stale socket is ever replaced: a regular file, a directory or a symlink at the path
+/// is an error that names it, and is left as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn unix_socket_never_replaces_other_files() {
+    let dir = TempDir::new().expect("temp dir");
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "keep me").expect("write");
+    let directory = dir.path().join("a-directory");
+    std::fs::create_dir(&directory).expect("mkdir");
+    let link = dir.path().join("link.sock");
+    std::os::unix::fs::symlink(&file, &link).expect("symlink");
+    for path in [&file, &directory, &link] {
+        let (status, stderr) = DaemonProcess::run_to_exit(process_opts(&dir).unix_socket(path))
+            .await
+            .expect("runs");
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{} exists and is not a socket", path.display())),
+            "{stderr}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "keep me");
+    assert!(directory.is_dir());
+    assert!(std::fs::symlink_metadata(&link).expect("link").is_symlink());
+}
