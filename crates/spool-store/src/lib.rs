@@ -43,7 +43,9 @@ macro_rules! dispatch {
 
 impl Store {
     /// Persist a new delivery, or resolve its idempotency key against an existing one.
-    /// `Created` is returned only after the row is durable.
+    /// `Created` is returned only after the row is durable. The key is resolved before time is
+    /// judged: a new delivery whose `expires_at` has passed is refused (`AlreadyExpired`), a
+    /// duplicate of one is not.
     pub async fn insert(&self, new: NewDelivery) -> Result<InsertOutcome> {
         dispatch!(self, s => s.insert(new).await)
     }

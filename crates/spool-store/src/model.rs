@@ -164,6 +164,9 @@ pub enum InsertOutcome {
     Conflict { existing_id: String },
     /// The database is over its admission limit; nothing was written.
     Full { db_bytes: u64, limit: u64 },
+    /// The key was new and `expires_at` has already passed (by the store's clock); nothing was
+    /// written.
+    AlreadyExpired,
 }
 
 /// A delivery claimed for one attempt: everything the sender needs, and the fence token.

@@ -55,11 +55,7 @@ pub fn decode(bytes: &[u8]) -> Result<CreateDelivery, Rejection> {
 }
 
 /// Apply every rule and build the delivery to insert.
-pub fn validate(
-    req: CreateDelivery,
-    now: Millis,
-    policy: &AddressPolicy,
-) -> Result<NewDelivery, Rejection> {
+pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelivery, Rejection> {
     let body = decode_body(&req)?;
 
     let idempotency_key = req
@@ -132,10 +128,9 @@ pub fn validate(
 
     let not_before = parse_time_field("notBefore", req.not_before.as_deref())?;
     let expires_at = parse_time_field("expiresAt", req.expires_at.as_deref())?;
+    // Whether expiresAt is still ahead is judged by the store, after the idempotency key: a
+    // job retrying its create after the deadline must find the original.
     if let Some(exp) = expires_at {
-        if exp <= now {
-            return Err(invalid("expiresAt must be in the future"));
-        }
         if not_before.is_some_and(|nb| nb >= exp) {
             return Err(invalid("notBefore must be earlier than expiresAt"));
         }
@@ -290,15 +285,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const NOW: Millis = 1_800_000_000_000;
-
     fn check(req: serde_json::Value) -> Result<NewDelivery, Rejection> {
         let bytes = serde_json::to_vec(&req).expect("serializable");
         let policy = AddressPolicy {
             allow_all: true,
             allowed: vec![],
         };
-        validate(decode(&bytes)?, NOW, &policy)
+        validate(decode(&bytes)?, &policy)
     }
 
     fn rejected(req: serde_json::Value) -> (ErrorCode, String) {
@@ -350,7 +343,7 @@ mod tests {
         ];
         for (bytes, want) in cases {
             let r = decode(bytes)
-                .and_then(|req| validate(req, NOW, &policy))
+                .and_then(|req| validate(req, &policy))
                 .expect_err("must be rejected");
             assert_eq!(r.code, ErrorCode::InvalidRequest, "{bytes:?}");
             assert!(r.message.contains(want), "{bytes:?}: {}", r.message);
@@ -448,10 +441,6 @@ mod tests {
                 "RFC 3339",
             ),
             (
-                json!({"targetUrl":"http://h/","expiresAt":"2020-01-01T00:00:00Z"}),
-                "future",
-            ),
-            (
                 json!({"targetUrl":"http://h/","notBefore":"2030-01-02T00:00:00Z",
                        "expiresAt":"2030-01-01T00:00:00Z"}),
                 "earlier than expiresAt",
@@ -481,7 +470,7 @@ mod tests {
             "http://10.0.0.1:8080/", // blocked by the policy: never dialled
         ] {
             let req = decode(format!(r#"{{"targetUrl":"{url}"}}"#).as_bytes()).expect("json");
-            let r = validate(req, NOW, &policy).expect_err(url);
+            let r = validate(req, &policy).expect_err(url);
             assert_eq!(r.code, ErrorCode::TargetBlocked, "{url}");
         }
     }
@@ -489,8 +478,7 @@ mod tests {
     #[test]
     fn bodies_keep_their_bytes() {
         let raw = br#"{"targetUrl":"http://h/","body":  {"a" :[1, 2 ], "s":"<&>"}  }"#;
-        let d =
-            validate(decode(raw).expect("json"), NOW, &AddressPolicy::default()).expect("valid");
+        let d = validate(decode(raw).expect("json"), &AddressPolicy::default()).expect("valid");
         assert_eq!(d.body, Body::Json(br#"{"a" :[1, 2 ], "s":"<&>"}"#.to_vec()));
         let d = check(json!({"targetUrl":"http://h/","bodyBase64":"AP8K\r\n"})).expect("valid");
         assert_eq!(d.body, Body::Binary(vec![0x00, 0xff, 0x0a]));

@@ -59,6 +59,11 @@ pub(crate) fn insert(
             };
         }
     }
+    // Judged after the key: a retry of a create whose deadline has passed since finds the
+    // original above.
+    if new.expires_at.is_some_and(|exp| exp <= now) {
+        return Ok(InsertOutcome::AlreadyExpired);
+    }
     if max_db_bytes > 0 {
         let used = db_bytes(conn)?;
         if used >= max_db_bytes {

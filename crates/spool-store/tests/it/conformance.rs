@@ -32,6 +32,7 @@ macro_rules! conformance_suite {
             insert_schedules_by_not_before,
             idempotent_insert_returns_existing,
             idempotency_conflict_on_different_fingerprint,
+            passed_deadline_refuses_new_work_but_not_a_duplicate,
             concurrent_inserts_with_one_key_create_once,
             duplicate_id_is_refused_without_side_effects,
             claim_respects_limit_and_due_order,
@@ -228,6 +229,28 @@ pub async fn idempotent_insert_returns_existing(store: Store) {
     create(&store, new_delivery(&id(5), None, URL_A)).await;
     create(&store, new_delivery(&id(6), Some("order-2"), URL_A)).await;
     assert_eq!(list_ids(&store, None).await, [id(1), id(4), id(5), id(6)]);
+}
+
+pub async fn passed_deadline_refuses_new_work_but_not_a_duplicate(store: Store) {
+    let now = store.now_ms();
+    let mut soon = new_delivery(&id(1), Some("report-7"), URL_A);
+    soon.expires_at = Some(now + 200);
+    let original = create(&store, soon.clone()).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The same request again, now that its deadline has passed: the original.
+    soon.id = id(2);
+    match insert(&store, soon.clone()).await {
+        InsertOutcome::Existing(existing) => assert_eq!(existing.id, original.id),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    // New work with that deadline is refused, and nothing is written.
+    soon.id = id(3);
+    soon.idempotency_key = Some("report-8".into());
+    assert!(
+        matches!(insert(&store, soon).await, InsertOutcome::AlreadyExpired),
+        "a deadline in the past"
+    );
+    assert_eq!(list_ids(&store, None).await, [id(1)]);
 }
 
 pub async fn idempotency_conflict_on_different_fingerprint(store: Store) {

@@ -45,17 +45,16 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
             .into_response()
         }
     };
-    let new = match submission::decode(&bytes)
-        .and_then(|req| submission::validate(req, state.store.now_ms(), &state.policy))
-    {
-        Ok(new) => new,
-        Err(r) => {
-            if r.code == ErrorCode::TargetBlocked {
-                state.metrics.blocked.inc();
+    let new =
+        match submission::decode(&bytes).and_then(|req| submission::validate(req, &state.policy)) {
+            Ok(new) => new,
+            Err(r) => {
+                if r.code == ErrorCode::TargetBlocked {
+                    state.metrics.blocked.inc();
+                }
+                return ApiError::new(r.code, r.message).into_response();
             }
-            return ApiError::new(r.code, r.message).into_response();
-        }
-    };
+        };
     let (status, delivery) = match state.store.insert(new).await {
         Ok(InsertOutcome::Created(d)) => {
             state.wake.notify_one();
@@ -70,6 +69,13 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
             return ApiError::new(
                 ErrorCode::IdempotencyConflict,
                 "idempotency key was already used for a different request",
+            )
+            .into_response();
+        }
+        Ok(InsertOutcome::AlreadyExpired) => {
+            return ApiError::new(
+                ErrorCode::InvalidDelivery,
+                "expiresAt must be in the future",
             )
             .into_response();
         }

@@ -115,3 +115,48 @@ async fn every_field_takes_part_in_the_comparison() {
     let (status, _) = d.api.create(padded).await.expect("create");
     assert_eq!(status, 200);
 }
+
+/// A job that retries its create after the original's `expiresAt` has passed gets the original
+/// back (200), not a 400 for a deadline in the past: the key is looked up before time is judged.
+/// A new create whose deadline has passed is still refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_create_whose_deadline_has_passed_finds_the_original() {
+    let d = InProcess::boot(&[]).await;
+    // Never attempted: notBefore is just before the deadline, and the port would refuse.
+    let now = now_ms();
+    let request = json!({
+        "targetUrl": "http://127.0.0.1:9/never",
+        "idempotencyKey": "report-7",
+        "notBefore": spool_proto::units::format_time(now + 290),
+        "expiresAt": spool_proto::units::format_time(now + 300),
+    });
+    let (status, created) = d.api.create(request.clone()).await.expect("create");
+    assert_eq!(status, 201, "{created}");
+    d.api
+        .wait_status(&id_of(&created), &["failed"], crate::WAIT)
+        .await
+        .expect("expires");
+
+    let (status, again) = d.api.create(request.clone()).await.expect("retry");
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(id_of(&again), id_of(&created));
+    assert_eq!(again["lastErrorCode"], "expired", "{again}");
+
+    let mut fresh = request;
+    fresh["idempotencyKey"] = json!("report-8");
+    let (status, err) = d.api.create(fresh).await.expect("create");
+    assert_eq!(status, 400, "{err}");
+    assert_eq!(err["error"]["code"], "invalid_delivery", "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("expiresAt must be in the future")),
+        "{err}"
+    );
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
