@@ -135,6 +135,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         wake: Arc::clone(&wake),
         policy,
         auth_token: config.auth_token.clone(),
+        readiness: api::system::Readiness::default(),
     });
     let router = api::router(state);
 

@@ -30,7 +30,7 @@ use crate::model::{
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
 /// largest delivery body the API accepts.
-pub const SPACE_PROBE_BYTES: i64 = 1 << 20;
+pub const SPACE_PROBE_BYTES: u64 = 1 << 20;
 
 /// Prepared statements kept per connection: more than the store has distinct statements.
 const STATEMENT_CACHE: usize = 64;
@@ -85,7 +85,7 @@ struct Inner {
     // The database file, locked (`flock`) for the life of the store: dropping it releases the
     // lock. Dropped last: closing a descriptor of the file would also drop SQLite's own POSIX
     // locks on it, so no connection may still be open then.
-    _lock: File,
+    lock: File,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -164,7 +164,7 @@ impl SqliteStore {
                 _checkpointer: checkpointer,
                 reader_permits: Arc::new(Semaphore::new(readers.len())),
                 readers: Mutex::new(readers),
-                _lock: lock,
+                lock,
             }),
         })
     }
@@ -262,17 +262,24 @@ impl SqliteStore {
         Ok(removed)
     }
 
-    /// A real write that must reach the disk: proves the store can write right now. After a
-    /// write has failed for lack of space, it must first make room for [`SPACE_PROBE_BYTES`]
-    /// too: a small write alone proves nothing then, as it fits in the end of the WAL that the
-    /// failed write had already extended, while every create goes on failing.
+    /// A small real write that must reach the disk: proves the store can write right now.
+    /// After a write has failed for lack of space, the filesystem must also have room for
+    /// [`SPACE_PROBE_BYTES`] again: a small write alone proves nothing then, as it fits in the
+    /// end of the WAL that the failed write had already extended, while every create goes on
+    /// failing. That room is read from the filesystem, not written.
     pub async fn ping(&self) -> Result<()> {
         let stats = &self.inner.writer.stats;
         // Cleared before probing, so a failure that comes in meanwhile sets it again.
         if stats.short_of_space.swap(false, Ordering::Relaxed) {
-            if let Err(e) = self.probe_space().await {
+            let free = self.free_bytes().inspect_err(|_| {
                 stats.short_of_space.store(true, Ordering::Relaxed);
-                return Err(e);
+            })?;
+            if free < SPACE_PROBE_BYTES {
+                stats.short_of_space.store(true, Ordering::Relaxed);
+                return Err(StoreError::DiskFull(format!(
+                    "{free} bytes free on the database's filesystem; waiting for at least \
+                     {SPACE_PROBE_BYTES}"
+                )));
             }
         }
         self.inner
@@ -289,30 +296,15 @@ impl SqliteStore {
             .await
     }
 
-    /// Write [`SPACE_PROBE_BYTES`] durably, then give the space back.
-    async fn probe_space(&self) -> Result<()> {
-        self.inner
-            .writer
-            .write(|c| {
-                c.execute(
-                    "INSERT INTO meta (key, value) VALUES ('space_probe', zeroblob(?1)) \
-                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    [SPACE_PROBE_BYTES],
-                )
-                .map_err(map_err)
-                .map(drop)
-            })
-            .await?;
-        // Only now, in a transaction of its own: freed in the same one, the pages might never
-        // have been written at all.
-        self.inner
-            .writer
-            .write(|c| {
-                c.execute("DELETE FROM meta WHERE key = 'space_probe'", [])
-                    .map_err(map_err)
-                    .map(drop)
-            })
-            .await
+    /// Bytes an unprivileged writer may still use on the database's filesystem.
+    fn free_bytes(&self) -> Result<u64> {
+        let vfs = rustix::fs::fstatvfs(&self.inner.lock).map_err(|e| {
+            io_err(
+                format!("cannot read free space of {}", self.inner.path.display()),
+                e.into(),
+            )
+        })?;
+        Ok(vfs.f_bavail.saturating_mul(vfs.f_frsize))
     }
 
     /// Read the durability settings back from the write connection. `synchronous` is a

@@ -37,6 +37,7 @@ pub struct AppState {
     pub policy: AddressPolicy,
     /// When set, every route but the health probes requires `Authorization: Bearer <token>`.
     pub auth_token: Option<AuthToken>,
+    pub readiness: system::Readiness,
 }
 
 pub type SharedState = Arc<AppState>;

@@ -1,4 +1,9 @@
 //! Liveness, readiness, metrics and the OpenAPI document.
+//!
+//! Readiness is a real durable write, and `/readyz` needs no token: so the write is made at most
+//! once per [`READINESS_TTL`], and every probe in between is answered from its result.
+
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -75,10 +80,29 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
         .into_response()
 }
 
-/// A real durable write, recorded in the `spoold_ready` gauge.
-async fn probe_store(state: &SharedState) -> Result<(), spool_store::StoreError> {
-    let result = state.store.ping().await;
+/// How long one probe's result answers for.
+pub const READINESS_TTL: Duration = Duration::from_secs(1);
+
+/// The last readiness probe and when it was made.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    // An async mutex, held across the probe on purpose: concurrent callers wait for the one
+    // probe in progress and share its result instead of each making a write. If the prober's
+    // request is dropped, the guard goes with it and the next caller probes.
+    last: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
+}
+
+/// A durable write at most once per [`READINESS_TTL`], recorded in the `spoold_ready` gauge.
+async fn probe_store(state: &SharedState) -> Result<(), String> {
+    let mut last = state.readiness.last.lock().await;
+    if let Some((at, result)) = &*last {
+        if at.elapsed() < READINESS_TTL {
+            return result.clone();
+        }
+    }
+    let result = state.store.ping().await.map_err(|e| e.to_string());
     state.metrics.ready.set(i64::from(result.is_ok()));
+    *last = Some((Instant::now(), result.clone()));
     result
 }
 

@@ -143,6 +143,43 @@ async fn graceful_shutdown_interrupts_without_charging() {
     assert_eq!(history["attempts"][1]["outcome"], "succeeded", "{history}");
 }
 
+/// `/readyz` needs no token and makes a real write, so the write is rate-limited: a flood of
+/// probes (concurrent and one after another) costs at most one commit per second.
+#[tokio::test(flavor = "multi_thread")]
+async fn readiness_probes_write_at_most_once_a_second() {
+    let d = InProcess::boot(&[]).await;
+    let commits = |api: Api| async move {
+        api.metric("spoold_store_commit_duration_seconds_count")
+            .await
+            .expect("metrics")
+            .unwrap_or(0.0)
+    };
+    let before = commits(d.api.clone()).await;
+    let started = std::time::Instant::now();
+    let mut probes = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let api = d.api.clone();
+        probes.spawn(async move {
+            for _ in 0..25 {
+                let (status, _, _) = api
+                    .request(http::Method::GET, "/readyz", None)
+                    .await
+                    .expect("readyz");
+                assert_eq!(status, 200);
+            }
+        });
+    }
+    probes.join_all().await;
+    let seconds = started.elapsed().as_secs_f64();
+    let written = commits(d.api.clone()).await - before;
+    // One probe per started second, plus the scrapes' own (they share the probe), plus the
+    // scheduler's periodic sweep, which may fall in this window.
+    assert!(
+        written <= seconds.ceil() + 4.0,
+        "{written} commits for 200 probes in {seconds:.2} s"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn health_readiness_and_metrics() {
     let d = InProcess::boot(&[]).await;
