@@ -152,6 +152,12 @@ impl Store {
         dispatch!(self, s => s.stats().await)
     }
 
+    /// Notified whenever a committed write made work due (a create, an operator's retry, a
+    /// claim given back), whether or not its caller is still waiting for the answer.
+    pub fn work_available(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        dispatch!(self, s => s.work_available())
+    }
+
     /// Whether the last write transaction failed (cleared by the next success).
     pub fn write_failing(&self) -> bool {
         dispatch!(self, s => s.writer_stats().failing.load(std::sync::atomic::Ordering::Relaxed))

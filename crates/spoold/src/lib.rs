@@ -32,7 +32,6 @@ use std::sync::Arc;
 
 use spool_store::sqlite::{SqliteConfig, SqliteStore};
 use spool_store::{Store, StoreError};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -127,12 +126,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })?;
     let metrics = Arc::new(metrics::Metrics::new(&config));
     store.observe_commits(metrics.clone());
-    let wake = Arc::new(Notify::new());
 
     let state = Arc::new(api::AppState {
         store: store.clone(),
         metrics: Arc::clone(&metrics),
-        wake: Arc::clone(&wake),
         policy,
         auth_token: config.auth_token.clone(),
         readiness: api::system::Readiness::default(),
@@ -185,7 +182,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let scheduler = scheduler::Scheduler {
         store: store.clone(),
         deliverer,
-        wake,
+        wake: store.work_available(),
         concurrency: config.concurrency,
         per_target: config.per_target_concurrency,
         lease: config.lease,

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 pub use writer::{CommitObserver, WriterStats};
 
@@ -82,6 +82,8 @@ struct Inner {
     // One permit per pooled connection. The permit travels with the connection into the
     // blocking task, so it is returned only after the connection is back in the pool.
     reader_permits: Arc<Semaphore>,
+    /// See [`SqliteStore::work_available`].
+    work_available: Arc<Notify>,
     // The database file, locked (`flock`) for the life of the store: dropping it releases the
     // lock. Dropped last: closing a descriptor of the file would also drop SQLite's own POSIX
     // locks on it, so no connection may still be open then.
@@ -163,10 +165,22 @@ impl SqliteStore {
                 writer,
                 _checkpointer: checkpointer,
                 reader_permits: Arc::new(Semaphore::new(readers.len())),
+                work_available: Arc::new(Notify::new()),
                 readers: Mutex::new(readers),
                 lock,
             }),
         })
+    }
+
+    /// Notified (on the writer thread, right after the commit) whenever a write made work due:
+    /// a created delivery, an operator's retry, a claim given back. It does not depend on the
+    /// caller still waiting for its answer.
+    pub fn work_available(&self) -> Arc<Notify> {
+        Arc::clone(&self.inner.work_available)
+    }
+
+    fn waker(&self) -> Waker {
+        Waker(Arc::clone(&self.inner.work_available))
     }
 
     pub fn writer_stats(&self) -> &WriterStats {
@@ -175,9 +189,13 @@ impl SqliteStore {
 
     pub async fn insert(&self, new: NewDelivery) -> Result<InsertOutcome> {
         let limit = self.inner.max_db_bytes;
+        let wake = self.waker();
         self.inner
             .writer
-            .write(move |c| deliveries::insert(c, &new, now_ms(), limit))
+            .write_then(
+                move |c| deliveries::insert(c, &new, now_ms(), limit),
+                move |r| wake.when(matches!(r, Ok(InsertOutcome::Created(_)))),
+            )
             .await
     }
 
@@ -210,9 +228,13 @@ impl SqliteStore {
 
     /// See [`crate::Store::unclaim`].
     pub async fn unclaim(&self, id: String, claim_seq: u32) -> Result<bool> {
+        let wake = self.waker();
         self.inner
             .writer
-            .write(move |c| deliveries::unclaim(c, &id, claim_seq, now_ms()))
+            .write_then(
+                move |c| deliveries::unclaim(c, &id, claim_seq, now_ms()),
+                move |r| wake.when(matches!(r, Ok(true))),
+            )
             .await
     }
 
@@ -239,9 +261,13 @@ impl SqliteStore {
     }
 
     pub async fn retry(&self, id: String) -> Result<TransitionOutcome> {
+        let wake = self.waker();
         self.inner
             .writer
-            .write(move |c| deliveries::retry(c, &id, now_ms()))
+            .write_then(
+                move |c| deliveries::retry(c, &id, now_ms()),
+                move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(_)))),
+            )
             .await
     }
 
@@ -383,6 +409,18 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Database(format!("reader task failed: {e}")))?
+    }
+}
+
+/// Wakes whoever waits for work, from a write's completion.
+struct Waker(Arc<Notify>);
+
+impl Waker {
+    fn when(&self, made_work_due: bool) {
+        if made_work_due {
+            // Stores a permit if nobody waits yet: the next wait returns at once.
+            self.0.notify_one();
+        }
     }
 }
 

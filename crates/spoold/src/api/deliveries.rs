@@ -56,10 +56,8 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
             }
         };
     let (status, delivery) = match state.store.insert(new).await {
-        Ok(InsertOutcome::Created(d)) => {
-            state.wake.notify_one();
-            (StatusCode::CREATED, d)
-        }
+        // The store wakes the scheduler itself, even if this client has gone.
+        Ok(InsertOutcome::Created(d)) => (StatusCode::CREATED, d),
         Ok(InsertOutcome::Existing(d)) => {
             state.metrics.duplicates.inc();
             (StatusCode::OK, d)
@@ -251,11 +249,7 @@ pub async fn retry(
     State(state): State<SharedState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let outcome = state.store.retry(id).await?;
-    if matches!(outcome, TransitionOutcome::Done(_)) {
-        state.wake.notify_one();
-    }
-    transition_response(outcome)
+    transition_response(state.store.retry(id).await?)
 }
 
 fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError> {

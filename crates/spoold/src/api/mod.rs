@@ -21,7 +21,6 @@ use axum::Router;
 use serde::Serialize;
 use spool_proto::{ErrorBody, ErrorCode};
 use spool_store::Store;
-use tokio::sync::Notify;
 use tracing::info;
 
 use crate::config::AuthToken;
@@ -32,8 +31,6 @@ use crate::outbound::AddressPolicy;
 pub struct AppState {
     pub store: Store,
     pub metrics: Arc<Metrics>,
-    /// Poked after an enqueue or retry so the scheduler looks at once.
-    pub wake: Arc<Notify>,
     pub policy: AddressPolicy,
     /// When set, every route but the health probes requires `Authorization: Bearer <token>`.
     pub auth_token: Option<AuthToken>,

@@ -277,3 +277,81 @@ async fn unix_socket_never_replaces_other_files() {
     assert!(directory.is_dir());
     assert!(std::fs::symlink_metadata(&link).expect("link").is_symlink());
 }
+
+/// A client that hangs up right after sending its create: the write still commits, and the
+/// scheduler is still woken by it (from the store, not from the dropped request handler), so the
+/// delivery goes out at once rather than at the next periodic sweep, seconds later.
+///
+/// The client hangs up after a growing pause: too early and the daemon drops the request before
+/// writing anything; too late and it has answered. In between, the write is under way when the
+/// handler is dropped: those are the cases that count, and at least three must be seen.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_whose_client_hung_up_is_sent_at_once() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let d = InProcess::boot(&[]).await;
+    let receiver = Receiver::start().await.expect("receiver");
+    let addr = d.api.base_url().trim_start_matches("http://").to_owned();
+    let mut hung_up_mid_write = 0;
+    for n in 0..120u64 {
+        let url = receiver.url(&format!("/hung-up/{n}"));
+        // A large body makes the commit take a moment, so the window is there to hit.
+        let body = json!({ "targetUrl": url, "body": "x".repeat(256 * 1024) }).to_string();
+        let request = format!(
+            "POST /v1/deliveries HTTP/1.1\r\nHost: spoold\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut client = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        client.write_all(request.as_bytes()).await.expect("send");
+        let pause = std::time::Duration::from_micros(500 * (n % 40));
+        let mut first = [0u8; 1];
+        if let Ok(read) = tokio::time::timeout(pause, client.read(&mut first)).await {
+            assert!(read.is_ok_and(|len| len == 1), "the daemon closed first");
+            continue; // answered: the handler finished and proves nothing here
+        }
+        drop(client);
+        let Some(id) = find_by_url(&d.api, &url).await else {
+            continue; // dropped before anything was written
+        };
+        hung_up_mid_write += 1;
+        d.api
+            .wait_status(&id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+        let (_, delivery) = d.api.get(&id).await.expect("get");
+        let (_, attempts) = d.api.attempts(&id).await.expect("attempts");
+        let time = |v: &serde_json::Value| {
+            spool_proto::units::parse_time(v.as_str().expect("a time")).expect("RFC 3339")
+        };
+        let waited = time(&attempts["attempts"][0]["startedAt"]) - time(&delivery["createdAt"]);
+        // The periodic sweep comes every 5 s; a wake-up takes milliseconds.
+        assert!(
+            waited < 1000,
+            "delivery {n} waited {waited} ms for its first attempt"
+        );
+        if hung_up_mid_write == 3 {
+            return;
+        }
+    }
+    panic!("only {hung_up_mid_write} creates were written after their client hung up");
+}
+
+/// The id of the delivery to `url`, if it is listed within a moment.
+async fn find_by_url(api: &Api, url: &str) -> Option<String> {
+    for _ in 0..15 {
+        let (_, page) = api.list("limit=500").await.expect("list");
+        let found = page["deliveries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| d["targetUrl"] == url);
+        if let Some(d) = found {
+            return Some(id_of(d));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    None
+}
