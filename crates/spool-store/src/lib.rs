@@ -12,12 +12,15 @@
 //! - [`model`]: statuses, transitions and the records crossing the boundary (backend-neutral;
 //!   timestamps are integer milliseconds).
 //! - [`sqlite`]: the embedded backend — group-commit writer thread, read pool, migrations.
+//! - [`clock`]: the one clock due times and leases are decided on.
 //! - [`error`]: [`StoreError`], in terms the daemon acts on.
 
+pub mod clock;
 pub mod error;
 pub mod model;
 pub mod sqlite;
 
+pub use clock::Clock;
 pub use error::{Result, StoreError};
 pub use model::Capacity;
 pub use sqlite::CommitObserver;
@@ -69,29 +72,55 @@ impl Store {
         dispatch!(self, s => s.complete(result).await)
     }
 
-    /// Claim the oldest due delivery of `origin`, if any (expired ones met on the way are failed
-    /// as `expired`). Lets an attempt whose target is answering line up that target's next
-    /// delivery while its own request is still on the wire.
-    pub async fn claim_next_for(
+    /// Reserve the oldest due delivery of `origin`, if any (expired ones met on the way are
+    /// failed as `expired`), so that a slot whose target is answering can line up its next
+    /// delivery while its current request is on the wire. A reservation is only that: the
+    /// delivery shows `in_flight` under a new claim, but no attempt has started, and nothing may
+    /// be sent before [`Store::start`] says so.
+    pub async fn reserve_next(
         &self,
         origin: String,
         lease_ms: i64,
-    ) -> Result<Option<model::Claimed>> {
-        dispatch!(self, s => s.claim_next_for(origin, lease_ms).await)
+    ) -> Result<Option<model::Reservation>> {
+        dispatch!(self, s => s.reserve_next(origin, lease_ms).await)
     }
 
-    /// Give back a claim whose request was never sent (see [`Store::claim_next_for`]): the
-    /// delivery is pending again, its attempt count and history as before. `false` if the claim
-    /// was no longer current.
-    pub async fn unclaim(&self, id: String, claim_seq: u32) -> Result<bool> {
-        dispatch!(self, s => s.unclaim(id, claim_seq).await)
+    /// Start a reserved attempt, immediately before its request leaves: fenced, it checks that
+    /// the reservation is still current (not canceled, not taken back) and that `expires_at` has
+    /// not passed, and only then counts the attempt, writes its record with `started_at` and
+    /// renews the lease. Durable before it returns `Started`.
+    pub async fn start(
+        &self,
+        reservation: model::Reservation,
+        lease_ms: i64,
+    ) -> Result<model::StartOutcome> {
+        dispatch!(self, s => s.start(reservation, lease_ms).await)
     }
 
-    /// Return in-flight deliveries to `pending`, due now, without charging the attempt:
-    /// all of them (`only_expired == false`, at start-up, when the previous owner is known to
-    /// be dead) or only those whose lease has expired.
-    pub async fn reclaim(&self, only_expired: bool) -> Result<u64> {
-        dispatch!(self, s => s.reclaim(only_expired).await)
+    /// Give back a reservation whose attempt never started: the delivery is pending again, its
+    /// attempt count and history as before. `false` if the claim was no longer current or its
+    /// attempt had started.
+    pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
+        dispatch!(self, s => s.release(id, claim_seq).await)
+    }
+
+    /// At start-up, when the previous owner of every claim is known to be dead: make every
+    /// in-flight delivery pending again, due at once. Started attempts are recorded as
+    /// interrupted (`daemon_restart`, not charged); reservations are released.
+    pub async fn recover(&self) -> Result<model::Reclaimed> {
+        dispatch!(self, s => s.recover().await)
+    }
+
+    /// Renew the leases of the claims in `live` (id and claim sequence of attempts this process
+    /// is running) to `lease_ms` from now, then take back every other claim whose lease has run
+    /// out, as [`Store::recover`] does (code `lease_expired`). One step on the store's clock, so
+    /// a live attempt's lease is never taken, whatever the wall clock does.
+    pub async fn renew_and_reclaim(
+        &self,
+        live: Vec<(String, u32)>,
+        lease_ms: i64,
+    ) -> Result<model::Reclaimed> {
+        dispatch!(self, s => s.renew_and_reclaim(live, lease_ms).await)
     }
 
     /// Remove up to `limit` finished deliveries (with attempts and idempotency keys) that
@@ -153,14 +182,15 @@ impl Store {
     }
 
     /// Notified whenever a committed write made work due (a create, an operator's retry, a
-    /// claim given back), whether or not its caller is still waiting for the answer.
+    /// claim given back or taken back), whether or not its caller is still waiting for the answer.
     pub fn work_available(&self) -> std::sync::Arc<tokio::sync::Notify> {
         dispatch!(self, s => s.work_available())
     }
 
-    /// Whether the last write transaction failed (cleared by the next success).
-    pub fn write_failing(&self) -> bool {
-        dispatch!(self, s => s.writer_stats().failing.load(std::sync::atomic::Ordering::Relaxed))
+    /// How many write transactions have failed since the store was opened: a readiness answer
+    /// given before the latest failure is out of date.
+    pub fn write_failures(&self) -> u64 {
+        dispatch!(self, s => s.writer_stats().failures.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Install an observer of commits (metrics). Only the first call has an effect.
@@ -170,6 +200,6 @@ impl Store {
 
     /// The store's clock, in milliseconds since the epoch.
     pub fn now_ms(&self) -> Millis {
-        dispatch!(self, _s => sqlite::now_ms())
+        dispatch!(self, s => s.now_ms())
     }
 }

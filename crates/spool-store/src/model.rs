@@ -186,6 +186,46 @@ pub struct Claimed {
     pub lease_until: Millis,
 }
 
+/// A delivery reserved for a slot's next attempt (see `Store::reserve_next`): in flight under
+/// this claim, but no attempt has started and nothing may be sent until `Store::start` says so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub id: String,
+    /// Fence token, as in [`Claimed`].
+    pub claim_seq: u32,
+    pub origin: String,
+}
+
+/// What starting a reserved attempt found.
+#[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per attempt and consumed at once, like ClaimBatch's claims"
+)]
+pub enum StartOutcome {
+    /// The attempt has started (its record and `started_at` are written): send it now.
+    Started(Claimed),
+    /// The reservation is no longer this slot's (canceled, or taken back): send nothing.
+    NotCurrent,
+    /// `expires_at` had passed: the delivery is now failed as `expired`; send nothing.
+    Expired,
+}
+
+/// Claims taken back from owners that are gone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Started attempts, recorded as interrupted (not charged) and due again at once.
+    pub interrupted: u64,
+    /// Reservations whose attempt never started, pending again as if never reserved.
+    pub released: u64,
+}
+
+impl Reclaimed {
+    pub fn total(self) -> u64 {
+        self.interrupted + self.released
+    }
+}
+
 /// Per-target capacity a claim must respect.
 #[derive(Debug, Clone, Default)]
 pub struct Capacity {

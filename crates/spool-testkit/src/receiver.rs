@@ -43,6 +43,8 @@ pub struct Recorded {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When the whole request had arrived.
+    pub received_at: std::time::Instant,
 }
 
 /// How the receiver answers one request. The default is `200` with an empty body.
@@ -326,6 +328,7 @@ async fn record_and_reply(State(shared): State<Arc<Shared>>, request: Request) -
         query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
         body,
+        received_at: std::time::Instant::now(),
     });
     let reply = shared.next_reply();
     if reply.hang {

@@ -56,8 +56,8 @@ pub struct Args {
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
     pub request_timeout: Duration,
 
-    /// How long a claimed attempt is owned before another claim may take it over; must exceed
-    /// --request-timeout.
+    /// How long a claimed attempt is owned before another claim may take it over (attempts still
+    /// running are renewed); at least twice --request-timeout and 2s longer.
     #[arg(long, default_value = "30s", value_parser = parse_duration_arg, value_name = "DURATION")]
     pub lease: Duration,
 
@@ -145,6 +145,8 @@ pub struct Config {
     pub allow_targets: Vec<Cidr>,
     pub max_redirects: u32,
     pub auth_token: Option<AuthToken>,
+    /// The store's clock: the host's wall clock (no flag). Tests shift it to step time.
+    pub clock: spool_store::Clock,
 }
 
 /// The API bearer token. Its `Debug` never shows the value.
@@ -191,6 +193,9 @@ impl std::fmt::Debug for AuthToken {
         f.write_str("AuthToken([redacted])")
     }
 }
+
+/// The least a lease must exceed the request timeout by (see `Args::into_config`).
+pub const LEASE_SLACK: Duration = Duration::from_secs(2);
 
 /// A flag combination that cannot work.
 #[derive(Debug, thiserror::Error)]
@@ -242,12 +247,16 @@ impl Args {
         if self.request_timeout.is_zero() {
             return err("--request-timeout must be greater than 0");
         }
-        if self.lease <= self.request_timeout {
+        let least_lease = (self.request_timeout * 2).max(self.request_timeout + LEASE_SLACK);
+        if self.lease < least_lease {
             return Err(ConfigError(format!(
-                "--lease ({}) must be longer than --request-timeout ({}): a lease that runs out \
-                 while its request is still in flight would let a second attempt start",
+                "--lease ({}) must be at least {} with --request-timeout {}: twice the request \
+                 timeout and at least {} more, so that a claim outlasts its request, the commits \
+                 around it and the recording of its result",
                 spool_proto::units::format_duration(self.lease),
+                spool_proto::units::format_duration(least_lease),
                 spool_proto::units::format_duration(self.request_timeout),
+                spool_proto::units::format_duration(LEASE_SLACK),
             )));
         }
         if self.shutdown_timeout.is_zero() {
@@ -272,6 +281,7 @@ impl Args {
             allow_targets: self.allow_targets,
             max_redirects: self.max_redirects,
             auth_token,
+            clock: spool_store::Clock::system(),
         })
     }
 }
@@ -362,7 +372,18 @@ mod tests {
     #[test]
     fn refusals() {
         let cases: &[(&[&str], &str)] = &[
-            (&["--lease", "5s"], "must be longer than --request-timeout"),
+            (
+                &["--lease", "5s"],
+                "must be at least 20s with --request-timeout 10s",
+            ),
+            (
+                &["--request-timeout", "1s", "--lease", "1001ms"],
+                "must be at least 3s",
+            ),
+            (
+                &["--request-timeout", "1s", "--lease", "2999ms"],
+                "at least 3s",
+            ),
             (&["--concurrency", "0"], "at least 1"),
             (
                 &["--per-target-concurrency", "65"],

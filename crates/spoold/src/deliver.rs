@@ -1,15 +1,23 @@
 //! One delivery attempt: build the request from the claimed delivery, send it through
 //! [`crate::outbound`], classify the outcome with [`crate::retry`], and record it in the store.
 //!
-//! **Invariant:** the attempt was claimed (durably) before this runs, and its result is
-//! recorded fenced by the claim, so a late result can never overwrite a cancel or a newer claim.
+//! **Invariants:** an attempt has started in the store (durably: counted, recorded with its
+//! `started_at`) before its request leaves, and its result is recorded fenced by the claim, so a
+//! late result can never overwrite a cancel or a newer claim. A delivery reserved ahead is only
+//! a reservation: it is started, with a fenced check that it was not canceled and has not
+//! expired, immediately before it is sent. No request outlives its lease: the send's deadline is
+//! the sooner of `--request-timeout` and the lease (less a margin for recording the result), and
+//! leases of attempts still running here are renewed, never taken back.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use http::header::{CONTENT_TYPE, USER_AGENT};
 use http::HeaderValue;
-use spool_store::model::{Applied, AttemptResult, Body, Claimed, Disposition};
+use spool_store::model::{
+    Applied, AttemptResult, Body, Claimed, Disposition, Reservation, StartOutcome,
+};
 use spool_store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -18,6 +26,10 @@ use crate::metrics::{Metrics, OutcomeLabel, ResultLabel};
 use crate::outbound::{self, Outbound, SendErrorCode};
 use crate::retry::{self, Backoff, Verdict};
 
+/// Time kept free at the end of a lease for recording the attempt's result: a request is cut
+/// off this long before its lease runs out.
+pub const RECORD_MARGIN: Duration = Duration::from_secs(1);
+
 /// What every attempt needs, shared by all of them.
 pub struct Deliverer {
     pub store: Store,
@@ -25,13 +37,62 @@ pub struct Deliverer {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub request_timeout: Duration,
-    /// Lease of a delivery claimed ahead, to follow the current one.
-    pub lease_ms: i64,
-    /// Whether to claim ahead at all: a delivery claimed ahead may wait for one request before
-    /// its own is sent, so its lease must outlast two request timeouts.
-    pub look_ahead: bool,
+    /// Lease of every claim, reservation and start.
+    pub lease: Duration,
+    /// Claims held by attempts running here: their leases are renewed, not taken back.
+    pub live: LiveClaims,
     /// Graceful shutdown has begun: finish, but take on no further work.
     pub stop: CancellationToken,
+}
+
+/// The claims (delivery id → claim sequence) that attempts of this process hold right now,
+/// started or reserved. The periodic sweep renews their leases instead of taking them back.
+#[derive(Debug, Default)]
+pub struct LiveClaims(Mutex<HashMap<String, u32>>);
+
+impl LiveClaims {
+    pub fn hold(&self, id: &str, claim_seq: u32) {
+        self.lock().insert(id.to_owned(), claim_seq);
+    }
+
+    /// Forget a claim once its result is recorded or it was given back (or could not be: then
+    /// its lease runs out and the sweep takes it back).
+    pub fn forget(&self, id: &str, claim_seq: u32) {
+        let mut held = self.lock();
+        if held.get(id) == Some(&claim_seq) {
+            held.remove(id);
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<(String, u32)> {
+        self.lock()
+            .iter()
+            .map(|(id, seq)| (id.clone(), *seq))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        // The map is always consistent between statements; a panic elsewhere cannot break it.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A started attempt and the instant its request must be done by: its lease as granted,
+/// measured from before the store was asked (so never later than the store's own expiry),
+/// less [`RECORD_MARGIN`]. Monotonic, so a step of the wall clock changes nothing.
+pub struct Started {
+    pub claimed: Claimed,
+    pub send_by: Instant,
+}
+
+impl Started {
+    /// `claimed` was granted with a lease of `lease` by a store asked at `asked`.
+    pub fn new(claimed: Claimed, asked: Instant, lease: Duration) -> Started {
+        Started {
+            claimed,
+            send_by: asked + lease.saturating_sub(RECORD_MARGIN),
+        }
+    }
 }
 
 /// What an attempt says about its target, for the scheduler's per-target pause.
@@ -39,6 +100,8 @@ pub struct Deliverer {
 pub enum TargetHealth {
     /// The target sent an HTTP response (any status): it is up.
     Answered,
+    /// It answered 429 or 503 with `Retry-After`: it is up, and asks for nothing more until then.
+    Throttled(Duration),
     /// Connection refused or unreachable, or the name did not resolve.
     Unreachable,
     /// Neither (timeout, TLS error, interrupted, blocked): no conclusion.
@@ -62,93 +125,131 @@ pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"))
 
 impl Deliverer {
     /// Run one attempt to the end and record it; while the target keeps answering, go on with
-    /// its next due delivery. That next delivery is claimed while the current request is on the
-    /// wire, and the current result is recorded while the next request is, so a busy target's
-    /// slot waits neither for the scheduler nor for a commit. `interrupt` cuts an attempt short
-    /// (shutdown); such an attempt is recorded as interrupted and does not use up an attempt.
+    /// its next due delivery. That delivery is reserved while the current request is on the wire;
+    /// when the target has answered, it is started in the store (fenced: not if it was canceled
+    /// or has expired meanwhile) in the same commit that records the current result, and sent.
+    /// So a busy target's slot waits neither for the scheduler nor for a claim. `interrupt` cuts
+    /// an attempt short (shutdown); such an attempt is recorded as interrupted and does not use
+    /// up an attempt.
     ///
     /// `released` is called once the slot is given up, before the last result is recorded (the
     /// request no longer occupies the target).
     pub async fn attempt(
         &self,
-        first: Claimed,
+        first: Started,
         interrupt: CancellationToken,
         released: impl FnOnce(TargetHealth),
     ) {
         let mut current = first;
-        // The previous result of this slot, recorded while the current request is sent.
-        let mut unrecorded: Option<AttemptResult> = None;
+        self.live
+            .hold(&current.claimed.id, current.claimed.claim_seq);
         loop {
-            let look_ahead = self.may_go_on(&interrupt);
-            let (result, ahead, ()) = tokio::join!(
+            let go_on = self.may_go_on(&interrupt);
+            let ((result, health), ahead) = tokio::join!(
                 self.send(&current, &interrupt),
-                self.claim_ahead(look_ahead, &current.origin),
-                self.record(unrecorded.take()),
+                self.reserve_ahead(go_on, &current.claimed.origin),
             );
-            let health = TargetHealth::of(&result);
-            let next = match ahead {
-                Some(next) if health == TargetHealth::Answered && self.may_go_on(&interrupt) => {
-                    Some(next)
+            // A target that answered, and did not ask us to slow down, gets its next delivery.
+            let welcome =
+                health == TargetHealth::Answered && !matches!(result.http_status, Some(429 | 503));
+            match ahead {
+                Some(next) if welcome && self.may_go_on(&interrupt) => {
+                    let asked = Instant::now();
+                    let (started, ()) = tokio::join!(self.start(next), self.record(result));
+                    if let Some(claimed) = started {
+                        current = Started::new(claimed, asked, self.lease);
+                        continue;
+                    }
+                    released(health);
                 }
                 Some(unsent) => {
-                    // Claimed ahead but not to be sent now: back to pending, as if never claimed.
-                    if let Err(e) = self
-                        .store
-                        .unclaim(unsent.id.clone(), unsent.claim_seq)
-                        .await
-                    {
-                        warn!(delivery_id = %unsent.id, error = %e,
-                              "could not give back a claim; it will be sent after its lease");
-                    }
-                    None
-                }
-                None => None,
-            };
-            match next {
-                Some(next) => {
-                    unrecorded = Some(result);
-                    current = next;
+                    released(health);
+                    tokio::join!(self.release(unsent), self.record(result));
                 }
                 None => {
                     released(health);
-                    self.record(Some(result)).await;
-                    return;
+                    self.record(result).await;
                 }
             }
+            return;
         }
     }
 
     /// Whether this slot may take on another delivery: not while shutting down.
     fn may_go_on(&self, interrupt: &CancellationToken) -> bool {
-        self.look_ahead && !self.stop.is_cancelled() && !interrupt.is_cancelled()
+        !self.stop.is_cancelled() && !interrupt.is_cancelled()
     }
 
-    /// The next due delivery of `origin`, claimed now, if `wanted`.
-    async fn claim_ahead(&self, wanted: bool, origin: &str) -> Option<Claimed> {
+    /// The next due delivery of `origin`, reserved now, if `wanted`.
+    async fn reserve_ahead(&self, wanted: bool, origin: &str) -> Option<Reservation> {
         if !wanted {
             return None;
         }
         match self
             .store
-            .claim_next_for(origin.to_owned(), self.lease_ms)
+            .reserve_next(origin.to_owned(), self.lease_ms())
             .await
         {
-            Ok(next) => next,
+            Ok(Some(next)) => {
+                self.live.hold(&next.id, next.claim_seq);
+                Some(next)
+            }
+            Ok(None) => None,
             Err(e) => {
-                warn!(target_origin = %origin, error = %e, "claiming ahead failed");
+                warn!(target_origin = %origin, error = %e, "reserving the next delivery failed");
                 None
             }
         }
     }
 
+    /// Start a reserved attempt: its request may be sent only if this returns it.
+    async fn start(&self, next: Reservation) -> Option<Claimed> {
+        let (id, claim_seq) = (next.id.clone(), next.claim_seq);
+        let outcome = self.store.start(next, self.lease_ms()).await;
+        match outcome {
+            Ok(StartOutcome::Started(claimed)) => return Some(claimed),
+            Ok(StartOutcome::NotCurrent) => {
+                info!(delivery_id = %id, claim_seq,
+                      "reserved delivery was canceled or taken back before it was sent; not sent");
+            }
+            Ok(StartOutcome::Expired) => {
+                self.metrics.expired.inc();
+                info!(delivery_id = %id, claim_seq,
+                      "reserved delivery expired before it was sent; not sent");
+            }
+            Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
+                            "could not start a reserved delivery; it is taken back after its lease"),
+        }
+        self.live.forget(&id, claim_seq);
+        None
+    }
+
+    /// Give back a reservation that will not be sent now: pending again, as if never reserved.
+    async fn release(&self, unsent: Reservation) {
+        if let Err(e) = self
+            .store
+            .release(unsent.id.clone(), unsent.claim_seq)
+            .await
+        {
+            warn!(delivery_id = %unsent.id, error = %e,
+                  "could not give back a reservation; it is taken back after its lease");
+        }
+        self.live.forget(&unsent.id, unsent.claim_seq);
+    }
+
+    fn lease_ms(&self) -> i64 {
+        self.lease.as_millis() as i64
+    }
+
     /// Record a result and count it, or log why it could not be recorded: the claim then stays
     /// in the store with its lease, and when the lease runs out the delivery is reclaimed and
     /// sent again (at least once), so nothing is lost.
-    async fn record(&self, result: Option<AttemptResult>) {
-        let Some(result) = result else { return };
+    async fn record(&self, result: AttemptResult) {
         let (id, claim_seq, disposition) =
             (result.id.clone(), result.claim_seq, result.disposition);
-        match self.store.complete(result).await {
+        let recorded = self.store.complete(result).await;
+        self.live.forget(&id, claim_seq);
+        match recorded {
             Ok(Applied::Now(status)) => {
                 let label = match (disposition, status) {
                     (Disposition::Succeeded, _) => "succeeded",
@@ -171,22 +272,39 @@ impl Deliverer {
     }
 
     /// Send one attempt and classify its outcome (nothing is recorded yet).
-    async fn send(&self, claimed: &Claimed, interrupt: &CancellationToken) -> AttemptResult {
+    async fn send(
+        &self,
+        attempt: &Started,
+        interrupt: &CancellationToken,
+    ) -> (AttemptResult, TargetHealth) {
+        let claimed = &attempt.claimed;
         let started = Instant::now();
         self.metrics.attempts.inc();
-        let request = outbound::Request {
-            method: &claimed.method,
-            url: &claimed.target_url,
-            headers: request_headers(claimed),
-            body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
-            timeout: self.request_timeout,
-        };
-        let sent = tokio::select! {
-            sent = self.outbound.send(request) => Some(sent),
-            () = interrupt.cancelled() => None,
+        let timeout = send_timeout(self.request_timeout, attempt.send_by, started);
+        let sent = if timeout.is_zero() {
+            Sent::LeaseSpent
+        } else {
+            let request = outbound::Request {
+                method: &claimed.method,
+                url: &claimed.target_url,
+                headers: request_headers(claimed),
+                body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
+                timeout,
+            };
+            tokio::select! {
+                sent = self.outbound.send(request) => Sent::Done(sent),
+                () = interrupt.cancelled() => Sent::Interrupted,
+            }
         };
         let elapsed = started.elapsed();
+        let throttle = match &sent {
+            Sent::Done(Ok(resp)) if matches!(resp.status, 429 | 503) => {
+                retry::retry_after(&resp.headers, SystemTime::now())
+            }
+            _ => None,
+        };
         let result = self.judge(claimed, sent, elapsed);
+        let health = throttle.map_or_else(|| TargetHealth::of(&result), TargetHealth::Throttled);
         let outcome = outcome_name(result.disposition);
         self.metrics
             .attempt_duration
@@ -205,15 +323,10 @@ impl Deliverer {
             duration_ms = result.duration_ms,
             "delivery attempt finished"
         );
-        result
+        (result, health)
     }
 
-    fn judge(
-        &self,
-        claimed: &Claimed,
-        sent: Option<Result<outbound::Response, outbound::SendError>>,
-        elapsed: Duration,
-    ) -> AttemptResult {
+    fn judge(&self, claimed: &Claimed, sent: Sent, elapsed: Duration) -> AttemptResult {
         let mut result = AttemptResult {
             id: claimed.id.clone(),
             claim_seq: claimed.claim_seq,
@@ -237,12 +350,19 @@ impl Deliverer {
             }
         };
         match sent {
-            None => {
+            Sent::Interrupted => {
                 result.error_code = Some("shutdown".into());
                 result.error =
                     Some("attempt interrupted by shutdown; it will be sent again".into());
             }
-            Some(Ok(resp)) => {
+            Sent::LeaseSpent => {
+                result.error_code = Some("lease_expired".into());
+                result.error = Some(
+                    "the lease ran out before the request could be sent; it will be sent again"
+                        .into(),
+                );
+            }
+            Sent::Done(Ok(resp)) => {
                 result.http_status = Some(resp.status);
                 match retry::classify_status(resp.status) {
                     Verdict::Succeeded => result.disposition = Disposition::Succeeded,
@@ -261,7 +381,7 @@ impl Deliverer {
                     }
                 }
             }
-            Some(Err(e)) => {
+            Sent::Done(Err(e)) => {
                 result.error_code = Some(e.code.as_str().to_owned());
                 result.error = Some(e.message);
                 // Asking again cannot help when the policy or the request itself forbids it.
@@ -274,6 +394,22 @@ impl Deliverer {
         }
         result
     }
+}
+
+/// How long a request starting `now` may take: `--request-timeout`, but never past its lease
+/// (less the margin to record its result), or the claim could be taken back while it is on the
+/// wire. Zero when the lease is already spent.
+fn send_timeout(request_timeout: Duration, send_by: Instant, now: Instant) -> Duration {
+    request_timeout.min(send_by.saturating_duration_since(now))
+}
+
+/// What became of a request.
+enum Sent {
+    Done(Result<outbound::Response, outbound::SendError>),
+    /// Cut short by shutdown.
+    Interrupted,
+    /// Not sent: its lease was already (nearly) spent, e.g. the claim's commit stalled.
+    LeaseSpent,
 }
 
 fn outcome_name(d: Disposition) -> &'static str {
@@ -333,4 +469,43 @@ fn status_error(resp: &outbound::Response) -> String {
         text.push_str(excerpt);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_never_outlives_its_lease() {
+        let asked = Instant::now();
+        let lease = Duration::from_secs(30);
+        let send_by = Started::new(claimed(), asked, lease).send_by;
+        assert_eq!(send_by, asked + lease - RECORD_MARGIN);
+        let timeout = Duration::from_secs(10);
+        // Sent at once: the request timeout applies.
+        assert_eq!(send_timeout(timeout, send_by, asked), timeout);
+        // Sent late (a commit stalled): only what is left of the lease.
+        let late = asked + Duration::from_secs(25);
+        assert_eq!(send_timeout(timeout, send_by, late), Duration::from_secs(4));
+        // The lease is spent: not sent at all.
+        assert_eq!(
+            send_timeout(timeout, send_by, asked + lease),
+            Duration::ZERO
+        );
+    }
+
+    fn claimed() -> Claimed {
+        Claimed {
+            id: "0".repeat(32),
+            claim_seq: 1,
+            attempt: 1,
+            target_url: "http://127.0.0.1:9/".into(),
+            origin: "http://127.0.0.1:9".into(),
+            method: "POST".into(),
+            headers: Vec::new(),
+            body: Body::None,
+            started_at: 0,
+            lease_until: 30_000,
+        }
+    }
 }

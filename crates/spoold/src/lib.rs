@@ -101,10 +101,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
     // We hold the exclusive lock, so whoever claimed these is dead: send them again now
     // rather than waiting for their leases to run out (at-least-once).
-    let reclaimed = store.reclaim(false).await?;
-    if reclaimed > 0 {
+    let reclaimed = store.recover().await?;
+    if reclaimed.total() > 0 {
         info!(
-            count = reclaimed,
+            interrupted = reclaimed.interrupted,
+            released = reclaimed.released,
             "reclaimed in-flight deliveries left by a previous process"
         );
     }
@@ -175,8 +176,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             cap: config.retry_cap,
         },
         request_timeout: config.request_timeout,
-        lease_ms: config.lease.as_millis() as i64,
-        look_ahead: config.lease > config.request_timeout * 2,
+        lease: config.lease,
+        live: deliver::LiveClaims::default(),
         stop: stop.clone(),
     });
     let scheduler = scheduler::Scheduler {
@@ -243,6 +244,7 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
         path: config.db.clone(),
         max_db_bytes: config.max_db_bytes,
         readers: 4,
+        clock: config.clock.clone(),
     };
     let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&sqlite))
         .await

@@ -19,10 +19,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 
-use crate::deliver::{Deliverer, TargetHealth};
+use crate::deliver::{Deliverer, Started, TargetHealth};
 use crate::retry::Backoff;
 
-/// How often leases are checked for expiry and overdue deliveries are expired.
+/// How often, at most, leases are renewed or taken back and overdue deliveries are expired;
+/// more often when the lease is short (a quarter of it).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Pause after a store error before trying again.
 const ERROR_PAUSE: Duration = Duration::from_secs(1);
@@ -48,11 +49,19 @@ struct Done {
     health: TargetHealth,
 }
 
-/// Consecutive unreachable attempts of one target, and until when it is paused.
+/// Consecutive unreachable attempts of one target and until when it is paused; until when it
+/// asked (with `Retry-After`) to be sent nothing.
 #[derive(Debug, Default)]
 struct TargetState {
     failures: u32,
     paused_until: Option<Instant>,
+    held_until: Option<Instant>,
+}
+
+impl TargetState {
+    fn held(&self, now: Instant) -> bool {
+        self.held_until.is_some_and(|until| until > now)
+    }
 }
 
 impl Scheduler {
@@ -68,7 +77,8 @@ impl Scheduler {
         let mut in_flight: HashMap<String, u32> = HashMap::new();
         let mut targets: HashMap<String, TargetState> = HashMap::new();
         let mut total: u32 = 0;
-        let mut next_sweep = Instant::now() + SWEEP_EVERY;
+        let sweep_every = SWEEP_EVERY.min(self.lease / 4);
+        let mut next_sweep = Instant::now() + sweep_every;
         let lease_ms = self.lease.as_millis() as i64;
         loop {
             while let Ok(done) = done_rx.try_recv() {
@@ -78,6 +88,8 @@ impl Scheduler {
                 break;
             }
             let now = Instant::now();
+            // A target that only held us back, and whose wait is over, is forgotten.
+            targets.retain(|_, t| t.failures > 0 || t.held(now));
             let capacity = Capacity {
                 per_origin: self.per_target,
                 in_flight: in_flight.clone(),
@@ -90,6 +102,7 @@ impl Scheduler {
             let mut wait_until: Option<Instant> = earliest_resume(&targets, now);
             let free = self.concurrency.saturating_sub(total);
             if free > 0 {
+                let asked = std::time::Instant::now();
                 match self.store.claim_due(free, capacity.clone(), lease_ms).await {
                     Ok(batch) => {
                         if batch.expired > 0 {
@@ -105,12 +118,14 @@ impl Scheduler {
                             let deliverer = Arc::clone(&self.deliverer);
                             let done = done_tx.clone();
                             let interrupt = interrupt.clone();
+                            let lease = self.lease;
                             attempts.spawn(async move {
                                 let origin = c.origin.clone();
                                 let released = move |health| {
                                     let _ = done.send(Done { origin, health });
                                 };
-                                deliverer.attempt(c, interrupt, released).await;
+                                let first = Started::new(c, asked, lease);
+                                deliverer.attempt(first, interrupt, released).await;
                             });
                         }
                         if claimed == free {
@@ -135,7 +150,7 @@ impl Scheduler {
                 }
             }
             if Instant::now() >= next_sweep {
-                next_sweep = Instant::now() + SWEEP_EVERY;
+                next_sweep = Instant::now() + sweep_every;
                 self.sweep().await;
             }
             let deadline = wait_until.map_or(next_sweep, |w| w.min(next_sweep));
@@ -182,14 +197,33 @@ impl Scheduler {
                 in_flight.remove(&done.origin);
             }
         }
+        let now = Instant::now();
         match done.health {
             TargetHealth::Answered => {
-                if targets
-                    .remove(&done.origin)
-                    .is_some_and(|t| t.paused_until.is_some())
-                {
-                    info!(target_origin = %done.origin, "target answered again; resumed");
+                if let Some(t) = targets.get_mut(&done.origin) {
+                    if t.paused_until.take().is_some() {
+                        info!(target_origin = %done.origin, "target answered again; resumed");
+                    }
+                    t.failures = 0;
+                    // A wait it asked for in another answer still holds.
+                    if !t.held(now) {
+                        targets.remove(&done.origin);
+                    }
                 }
+            }
+            TargetHealth::Throttled(wait) => {
+                let state = targets.entry(done.origin.clone()).or_default();
+                state.failures = 0;
+                state.paused_until = None;
+                let until = now + wait;
+                if state.held_until.is_none_or(|held| held < until) {
+                    state.held_until = Some(until);
+                }
+                info!(
+                    target_origin = %done.origin,
+                    wait_ms = wait.as_millis() as u64,
+                    "target asked to wait (Retry-After); nothing is sent to it until then"
+                );
             }
             TargetHealth::Unreachable => {
                 let state = targets.entry(done.origin.clone()).or_default();
@@ -197,7 +231,7 @@ impl Scheduler {
                 if state.failures >= PAUSE_AFTER_FAILURES {
                     let step = state.failures - PAUSE_AFTER_FAILURES + 1;
                     let pause = self.pause_backoff.delay(&done.origin, step);
-                    state.paused_until = Some(Instant::now() + pause);
+                    state.paused_until = Some(now + pause);
                     info!(
                         target_origin = %done.origin,
                         failures = state.failures,
@@ -210,13 +244,23 @@ impl Scheduler {
         }
     }
 
-    /// Periodic housekeeping: leases that ran out (an attempt that could not record its
-    /// result) and deliveries that expired while waiting.
+    /// Periodic housekeeping: renew the leases of attempts running here, take back claims
+    /// whose lease ran out (an attempt that could not record its result), and fail deliveries
+    /// that expired while waiting.
     async fn sweep(&self) {
-        match self.store.reclaim(true).await {
-            Ok(0) => {}
-            Ok(n) => info!(count = n, "reclaimed deliveries whose lease expired"),
-            Err(e) => error!(error = %e, "reclaiming expired leases failed"),
+        let live = self.deliverer.live.snapshot();
+        match self
+            .store
+            .renew_and_reclaim(live, self.lease.as_millis() as i64)
+            .await
+        {
+            Ok(taken) if taken.total() == 0 => {}
+            Ok(taken) => info!(
+                interrupted = taken.interrupted,
+                released = taken.released,
+                "took back claims whose lease expired"
+            ),
+            Err(e) => error!(error = %e, "renewing and reclaiming leases failed"),
         }
         loop {
             match self.store.expire_overdue(EXPIRE_BATCH).await {
@@ -235,24 +279,35 @@ impl Scheduler {
     }
 }
 
-/// Per-target limits: 0 while a target is paused, 1 (a single probe) once its pause is over
-/// until it answers again.
+/// Per-target limits: 0 while a target is paused or holds us back, 1 (a single probe) once its
+/// pause is over until it answers again.
 fn limits(targets: &HashMap<String, TargetState>, now: Instant) -> HashMap<String, u32> {
     targets
         .iter()
-        .filter(|(_, t)| t.failures >= PAUSE_AFTER_FAILURES)
-        .map(|(o, t)| {
+        .filter_map(|(o, t)| {
             let paused = t.paused_until.is_some_and(|until| until > now);
-            (o.clone(), if paused { 0 } else { 1 })
+            let limit = if t.held(now) {
+                0
+            } else if t.failures >= PAUSE_AFTER_FAILURES {
+                if paused {
+                    0
+                } else {
+                    1
+                }
+            } else {
+                return None;
+            };
+            Some((o.clone(), limit))
         })
         .collect()
 }
 
-/// When the next paused target may be probed.
+/// When the next paused or held target may be sent to again.
 fn earliest_resume(targets: &HashMap<String, TargetState>, now: Instant) -> Option<Instant> {
     targets
         .values()
-        .filter_map(|t| t.paused_until)
+        .flat_map(|t| [t.paused_until, t.held_until])
+        .flatten()
         .filter(|until| *until > now)
         .min()
 }
@@ -262,7 +317,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paused_targets_get_no_slots_then_one_probe() {
+    fn paused_and_held_targets_get_no_slots_then_one_probe() {
         let now = Instant::now();
         let targets = HashMap::from([
             (
@@ -270,6 +325,7 @@ mod tests {
                 TargetState {
                     failures: PAUSE_AFTER_FAILURES,
                     paused_until: Some(now + Duration::from_secs(5)),
+                    held_until: None,
                 },
             ),
             (
@@ -277,6 +333,7 @@ mod tests {
                 TargetState {
                     failures: PAUSE_AFTER_FAILURES + 2,
                     paused_until: Some(now - Duration::from_secs(1)),
+                    held_until: None,
                 },
             ),
             (
@@ -284,6 +341,23 @@ mod tests {
                 TargetState {
                     failures: 1,
                     paused_until: None,
+                    held_until: None,
+                },
+            ),
+            (
+                "http://busy:80".to_owned(),
+                TargetState {
+                    failures: 0,
+                    paused_until: None,
+                    held_until: Some(now + Duration::from_secs(2)),
+                },
+            ),
+            (
+                "http://was-busy:80".to_owned(),
+                TargetState {
+                    failures: 0,
+                    paused_until: None,
+                    held_until: Some(now - Duration::from_secs(2)),
                 },
             ),
         ]);
@@ -291,9 +365,11 @@ mod tests {
         assert_eq!(l.get("http://down:80"), Some(&0));
         assert_eq!(l.get("http://probe:80"), Some(&1));
         assert_eq!(l.get("http://flaky:80"), None);
+        assert_eq!(l.get("http://busy:80"), Some(&0));
+        assert_eq!(l.get("http://was-busy:80"), None);
         assert_eq!(
             earliest_resume(&targets, now),
-            Some(now + Duration::from_secs(5))
+            Some(now + Duration::from_secs(2))
         );
     }
 }

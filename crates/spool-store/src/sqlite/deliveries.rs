@@ -11,7 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, ClaimBatch,
     Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery, Page,
-    Stats, TransitionOutcome,
+    Reclaimed, Reservation, StartOutcome, Stats, TransitionOutcome,
 };
 
 // Queries over pending, in-flight or finished work name their partial index (`INDEXED BY`):
@@ -220,6 +220,7 @@ fn expire(conn: &Connection, id: &str, now: Millis) -> Result<()> {
     Ok(())
 }
 
+/// Reserve and start in one statement: the scheduler's claim, sent at once.
 fn claim_one(
     conn: &Connection,
     id: &str,
@@ -227,54 +228,71 @@ fn claim_one(
     now: Millis,
     lease_until: Millis,
 ) -> Result<Claimed> {
-    let (claim_seq, attempt, cycle, target_url, method, headers, body_kind, body): (
-        u32,
-        u32,
-        u32,
-        String,
-        String,
-        String,
-        i64,
-        Option<Vec<u8>>,
-    ) = conn
+    let row = conn
         .prepare_cached(
             "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1, \
              claim_seq = claim_seq + 1, lease_until = ?2, updated_at = ?3 WHERE id = ?1 \
              RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body",
         )
-        .and_then(|mut st| {
-            st.query_row(params![id, lease_until, now], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                ))
-            })
-        })
+        .and_then(|mut st| st.query_row(params![id, lease_until, now], StartedRow::read))
         .map_err(map_err)?;
-    conn.prepare_cached(
-        "INSERT INTO attempts (delivery_id, seq, cycle, number, started_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-    )
-    .and_then(|mut st| st.execute(params![id, claim_seq, cycle, attempt, now]))
-    .map_err(map_err)?;
-    Ok(Claimed {
-        id: id.to_owned(),
-        claim_seq,
-        attempt,
-        target_url,
-        origin: origin.to_owned(),
-        method,
-        headers: decode_headers(&headers)?,
-        body: decode_body(body_kind, body),
-        started_at: now,
-        lease_until,
-    })
+    row.into_claimed(conn, id, origin, now, lease_until)
+}
+
+/// What starting an attempt reads back from the delivery.
+struct StartedRow {
+    claim_seq: u32,
+    attempt: u32,
+    cycle: u32,
+    target_url: String,
+    method: String,
+    headers: String,
+    body_kind: i64,
+    body: Option<Vec<u8>>,
+}
+
+impl StartedRow {
+    fn read(r: &Row<'_>) -> rusqlite::Result<StartedRow> {
+        Ok(StartedRow {
+            claim_seq: r.get(0)?,
+            attempt: r.get(1)?,
+            cycle: r.get(2)?,
+            target_url: r.get(3)?,
+            method: r.get(4)?,
+            headers: r.get(5)?,
+            body_kind: r.get(6)?,
+            body: r.get(7)?,
+        })
+    }
+
+    /// Record the attempt as started (its row, with `started_at`) and hand out the request.
+    fn into_claimed(
+        self,
+        conn: &Connection,
+        id: &str,
+        origin: &str,
+        now: Millis,
+        lease_until: Millis,
+    ) -> Result<Claimed> {
+        conn.prepare_cached(
+            "INSERT INTO attempts (delivery_id, seq, cycle, number, started_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .and_then(|mut st| st.execute(params![id, self.claim_seq, self.cycle, self.attempt, now]))
+        .map_err(map_err)?;
+        Ok(Claimed {
+            id: id.to_owned(),
+            claim_seq: self.claim_seq,
+            attempt: self.attempt,
+            target_url: self.target_url,
+            origin: origin.to_owned(),
+            method: self.method,
+            headers: decode_headers(&self.headers)?,
+            body: decode_body(self.body_kind, self.body),
+            started_at: now,
+            lease_until,
+        })
+    }
 }
 
 pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -> Result<Applied> {
@@ -380,14 +398,14 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
     Ok(Applied::Now(new_status))
 }
 
-/// Claim the oldest due delivery of `origin`, if there is one (expired ones met on the way are
-/// failed as `expired`).
-pub(crate) fn claim_next_for(
+/// Reserve the oldest due delivery of `origin`, if there is one (expired ones met on the way
+/// are failed as `expired`): in flight under a new claim, but no attempt started.
+pub(crate) fn reserve_next(
     conn: &Connection,
     origin: &str,
     now: Millis,
     lease_ms: i64,
-) -> Result<Option<Claimed>> {
+) -> Result<Option<Reservation>> {
     // Bounded: at most this many expired deliveries are failed before giving up for now.
     for _ in 0..64 {
         let next: Option<(String, Option<Millis>)> = conn
@@ -404,55 +422,142 @@ pub(crate) fn claim_next_for(
         match next {
             None => return Ok(None),
             Some((id, Some(exp))) if exp <= now => expire(conn, &id, now)?,
-            Some((id, _)) => return claim_one(conn, &id, origin, now, now + lease_ms).map(Some),
+            Some((id, _)) => {
+                let claim_seq: u32 = conn
+                    .prepare_cached(
+                        "UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1, \
+                         lease_until = ?2, updated_at = ?3 WHERE id = ?1 RETURNING claim_seq",
+                    )
+                    .and_then(|mut st| st.query_row(params![id, now + lease_ms, now], |r| r.get(0)))
+                    .map_err(map_err)?;
+                return Ok(Some(Reservation {
+                    id,
+                    claim_seq,
+                    origin: origin.to_owned(),
+                }));
+            }
         }
     }
     Ok(None)
 }
 
-/// Give back a claim whose request was never sent: the delivery is pending again with its
-/// attempt count and history as before the claim. Only the current claim can be given back.
-pub(crate) fn unclaim(conn: &Connection, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
+/// Start the attempt of a reservation, if it is still current and not expired: the check and
+/// the start are one step in the store, so a cancel or a deadline that came first wins.
+pub(crate) fn start(
+    conn: &Connection,
+    reservation: &Reservation,
+    now: Millis,
+    lease_ms: i64,
+) -> Result<StartOutcome> {
+    let current: Option<(String, u32, Option<Millis>)> = conn
+        .prepare_cached("SELECT status, claim_seq, expires_at FROM deliveries WHERE id = ?1")
+        .and_then(|mut st| {
+            st.query_row([&reservation.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(map_err)?;
+    let held = current.as_ref().is_some_and(|(status, seq, _)| {
+        status == DeliveryStatus::InFlight.as_str() && *seq == reservation.claim_seq
+    });
+    if !held || started(conn, &reservation.id, reservation.claim_seq)? {
+        return Ok(StartOutcome::NotCurrent);
+    }
+    if current
+        .and_then(|(_, _, exp)| exp)
+        .is_some_and(|exp| exp <= now)
+    {
+        expire(conn, &reservation.id, now)?;
+        return Ok(StartOutcome::Expired);
+    }
+    let lease_until = now + lease_ms;
+    let row = conn
+        .prepare_cached(
+            "UPDATE deliveries SET attempts = attempts + 1, lease_until = ?2, updated_at = ?3 \
+             WHERE id = ?1 \
+             RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![reservation.id, lease_until, now], StartedRow::read)
+        })
+        .map_err(map_err)?;
+    row.into_claimed(conn, &reservation.id, &reservation.origin, now, lease_until)
+        .map(StartOutcome::Started)
+}
+
+/// Give back a reservation whose attempt never started: pending again, as if never reserved.
+/// `false` if the claim is no longer current or its attempt has started.
+pub(crate) fn release(conn: &Connection, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
     let changed = conn
         .prepare_cached(
-            "UPDATE deliveries SET status = 'pending', attempts = attempts - 1, \
-             lease_until = NULL, updated_at = ?3 \
-             WHERE id = ?1 AND status = 'in_flight' AND claim_seq = ?2",
+            "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = ?3 \
+             WHERE id = ?1 AND status = 'in_flight' AND claim_seq = ?2 \
+             AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2)",
         )
         .and_then(|mut st| st.execute(params![id, claim_seq, now]))
         .map_err(map_err)?;
-    if changed == 0 {
-        return Ok(false);
-    }
-    conn.prepare_cached(
-        "DELETE FROM attempts WHERE delivery_id = ?1 AND seq = ?2 AND outcome IS NULL",
-    )
-    .and_then(|mut st| st.execute(params![id, claim_seq]))
-    .map_err(map_err)?;
-    Ok(true)
+    Ok(changed > 0)
 }
 
-/// Put claimed deliveries back to `pending`, due at once, without charging the attempt:
-/// every in-flight delivery (`only_expired == false`, at start-up, when we hold the exclusive
-/// lock and so know their owner is dead) or only those whose lease has run out.
-pub(crate) fn reclaim(conn: &Connection, now: Millis, only_expired: bool) -> Result<u64> {
-    let cutoff = if only_expired { now } else { Millis::MAX };
-    let ids: Vec<(String, u32)> = conn
-        .prepare_cached(
-            "SELECT id, claim_seq FROM deliveries INDEXED BY deliveries_lease \
-             WHERE status = 'in_flight' AND lease_until <= ?1",
+/// Whether the attempt of claim `claim_seq` has started (its attempt row exists).
+fn started(conn: &Connection, id: &str, claim_seq: u32) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2")
+        .and_then(|mut st| st.exists(params![id, claim_seq]))
+        .map_err(map_err)
+}
+
+/// At start-up, when we hold the database's lock and so know the owner of every claim is dead:
+/// every in-flight delivery is made pending again, due at once. A started attempt is recorded
+/// as interrupted (`daemon_restart`, not charged); a reservation is simply released.
+pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Reclaimed> {
+    let ids = in_flight_with_lease_until(conn, Millis::MAX)?;
+    take_back(conn, &ids, now, "daemon_restart")
+}
+
+/// Renew the leases of `live` claims (held by attempts running in this process), then take back
+/// every other claim whose lease has run out (`lease_expired`), as [`recover`] does. Both in one
+/// step on one clock, so a step of the wall clock cannot make a live attempt look abandoned.
+pub(crate) fn renew_and_reclaim(
+    conn: &Connection,
+    live: &[(String, u32)],
+    now: Millis,
+    lease_ms: i64,
+) -> Result<Reclaimed> {
+    for (id, claim_seq) in live {
+        conn.prepare_cached(
+            "UPDATE deliveries SET lease_until = ?3 \
+             WHERE id = ?1 AND claim_seq = ?2 AND status = 'in_flight'",
         )
-        .and_then(|mut st| {
-            st.query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect()
-        })
+        .and_then(|mut st| st.execute(params![id, claim_seq, now + lease_ms]))
         .map_err(map_err)?;
-    let code = if only_expired {
-        "lease_expired"
-    } else {
-        "daemon_restart"
-    };
-    for (id, claim_seq) in &ids {
+    }
+    let ids = in_flight_with_lease_until(conn, now)?;
+    take_back(conn, &ids, now, "lease_expired")
+}
+
+fn in_flight_with_lease_until(conn: &Connection, cutoff: Millis) -> Result<Vec<(String, u32)>> {
+    conn.prepare_cached(
+        "SELECT id, claim_seq FROM deliveries INDEXED BY deliveries_lease \
+         WHERE status = 'in_flight' AND lease_until <= ?1",
+    )
+    .and_then(|mut st| {
+        st.query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+    })
+    .map_err(map_err)
+}
+
+fn take_back(
+    conn: &Connection,
+    claims: &[(String, u32)],
+    now: Millis,
+    code: &str,
+) -> Result<Reclaimed> {
+    let mut taken = Reclaimed::default();
+    for (id, claim_seq) in claims {
+        if release(conn, id, *claim_seq, now)? {
+            taken.released += 1;
+            continue;
+        }
         complete(
             conn,
             &AttemptResult {
@@ -468,8 +573,9 @@ pub(crate) fn reclaim(conn: &Connection, now: Millis, only_expired: bool) -> Res
             },
             now,
         )?;
+        taken.interrupted += 1;
     }
-    Ok(ids.len() as u64)
+    Ok(taken)
 }
 
 pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {

@@ -15,17 +15,17 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, Semaphore};
 
 pub use writer::{CommitObserver, WriterStats};
 
+use crate::clock::Clock;
 use crate::error::{Result, StoreError};
 use crate::model::{
-    Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Claimed, Delivery, DeliveryStatus,
-    InsertOutcome, Millis, NewDelivery, Page, Stats, TransitionOutcome,
+    Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome,
+    Millis, NewDelivery, Page, Reclaimed, Reservation, StartOutcome, Stats, TransitionOutcome,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -43,6 +43,8 @@ pub struct SqliteConfig {
     pub max_db_bytes: u64,
     /// Read connections kept open.
     pub readers: usize,
+    /// The clock due times and leases are decided on.
+    pub clock: Clock,
 }
 
 impl SqliteConfig {
@@ -51,6 +53,7 @@ impl SqliteConfig {
             path: path.into(),
             max_db_bytes: 0,
             readers: 4,
+            clock: Clock::system(),
         }
     }
 }
@@ -84,6 +87,7 @@ struct Inner {
     reader_permits: Arc<Semaphore>,
     /// See [`SqliteStore::work_available`].
     work_available: Arc<Notify>,
+    clock: Clock,
     // The database file, locked (`flock`) for the life of the store: dropping it releases the
     // lock. Dropped last: closing a descriptor of the file would also drop SQLite's own POSIX
     // locks on it, so no connection may still be open then.
@@ -157,7 +161,7 @@ impl SqliteStore {
             .map_err(map_err)?;
         let checkpointer = checkpoint::Checkpointer::spawn(checkpoint_conn, Arc::clone(&signal))
             .map_err(|e| io_err("cannot start the checkpoint thread".into(), e))?;
-        let writer = writer::Writer::spawn(conn, signal)?;
+        let writer = writer::Writer::spawn(conn, signal, config.clock.clone())?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
@@ -166,6 +170,7 @@ impl SqliteStore {
                 _checkpointer: checkpointer,
                 reader_permits: Arc::new(Semaphore::new(readers.len())),
                 work_available: Arc::new(Notify::new()),
+                clock: config.clock.clone(),
                 readers: Mutex::new(readers),
                 lock,
             }),
@@ -183,6 +188,11 @@ impl SqliteStore {
         Waker(Arc::clone(&self.inner.work_available))
     }
 
+    /// The store's clock: due times and leases are decided on it (read in the writer).
+    pub fn now_ms(&self) -> Millis {
+        self.inner.clock.now_ms()
+    }
+
     pub fn writer_stats(&self) -> &WriterStats {
         &self.inner.writer.stats
     }
@@ -193,7 +203,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c| deliveries::insert(c, &new, now_ms(), limit),
+                move |c, now| deliveries::insert(c, &new, now, limit),
                 move |r| wake.when(matches!(r, Ok(InsertOutcome::Created(_)))),
             )
             .await
@@ -207,56 +217,77 @@ impl SqliteStore {
     ) -> Result<ClaimBatch> {
         self.inner
             .writer
-            .write(move |c| deliveries::claim(c, now_ms(), limit, capacity, lease_ms))
+            .write(move |c, now| deliveries::claim(c, now, limit, capacity, lease_ms))
             .await
     }
 
     pub async fn complete(&self, result: AttemptResult) -> Result<Applied> {
         self.inner
             .writer
-            .write(move |c| deliveries::complete(c, &result, now_ms()))
+            .write(move |c, now| deliveries::complete(c, &result, now))
             .await
     }
 
-    /// See [`crate::Store::claim_next_for`].
-    pub async fn claim_next_for(&self, origin: String, lease_ms: i64) -> Result<Option<Claimed>> {
+    /// See [`crate::Store::reserve_next`].
+    pub async fn reserve_next(&self, origin: String, lease_ms: i64) -> Result<Option<Reservation>> {
         self.inner
             .writer
-            .write(move |c| deliveries::claim_next_for(c, &origin, now_ms(), lease_ms))
+            .write(move |c, now| deliveries::reserve_next(c, &origin, now, lease_ms))
             .await
     }
 
-    /// See [`crate::Store::unclaim`].
-    pub async fn unclaim(&self, id: String, claim_seq: u32) -> Result<bool> {
+    /// See [`crate::Store::start`].
+    pub async fn start(&self, reservation: Reservation, lease_ms: i64) -> Result<StartOutcome> {
+        self.inner
+            .writer
+            .write(move |c, now| deliveries::start(c, &reservation, now, lease_ms))
+            .await
+    }
+
+    /// See [`crate::Store::release`].
+    pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
         let wake = self.waker();
         self.inner
             .writer
             .write_then(
-                move |c| deliveries::unclaim(c, &id, claim_seq, now_ms()),
+                move |c, now| deliveries::release(c, &id, claim_seq, now),
                 move |r| wake.when(matches!(r, Ok(true))),
             )
             .await
     }
 
-    /// See [`crate::Store::reclaim`].
-    pub async fn reclaim(&self, only_expired: bool) -> Result<u64> {
+    /// See [`crate::Store::recover`].
+    pub async fn recover(&self) -> Result<Reclaimed> {
+        self.inner.writer.write(deliveries::recover).await
+    }
+
+    /// See [`crate::Store::renew_and_reclaim`].
+    pub async fn renew_and_reclaim(
+        &self,
+        live: Vec<(String, u32)>,
+        lease_ms: i64,
+    ) -> Result<Reclaimed> {
+        let wake = self.waker();
         self.inner
             .writer
-            .write(move |c| deliveries::reclaim(c, now_ms(), only_expired))
+            .write_then(
+                move |c, now| deliveries::renew_and_reclaim(c, &live, now, lease_ms),
+                move |r| wake.when(matches!(r, Ok(taken) if taken.total() > 0)),
+            )
             .await
     }
 
     pub async fn expire_overdue(&self, limit: u32) -> Result<u64> {
         self.inner
             .writer
-            .write(move |c| deliveries::expire_overdue(c, now_ms(), limit))
+            .write(move |c, now| deliveries::expire_overdue(c, now, limit))
             .await
     }
 
     pub async fn cancel(&self, id: String) -> Result<TransitionOutcome> {
         self.inner
             .writer
-            .write(move |c| deliveries::cancel(c, &id, now_ms()))
+            .write(move |c, now| deliveries::cancel(c, &id, now))
             .await
     }
 
@@ -265,7 +296,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c| deliveries::retry(c, &id, now_ms()),
+                move |c, now| deliveries::retry(c, &id, now),
                 move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(_)))),
             )
             .await
@@ -276,13 +307,13 @@ impl SqliteStore {
         let removed = self
             .inner
             .writer
-            .write(move |c| deliveries::purge_finished(c, now_ms() - older_than_ms, limit))
+            .write(move |c, now| deliveries::purge_finished(c, now - older_than_ms, limit))
             .await?;
         if removed > 0 {
             // A separate, small job: space comes back in steps without holding the writer long.
             self.inner
                 .writer
-                .write(|c| deliveries::reclaim_space(c, 2048))
+                .write(|c, _| deliveries::reclaim_space(c, 2048))
                 .await?;
         }
         Ok(removed)
@@ -310,11 +341,11 @@ impl SqliteStore {
         }
         self.inner
             .writer
-            .write(|c| {
+            .write(|c, now| {
                 c.execute(
                     "INSERT INTO meta (key, value) VALUES ('last_ping', ?1) \
                      ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    [now_ms().to_string()],
+                    [now.to_string()],
                 )
                 .map_err(map_err)
                 .map(drop)
@@ -338,7 +369,7 @@ impl SqliteStore {
     pub async fn durability(&self) -> Result<Durability> {
         self.inner
             .writer
-            .write(|c| {
+            .write(|c, _| {
                 let journal_mode: String = c
                     .query_row("PRAGMA journal_mode", [], |r| r.get(0))
                     .map_err(map_err)?;
@@ -377,7 +408,8 @@ impl SqliteStore {
     }
 
     pub async fn stats(&self) -> Result<Stats> {
-        self.read(|c| deliveries::stats(c, now_ms())).await
+        let now = self.now_ms();
+        self.read(move |c| deliveries::stats(c, now)).await
     }
 
     async fn read<T, F>(&self, op: F) -> Result<T>
@@ -424,16 +456,6 @@ impl Waker {
     }
 }
 
-/// Wall-clock milliseconds: the single clock SQLite deployments decide due times and leases on.
-pub fn now_ms() -> Millis {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Millis)
-}
-
-/// Open (creating it 0600 if missing) and lock the database file itself. Also says whether the
-/// file is fresh: an empty file has never been written (a crash right after creating it, or a
-/// `touch`) and must be set up like a new one, or it would never get incremental auto-vacuum.
 fn lock_database(path: &Path) -> Result<(File, bool)> {
     // SQLite gives the -wal and -shm files the mode of the main file.
     let file = OpenOptions::new()

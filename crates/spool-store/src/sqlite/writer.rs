@@ -14,7 +14,7 @@
 //! too; the jobs not yet run go on in a fresh transaction.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread;
@@ -24,7 +24,9 @@ use tokio::sync::oneshot;
 
 use super::checkpoint::CheckpointSignal;
 use super::map_err;
+use crate::clock::Clock;
 use crate::error::{Result, StoreError};
+use crate::model::Millis;
 
 /// Largest number of jobs folded into one batch. Bounds the latency a job can add to the
 /// others in its batch.
@@ -80,8 +82,8 @@ impl CommitError {
 /// Counters the writer keeps for observability.
 #[derive(Debug, Default)]
 pub struct WriterStats {
-    /// Set while the last transaction failed; cleared by the next one that commits.
-    pub failing: AtomicBool,
+    /// Transactions that did not commit, since the store was opened.
+    pub failures: AtomicU64,
     /// Set when a write fails for lack of space; cleared by a readiness probe that finds room
     /// (see `SqliteStore::ping`).
     pub short_of_space: AtomicBool,
@@ -98,13 +100,18 @@ pub trait CommitObserver: Send + Sync + std::fmt::Debug {
 /// the database lock knowing no write of theirs is still to come.
 pub(crate) struct Writer {
     tx: mpsc::Sender<Job>,
+    clock: Clock,
     pub(crate) stats: Arc<WriterStats>,
     thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Writer {
     /// Start the thread; it stops when the handle is dropped.
-    pub(crate) fn spawn(conn: Connection, checkpoints: Arc<CheckpointSignal>) -> Result<Writer> {
+    pub(crate) fn spawn(
+        conn: Connection,
+        checkpoints: Arc<CheckpointSignal>,
+        clock: Clock,
+    ) -> Result<Writer> {
         let (tx, rx) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
         let thread_stats = Arc::clone(&stats);
@@ -117,16 +124,18 @@ impl Writer {
             })?;
         Ok(Writer {
             tx,
+            clock,
             stats,
             thread: Some(handle),
         })
     }
 
-    /// Run `op` in the next batch; resolves after that batch has committed (or failed).
+    /// Run `op` in the next batch, given the store's clock read just before it runs; resolves
+    /// after that batch has committed (or failed).
     pub(crate) async fn write<T, F>(&self, op: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: FnOnce(&Connection, Millis) -> Result<T> + Send + 'static,
     {
         self.write_then(op, |_| ()).await
     }
@@ -136,7 +145,7 @@ impl Writer {
     pub(crate) async fn write_then<T, F, G>(&self, op: F, then: G) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: FnOnce(&Connection, Millis) -> Result<T> + Send + 'static,
         G: FnOnce(&Result<T>) + Send + 'static,
     {
         self.submit(op, then)?
@@ -148,15 +157,16 @@ impl Writer {
     fn submit<T, F, G>(&self, op: F, then: G) -> Result<oneshot::Receiver<Result<T>>>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: FnOnce(&Connection, Millis) -> Result<T> + Send + 'static,
         G: FnOnce(&Result<T>) + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel::<Result<T>>();
         let stats = Arc::clone(&self.stats);
+        let clock = self.clock.clone();
         let job: Job = Box::new(move |conn: Option<&Connection>| {
             let (outcome, broke) = match conn {
                 Some(conn) => {
-                    let (outcome, broke) = in_savepoint(conn, op);
+                    let (outcome, broke) = in_savepoint(conn, |c| op(c, clock.now_ms()));
                     (Some(outcome), broke)
                 }
                 None => (None, None),
@@ -268,18 +278,17 @@ fn run(
         }
         let started = std::time::Instant::now();
         let size = queue.len();
-        let mut failed = None;
+        let mut ok = true;
         while !queue.is_empty() {
             if let Err(e) = transaction(&conn, &mut queue) {
                 tracing::error!(error = %e.message, batch = size, "store commit failed");
-                failed = Some(e);
+                stats.failures.fetch_add(1, Ordering::Relaxed);
+                ok = false;
             }
         }
-        let ok = failed.is_none();
         if ok {
             checkpoints.commits.fetch_add(1, Ordering::Relaxed);
         }
-        stats.failing.store(!ok, Ordering::Relaxed);
         if let Some(obs) = stats.observer.get() {
             obs.committed(size, started.elapsed().as_secs_f64(), ok);
         }
@@ -387,8 +396,8 @@ mod tests {
             "PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER NOT NULL UNIQUE);",
         )
         .expect("schema");
-        let writer =
-            Writer::spawn(conn, Arc::new(CheckpointSignal::default())).expect("writer thread");
+        let writer = Writer::spawn(conn, Arc::new(CheckpointSignal::default()), Clock::system())
+            .expect("writer thread");
         Fixture {
             _dir: dir,
             path,
@@ -408,7 +417,7 @@ mod tests {
         Err(StoreError::Storage("disk I/O error (simulated)".into()))
     }
 
-    type Op = Box<dyn FnOnce(&Connection) -> Result<()> + Send>;
+    type Op = Box<dyn FnOnce(&Connection, Millis) -> Result<()> + Send>;
 
     impl Fixture {
         /// Run `ops` as one batch: the writer is held inside an earlier batch until all of
@@ -419,7 +428,7 @@ mod tests {
             let hold = self
                 .writer
                 .submit(
-                    move |_| {
+                    move |_, _| {
                         let _ = started_tx.send(());
                         let _ = release_rx.recv();
                         Ok(())
@@ -456,13 +465,13 @@ mod tests {
     fn a_transaction_lost_mid_batch_fails_every_job_that_ran_in_it() {
         let f = fixture();
         let answers = f.batch(vec![
-            Box::new(|c| insert(c, 1)),
-            Box::new(|c| {
+            Box::new(|c, _| insert(c, 1)),
+            Box::new(|c, _| {
                 insert(c, 2)?;
                 lose_transaction(c)
             }),
-            Box::new(|c| insert(c, 3)),
-            Box::new(|c| insert(c, 4)),
+            Box::new(|c, _| insert(c, 3)),
+            Box::new(|c, _| insert(c, 4)),
         ]);
         // 1 ran in the lost transaction: answered with an error, and indeed not stored. 3 and
         // 4 ran in a fresh transaction that committed.
@@ -478,12 +487,12 @@ mod tests {
     fn a_job_that_ends_the_transaction_but_reports_success_fails_too() {
         let f = fixture();
         let answers = f.batch(vec![
-            Box::new(|c| insert(c, 1)),
-            Box::new(|c| {
+            Box::new(|c, _| insert(c, 1)),
+            Box::new(|c, _| {
                 insert(c, 2)?;
                 c.execute_batch("ROLLBACK").map_err(map_err)
             }),
-            Box::new(|c| insert(c, 3)),
+            Box::new(|c, _| insert(c, 3)),
         ]);
         assert_eq!(oks(&answers), [false, false, true], "{answers:?}");
         assert_eq!(f.stored(), [3]);
@@ -493,13 +502,13 @@ mod tests {
     fn a_job_whose_savepoint_cannot_be_released_is_not_kept() {
         let f = fixture();
         let answers = f.batch(vec![
-            Box::new(|c| insert(c, 1)),
-            Box::new(|c| {
+            Box::new(|c, _| insert(c, 1)),
+            Box::new(|c, _| {
                 insert(c, 2)?;
                 // Releases the job's savepoint early, so the writer's own RELEASE fails.
                 c.execute_batch("RELEASE job").map_err(map_err)
             }),
-            Box::new(|c| insert(c, 3)),
+            Box::new(|c, _| insert(c, 3)),
         ]);
         assert_eq!(oks(&answers), [false, false, true], "{answers:?}");
         assert_eq!(f.stored(), [3]);
@@ -509,13 +518,13 @@ mod tests {
     fn an_ordinary_error_fails_only_its_own_job() {
         let f = fixture();
         let answers = f.batch(vec![
-            Box::new(|c| insert(c, 1)),
+            Box::new(|c, _| insert(c, 1)),
             // A unique-constraint violation: rolled back to its savepoint alone.
-            Box::new(|c| {
+            Box::new(|c, _| {
                 insert(c, 2)?;
                 insert(c, 1)
             }),
-            Box::new(|c| insert(c, 3)),
+            Box::new(|c, _| insert(c, 3)),
         ]);
         assert_eq!(oks(&answers), [true, false, true], "{answers:?}");
         assert_eq!(f.stored(), [1, 3]);
@@ -525,10 +534,10 @@ mod tests {
     fn an_io_error_the_transaction_survived_still_ends_it() {
         let f = fixture();
         let answers = f.batch(vec![
-            Box::new(|c| insert(c, 1)),
+            Box::new(|c, _| insert(c, 1)),
             // SQLite kept the transaction open, but advises a full rollback after such errors.
-            Box::new(|_| Err(StoreError::DiskFull("database or disk is full".into()))),
-            Box::new(|c| insert(c, 3)),
+            Box::new(|_, _| Err(StoreError::DiskFull("database or disk is full".into()))),
+            Box::new(|c, _| insert(c, 3)),
         ]);
         assert_eq!(oks(&answers), [false, false, true], "{answers:?}");
         assert!(
@@ -545,7 +554,7 @@ mod tests {
         let reply = f
             .writer
             .submit(
-                |c| insert(c, 7),
+                |c, _| insert(c, 7),
                 move |r: &Result<()>| {
                     let _ = seen_tx.send(r.is_ok());
                 },

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use spool_store::model::{
     Applied, Attempt, AttemptResult, Body, Claimed, Delivery, DeliveryStatus, Disposition,
-    InsertOutcome, NewDelivery, TransitionOutcome, MAX_ERROR_BYTES,
+    InsertOutcome, NewDelivery, Reclaimed, Reservation, StartOutcome, TransitionOutcome,
+    MAX_ERROR_BYTES,
 };
 use spool_store::{Capacity, Store};
 use tokio::task::JoinSet;
@@ -41,8 +42,9 @@ macro_rules! conformance_suite {
             claim_records_attempt_and_lease,
             claim_fails_expired_instead,
             claim_honours_per_origin_limits,
-            claim_next_for_takes_one_origins_oldest,
-            unclaim_restores_the_delivery,
+            reserve_next_takes_one_origins_oldest,
+            start_sends_only_a_current_reservation,
+            release_restores_the_delivery,
             expire_overdue_fails_waiting_work,
             retry_clears_a_passed_deadline,
             purge_finished_removes_only_old_terminal_rows,
@@ -57,8 +59,8 @@ macro_rules! conformance_suite {
             complete_with_stale_claim_is_fenced,
             cancel_transitions,
             retry_transitions,
-            reclaim_all_returns_in_flight_uncharged,
-            reclaim_expired_touches_only_expired_leases,
+            recover_interrupts_started_and_releases_reserved,
+            renew_and_reclaim_takes_only_lapsed_leases,
             list_paginates_every_row_once,
             list_filters_by_status,
             next_due_and_stats,
@@ -553,12 +555,12 @@ pub async fn expire_overdue_fails_waiting_work(store: Store) {
     // Not due for an hour, but its deadline is already over.
     let mut overdue = new_delivery(&id(1), None, URL_A);
     overdue.not_before = Some(now + 3_600_000);
-    overdue.expires_at = Some(now + 1);
+    overdue.expires_at = Some(now + 30);
     let mut fine = new_delivery(&id(2), None, URL_A);
     fine.expires_at = Some(now + 3_600_000);
     create(&store, overdue).await;
     create(&store, fine).await;
-    wait_until(&store, now + 2).await;
+    wait_until(&store, now + 31).await;
     assert_eq!(store.expire_overdue(10).await.expect("expire"), 1);
     let d = get(&store, &id(1)).await;
     assert_eq!(d.status, DeliveryStatus::Failed);
@@ -570,9 +572,9 @@ pub async fn expire_overdue_fails_waiting_work(store: Store) {
 pub async fn retry_clears_a_passed_deadline(store: Store) {
     let now = store.now_ms();
     let mut d = new_delivery(&id(1), None, URL_A);
-    d.expires_at = Some(now + 1);
+    d.expires_at = Some(now + 30);
     create(&store, d).await;
-    wait_until(&store, now + 2).await;
+    wait_until(&store, now + 31).await;
     assert_eq!(store.expire_overdue(10).await.expect("expire"), 1);
     let retried = match store.retry(id(1)).await.expect("retry") {
         TransitionOutcome::Done(d) => d,
@@ -592,7 +594,7 @@ pub async fn purge_finished_removes_only_old_terminal_rows(store: Store) {
     assert_eq!(store.purge_finished(3_600_000, 10).await.expect("purge"), 0);
     // Zero retention: gone, with its attempts and key; the pending one stays.
     let now = store.now_ms();
-    wait_until(&store, now + 2).await;
+    wait_until(&store, now + 31).await;
     assert_eq!(store.purge_finished(0, 10).await.expect("purge"), 1);
     assert!(store.get(id(1)).await.expect("get").is_none());
     assert!(store.attempts(id(1)).await.expect("attempts").is_none());
@@ -603,67 +605,131 @@ pub async fn purge_finished_removes_only_old_terminal_rows(store: Store) {
     }
 }
 
-pub async fn claim_next_for_takes_one_origins_oldest(store: Store) {
+pub async fn reserve_next_takes_one_origins_oldest(store: Store) {
     let now = store.now_ms();
     create(&store, new_delivery(&id(1), None, URL_B)).await;
     let mut expired = new_delivery(&id(2), None, URL_A);
-    expired.expires_at = Some(now + 1);
+    expired.expires_at = Some(now + 30);
     create(&store, expired).await;
     create(&store, new_delivery(&id(3), None, URL_A)).await;
     create(&store, new_delivery(&id(4), None, URL_A)).await;
-    wait_until(&store, now + 2).await;
+    wait_until(&store, now + 31).await;
 
     // A's oldest due delivery (B's is not A's; the expired one is failed on the way).
-    let next = store
-        .claim_next_for(ORIGIN_A.to_owned(), 60_000)
-        .await
-        .expect("claim")
-        .expect("A has due work");
-    assert_eq!(next.id, id(3));
-    assert_eq!(next.attempt, 1);
-    assert_eq!(get(&store, &id(3)).await.status, DeliveryStatus::InFlight);
+    let next = reserve(&store, ORIGIN_A).await.expect("A has due work");
+    assert_eq!(
+        (next.id.as_str(), next.origin.as_str()),
+        (id(3).as_str(), ORIGIN_A)
+    );
+    // Reserved: in flight under a new claim, but no attempt has started.
+    let d = get(&store, &id(3)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 0));
+    assert!(d.lease_until.is_some());
+    assert_eq!(attempts(&store, &id(3)).await, []);
     assert_eq!(
         get(&store, &id(2)).await.last_error_code.as_deref(),
         Some("expired")
     );
     assert_eq!(get(&store, &id(1)).await.status, DeliveryStatus::Pending);
-    let next = store
-        .claim_next_for(ORIGIN_A.to_owned(), 60_000)
-        .await
-        .expect("claim");
-    assert_eq!(next.map(|c| c.id), Some(id(4)));
-    let none = store
-        .claim_next_for(ORIGIN_A.to_owned(), 60_000)
-        .await
-        .expect("claim");
-    assert!(none.is_none());
+    assert_eq!(reserve(&store, ORIGIN_A).await.map(|r| r.id), Some(id(4)));
+    assert!(reserve(&store, ORIGIN_A).await.is_none());
+    // Nor does the scheduler's claim take a reserved delivery.
+    assert_eq!(claimed_ids(&claim(&store, 10).await), [id(1)]);
 }
 
-pub async fn unclaim_restores_the_delivery(store: Store) {
+pub async fn start_sends_only_a_current_reservation(store: Store) {
+    let now = store.now_ms();
+    for n in 1..=2 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    let mut soon = new_delivery(&id(3), None, URL_A);
+    soon.expires_at = Some(now + 150);
+    create(&store, soon).await;
+
+    // Started: counted, recorded with the time of the start (not of the reservation), leased.
+    let first = reserve(&store, ORIGIN_A).await.expect("reserved");
+    wait_until(&store, store.now_ms() + 30).await;
+    let before = store.now_ms();
+    let started = match store.start(first.clone(), 60_000).await.expect("start") {
+        StartOutcome::Started(c) => c,
+        other => panic!("expected Started, got {other:?}"),
+    };
+    assert_eq!((started.id.as_str(), started.attempt), (id(1).as_str(), 1));
+    assert_eq!(started.claim_seq, first.claim_seq);
+    assert_eq!(started.target_url, URL_A);
+    assert!(started.started_at >= before);
+    assert_eq!(started.lease_until, started.started_at + 60_000);
+    let history = attempts(&store, &id(1)).await;
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].started_at, started.started_at);
+    assert_eq!(get(&store, &id(1)).await.attempts, 1);
+    // Only once.
+    assert!(matches!(
+        store.start(first, 60_000).await.expect("start"),
+        StartOutcome::NotCurrent
+    ));
+    assert_eq!(attempts(&store, &id(1)).await.len(), 1);
+
+    // Canceled while reserved: never started, no attempt on record.
+    let second = reserve(&store, ORIGIN_A).await.expect("reserved");
+    assert_eq!(second.id, id(2));
+    assert!(matches!(
+        store.cancel(id(2)).await.expect("cancel"),
+        TransitionOutcome::Done(_)
+    ));
+    assert!(matches!(
+        store.start(second, 60_000).await.expect("start"),
+        StartOutcome::NotCurrent
+    ));
+    let d = get(&store, &id(2)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::Canceled, 0));
+    assert_eq!(attempts(&store, &id(2)).await, []);
+
+    // Its deadline passed while reserved: failed as expired, nothing started.
+    let third = reserve(&store, ORIGIN_A).await.expect("reserved");
+    assert_eq!(third.id, id(3));
+    wait_until(&store, now + 151).await;
+    assert!(matches!(
+        store.start(third, 60_000).await.expect("start"),
+        StartOutcome::Expired
+    ));
+    let d = get(&store, &id(3)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::Failed, 0));
+    assert_eq!(d.last_error_code.as_deref(), Some("expired"));
+    assert_eq!(attempts(&store, &id(3)).await, []);
+}
+
+pub async fn release_restores_the_delivery(store: Store) {
     create(&store, new_delivery(&id(1), None, URL_A)).await;
-    let claimed = claim(&store, 1).await.remove(0);
+    let reserved = reserve(&store, ORIGIN_A).await.expect("reserved");
     assert!(store
-        .unclaim(claimed.id.clone(), claimed.claim_seq)
+        .release(reserved.id.clone(), reserved.claim_seq)
         .await
-        .expect("unclaim"));
+        .expect("release"));
     let d = get(&store, &id(1)).await;
     assert_eq!(
         (d.status, d.attempts, d.lease_until),
         (DeliveryStatus::Pending, 0, None)
     );
     assert_eq!(attempts(&store, &id(1)).await, []);
-    // The fence token moved on: the old claim can neither be given back again nor completed.
+    // The fence token moved on: the old reservation can neither be released again nor started.
     assert!(!store
-        .unclaim(claimed.id.clone(), claimed.claim_seq)
+        .release(reserved.id.clone(), reserved.claim_seq)
         .await
-        .expect("unclaim"));
+        .expect("release"));
     let again = claim(&store, 1).await.remove(0);
     assert_eq!(again.attempt, 1);
-    assert!(again.claim_seq > claimed.claim_seq);
-    assert_eq!(
-        complete(&store, &claimed, Disposition::Succeeded, Some(200)).await,
-        Applied::Fenced
-    );
+    assert!(again.claim_seq > reserved.claim_seq);
+    assert!(matches!(
+        store.start(reserved, 60_000).await.expect("start"),
+        StartOutcome::NotCurrent
+    ));
+    // A started attempt is never released: it may have been sent.
+    assert!(!store
+        .release(again.id.clone(), again.claim_seq)
+        .await
+        .expect("release"));
+    assert_eq!(get(&store, &id(1)).await.status, DeliveryStatus::InFlight);
     assert_eq!(
         complete(&store, &again, Disposition::Succeeded, Some(200)).await,
         Applied::Now(DeliveryStatus::Succeeded)
@@ -673,11 +739,12 @@ pub async fn unclaim_restores_the_delivery(store: Store) {
 pub async fn claim_fails_expired_instead(store: Store) {
     let now = store.now_ms();
     let mut late = new_delivery(&id(1), None, URL_A);
-    late.expires_at = Some(now - 1);
+    late.expires_at = Some(now + 20);
     let mut timely = new_delivery(&id(2), None, URL_A);
     timely.expires_at = Some(now + 3_600_000);
     create(&store, late).await;
     create(&store, timely).await;
+    wait_until(&store, now + 21).await;
 
     let batch = store
         .claim_due(10, unlimited(), 60_000)
@@ -986,7 +1053,7 @@ pub async fn complete_after_cancel_is_fenced(store: Store) {
 pub async fn complete_with_stale_claim_is_fenced(store: Store) {
     create(&store, new_delivery(&id(1), None, URL_A)).await;
     let stale = claim(&store, 1).await;
-    assert_eq!(store.reclaim(false).await.expect("reclaim"), 1);
+    assert_eq!(store.recover().await.expect("recover").total(), 1);
     let current = claim(&store, 1).await;
     assert_eq!(current[0].claim_seq, stale[0].claim_seq + 1);
 
@@ -1148,21 +1215,25 @@ pub async fn retry_transitions(store: Store) {
 // ---------------------------------------------------------------------------------------------
 // reclaim
 
-pub async fn reclaim_all_returns_in_flight_uncharged(store: Store) {
+pub async fn recover_interrupts_started_and_releases_reserved(store: Store) {
     for n in 1..=2 {
         create(&store, new_delivery(&id(n), None, URL_A)).await;
     }
     let claimed = claim(&store, 2).await;
     assert_eq!(claimed.len(), 2);
     create(&store, new_delivery(&id(3), None, URL_A)).await;
-    assert_eq!(
-        store.reclaim(true).await.expect("reclaim"),
-        0,
-        "leases still run"
-    );
+    let reserved = reserve(&store, ORIGIN_A).await.expect("reserved");
+    assert_eq!(reserved.id, id(3));
+    create(&store, new_delivery(&id(4), None, URL_A)).await;
 
     let before = store.now_ms();
-    assert_eq!(store.reclaim(false).await.expect("reclaim"), 2);
+    assert_eq!(
+        store.recover().await.expect("recover"),
+        Reclaimed {
+            interrupted: 2,
+            released: 1
+        }
+    );
     let after = store.now_ms();
     for n in 1..=2 {
         let d = get(&store, &id(n)).await;
@@ -1177,29 +1248,54 @@ pub async fn reclaim_all_returns_in_flight_uncharged(store: Store) {
         assert_eq!(history[0].outcome.as_deref(), Some("interrupted"));
         assert_eq!(history[0].error_code.as_deref(), Some("daemon_restart"));
     }
-    let untouched = get(&store, &id(3)).await;
+    // The reservation never started: pending, nothing counted or recorded.
+    let d = get(&store, &id(3)).await;
+    assert_eq!(
+        (d.status, d.attempts, d.uncharged),
+        (DeliveryStatus::Pending, 0, 0)
+    );
+    assert_eq!(attempts(&store, &id(3)).await, []);
+    let untouched = get(&store, &id(4)).await;
     assert_eq!((untouched.attempts, untouched.uncharged), (0, 0));
-    assert_eq!(store.reclaim(false).await.expect("reclaim"), 0);
-    assert_eq!(claim(&store, 10).await.len(), 3);
+    assert_eq!(
+        store.recover().await.expect("recover"),
+        Reclaimed::default()
+    );
+    assert_eq!(claim(&store, 10).await.len(), 4);
 }
 
-pub async fn reclaim_expired_touches_only_expired_leases(store: Store) {
-    create(&store, new_delivery(&id(1), None, URL_A)).await;
+pub async fn renew_and_reclaim_takes_only_lapsed_leases(store: Store) {
+    for n in 1..=4 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    // Leases that have run out: 1 and 2 (started), 3 (reserved); 2 is still running here.
     let lapsed = store
-        .claim_due(1, unlimited(), -1)
+        .claim_due(2, unlimited(), -1)
         .await
         .expect("claim")
         .claimed;
-    assert_eq!(claimed_ids(&lapsed), [id(1)]);
-    create(&store, new_delivery(&id(2), None, URL_A)).await;
-    let live = store
-        .claim_due(1, unlimited(), 3_600_000)
+    assert_eq!(claimed_ids(&lapsed), [id(1), id(2)]);
+    let reserved = store
+        .reserve_next(ORIGIN_A.to_owned(), -1)
         .await
-        .expect("claim")
-        .claimed;
-    assert_eq!(claimed_ids(&live), [id(2)]);
+        .expect("reserve")
+        .expect("reserved");
+    assert_eq!(reserved.id, id(3));
+    let running = claim(&store, 1).await;
+    assert_eq!(claimed_ids(&running), [id(4)]);
 
-    assert_eq!(store.reclaim(true).await.expect("reclaim"), 1);
+    let live = vec![(id(2), lapsed[1].claim_seq)];
+    let before = store.now_ms();
+    assert_eq!(
+        store
+            .renew_and_reclaim(live, 120_000)
+            .await
+            .expect("renew and reclaim"),
+        Reclaimed {
+            interrupted: 1,
+            released: 1
+        }
+    );
     let d = get(&store, &id(1)).await;
     assert_eq!(d.status, DeliveryStatus::Pending);
     assert_eq!((d.attempts, d.uncharged), (1, 1));
@@ -1207,10 +1303,17 @@ pub async fn reclaim_expired_touches_only_expired_leases(store: Store) {
         attempts(&store, &id(1)).await[0].error_code.as_deref(),
         Some("lease_expired")
     );
+    // Renewed, not taken: its attempt is running.
     let d = get(&store, &id(2)).await;
     assert_eq!(d.status, DeliveryStatus::InFlight);
-    assert_eq!(d.lease_until, Some(live[0].lease_until));
+    assert!(d.lease_until.is_some_and(|l| l >= before + 120_000));
     assert_eq!(attempts(&store, &id(2)).await[0].outcome, None);
+    let d = get(&store, &id(3)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::Pending, 0));
+    // A lease that still runs is left as it was.
+    let d = get(&store, &id(4)).await;
+    assert_eq!(d.status, DeliveryStatus::InFlight);
+    assert_eq!(d.lease_until, Some(running[0].lease_until));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1368,7 +1471,7 @@ pub async fn next_due_and_stats(store: Store) {
 pub async fn ping_writes(store: Store) {
     store.ping().await.expect("ping");
     store.ping().await.expect("ping twice");
-    assert!(!store.write_failing());
+    assert_eq!(store.write_failures(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1447,6 +1550,14 @@ async fn list_ids(store: &Store, status: Option<DeliveryStatus>) -> Vec<String> 
 
 async fn count_status(store: &Store, status: DeliveryStatus) -> usize {
     list_ids(store, Some(status)).await.len()
+}
+
+/// Reserve `origin`'s next due delivery with a long lease.
+async fn reserve(store: &Store, origin: &str) -> Option<Reservation> {
+    store
+        .reserve_next(origin.to_owned(), 60_000)
+        .await
+        .expect("reserve")
 }
 
 fn claimed_ids(claimed: &[Claimed]) -> Vec<String> {

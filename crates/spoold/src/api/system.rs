@@ -1,7 +1,8 @@
 //! Liveness, readiness, metrics and the OpenAPI document.
 //!
 //! Readiness is a real durable write, and `/readyz` needs no token: so the write is made at most
-//! once per [`READINESS_TTL`], and every probe in between is answered from its result.
+//! once per [`READINESS_TTL`] (or sooner if a write has failed since), and every probe in between
+//! is answered from its result.
 
 use std::time::{Duration, Instant};
 
@@ -89,20 +90,34 @@ pub struct Readiness {
     // An async mutex, held across the probe on purpose: concurrent callers wait for the one
     // probe in progress and share its result instead of each making a write. If the prober's
     // request is dropped, the guard goes with it and the next caller probes.
-    last: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
+    last: tokio::sync::Mutex<Option<Probe>>,
 }
 
-/// A durable write at most once per [`READINESS_TTL`], recorded in the `spoold_ready` gauge.
+#[derive(Debug)]
+struct Probe {
+    at: Instant,
+    /// The store's count of failed writes when the probe was made.
+    failures: u64,
+    result: Result<(), String>,
+}
+
+/// A durable write at most once per [`READINESS_TTL`] (and after a write has failed since the
+/// last one), recorded in the `spoold_ready` gauge.
 async fn probe_store(state: &SharedState) -> Result<(), String> {
     let mut last = state.readiness.last.lock().await;
-    if let Some((at, result)) = &*last {
-        if at.elapsed() < READINESS_TTL {
-            return result.clone();
+    let failures = state.store.write_failures();
+    if let Some(probe) = &*last {
+        if probe.at.elapsed() < READINESS_TTL && probe.failures == failures {
+            return probe.result.clone();
         }
     }
     let result = state.store.ping().await.map_err(|e| e.to_string());
     state.metrics.ready.set(i64::from(result.is_ok()));
-    *last = Some((Instant::now(), result.clone()));
+    *last = Some(Probe {
+        at: Instant::now(),
+        failures,
+        result: result.clone(),
+    });
     result
 }
 

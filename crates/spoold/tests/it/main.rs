@@ -8,9 +8,11 @@ mod crash;
 mod disk_full;
 mod idempotency;
 mod isolation;
+mod leases;
 mod lifecycle;
 mod observability;
 mod openapi;
+mod reservations;
 mod retention;
 mod security;
 mod ssrf_netns;
@@ -54,6 +56,17 @@ impl InProcess {
     }
 
     pub async fn boot_in(dir: TempDir, targets: Targets, extra: &[&str]) -> InProcess {
+        Self::boot_configured(dir, targets, extra, |_| ()).await
+    }
+
+    /// Like [`Self::boot_in`], with a last change to the configuration that no flag makes
+    /// (the store's clock).
+    pub async fn boot_configured(
+        dir: TempDir,
+        targets: Targets,
+        extra: &[&str],
+        change: impl FnOnce(&mut spoold::config::Config),
+    ) -> InProcess {
         let db = dir.path().join("data/spoold.db");
         let mut argv: Vec<String> = vec![
             "spoold".into(),
@@ -67,10 +80,11 @@ impl InProcess {
         }
         argv.extend(FAST_RETRIES.iter().map(|s| s.to_string()));
         argv.extend(extra.iter().map(|s| s.to_string()));
-        let config = spoold::config::Args::try_parse_from(argv)
+        let mut config = spoold::config::Args::try_parse_from(argv)
             .expect("test flags parse")
             .into_config()
             .expect("test flags are valid");
+        change(&mut config);
         let running = spoold::start(config).await.expect("daemon starts");
         let spoold::Bound::Tcp(addr) = running.bound.clone() else {
             panic!("expected a TCP listener");

@@ -1,0 +1,212 @@
+//! A slot reserves its target's next due delivery while its current request is on the wire
+//! (per-target concurrency 1 here, so the slot is the only way to the target). A reservation is
+//! only that: immediately before its request leaves, the delivery is started in the store —
+//! fenced, so a cancel or a passed deadline that came first wins — and its attempt record tells
+//! when it really started. A target that answers 429 or 503 with `Retry-After` gets nothing more
+//! until that time has passed.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use spool_testkit::{Receiver, Reply};
+
+use crate::{id_of, InProcess, WAIT};
+
+/// One slot per target, the default timeouts.
+async fn one_slot() -> InProcess {
+    InProcess::boot(&["--per-target-concurrency", "1"]).await
+}
+
+/// Two deliveries to `r`, due at the same moment 300 ms from now, so that while the first is
+/// on the wire the second is there to be reserved. `extra` is merged into the second. The ids
+/// in the order they are sent (the first created is claimed first).
+async fn two_due_together(d: &InProcess, r: &Receiver, extra: Value) -> Vec<String> {
+    let due = spool_proto::units::format_time(now_ms() + 300);
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let mut request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due});
+        if n == 1 {
+            for (k, v) in extra.as_object().expect("an object") {
+                request[k] = v.clone();
+            }
+        }
+        let (status, created) = d.api.create(request).await.expect("create");
+        assert_eq!(status, 201, "{created}");
+        ids.push(id_of(&created));
+    }
+    r.wait_for_requests(1, WAIT)
+        .await
+        .expect("the first is sent");
+    assert_eq!(
+        r.requests()[0].path,
+        "/0",
+        "the first created is sent first"
+    );
+    ids
+}
+
+/// Wait until the delivery is reserved: in flight, no attempt started.
+async fn wait_reserved(d: &InProcess, id: &str) {
+    let v = d
+        .api
+        .wait_status(id, &["in_flight"], WAIT)
+        .await
+        .expect("reserved");
+    assert_eq!(v["attempts"], 0, "{v}");
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reservation_canceled_before_it_is_sent_is_never_sent() {
+    let d = one_slot().await;
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies([Reply::status(200).delay(Duration::from_millis(1500))]);
+    let ids = two_due_together(&d, &r, json!({})).await;
+    wait_reserved(&d, &ids[1]).await;
+    let (status, canceled) = d.api.cancel(&ids[1]).await.expect("cancel");
+    assert_eq!((status, &canceled["status"]), (200, &json!("canceled")));
+
+    d.api
+        .wait_status(&ids[0], &["succeeded"], WAIT)
+        .await
+        .expect("the first is delivered");
+    // The slot has moved on by now; give a wrongly sent request time to arrive anyway.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(r.requests().len(), 1, "the canceled delivery was sent");
+    let (_, v) = d.api.get(&ids[1]).await.expect("get");
+    assert_eq!(
+        (&v["status"], &v["attempts"]),
+        (&json!("canceled"), &json!(0))
+    );
+    let (_, history) = d.api.attempts(&ids[1]).await.expect("attempts");
+    assert_eq!(history["attempts"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reservation_whose_deadline_passes_is_never_sent() {
+    let d = one_slot().await;
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies([Reply::status(200).delay(Duration::from_millis(1500))]);
+    let expires = spool_proto::units::format_time(now_ms() + 900);
+    let ids = two_due_together(&d, &r, json!({"expiresAt": expires})).await;
+    wait_reserved(&d, &ids[1]).await;
+
+    let v = d
+        .api
+        .wait_status(&ids[1], &["failed", "succeeded"], WAIT)
+        .await
+        .expect("finished");
+    assert_eq!(
+        (&v["lastErrorCode"], &v["attempts"]),
+        (&json!("expired"), &json!(0)),
+        "{v}"
+    );
+    d.api
+        .wait_status(&ids[0], &["succeeded"], WAIT)
+        .await
+        .expect("the first is delivered");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(r.requests().len(), 1, "the expired delivery was sent");
+}
+
+/// The attempt of a reserved delivery starts when its request leaves, after the previous one
+/// was answered, and that is the time its record shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reserved_attempt_records_when_it_really_started() {
+    let d = one_slot().await;
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies([Reply::status(200).delay(Duration::from_millis(1000))]);
+    let ids = two_due_together(&d, &r, json!({})).await;
+    for id in &ids {
+        d.api
+            .wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let started = |v: &Value| {
+        spool_proto::units::parse_time(v["attempts"][0]["startedAt"].as_str().expect("time"))
+            .expect("RFC 3339")
+    };
+    let (_, first) = d.api.attempts(&ids[0]).await.expect("attempts");
+    let (_, second) = d.api.attempts(&ids[1]).await.expect("attempts");
+    let gap = started(&second) - started(&first);
+    assert!(
+        gap >= 950,
+        "the second attempt is recorded {gap} ms after the first"
+    );
+}
+
+/// 429 or 503 with `Retry-After`: the reserved delivery is given back, and the target gets no
+/// request at all until the time it asked for has passed.
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_holds_the_target_back() {
+    for status in [429, 503] {
+        let d = one_slot().await;
+        let r = Receiver::start().await.expect("receiver");
+        r.push_replies([Reply::status(status)
+            .header("Retry-After", "2")
+            .delay(Duration::from_millis(300))]);
+        let ids = two_due_together(&d, &r, json!({})).await;
+        wait_reserved(&d, &ids[1]).await;
+        for id in &ids {
+            d.api
+                .wait_status(id, &["succeeded"], WAIT)
+                .await
+                .expect("delivered");
+        }
+        let seen = r.requests();
+        assert_eq!(seen.len(), 3, "{status}");
+        let pause = seen[1].received_at - seen[0].received_at;
+        assert!(
+            pause >= Duration::from_millis(2000),
+            "{status}: the next request came {pause:?} after the one that was told to wait"
+        );
+        let (_, second) = d.api.attempts(&ids[1]).await.expect("attempts");
+        assert_eq!(
+            second["attempts"].as_array().map(Vec::len),
+            Some(1),
+            "{status}"
+        );
+    }
+}
+
+/// When the current request fails, the reservation is given back without a trace: the next
+/// delivery is sent normally later and its history shows only the attempt that really happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reservation_is_given_back_when_the_target_fails() {
+    let d = InProcess::boot(&[
+        "--per-target-concurrency",
+        "1",
+        "--request-timeout",
+        "500ms",
+        "--lease",
+        "5s",
+    ])
+    .await;
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies([Reply::hang()]);
+    let ids = two_due_together(&d, &r, json!({})).await;
+    for id in &ids {
+        d.api
+            .wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let outcomes = |v: serde_json::Value| -> Vec<String> {
+        v["attempts"]
+            .as_array()
+            .expect("attempts")
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap_or("-").to_owned())
+            .collect()
+    };
+    let (_, first) = d.api.attempts(&ids[0]).await.expect("attempts");
+    assert_eq!(outcomes(first), ["retry", "succeeded"]);
+    let (_, second) = d.api.attempts(&ids[1]).await.expect("attempts");
+    assert_eq!(outcomes(second), ["succeeded"]);
+}
