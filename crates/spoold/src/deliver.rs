@@ -64,6 +64,10 @@ impl LiveClaims {
         }
     }
 
+    pub fn holds(&self, id: &str, claim_seq: u32) -> bool {
+        self.lock().get(id) == Some(&claim_seq)
+    }
+
     pub fn snapshot(&self) -> Vec<(String, u32)> {
         self.lock()
             .iter()
@@ -74,6 +78,44 @@ impl LiveClaims {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         // The map is always consistent between statements; a panic elsewhere cannot break it.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Every claim one slot has held, forgotten when the slot ends however it ends: a claim it
+/// failed to hand back must not stay renewed forever, but run out and be taken back.
+struct SlotClaims<'a> {
+    live: &'a LiveClaims,
+    held: Vec<(String, u32)>,
+}
+
+impl<'a> SlotClaims<'a> {
+    fn new(live: &'a LiveClaims) -> Self {
+        SlotClaims {
+            live,
+            held: Vec::new(),
+        }
+    }
+
+    fn hold(&mut self, id: &str, claim_seq: u32) {
+        // Those already handed back are done with: the list stays as short as the slot's claims.
+        let live = self.live;
+        self.held.retain(|(id, seq)| live.holds(id, *seq));
+        live.hold(id, claim_seq);
+        self.held.push((id.to_owned(), claim_seq));
+    }
+
+    fn hold_reserved(&mut self, reserved: &Option<Reservation>) {
+        if let Some(r) = reserved {
+            self.hold(&r.id, r.claim_seq);
+        }
+    }
+}
+
+impl Drop for SlotClaims<'_> {
+    fn drop(&mut self) {
+        for (id, claim_seq) in &self.held {
+            self.live.forget(id, *claim_seq);
+        }
     }
 }
 
@@ -127,8 +169,9 @@ impl Deliverer {
     /// Run one attempt to the end and record it; while the target keeps answering, go on with
     /// its next due delivery. That delivery is reserved while the current request is on the wire;
     /// when the target has answered, it is started in the store (fenced: not if it was canceled
-    /// or has expired meanwhile) in the same commit that records the current result, and sent.
-    /// So a busy target's slot waits neither for the scheduler nor for a claim. `interrupt` cuts
+    /// or has expired meanwhile) in the same commit that records the current result and reserves
+    /// the one after, and sent. So a busy target's slot waits neither for the scheduler nor for
+    /// a claim, and costs one commit per delivery. `interrupt` cuts
     /// an attempt short (shutdown); such an attempt is recorded as interrupted and does not use
     /// up an attempt.
     ///
@@ -141,34 +184,48 @@ impl Deliverer {
         released: impl FnOnce(TargetHealth),
     ) {
         let mut current = first;
-        self.live
-            .hold(&current.claimed.id, current.claimed.claim_seq);
+        let mut mine = SlotClaims::new(&self.live);
+        mine.hold(&current.claimed.id, current.claimed.claim_seq);
+        let origin = current.claimed.origin.clone();
+        let mut ahead: Option<Reservation> = None;
         loop {
-            let go_on = self.may_go_on(&interrupt);
-            let ((result, health), ahead) = tokio::join!(
+            // Reserve now unless the last start already did.
+            let reserve = ahead.is_none() && self.may_go_on(&interrupt);
+            let ((result, health), reserved) = tokio::join!(
                 self.send(&current, &interrupt),
-                self.reserve_ahead(go_on, &current.claimed.origin),
+                self.reserve_ahead(reserve, &origin),
             );
+            mine.hold_reserved(&reserved);
+            ahead = ahead.or(reserved);
             // A target that answered, and did not ask us to slow down, gets its next delivery.
             let welcome =
                 health == TargetHealth::Answered && !matches!(result.http_status, Some(429 | 503));
-            match ahead {
-                Some(next) if welcome && self.may_go_on(&interrupt) => {
-                    let asked = Instant::now();
-                    let (started, ()) = tokio::join!(self.start(next), self.record(result));
-                    if let Some(claimed) = started {
-                        current = Started::new(claimed, asked, self.lease);
-                        continue;
+            let go_on = welcome && self.may_go_on(&interrupt);
+            if let Some(next) = ahead.take_if(|_| go_on) {
+                // One commit: this result, the next start, and the reservation after it.
+                let asked = Instant::now();
+                let (started, (), reserved) = tokio::join!(
+                    self.start(next),
+                    self.record(result),
+                    self.reserve_ahead(true, &origin),
+                );
+                mine.hold_reserved(&reserved);
+                ahead = reserved;
+                if let Some(claimed) = started {
+                    current = Started::new(claimed, asked, self.lease);
+                    continue;
+                }
+                released(health);
+                if let Some(unsent) = ahead {
+                    self.release(unsent).await;
+                }
+            } else {
+                released(health);
+                match ahead {
+                    Some(unsent) => {
+                        tokio::join!(self.release(unsent), self.record(result));
                     }
-                    released(health);
-                }
-                Some(unsent) => {
-                    released(health);
-                    tokio::join!(self.release(unsent), self.record(result));
-                }
-                None => {
-                    released(health);
-                    self.record(result).await;
+                    None => self.record(result).await,
                 }
             }
             return;
@@ -190,11 +247,7 @@ impl Deliverer {
             .reserve_next(origin.to_owned(), self.lease_ms())
             .await
         {
-            Ok(Some(next)) => {
-                self.live.hold(&next.id, next.claim_seq);
-                Some(next)
-            }
-            Ok(None) => None,
+            Ok(next) => next,
             Err(e) => {
                 warn!(target_origin = %origin, error = %e, "reserving the next delivery failed");
                 None
@@ -492,6 +545,23 @@ mod tests {
             send_timeout(timeout, send_by, asked + lease),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn a_slot_forgets_its_claims_however_it_ends() {
+        let live = LiveClaims::default();
+        {
+            let mut mine = SlotClaims::new(&live);
+            mine.hold("a", 1);
+            mine.hold("b", 1);
+            // Handed back normally: no longer tracked by the slot either.
+            live.forget("a", 1);
+            mine.hold("c", 2);
+            assert_eq!(mine.held.len(), 2);
+            // A newer claim of the same delivery is not forgotten for an older one.
+            live.hold("b", 5);
+        }
+        assert_eq!(live.snapshot(), [("b".to_owned(), 5)]);
     }
 
     fn claimed() -> Claimed {
