@@ -343,6 +343,11 @@ impl Deliverer {
                 headers: request_headers(claimed),
                 body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
                 timeout,
+                timeout_reason: if timeout < self.request_timeout {
+                    "the rest of its lease"
+                } else {
+                    "request timeout"
+                },
             };
             tokio::select! {
                 sent = self.outbound.send(request) => Sent::Done(sent),

@@ -99,7 +99,7 @@ pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelive
         policy.check(ip).map_err(|denied| {
             reject(
                 ErrorCode::TargetBlocked,
-                format!("target URL is not allowed: {denied}"),
+                format!("target URL is not allowed: {denied}; {}", denied.remedy()),
             )
         })?;
     }

@@ -6,6 +6,7 @@
 //! bypass resolvers, are checked explicitly. Environment proxies are ignored and redirects are
 //! not followed.
 
+mod errors;
 pub mod policy;
 
 use std::net::{IpAddr, SocketAddr};
@@ -49,6 +50,8 @@ pub struct Request<'a> {
     pub body: Bytes,
     /// For the whole attempt, redirects included.
     pub timeout: Duration,
+    /// What set `timeout`, for the message when it runs out (`request timeout`).
+    pub timeout_reason: &'static str,
 }
 
 /// A response: the status and at most [`MAX_RESPONSE_EXCERPT`] bytes of its body.
@@ -156,10 +159,8 @@ impl Outbound {
         let work = async {
             let mut redirects = 0;
             loop {
-                self.check_literal(&url).map_err(|d| SendError {
-                    code: SendErrorCode::TargetBlocked,
-                    message: d.to_string(),
-                })?;
+                self.check_literal(&url)
+                    .map_err(|denied| errors::blocked(None, &denied))?;
                 let resp = self
                     .client
                     .request(method.clone(), url.clone())
@@ -167,7 +168,7 @@ impl Outbound {
                     .body(body.clone())
                     .send()
                     .await
-                    .map_err(classify)?;
+                    .map_err(|e| errors::describe(&e, &url))?;
                 let status = resp.status().as_u16();
                 if redirects < self.max_redirects && is_followed_redirect(status) {
                     if let Some(location) = resp.headers().get(reqwest::header::LOCATION) {
@@ -189,18 +190,12 @@ impl Outbound {
                         continue;
                     }
                 }
-                return read_excerpt(resp, redirects).await;
+                return read_excerpt(resp, &url, redirects).await;
             }
         };
         match tokio::time::timeout(req.timeout, work).await {
             Ok(result) => result,
-            Err(_) => Err(SendError {
-                code: SendErrorCode::Timeout,
-                message: format!(
-                    "no complete response within {}",
-                    spool_proto::units::format_duration(req.timeout)
-                ),
-            }),
+            Err(_) => Err(errors::timed_out(req.timeout, req.timeout_reason)),
         }
     }
 }
@@ -252,7 +247,11 @@ fn same_origin(a: &Url, b: &Url) -> bool {
         && a.port_or_known_default() == b.port_or_known_default()
 }
 
-async fn read_excerpt(mut resp: reqwest::Response, redirects: u32) -> Result<Response, SendError> {
+async fn read_excerpt(
+    mut resp: reqwest::Response,
+    url: &Url,
+    redirects: u32,
+) -> Result<Response, SendError> {
     let status = resp.status().as_u16();
     let headers = std::mem::take(resp.headers_mut());
     let mut excerpt = Vec::new();
@@ -264,7 +263,7 @@ async fn read_excerpt(mut resp: reqwest::Response, redirects: u32) -> Result<Res
             }
             Ok(None) => break,
             // A body that breaks off after a 2xx status is not a success.
-            Err(e) if (200..300).contains(&status) => return Err(classify(e)),
+            Err(e) if (200..300).contains(&status) => return Err(errors::describe(&e, url)),
             Err(_) => break,
         }
     }
@@ -307,7 +306,7 @@ struct PolicyResolver {
 
 /// Every address of the host, or the first one the policy refuses.
 #[derive(Debug, thiserror::Error)]
-enum ResolveError {
+pub(crate) enum ResolveError {
     #[error("resolve {host}: {source}")]
     Dns {
         host: String,
@@ -348,48 +347,4 @@ impl Resolve for PolicyResolver {
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
     }
-}
-
-/// Map a reqwest error to a stable code, looking through its chain of causes.
-fn classify(err: reqwest::Error) -> SendError {
-    let message = error_chain(&err);
-    let mut code = if err.is_timeout() {
-        SendErrorCode::Timeout
-    } else if err.is_connect() {
-        SendErrorCode::ConnectFailed
-    } else {
-        SendErrorCode::RequestFailed
-    };
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
-    while let Some(e) = source {
-        if let Some(r) = e.downcast_ref::<ResolveError>() {
-            code = match r {
-                ResolveError::Blocked { .. } => SendErrorCode::TargetBlocked,
-                _ => SendErrorCode::DnsFailed,
-            };
-            break;
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            // rustls reports handshake and certificate failures as InvalidData.
-            if io.kind() == std::io::ErrorKind::InvalidData && err.is_connect() {
-                code = SendErrorCode::TlsFailed;
-            }
-        }
-        source = e.source();
-    }
-    SendError { code, message }
-}
-
-/// `outer: cause: root cause`, without repeating identical links.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = vec![err.to_string()];
-    let mut source = err.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = e.source();
-    }
-    parts.join(": ")
 }

@@ -116,9 +116,21 @@ pub struct Denied {
     pub rule: String,
 }
 
+impl Denied {
+    /// What an operator can do about it, as a clause.
+    pub fn remedy(&self) -> String {
+        let bits = if self.addr.is_ipv4() { 32 } else { 128 };
+        format!(
+            "start spoold with --allow-target {}/{bits} or, for development, \
+             --allow-private-targets",
+            self.addr
+        )
+    }
+}
+
 impl fmt::Display for Denied {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "address {} is blocked ({})", self.addr, self.rule)
+        write!(f, "{} is blocked ({})", self.addr, self.rule)
     }
 }
 

@@ -217,3 +217,45 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// Every transport failure is told as an operator would say it: what was tried, where, and
+/// why, in one line; the stable `lastErrorCode` beside it. (Names that do not resolve and
+/// blocked names are checked inside a network namespace, in `ssrf_netns`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn transport_errors_read_like_sentences() {
+    let d = InProcess::boot(&["--request-timeout", "500ms"]).await;
+    let refusing = Receiver::refusing_port();
+    let plain = Receiver::start().await.expect("receiver");
+    let hung = Receiver::start().await.expect("receiver");
+    hung.respond_with(Reply::hang());
+    let cases = [
+        (
+            format!("http://127.0.0.1:{refusing}/x"),
+            "connect_failed",
+            format!("connect to 127.0.0.1:{refusing}: connection refused"),
+        ),
+        (
+            format!("https://127.0.0.1:{}/x", plain.port()),
+            "tls_failed",
+            format!(
+                "TLS handshake with 127.0.0.1:{}: the server did not answer with TLS (is it a \
+                 plain-HTTP port?)",
+                plain.port()
+            ),
+        ),
+        (
+            hung.url("/x"),
+            "timeout",
+            "no response within 500ms (request timeout)".to_owned(),
+        ),
+    ];
+    for (url, code, message) in cases {
+        let done = d
+            .deliver(json!({"targetUrl": url, "maxAttempts": 1}), &["failed"])
+            .await;
+        assert_eq!(done["lastErrorCode"], code, "{url}: {done}");
+        assert_eq!(done["lastError"], message.as_str(), "{url}: {done}");
+        let (_, history) = d.api.attempts(&id_of(&done)).await.expect("attempts");
+        assert_eq!(history["attempts"][0]["error"], message.as_str(), "{url}");
+    }
+}

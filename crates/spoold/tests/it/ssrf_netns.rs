@@ -1,7 +1,8 @@
 //! The outbound address policy end to end, with real name resolution: the daemon runs under
 //! `ip netns exec` in a network namespace of its own that has nothing but `lo`, its default
 //! policy in force, and the test talks to it over a unix socket. Test names resolve through
-//! the namespace's own `/etc/hosts` (`/etc/netns/<ns>/hosts`), so no DNS server is asked.
+//! the namespace's own `/etc/hosts` (`/etc/netns/<ns>/hosts`); any other name is asked of the
+//! namespace's own loopback (`/etc/netns/<ns>/resolv.conf`), where no DNS server listens.
 //!
 //! Nothing can leave the namespace: a public address has no route there, so an attempt the
 //! policy allows fails in the kernel with "network unreachable" before any packet is sent.
@@ -39,28 +40,28 @@ async fn blocked_literals_are_refused_at_submission() {
     let Some(spoold) = Spoold::boot(&[]).await else {
         return;
     };
-    let loopback = "address 127.0.0.1 is blocked (loopback 127.0.0.0/8)";
+    let loopback = "127.0.0.1 is blocked (loopback 127.0.0.0/8)";
     let cases: &[(&str, &str)] = &[
         ("http://2130706433/", loopback),
         ("http://0x7f.1/", loopback),
         ("http://0177.0.0.1/", loopback),
         (
             "http://[::ffff:127.0.0.1]/",
-            "address ::ffff:127.0.0.1 is blocked \
+            "::ffff:127.0.0.1 is blocked \
              (IPv4-mapped address of 127.0.0.1: loopback 127.0.0.0/8)",
         ),
-        ("http://[::]/", "address :: is blocked (unspecified ::/128)"),
+        ("http://[::]/", ":: is blocked (unspecified ::/128)"),
         (
             "http://169.254.169.254/latest/meta-data",
-            "address 169.254.169.254 is blocked (link-local 169.254.0.0/16)",
+            "169.254.169.254 is blocked (link-local 169.254.0.0/16)",
         ),
         (
             "http://10.0.0.1/",
-            "address 10.0.0.1 is blocked (private 10.0.0.0/8)",
+            "10.0.0.1 is blocked (private 10.0.0.0/8)",
         ),
         (
             "http://[fd00::1]/",
-            "address fd00::1 is blocked (unique local fc00::/7)",
+            "fd00::1 is blocked (unique local fc00::/7)",
         ),
     ];
     for (url, reason) in cases {
@@ -73,6 +74,10 @@ async fn blocked_literals_are_refused_at_submission() {
         assert_eq!(err["error"]["code"], "target_blocked", "{url}: {err}");
         let message = err["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(reason), "{url}: {message}");
+        assert!(
+            message.ends_with("or, for development, --allow-private-targets"),
+            "{url}: {message}"
+        );
     }
     let (status, list) = spoold.api.list("").await.expect("list");
     assert_eq!((status, &list["count"]), (200, &json!(0)), "{list}");
@@ -90,24 +95,18 @@ async fn names_resolving_to_blocked_addresses_fail_without_retry() {
         return;
     };
     let cases: &[(&str, &str)] = &[
-        (
-            "private.test",
-            "address 10.1.2.3 is blocked (private 10.0.0.0/8)",
-        ),
+        ("private.test", "10.1.2.3 is blocked (private 10.0.0.0/8)"),
         (
             "meta.test",
-            "address 169.254.169.254 is blocked (link-local 169.254.0.0/16)",
+            "169.254.169.254 is blocked (link-local 169.254.0.0/16)",
         ),
         (
             "mapped.test",
-            "address ::ffff:127.0.0.1 is blocked \
+            "::ffff:127.0.0.1 is blocked \
              (IPv4-mapped address of 127.0.0.1: loopback 127.0.0.0/8)",
         ),
         // One public and one loopback address: the public one must not be picked.
-        (
-            "mixed.test",
-            "address 127.0.0.1 is blocked (loopback 127.0.0.0/8)",
-        ),
+        ("mixed.test", "127.0.0.1 is blocked (loopback 127.0.0.0/8)"),
     ];
     let mut ids = Vec::new();
     for (host, _) in cases {
@@ -129,12 +128,17 @@ async fn names_resolving_to_blocked_addresses_fail_without_retry() {
         assert_eq!(done["status"], "failed", "{host}: {done}");
         assert_eq!(done["attempts"], 1, "{host}: not retried: {done}");
         assert_eq!(done["lastErrorCode"], "target_blocked", "{host}: {done}");
-        let error = done["lastError"].as_str().unwrap_or_default();
-        assert!(
-            error.contains(&format!("target {host} resolves to a blocked address")),
-            "{host}: {error}"
+        // `reason` is "ADDR is blocked (RULE)".
+        let (addr, rest) = reason.split_once(" is blocked").expect("a reason");
+        let bits = if addr.contains(':') { 128 } else { 32 };
+        assert_eq!(
+            done["lastError"].as_str().unwrap_or_default(),
+            format!(
+                "{host} resolves to {addr}, which is blocked{rest}; start spoold with \
+                 --allow-target {addr}/{bits} or, for development, --allow-private-targets"
+            ),
+            "{host}"
         );
-        assert!(error.contains(reason), "{host}: {error}");
         let history = attempt_summary(&spoold.api, id).await;
         assert_eq!(
             history,
@@ -185,6 +189,41 @@ async fn public_addresses_are_attempted() {
     assert_eq!(
         spoold.metric("spoold_config_allowed_target_ranges").await,
         0
+    );
+}
+
+/// A name that does not resolve: `dns_failed`, told as such, and retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn names_that_do_not_resolve_fail_as_dns_errors() {
+    let Some(spoold) = Spoold::boot(&[]).await else {
+        return;
+    };
+    let (status, created) = spoold
+        .api
+        .create(json!({"targetUrl": "http://nosuch.test/hook", "maxAttempts": 2}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    let done = spoold
+        .api
+        .wait_status(&id, &["failed", "succeeded"], WAIT)
+        .await
+        .expect("finishes");
+    assert_eq!(
+        (&done["status"], &done["attempts"], &done["lastErrorCode"]),
+        (&json!("failed"), &json!(2), &json!("dns_failed")),
+        "{done}"
+    );
+    // What getaddrinfo says depends on how the lookup failed: the server is not there.
+    let error = done["lastError"].as_str().unwrap_or_default();
+    assert!(
+        [
+            "DNS: cannot resolve nosuch.test: temporary failure in name resolution",
+            "DNS: cannot resolve nosuch.test: no such host",
+        ]
+        .contains(&error),
+        "{error}"
     );
 }
 
@@ -330,6 +369,13 @@ impl Netns {
         std::fs::create_dir_all(&netns.etc)
             .with_context(|| format!("create {}", netns.etc.display()))?;
         std::fs::write(netns.etc.join("hosts"), HOSTS).context("write the namespace's hosts")?;
+        // A name missing from the hosts file is asked of a DNS server on the namespace's own
+        // loopback, where nothing listens: the lookup fails without a packet leaving.
+        std::fs::write(
+            netns.etc.join("resolv.conf"),
+            "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+        )
+        .context("write the namespace's resolv.conf")?;
         netns.exec(&["ip", "link", "set", "lo", "up"])?;
         // The rule these tests rely on: nothing but loopback inside.
         let links = netns.exec(&["ip", "-o", "link", "show"])?;
