@@ -69,26 +69,17 @@ pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelive
         return Err(invalid("idempotency key must not exceed 256 bytes"));
     }
 
-    let target_url = req.target_url.unwrap_or_default().trim().to_owned();
-    if target_url.is_empty() {
-        return Err(invalid("target URL is required"));
-    }
-    if target_url.len() > spool_proto::MAX_URL_BYTES {
-        return Err(invalid("target URL must not exceed 4096 bytes"));
-    }
-    let url = Url::parse(&target_url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid("target URL must use http or https"));
-    }
+    let url = parse_target(req.target_url.as_deref().unwrap_or_default())?;
     let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
         return Err(invalid("target URL must include a host"));
     };
     if !url.username().is_empty() || url.password().is_some() {
         return Err(invalid("target URL must not include user information"));
     }
-    if url.fragment().is_some_and(|f| !f.is_empty()) {
+    if url.fragment().is_some() {
         return Err(invalid("target URL must not include a fragment"));
     }
+    let target_url = url.as_str().to_owned();
     let origin = format!(
         "{}://{}:{}",
         url.scheme(),
@@ -158,6 +149,58 @@ pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelive
         expires_at,
         fingerprint,
     })
+}
+
+/// The target URL exactly as it will be dialed (the parser's normal form), or why not. Spellings
+/// the URL parser would silently repair are refused instead, so that what is stored and shown
+/// is what is dialed: a missing or extra slash after the scheme (`http:/x`, `http:x`,
+/// `http:///x` all become host `x`), backslashes (read as slashes), and tabs, newlines and
+/// other control characters (stripped).
+fn parse_target(raw: &str) -> Result<Url, Rejection> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Err(invalid("target URL is required"));
+    }
+    if raw.len() > spool_proto::MAX_URL_BYTES {
+        return Err(invalid("target URL must not exceed 4096 bytes"));
+    }
+    if raw.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(invalid(
+            "target URL must not contain spaces or control characters (percent-encode them)",
+        ));
+    }
+    if raw.contains('\\') {
+        return Err(invalid("target URL must not contain backslashes"));
+    }
+    let needs_scheme = || {
+        invalid(format!(
+            "target URL needs http:// or https://, as in http://{raw}"
+        ))
+    };
+    let Some((scheme, rest)) = raw.split_once(':') else {
+        return Err(needs_scheme());
+    };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        // `localhost:9000/hook` reads as scheme "localhost": what was meant is a host.
+        return Err(if rest.starts_with("//") {
+            invalid("target URL must use http or https")
+        } else {
+            needs_scheme()
+        });
+    }
+    let Some(authority) = rest.strip_prefix("//") else {
+        return Err(invalid(format!(
+            "target URL must have \"//\" after \"{scheme}:\", as in {scheme}://host/path"
+        )));
+    };
+    if authority.is_empty() || authority.starts_with(['/', '?', '#', ':']) {
+        return Err(invalid("target URL must include a host"));
+    }
+    let url = Url::parse(raw).map_err(|e| invalid(format!("parse target URL: {e}")))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("target URL must include a host"));
+    }
+    Ok(url)
 }
 
 fn decode_body(req: &CreateDelivery) -> Result<Body, Rejection> {
@@ -308,7 +351,8 @@ mod tests {
             "idempotencyKey": "  k1 ",
         }))
         .expect("valid");
-        assert_eq!(d.target_url, "HTTPS://Example.COM/hook");
+        // Stored as dialed: the parser's normal form.
+        assert_eq!(d.target_url, "https://example.com/hook");
         assert_eq!(d.origin, "https://example.com:443");
         assert_eq!(d.method, "PUT");
         assert_eq!(d.max_attempts, 8);
@@ -368,6 +412,65 @@ mod tests {
         );
     }
 
+    /// The URL stored is the URL dialed: spellings the parser would repair are refused, the
+    /// rest are stored in the parser's normal form.
+    #[test]
+    fn target_urls_are_stored_as_dialed_or_refused() {
+        let cases: &[(&str, Result<&str, &str>)] = &[
+            ("http:///x", Err("must include a host")),
+            ("http://:80/", Err("must include a host")),
+            ("http://?q", Err("must include a host")),
+            ("http:/x", Err(r#"must have "//" after "http:""#)),
+            ("http:x", Err(r#"must have "//" after "http:""#)),
+            ("https:x.test/y", Err(r#"must have "//" after "https:""#)),
+            (r"http://h\x", Err("backslashes")),
+            (r"http:\\h/x", Err("backslashes")),
+            ("http://h/a\tb", Err("control characters")),
+            ("http://h/a\nb", Err("control characters")),
+            ("http://h\r/", Err("control characters")),
+            ("http://h/a b", Err("spaces")),
+            (
+                "localhost:9000/hook",
+                Err("needs http:// or https://, as in http://localhost:9000/hook"),
+            ),
+            ("hooks.test/x", Err("needs http:// or https://")),
+            ("ftp://h/", Err("must use http or https")),
+            (
+                "HTTP://Example.TEST:80/a/./b/../c?q=1",
+                Ok("http://example.test/a/c?q=1"),
+            ),
+            ("http://h", Ok("http://h/")),
+            ("  https://h:443/x  ", Ok("https://h/x")),
+            ("http://h/%7e?x=%20", Ok("http://h/%7e?x=%20")),
+            ("http://b\u{fc}cher.test/", Ok("http://xn--bcher-kva.test/")),
+            ("http://[::1]:8080/x", Ok("http://[::1]:8080/x")),
+            ("http://2130706433/", Ok("http://127.0.0.1/")),
+        ];
+        let open = AddressPolicy {
+            allow_all: true,
+            allowed: Vec::new(),
+        };
+        for (input, want) in cases {
+            let got = validate(
+                decode(&serde_json::to_vec(&json!({ "targetUrl": input })).expect("json"))
+                    .expect("decodes"),
+                &open,
+            );
+            match (want, got) {
+                (Ok(stored), Ok(new)) => {
+                    assert_eq!(new.target_url, *stored, "{input:?}");
+                    let dialed = Url::parse(&new.target_url).expect("stored URL parses");
+                    assert_eq!(dialed.as_str(), *stored, "{input:?}: stored is dialed");
+                }
+                (Err(part), Err(r)) => {
+                    assert_eq!(r.code, ErrorCode::InvalidDelivery, "{input:?}");
+                    assert!(r.message.contains(part), "{input:?}: {}", r.message);
+                }
+                (want, got) => panic!("{input:?}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
+
     #[test]
     fn field_rules() {
         let long_key = "k".repeat(257);
@@ -377,7 +480,10 @@ mod tests {
             (json!({"targetUrl":"   "}), "target URL is required"),
             (json!({"targetUrl": long_url}), "must not exceed 4096 bytes"),
             (json!({"targetUrl":"ftp://h/"}), "must use http or https"),
-            (json!({"targetUrl":"not a url"}), "parse target URL"),
+            (
+                json!({"targetUrl":"not a url"}),
+                "spaces or control characters",
+            ),
             (json!({"targetUrl":"http://u:p@h/"}), "user information"),
             (json!({"targetUrl":"http://h/#frag"}), "fragment"),
             (

@@ -357,3 +357,50 @@ async fn list_pages_reach_every_delivery() {
     let revealed: Value = serde_json::from_slice(&body).expect("json");
     assert_eq!(revealed["headers"]["Authorization"], "Bearer secret");
 }
+
+/// What the daemon stores and shows as `targetUrl` is what it dials; a spelling it would have
+/// to repair is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn target_urls_are_dialed_as_shown() {
+    let d = InProcess::boot(&[]).await;
+    let r = spool_testkit::Receiver::start().await.expect("receiver");
+    let port = r.port();
+    let done = d
+        .deliver(
+            json!({"targetUrl": format!("HTTP://127.0.0.1:{port}/a/./b/../c?q=1")}),
+            &["succeeded"],
+        )
+        .await;
+    assert_eq!(
+        done["targetUrl"],
+        format!("http://127.0.0.1:{port}/a/c?q=1"),
+        "{done}"
+    );
+    let seen = r.requests();
+    assert_eq!(
+        (seen[0].path.as_str(), seen[0].query.as_deref()),
+        ("/a/c", Some("q=1"))
+    );
+
+    for odd in [
+        format!("http:///127.0.0.1:{port}/x"),
+        format!("http:/127.0.0.1:{port}/x"),
+        format!("http:127.0.0.1:{port}/x"),
+        "http://:80/".to_owned(),
+        format!("http://127.0.0.1:{port}\\x"),
+        format!("http://127.0.0.1:{port}/a\tb"),
+        format!("http://127.0.0.1:{port}/a\nb"),
+    ] {
+        let (status, err) = d
+            .api
+            .create(json!({ "targetUrl": odd }))
+            .await
+            .expect("create");
+        assert_eq!(
+            (status, &err["error"]["code"]),
+            (400, &json!("invalid_delivery")),
+            "{odd:?}: {err}"
+        );
+    }
+    assert_eq!(r.requests().len(), 1);
+}
