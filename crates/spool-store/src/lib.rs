@@ -177,6 +177,18 @@ impl Store {
         dispatch!(self, s => s.next_due(saturated).await)
     }
 
+    /// Origins that have pending or in-flight work, with how much, in origin order after
+    /// `after` (a cursor: the last origin of the previous page). From counts the store keeps,
+    /// so the cost does not grow with the backlog.
+    pub async fn origins(
+        &self,
+        limit: u32,
+        after: Option<String>,
+    ) -> Result<Vec<model::OriginCounts>> {
+        dispatch!(self, s => s.origins(limit, after).await)
+    }
+
+    /// Counts by status (kept by the store, not counted), the oldest due time, database size.
     pub async fn stats(&self) -> Result<Stats> {
         dispatch!(self, s => s.stats().await)
     }

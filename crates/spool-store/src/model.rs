@@ -348,6 +348,14 @@ pub struct Page {
     pub next_cursor: Option<String>,
 }
 
+/// Work waiting for one origin (`scheme://host:port`), from the store's own counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginCounts {
+    pub origin: String,
+    pub pending: u64,
+    pub in_flight: u64,
+}
+
 /// Numbers for gauges.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {

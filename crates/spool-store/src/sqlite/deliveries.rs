@@ -10,8 +10,8 @@ use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, ClaimBatch,
-    Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery, Page,
-    Reclaimed, Reservation, StartOutcome, Stats, TransitionOutcome,
+    Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery,
+    OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats, TransitionOutcome,
 };
 
 // Queries over pending, in-flight or finished work name their partial index (`INDEXED BY`):
@@ -752,8 +752,9 @@ pub(crate) fn next_due(conn: &Connection, saturated: &[String]) -> Result<Option
 }
 
 pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
+    // Kept by triggers in the transactions that change statuses: no rows are counted here.
     let by_status: Vec<(String, u64)> = conn
-        .prepare_cached("SELECT status, COUNT(*) FROM deliveries GROUP BY status")
+        .prepare_cached("SELECT status, n FROM status_counts WHERE n > 0")
         .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
         .map_err(map_err)?;
     let oldest_due_at: Option<Millis> = conn
@@ -771,6 +772,32 @@ pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {
         oldest_due_at,
         db_bytes: db_bytes(conn)?,
     })
+}
+
+/// Origins with pending or in-flight work, in origin order after `after`, at most `limit`.
+pub(crate) fn origins(
+    conn: &Connection,
+    limit: u32,
+    after: Option<&str>,
+) -> Result<Vec<OriginCounts>> {
+    conn.prepare_cached(
+        "SELECT origin, \
+                SUM(CASE WHEN status = 'pending' THEN n ELSE 0 END), \
+                SUM(CASE WHEN status = 'in_flight' THEN n ELSE 0 END) \
+         FROM origin_counts WHERE origin > ?1 AND n > 0 \
+         GROUP BY origin ORDER BY origin LIMIT ?2",
+    )
+    .and_then(|mut st| {
+        st.query_map(params![after.unwrap_or(""), limit], |r| {
+            Ok(OriginCounts {
+                origin: r.get(0)?,
+                pending: r.get(1)?,
+                in_flight: r.get(2)?,
+            })
+        })?
+        .collect()
+    })
+    .map_err(map_err)
 }
 
 /// Bytes in use: pages minus free pages. The WAL is not counted; it is bounded by checkpoints.

@@ -25,7 +25,8 @@ use crate::clock::Clock;
 use crate::error::{Result, StoreError};
 use crate::model::{
     Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome,
-    Millis, NewDelivery, Page, Reclaimed, Reservation, StartOutcome, Stats, TransitionOutcome,
+    Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats,
+    TransitionOutcome,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -404,6 +405,11 @@ impl SqliteStore {
 
     pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {
         self.read(move |c| deliveries::next_due(c, &saturated))
+            .await
+    }
+
+    pub async fn origins(&self, limit: u32, after: Option<String>) -> Result<Vec<OriginCounts>> {
+        self.read(move |c| deliveries::origins(c, limit, after.as_deref()))
             .await
     }
 

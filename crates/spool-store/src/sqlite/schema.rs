@@ -79,6 +79,51 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_origin_due ON deliveries (origin, next_attempt_at)
         WHERE status = 'pending';
     "#,
+    // 4: deliveries counted by status and by origin and status, kept in the same transactions
+    // that change them (by triggers, so no write path can forget), so that metrics, stats and
+    // the targets overview never count rows. Exact across crashes: a count commits or rolls
+    // back with the change it counts.
+    r#"
+    CREATE TABLE status_counts (
+        status TEXT    NOT NULL PRIMARY KEY,
+        n      INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE origin_counts (
+        origin TEXT    NOT NULL,
+        status TEXT    NOT NULL,
+        n      INTEGER NOT NULL,
+        PRIMARY KEY (origin, status)
+    ) WITHOUT ROWID;
+    INSERT INTO status_counts (status, n)
+        SELECT status, COUNT(*) FROM deliveries GROUP BY status;
+    INSERT INTO origin_counts (origin, status, n)
+        SELECT origin, status, COUNT(*) FROM deliveries
+        WHERE status IN ('pending', 'in_flight') GROUP BY origin, status;
+
+    CREATE TRIGGER deliveries_counted_in AFTER INSERT ON deliveries BEGIN
+        INSERT INTO status_counts (status, n) VALUES (NEW.status, 1)
+            ON CONFLICT (status) DO UPDATE SET n = n + 1;
+        INSERT INTO origin_counts (origin, status, n)
+            SELECT NEW.origin, NEW.status, 1 WHERE NEW.status IN ('pending', 'in_flight')
+            ON CONFLICT (origin, status) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER deliveries_counted_out AFTER DELETE ON deliveries BEGIN
+        UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
+        UPDATE origin_counts SET n = n - 1 WHERE origin = OLD.origin AND status = OLD.status;
+        DELETE FROM origin_counts WHERE origin = OLD.origin AND status = OLD.status AND n = 0;
+    END;
+    CREATE TRIGGER deliveries_counted_moved AFTER UPDATE OF status ON deliveries
+        WHEN OLD.status <> NEW.status BEGIN
+        UPDATE status_counts SET n = n - 1 WHERE status = OLD.status;
+        INSERT INTO status_counts (status, n) VALUES (NEW.status, 1)
+            ON CONFLICT (status) DO UPDATE SET n = n + 1;
+        UPDATE origin_counts SET n = n - 1 WHERE origin = OLD.origin AND status = OLD.status;
+        DELETE FROM origin_counts WHERE origin = OLD.origin AND status = OLD.status AND n = 0;
+        INSERT INTO origin_counts (origin, status, n)
+            SELECT NEW.origin, NEW.status, 1 WHERE NEW.status IN ('pending', 'in_flight')
+            ON CONFLICT (origin, status) DO UPDATE SET n = n + 1;
+    END;
+    "#,
 ];
 
 /// The schema version this binary writes.

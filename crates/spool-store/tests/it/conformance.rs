@@ -64,6 +64,7 @@ macro_rules! conformance_suite {
             list_paginates_every_row_once,
             list_filters_by_status,
             next_due_and_stats,
+            counts_follow_every_change,
             ping_writes,
         );
 
@@ -1404,6 +1405,82 @@ pub async fn list_filters_by_status(store: Store) {
         .expect("list");
     assert!(none.deliveries.is_empty());
     assert_eq!(none.next_cursor, None);
+}
+
+/// Counts by status and by origin are kept by the store, not counted on demand: after every
+/// kind of change they must still equal what the listings show.
+pub async fn counts_follow_every_change(store: Store) {
+    async fn check(store: &Store, step: &str) {
+        let mut listed: HashMap<DeliveryStatus, u64> = HashMap::new();
+        let mut by_origin: HashMap<String, (u64, u64)> = HashMap::new();
+        let mut cursor = None;
+        loop {
+            let page = store.list(None, 500, cursor).await.expect("list");
+            for d in &page.deliveries {
+                *listed.entry(d.status).or_default() += 1;
+                let row = by_origin.entry(d.origin.clone()).or_default();
+                match d.status {
+                    DeliveryStatus::Pending => row.0 += 1,
+                    DeliveryStatus::InFlight => row.1 += 1,
+                    _ => {}
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let stats = store.stats().await.expect("stats");
+        assert_eq!(
+            status_counts(&stats.by_status),
+            listed,
+            "by status, after {step}"
+        );
+        by_origin.retain(|_, (pending, in_flight)| *pending + *in_flight > 0);
+        let origins: HashMap<String, (u64, u64)> = store
+            .origins(100, None)
+            .await
+            .expect("origins")
+            .into_iter()
+            .map(|o| (o.origin, (o.pending, o.in_flight)))
+            .collect();
+        assert_eq!(origins, by_origin, "by origin, after {step}");
+    }
+    check(&store, "nothing").await;
+    for n in 1..=6 {
+        let url = if n % 2 == 0 { URL_B } else { URL_A };
+        create(&store, new_delivery(&id(n), None, url)).await;
+    }
+    check(&store, "creates").await;
+    let claimed = claim(&store, 4).await;
+    check(&store, "claims").await;
+    complete(&store, &claimed[0], Disposition::Succeeded, Some(200)).await;
+    complete(&store, &claimed[1], Disposition::Failed, Some(400)).await;
+    complete(
+        &store,
+        &claimed[2],
+        Disposition::Retry { delay_ms: 0 },
+        Some(503),
+    )
+    .await;
+    check(&store, "results").await;
+    store.cancel(claimed[3].id.clone()).await.expect("cancel");
+    store.cancel(id(5)).await.expect("cancel");
+    check(&store, "cancels").await;
+    store.retry(claimed[1].id.clone()).await.expect("retry");
+    check(&store, "an operator's retry").await;
+    let reserved = reserve(&store, ORIGIN_A).await;
+    check(&store, "a reservation").await;
+    if let Some(r) = reserved {
+        store.release(r.id, r.claim_seq).await.expect("release");
+    }
+    claim(&store, 1).await;
+    assert_eq!(store.recover().await.expect("recover").total(), 1);
+    check(&store, "recovery").await;
+    let now = store.now_ms();
+    wait_until(&store, now + 2).await;
+    store.purge_finished(0, 100).await.expect("purge");
+    check(&store, "retention").await;
 }
 
 pub async fn next_due_and_stats(store: Store) {

@@ -377,3 +377,44 @@ async fn the_wal_is_checkpointed_in_the_background() {
     let unbounded = 8000 * 2 * 4096;
     assert!(wal < unbounded / 3, "WAL is {wal} bytes after 8000 commits");
 }
+
+/// A database from before the counts (schema 3) gets them at the upgrade, counted once from its
+/// rows; from then on the triggers keep them.
+#[tokio::test]
+async fn counts_are_built_when_an_older_database_is_upgraded() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = dir.path().join("spool.db");
+    let store = open(&path, 0).expect("open");
+    for n in 1..=5 {
+        store
+            .insert(new_delivery(&id(n), None, URL_A))
+            .await
+            .expect("insert");
+    }
+    store.cancel(id(1)).await.expect("cancel");
+    drop(store);
+    // Back to schema 3, as an older spoold left it.
+    Connection::open(&path)
+        .expect("open with rusqlite")
+        .execute_batch(
+            "DROP TRIGGER deliveries_counted_in; DROP TRIGGER deliveries_counted_out; \
+             DROP TRIGGER deliveries_counted_moved; DROP TABLE status_counts; \
+             DROP TABLE origin_counts; PRAGMA user_version = 3;",
+        )
+        .expect("downgrade");
+
+    let store = open(&path, 0).expect("upgrade");
+    let stats = store.stats().await.expect("stats");
+    let mut counts: Vec<_> = stats.by_status;
+    counts.sort_by_key(|(s, _)| s.as_str());
+    assert_eq!(
+        counts,
+        [(DeliveryStatus::Canceled, 1), (DeliveryStatus::Pending, 4)]
+    );
+    let origins = store.origins(10, None).await.expect("origins");
+    assert_eq!(origins.len(), 1);
+    assert_eq!((origins[0].pending, origins[0].in_flight), (4, 0));
+    store.cancel(id(2)).await.expect("cancel");
+    let stats = store.stats().await.expect("stats");
+    assert!(stats.by_status.contains(&(DeliveryStatus::Pending, 3)));
+}

@@ -147,3 +147,67 @@ async fn acknowledged_creates_survive_kill9_under_load() {
         assert_eq!(status, 200, "acknowledged delivery {id} lost: {d}");
     }
 }
+
+/// The counts by status and by origin that metrics and stats read are kept in the same
+/// transactions as the changes they count: after kill -9 in the middle of creates, deliveries,
+/// retries and cancels they still equal what the rows say.
+#[tokio::test(flavor = "multi_thread")]
+async fn counts_stay_exact_across_kill9() {
+    let dir = TempDir::new().expect("temp dir");
+    let receiver = Receiver::start().await.expect("receiver");
+    // Every third request fails, so some deliveries are retried.
+    receiver.push_replies((0..300).map(|n| {
+        if n % 3 == 0 {
+            Reply::status(503)
+        } else {
+            Reply::status(200)
+        }
+    }));
+    let mut daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let mut clients = tokio::task::JoinSet::new();
+    for client in 0..8 {
+        let api = api.clone();
+        let url = receiver.url(&format!("/{client}"));
+        clients.spawn(async move {
+            for n in 0.. {
+                let body = json!({"targetUrl": url, "body": {"n": n}});
+                let Ok((201, d)) = api.create(body).await else {
+                    break;
+                };
+                if n % 4 == 0 && api.cancel(&id_of(&d)).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    daemon.kill9();
+    while clients.join_next().await.is_some() {}
+
+    let db = rusqlite::Connection::open(crate::db_path(&dir)).expect("open the database");
+    let query = |sql: &str| -> Vec<(String, String, i64)> {
+        let mut st = db.prepare(sql).expect("prepare");
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .expect("query");
+        let mut rows: Vec<_> = rows.collect::<Result<_, _>>().expect("rows");
+        rows.sort();
+        rows
+    };
+    let kept = query("SELECT '', status, n FROM status_counts WHERE n <> 0");
+    let counted = query("SELECT '', status, COUNT(*) FROM deliveries GROUP BY status");
+    assert!(
+        counted.iter().map(|r| r.2).sum::<i64>() > 50,
+        "too little load: {counted:?}"
+    );
+    assert_eq!(kept, counted, "counts by status");
+    let kept = query("SELECT origin, status, n FROM origin_counts WHERE n <> 0");
+    let counted = query(
+        "SELECT origin, status, COUNT(*) FROM deliveries \
+         WHERE status IN ('pending', 'in_flight') GROUP BY origin, status",
+    );
+    assert_eq!(kept, counted, "counts by origin");
+}
