@@ -6,17 +6,20 @@
 //! - [`delivery`]: create request, delivery object, listings, attempt history.
 //! - [`error`]: the error envelope and its stable codes.
 //! - [`headers`]: header-name canonicalisation and token rules.
+//! - [`overview`]: the operator's overview (stats, targets).
 //! - [`units`]: `1h30m`-style durations, `64KiB`-style sizes, RFC 3339 times.
 
 pub mod delivery;
 pub mod error;
 pub mod headers;
+pub mod overview;
 pub mod units;
 
 pub use delivery::{
     AttemptList, AttemptView, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
+pub use overview::{ActivityView, StatsView, TargetList, TargetView};
 
 /// Managed headers: set by spoold itself, refused in a create request.
 pub const MANAGED_HEADERS: &[&str] = &[

@@ -99,6 +99,10 @@ pub enum Command {
     Retry(IdArgs),
     /// Cancel pending or in-flight delivery work
     Cancel(IdArgs),
+    /// How the spool is doing: counts by status, the oldest due delivery, recent results
+    Stats,
+    /// Targets with work waiting, recent failures or a pause, in origin order
+    Targets(TargetsArgs),
     /// Wait until a delivery is succeeded, failed or canceled
     #[command(
         long_about = "Wait until a delivery is succeeded, failed or canceled.\n\n\
@@ -213,6 +217,26 @@ pub struct ListArgs {
     pub cursor: Option<String>,
 
     /// Follow next-page cursors until every delivery has been listed
+    #[arg(long)]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TargetsArgs {
+    /// Targets per page
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = spool_proto::DEFAULT_LIST_LIMIT,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LIST_LIMIT))
+    )]
+    pub limit: u32,
+
+    /// Start at this page (the `next cursor` of an earlier listing)
+    #[arg(long, value_name = "CURSOR")]
+    pub cursor: Option<String>,
+
+    /// Follow next-page cursors until every target has been listed
     #[arg(long)]
     pub all: bool,
 }

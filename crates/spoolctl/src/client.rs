@@ -14,7 +14,9 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
-use spool_proto::{AttemptList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView};
+use spool_proto::{
+    AttemptList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView, StatsView, TargetList,
+};
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
 
@@ -352,6 +354,26 @@ impl Client {
     /// `GET /v1/deliveries/{id}/attempts`
     pub async fn attempts(&self, id: &str) -> Result<AttemptList, ClientError> {
         let path = format!("{}/attempts", delivery_path(id));
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/stats`
+    pub async fn stats(&self) -> Result<StatsView, ClientError> {
+        decode(&self.send(Method::GET, "/v1/stats", None).await?)
+    }
+
+    /// `GET /v1/targets?limit=…[&cursor=…]`
+    pub async fn targets(
+        &self,
+        limit: u32,
+        cursor: Option<&str>,
+    ) -> Result<TargetList, ClientError> {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("limit", &limit.to_string());
+        if let Some(cursor) = cursor {
+            q.append_pair("cursor", cursor);
+        }
+        let path = format!("/v1/targets?{}", q.finish());
         decode(&self.send(Method::GET, &path, None).await?)
     }
 

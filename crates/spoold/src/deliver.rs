@@ -22,6 +22,7 @@ use spool_store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::activity::{self, Activity};
 use crate::metrics::{Metrics, OutcomeLabel, ResultLabel};
 use crate::outbound::{self, Outbound, SendErrorCode};
 use crate::retry::{self, Backoff, Verdict};
@@ -41,6 +42,8 @@ pub struct Deliverer {
     pub lease: Duration,
     /// Claims held by attempts running here: their leases are renewed, not taken back.
     pub live: LiveClaims,
+    /// Recent attempts and results, for the operator's overview.
+    pub activity: Arc<Activity>,
     /// Graceful shutdown has begun: finish, but take on no further work.
     pub stop: CancellationToken,
 }
@@ -206,7 +209,7 @@ impl Deliverer {
                 let asked = Instant::now();
                 let (started, (), reserved) = tokio::join!(
                     self.start(next),
-                    self.record(result),
+                    self.record(&origin, result),
                     self.reserve_ahead(true, &origin),
                 );
                 mine.hold_reserved(&reserved);
@@ -223,9 +226,9 @@ impl Deliverer {
                 released(health);
                 match ahead {
                     Some(unsent) => {
-                        tokio::join!(self.release(unsent), self.record(result));
+                        tokio::join!(self.release(unsent), self.record(&origin, result));
                     }
-                    None => self.record(result).await,
+                    None => self.record(&origin, result).await,
                 }
             }
             return;
@@ -297,23 +300,28 @@ impl Deliverer {
     /// Record a result and count it, or log why it could not be recorded: the claim then stays
     /// in the store with its lease, and when the lease runs out the delivery is reclaimed and
     /// sent again (at least once), so nothing is lost.
-    async fn record(&self, result: AttemptResult) {
+    async fn record(&self, origin: &str, result: AttemptResult) {
         let (id, claim_seq, disposition) =
             (result.id.clone(), result.claim_seq, result.disposition);
+        let error_code = result.error_code.clone();
         let recorded = self.store.complete(result).await;
         self.live.forget(&id, claim_seq);
         match recorded {
             Ok(Applied::Now(status)) => {
-                let label = match (disposition, status) {
-                    (Disposition::Succeeded, _) => "succeeded",
-                    (Disposition::Interrupted, _) => "interrupted",
-                    (_, spool_store::model::DeliveryStatus::Pending) => "retryable_failure",
-                    _ => "terminal_failure",
+                let (label, counted) = match (disposition, status) {
+                    (Disposition::Succeeded, _) => ("succeeded", activity::Result::Succeeded),
+                    (Disposition::Interrupted, _) => ("interrupted", activity::Result::Interrupted),
+                    (_, spool_store::model::DeliveryStatus::Pending) => {
+                        ("retryable_failure", activity::Result::RetryableFailure)
+                    }
+                    _ => ("terminal_failure", activity::Result::TerminalFailure),
                 };
                 self.metrics
                     .results
                     .get_or_create(&ResultLabel { result: label })
                     .inc();
+                self.activity
+                    .result(origin, counted, error_code.as_deref(), self.store.now_ms());
             }
             Ok(Applied::Fenced) => {
                 info!(delivery_id = %id, claim_seq,
@@ -333,6 +341,7 @@ impl Deliverer {
         let claimed = &attempt.claimed;
         let started = Instant::now();
         self.metrics.attempts.inc();
+        self.activity.attempt();
         let timeout = send_timeout(self.request_timeout, attempt.send_by, started);
         let sent = if timeout.is_zero() {
             Sent::LeaseSpent

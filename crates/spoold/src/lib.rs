@@ -10,10 +10,11 @@
 //! - `deliver`: one attempt, from claimed delivery to recorded result.
 //! - [`retry`]: classification and backoff, as pure functions.
 //! - [`outbound`]: the only HTTP client; address policy and resolver.
-//! - [`metrics`], [`logging`].
+//! - [`metrics`], [`logging`]; `activity`: recent attempts and targets for the overview.
 //!
 //! Durable state lives in the `spool-store` crate; wire types in `spool-proto`.
 
+mod activity;
 pub mod api;
 pub mod config;
 mod deliver;
@@ -126,6 +127,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         max_redirects: config.max_redirects,
     })?;
     let metrics = Arc::new(metrics::Metrics::new(&config));
+    let activity = Arc::new(activity::Activity::default());
     store.observe_commits(metrics.clone());
 
     let state = Arc::new(api::AppState {
@@ -134,6 +136,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         policy,
         auth_token: config.auth_token.clone(),
         readiness: api::system::Readiness::default(),
+        activity: Arc::clone(&activity),
+        max_db_bytes: config.max_db_bytes,
     });
     let router = api::router(state);
 
@@ -178,6 +182,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         request_timeout: config.request_timeout,
         lease: config.lease,
         live: deliver::LiveClaims::default(),
+        activity: Arc::clone(&activity),
         stop: stop.clone(),
     });
     let scheduler = scheduler::Scheduler {

@@ -242,6 +242,21 @@ impl Scheduler {
             }
             TargetHealth::Unknown => {}
         }
+        self.publish(&done.origin, targets.get(&done.origin), now);
+    }
+
+    /// Show a target's state in the operator's overview.
+    fn publish(&self, origin: &str, state: Option<&TargetState>, now: Instant) {
+        let (failures, until) = state.map_or((0, None), |t| {
+            let until = [t.paused_until, t.held_until]
+                .into_iter()
+                .flatten()
+                .filter(|u| *u > now)
+                .max();
+            (t.failures, until)
+        });
+        let wall = until.map(|u| self.store.now_ms() + (u - now).as_millis() as i64);
+        self.deliverer.activity.health(origin, failures, wall);
     }
 
     /// Periodic housekeeping: renew the leases of attempts running here, take back claims

@@ -7,6 +7,8 @@ mod completion;
 mod get;
 mod list;
 mod send;
+mod stats;
+mod targets;
 mod transition;
 mod version;
 mod wait;
@@ -71,6 +73,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 out,
             ))?,
             Command::Wait(args) => block_on(wait::run(&connect(global)?, args, out))?,
+            Command::Stats => block_on(stats::run(&connect(global)?, out))?,
+            Command::Targets(args) => block_on(targets::run(&connect(global)?, args, out))?,
         }
     };
     stdout.flush().context("write output")?;

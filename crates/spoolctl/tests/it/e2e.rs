@@ -458,3 +458,53 @@ async fn spoold_url_from_the_environment() {
     let out = check_ok(&crate::capture(cmd, None).await);
     assert_eq!(out, row("get", &id, "succeeded", "1/8", "POST", &url));
 }
+
+/// `stats` and `targets` print the operator's overview as tables, and as JSON with `--json`.
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_and_targets_give_the_overview() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/overview");
+    s.receiver.push_replies([Reply::status(404)]);
+    let out = check_ok(&s.ctl(&["send", &url, "-d", "{}"]).await);
+    let id = row_id(&out);
+    s.api()
+        .wait_status(&id, &["failed"], WAIT)
+        .await
+        .expect("failed");
+
+    let stats = check_ok(&s.ctl(&["stats"]).await);
+    let lines: Vec<&str> = stats.lines().collect();
+    assert_eq!(
+        lines[0], "deliveries      canceled 0, failed 1, in_flight 0, pending 0, succeeded 0",
+        "{stats}"
+    );
+    assert_eq!(lines[1], "oldest due      none waiting", "{stats}");
+    assert_eq!(
+        lines[2], "last 5 minutes  1 attempts: 0 succeeded, 0 to retry, 1 failed, 0 interrupted",
+        "{stats}"
+    );
+    assert_eq!(lines[4], "paused targets  0", "{stats}");
+    assert!(lines[5].starts_with("database        "), "{stats}");
+    let json: Value =
+        serde_json::from_str(&check_ok(&s.ctl(&["stats", "--json"]).await)).expect("JSON");
+    assert_eq!(json["deliveries"]["failed"], 1, "{json}");
+
+    let targets = check_ok(&s.ctl(&["targets"]).await);
+    let origin = format!("http://127.0.0.1:{}", s.receiver.port());
+    let lines: Vec<&str> = targets.lines().collect();
+    assert_eq!(lines.len(), 2, "{targets}");
+    assert!(
+        lines[0].starts_with("TARGET") && lines[0].ends_with("LAST_ERROR   LAST_SUCCESS"),
+        "{targets}"
+    );
+    let cells: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        cells,
+        [origin.as_str(), "0", "0", "1", "0", "-", "http_status", "-"],
+        "{targets}"
+    );
+    let json: Value =
+        serde_json::from_str(&check_ok(&s.ctl(&["targets", "--all", "--json"]).await))
+            .expect("JSON");
+    assert_eq!(json["targets"][0]["origin"], origin.as_str(), "{json}");
+}

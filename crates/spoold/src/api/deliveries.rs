@@ -16,7 +16,7 @@ use spool_proto::{
 };
 use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
 
-use super::{json, ApiError, SharedState};
+use super::{first_values, json, page_limit, ApiError, SharedState};
 use crate::submission;
 
 /// Shown instead of a secret header value.
@@ -126,17 +126,7 @@ pub async fn list(
                 .map_err(|_| ApiError::new(ErrorCode::InvalidStatus, "unknown delivery status"))?,
         ),
     };
-    let limit = match params.get("limit").map(String::as_str) {
-        None | Some("") => spool_proto::DEFAULT_LIST_LIMIT,
-        Some(s) => s
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=i64::from(spool_proto::MAX_LIST_LIMIT)).contains(n))
-            .map(|n| n as u32)
-            .ok_or_else(|| {
-                ApiError::new(ErrorCode::InvalidLimit, "limit must be between 1 and 500")
-            })?,
-    };
+    let limit = page_limit(&params)?;
     let cursor = match params.get("cursor").map(String::as_str) {
         None | Some("") => None,
         Some(c) if is_delivery_id(c) => Some(c.to_owned()),
@@ -334,26 +324,4 @@ fn is_delivery_id(s: &str) -> bool {
     s.len() == 32
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// Query parameters, first value wins (as in spoold).
-fn first_values(query: Option<&str>) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-        out.entry(k.into_owned()).or_insert_with(|| v.into_owned());
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn first_value_wins() {
-        let p = first_values(Some("limit=5&limit=7&status=failed&x=%20y"));
-        assert_eq!(p.get("limit").map(String::as_str), Some("5"));
-        assert_eq!(p.get("status").map(String::as_str), Some("failed"));
-        assert_eq!(p.get("x").map(String::as_str), Some(" y"));
-    }
 }

@@ -7,8 +7,11 @@
 
 pub mod deliveries;
 pub mod openapi;
+pub mod stats;
 pub mod system;
+pub mod targets;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,6 +38,10 @@ pub struct AppState {
     /// When set, every route but the health probes requires `Authorization: Bearer <token>`.
     pub auth_token: Option<AuthToken>,
     pub readiness: system::Readiness,
+    /// Recent attempts and targets, for `/v1/stats` and `/v1/targets`.
+    pub activity: Arc<crate::activity::Activity>,
+    /// The admission limit (`--max-db-bytes`); 0 = none.
+    pub max_db_bytes: u64,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -54,6 +61,8 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/deliveries/{id}/attempts", get(deliveries::attempts))
         .route("/v1/deliveries/{id}/cancel", post(deliveries::cancel))
         .route("/v1/deliveries/{id}/retry", post(deliveries::retry))
+        .route("/v1/stats", get(stats::stats))
+        .route("/v1/targets", get(targets::targets))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
@@ -139,6 +148,30 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
+/// Query parameters, first value wins (as in spoold).
+pub(crate) fn first_values(query: Option<&str>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        out.entry(k.into_owned()).or_insert_with(|| v.into_owned());
+    }
+    out
+}
+
+/// The `limit` of a listing: 1–500, 100 when absent.
+pub(crate) fn page_limit(params: &BTreeMap<String, String>) -> Result<u32, ApiError> {
+    match params.get("limit").map(String::as_str) {
+        None | Some("") => Ok(spool_proto::DEFAULT_LIST_LIMIT),
+        Some(s) => s
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=i64::from(spool_proto::MAX_LIST_LIMIT)).contains(n))
+            .map(|n| n as u32)
+            .ok_or_else(|| {
+                ApiError::new(ErrorCode::InvalidLimit, "limit must be between 1 and 500")
+            }),
+    }
+}
+
 /// Routes that answer without a token: load balancers and supervisors probe them.
 const OPEN_ROUTES: [&str; 2] = ["/healthz", "/readyz"];
 
@@ -201,4 +234,17 @@ async fn log_request(request: Request, next: Next) -> Response {
         "api request"
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_value_wins() {
+        let p = first_values(Some("limit=5&limit=7&status=failed&x=%20y"));
+        assert_eq!(p.get("limit").map(String::as_str), Some("5"));
+        assert_eq!(p.get("status").map(String::as_str), Some("failed"));
+        assert_eq!(p.get("x").map(String::as_str), Some(" y"));
+    }
 }

@@ -17,6 +17,8 @@ use utoipa::OpenApi;
         super::deliveries::attempts,
         super::deliveries::cancel,
         super::deliveries::retry,
+        super::stats::stats,
+        super::targets::targets,
         super::system::healthz,
         super::system::readyz,
         super::system::metrics,
@@ -31,10 +33,15 @@ use utoipa::OpenApi;
         spool_proto::AttemptList,
         spool_proto::ErrorBody,
         spool_proto::ApiError,
+        spool_proto::StatsView,
+        spool_proto::ActivityView,
+        spool_proto::TargetView,
+        spool_proto::TargetList,
         super::system::StatusOk,
     )),
     tags(
         (name = "deliveries", description = "Submit and manage deliveries"),
+        (name = "overview", description = "The operator's overview: counts, recent activity, targets"),
         (name = "system", description = "Health, readiness, metrics"),
     )
 )]

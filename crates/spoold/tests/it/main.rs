@@ -12,6 +12,7 @@ mod leases;
 mod lifecycle;
 mod observability;
 mod openapi;
+mod overview;
 mod reservations;
 mod retention;
 mod security;

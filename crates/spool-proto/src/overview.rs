@@ -1,0 +1,83 @@
+//! The operator's overview: `GET /v1/stats` (how the spool is doing) and `GET /v1/targets`
+//! (which targets have work waiting, are failing or are paused).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `GET /v1/stats`. Counts come from the store (kept with every change, never counted on
+/// demand); the recent windows from the daemon's memory, empty after a restart.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatsView {
+    /// Deliveries by status; every status is present.
+    #[schema(example = json!({"pending": 12, "in_flight": 3, "succeeded": 1840, "failed": 2, "canceled": 0}))]
+    pub deliveries: BTreeMap<String, u64>,
+    /// Due time of the delivery that has waited longest past its due time; absent if none is
+    /// waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_due_at: Option<String>,
+    /// How long that delivery has waited, e.g. `1m12s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_due_age: Option<String>,
+    /// Attempts and their results in the current minute and the four before it.
+    pub last_five_minutes: ActivityView,
+    /// The same over the current minute and the 59 before it.
+    pub last_hour: ActivityView,
+    /// Targets paused for refusing connections or waiting out a `Retry-After`.
+    pub paused_targets: u64,
+    /// Bytes the database uses.
+    pub database_bytes: u64,
+    /// The admission limit (`--max-db-bytes`); absent when there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_database_bytes: Option<u64>,
+}
+
+/// Attempts and results over a window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivityView {
+    pub attempts: u64,
+    pub succeeded: u64,
+    /// Failed attempts that will be tried again.
+    pub retryable_failures: u64,
+    /// Failed attempts that ended their delivery.
+    pub terminal_failures: u64,
+    /// Attempts cut short (shutdown, crash); not charged.
+    pub interrupted: u64,
+}
+
+/// One target (`scheme://host:port`) of `GET /v1/targets`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetView {
+    #[schema(example = "https://hooks.example.com:443")]
+    pub origin: String,
+    pub pending: u64,
+    pub in_flight: u64,
+    /// Deliveries to it that failed for good in the last hour.
+    pub failed_last_hour: u64,
+    /// Attempts in a row that could not connect (refused, unreachable, name not resolved).
+    pub connect_failures: u32,
+    /// Whether nothing is sent to it now: paused for refusing connections, or waiting out a
+    /// `Retry-After`.
+    pub paused: bool,
+    /// When it will be tried again, while paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_until: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_at: Option<String>,
+}
+
+/// `GET /v1/targets`: in origin order.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetList {
+    pub targets: Vec<TargetView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}

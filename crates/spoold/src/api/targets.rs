@@ -1,0 +1,94 @@
+//! `GET /v1/targets`: one row per target (`scheme://host:port`) that has work waiting or in
+//! flight, failed in the last hour, or is paused — the store's counts joined with what the
+//! scheduler knows of each target's health.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use spool_proto::units::format_time;
+use spool_proto::{ErrorCode, TargetList, TargetView};
+
+use super::{first_values, json, page_limit, ApiError, SharedState};
+use crate::activity::TargetActivity;
+
+#[utoipa::path(get, path = "/v1/targets", tag = "overview",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`nextCursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "Targets in origin order", body = TargetList),
+        (status = 400, description = "`invalid_limit` or `invalid_cursor`", body = spool_proto::ErrorBody),
+    ))]
+pub async fn targets(
+    State(state): State<SharedState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = first_values(query.as_deref());
+    let limit = page_limit(&params)?;
+    let after = match params.get("cursor").map(String::as_str) {
+        None | Some("") => None,
+        Some(c) if c.starts_with("http://") || c.starts_with("https://") => Some(c.to_owned()),
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidCursor,
+                "cursor must be the nextCursor of a previous page",
+            ))
+        }
+    };
+    let now = state.store.now_ms();
+    // One more than a page from each source: whatever sorts first among them is the page
+    // (an origin the store did not return sorts after all it did).
+    let counted = state.store.origins(limit + 1, after.clone()).await?;
+    let mut rows: BTreeMap<String, (u64, u64, TargetActivity)> = counted
+        .into_iter()
+        .map(|o| {
+            (
+                o.origin,
+                (o.pending, o.in_flight, TargetActivity::default()),
+            )
+        })
+        .collect();
+    let active = state.activity.targets(now);
+    for (origin, activity) in active
+        .into_iter()
+        .filter(|(o, _)| after.as_ref().is_none_or(|a| o > a))
+    {
+        let shown = activity.failed_last_hour > 0
+            || activity.paused_until.is_some()
+            || rows.contains_key(&origin);
+        if shown {
+            rows.entry(origin)
+                .or_insert((0, 0, TargetActivity::default()))
+                .2 = activity;
+        }
+    }
+    let more = rows.len() > limit as usize;
+    let targets: Vec<TargetView> = rows
+        .into_iter()
+        .take(limit as usize)
+        .map(|(origin, (pending, in_flight, a))| TargetView {
+            origin,
+            pending,
+            in_flight,
+            failed_last_hour: a.failed_last_hour,
+            connect_failures: a.connect_failures,
+            paused: a.paused_until.is_some(),
+            paused_until: a.paused_until.map(format_time),
+            last_error_code: a.last_error_code,
+            last_success_at: a.last_success_at.map(format_time),
+        })
+        .collect();
+    let next_cursor = more
+        .then(|| targets.last().map(|t| t.origin.clone()))
+        .flatten();
+    Ok(json(
+        StatusCode::OK,
+        &TargetList {
+            targets,
+            next_cursor,
+        },
+    ))
+}
