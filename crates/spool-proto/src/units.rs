@@ -131,8 +131,9 @@ pub fn parse_size(input: &str) -> Result<u64, ParseError> {
         .ok_or_else(|| parse_err(KIND, input, "too large"))
 }
 
-/// Milliseconds since the epoch as RFC 3339 UTC, fractional zeros dropped as Go does:
-/// `2026-07-18T12:00:00Z`, `2026-07-18T12:00:00.25Z`.
+/// Milliseconds since the epoch as RFC 3339 UTC, always with three fractional digits, so that
+/// times align in tables and sort as strings: `2026-07-18T12:00:00.250Z`. (spoold v0.1.0
+/// dropped trailing zeros; RFC 3339 parsers read both.)
 pub fn format_time(ms: i64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
     let Ok(t) = OffsetDateTime::from_unix_timestamp_nanos(nanos) else {
@@ -147,13 +148,7 @@ pub fn format_time(ms: i64) -> String {
         t.minute(),
         t.second()
     );
-    let frac = t.millisecond();
-    if frac > 0 {
-        let digits = format!("{frac:03}");
-        out.push('.');
-        out.push_str(digits.trim_end_matches('0'));
-    }
-    out.push('Z');
+    out.push_str(&format!(".{:03}Z", t.millisecond()));
     out
 }
 
@@ -228,8 +223,8 @@ mod tests {
 
     #[test]
     fn times() {
-        assert_eq!(format_time(0), "1970-01-01T00:00:00Z");
-        assert_eq!(format_time(1_784_376_000_250), "2026-07-18T12:00:00.25Z");
+        assert_eq!(format_time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_time(1_784_376_000_250), "2026-07-18T12:00:00.250Z");
         assert_eq!(parse_time("2026-07-18T12:00:00.25Z"), Ok(1_784_376_000_250));
         assert_eq!(
             parse_time("2026-07-18T14:00:00+02:00"),

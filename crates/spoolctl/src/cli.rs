@@ -249,6 +249,10 @@ pub struct GetArgs {
     /// Show the values of sensitive headers instead of masking them
     #[arg(long)]
     pub reveal: bool,
+
+    /// Print only the body, whole and byte for byte as it is sent (binary bodies decoded)
+    #[arg(long, conflicts_with = "json")]
+    pub body: bool,
 }
 
 #[derive(Debug, Args)]

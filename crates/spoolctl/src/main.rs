@@ -5,11 +5,13 @@
 //! - [`cli`]: clap definitions and help texts; [`cli::UsageError`] for checks clap cannot do.
 //! - [`client`]: spoold's API over loopback TCP or a unix socket (hyper, no TLS).
 //! - [`output`]: tabwriter-style tables, delivery rows and detail lines, compact JSON.
+//! - [`detail`]: the whole of one delivery, as `get` shows it.
 //! - [`commands`]: one file per subcommand.
 
 mod cli;
 mod client;
 mod commands;
+mod detail;
 mod output;
 
 use std::io;

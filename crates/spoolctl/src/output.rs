@@ -10,18 +10,28 @@ use spool_proto::{AttemptView, DeliveryView};
 
 /// Spaces after every cell except a row's last one, on top of the column width.
 const PADDING: usize = 2;
-/// Longest error text shown in the attempts table.
-const MAX_TABLE_ERROR_CHARS: usize = 80;
 
 /// Where a command writes its result, and in which form.
 pub struct Output<'a> {
     out: &'a mut dyn Write,
     json: bool,
+    /// The terminal's width, when writing to one: the last column of a table is cut to fit.
+    width: Option<usize>,
 }
 
 impl<'a> Output<'a> {
     pub fn new(out: &'a mut dyn Write, json: bool) -> Self {
-        Output { out, json }
+        Output {
+            out,
+            json,
+            width: None,
+        }
+    }
+
+    /// Fit tables to a terminal this wide (none when writing to a pipe or file: nothing is cut).
+    pub fn fit_to(mut self, width: Option<usize>) -> Self {
+        self.width = width;
+        self
     }
 
     /// True when the user asked for JSON instead of tables.
@@ -36,7 +46,8 @@ impl<'a> Output<'a> {
     }
 
     pub fn table(&mut self, table: &Table) -> io::Result<()> {
-        self.out.write_all(table.render().as_bytes())
+        self.out
+            .write_all(table.render_within(self.width).as_bytes())
     }
 
     /// Bytes exactly as given (e.g. a completion script).
@@ -48,25 +59,17 @@ impl<'a> Output<'a> {
         writeln!(self.out, "{text}")
     }
 
-    /// A delivery as one table row prefixed with `action`, then its detail lines.
-    pub fn delivery(&mut self, action: &str, d: &DeliveryView, details: Details) -> io::Result<()> {
+    /// A delivery as one table row prefixed with `action`, then its last error, if any (as
+    /// spoold v0.1.0's spoolctl prints it).
+    pub fn delivery(&mut self, action: &str, d: &DeliveryView) -> io::Result<()> {
         let mut table = Table::new();
         table.row(delivery_row(Some(action), d));
         self.table(&table)?;
-        for line in detail_lines(d, details) {
-            self.line(&line)?;
+        if let Some(err) = d.last_error.as_deref().filter(|e| !e.is_empty()) {
+            self.line(&format!("last error: {err}"))?;
         }
         Ok(())
     }
-}
-
-/// Which detail lines follow a delivery row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Details {
-    /// Only `last error:` (spoold v0.1.0's spoolctl).
-    LastError,
-    /// `last error:`, `last error code:` and `next attempt at:`.
-    Full,
 }
 
 /// A table whose columns are aligned the way Go's tabwriter aligns them: every cell except the
@@ -102,6 +105,13 @@ impl Table {
     }
 
     pub fn render(&self) -> String {
+        self.render_within(None)
+    }
+
+    /// Like [`Self::render`], with each row's last cell cut (at a space, with `…`) so that the
+    /// row fits in `width` characters; never shorter than the cell's first word, so an id or an
+    /// address in it stays whole for copy and paste.
+    pub fn render_within(&self, width: Option<usize>) -> String {
         let mut widths: Vec<usize> = Vec::new();
         for row in &self.rows {
             // The last cell of a row is not part of any column.
@@ -115,17 +125,40 @@ impl Table {
         }
         let mut out = String::new();
         for row in &self.rows {
+            let mut used = 0;
             for (i, cell) in row.iter().enumerate() {
-                out.push_str(cell);
                 if i + 1 < row.len() {
+                    out.push_str(cell);
                     let pad = widths[i] - cell.chars().count() + PADDING;
                     out.extend(std::iter::repeat_n(' ', pad));
+                    used += widths[i] + PADDING;
+                } else {
+                    let room = width.map(|w| w.saturating_sub(used));
+                    out.push_str(&fit(cell, room));
                 }
             }
             out.push('\n');
         }
         out
     }
+}
+
+/// `text` cut to `room` characters at a space, ending in `…`; at least its first word.
+fn fit(text: &str, room: Option<usize>) -> String {
+    let Some(room) = room.filter(|r| text.chars().count() > *r) else {
+        return text.to_owned();
+    };
+    // Room for " …" after the cut.
+    let keep: String = text.chars().take(room.saturating_sub(2)).collect();
+    let first_word = text.split(' ').next().unwrap_or(text);
+    let cut = match keep.rfind(' ') {
+        Some(space) if space >= first_word.len() => keep[..space].trim_end().to_owned(),
+        _ => first_word.to_owned(),
+    };
+    if cut.len() >= text.len() {
+        return text.to_owned();
+    }
+    format!("{cut} …")
 }
 
 /// The header of `list`.
@@ -145,23 +178,6 @@ pub fn delivery_row(action: Option<&str>, d: &DeliveryView) -> Vec<String> {
         d.target_url.clone(),
     ]);
     row
-}
-
-/// The lines printed under a delivery row; absent fields print nothing.
-pub fn detail_lines(d: &DeliveryView, details: Details) -> Vec<String> {
-    let mut lines = Vec::new();
-    if let Some(err) = d.last_error.as_deref().filter(|e| !e.is_empty()) {
-        lines.push(format!("last error: {err}"));
-    }
-    if details == Details::Full {
-        if let Some(code) = d.last_error_code.as_deref().filter(|c| !c.is_empty()) {
-            lines.push(format!("last error code: {code}"));
-        }
-        if let Some(at) = d.next_attempt_at.as_deref() {
-            lines.push(format!("next attempt at: {at}"));
-        }
-    }
-    lines
 }
 
 /// The header of `attempts`.
@@ -194,16 +210,11 @@ pub fn attempt_row(a: &AttemptView) -> Vec<String> {
     ]
 }
 
-/// The first line of an error, cut to fit a table.
+/// The first line of an error (a table row has one line; `…` says there was more).
 fn short_error(err: &str) -> String {
     let mut lines = err.trim().lines();
     let first = lines.next().unwrap_or("").trim_end();
-    let more_lines = lines.next().is_some();
-    if first.chars().count() > MAX_TABLE_ERROR_CHARS {
-        let mut cut: String = first.chars().take(MAX_TABLE_ERROR_CHARS - 1).collect();
-        cut.push('…');
-        cut
-    } else if more_lines {
+    if lines.next().is_some() {
         format!("{first} …")
     } else {
         first.to_owned()
@@ -289,27 +300,6 @@ mod tests {
     }
 
     #[test]
-    fn detail_lines_show_only_present_fields() {
-        let mut d = delivery();
-        assert!(detail_lines(&d, Details::Full).is_empty());
-        d.last_error = Some("HTTP 503: busy".into());
-        d.last_error_code = Some("http_status".into());
-        d.next_attempt_at = Some("2026-07-18T12:00:01.5Z".into());
-        assert_eq!(
-            detail_lines(&d, Details::LastError),
-            ["last error: HTTP 503: busy"]
-        );
-        assert_eq!(
-            detail_lines(&d, Details::Full),
-            [
-                "last error: HTTP 503: busy",
-                "last error code: http_status",
-                "next attempt at: 2026-07-18T12:00:01.5Z"
-            ]
-        );
-    }
-
-    #[test]
     fn attempt_rows() {
         let a: AttemptView = serde_json::from_str(
             r#"{"cycle":1,"number":2,"startedAt":"2026-07-18T12:00:00Z","outcome":"retry",
@@ -349,12 +339,26 @@ mod tests {
     }
 
     #[test]
-    fn long_errors_are_cut() {
-        let long = "x".repeat(200);
-        let cut = short_error(&long);
-        assert_eq!(cut.chars().count(), MAX_TABLE_ERROR_CHARS);
-        assert!(cut.ends_with('…'));
+    fn long_errors_are_kept_whole_unless_a_terminal_is_narrower() {
+        let error = "connect to 127.0.0.1:9: connection refused by the peer";
+        assert_eq!(short_error(&"x".repeat(200)).len(), 200);
         assert_eq!(short_error("  short  "), "short");
+        let mut t = Table::new();
+        t.row(["1", "retry", error]);
+        // Piped or wide: whole.
+        assert_eq!(t.render_within(None), format!("1  retry  {error}\n"));
+        assert_eq!(t.render_within(Some(200)), format!("1  retry  {error}\n"));
+        // Narrow: cut between words.
+        assert_eq!(
+            t.render_within(Some(47)),
+            "1  retry  connect to 127.0.0.1:9: connection …\n"
+        );
+        // Never inside the first word, however narrow.
+        assert_eq!(t.render_within(Some(12)), "1  retry  connect …\n");
+        assert_eq!(
+            fit("0190f3c2a1b27c4e9d0a5b6c7d8e9f01", Some(5)),
+            "0190f3c2a1b27c4e9d0a5b6c7d8e9f01"
+        );
     }
 
     #[test]

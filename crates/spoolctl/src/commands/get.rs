@@ -1,17 +1,27 @@
-//! `spoolctl get ID`: one delivery with its last error and next attempt time.
+//! `spoolctl get ID`: the whole delivery (see `detail`), or with `--body` only its body, byte
+//! for byte.
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
 
 use crate::cli::GetArgs;
 use crate::client::Client;
 use crate::commands::{delivery_id, Exit};
-use crate::output::{Details, Output};
+use crate::detail;
+use crate::output::Output;
 
 pub async fn run(client: &Client, args: GetArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let id = delivery_id(&args.id)?;
     let delivery = client.get(id, args.reveal).await?;
-    if out.is_json() {
+    if args.body {
+        let body = detail::body_bytes(&delivery).context("decode the body")?;
+        out.raw(&body)?;
+        std::io::stdout().flush().context("write the body")?;
+    } else if out.is_json() {
         out.json(&delivery)?;
     } else {
-        out.delivery("get", &delivery, Details::Full)?;
+        out.raw(detail::render(&delivery).as_bytes())?;
     }
     Ok(Exit::Success)
 }

@@ -51,7 +51,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let stdout = io::stdout();
     let mut stdout = stdout.lock();
     let exit = {
-        let out = &mut Output::new(&mut stdout, cli.global.json);
+        let width = terminal_size::terminal_size_of(io::stdout()).map(|(w, _)| usize::from(w.0));
+        let out = &mut Output::new(&mut stdout, cli.global.json).fit_to(width);
         let global = &cli.global;
         match cli.command {
             Command::Version => version::run(out)?,

@@ -15,7 +15,7 @@ use spool_proto::{units, CreateDelivery, MAX_BODY_BYTES};
 use crate::cli::{RequestArgs, SendArgs, UsageError};
 use crate::client::Client;
 use crate::commands::{wait, Exit};
-use crate::output::{Details, Output};
+use crate::output::Output;
 
 pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let poll = args.poll();
@@ -30,13 +30,13 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
         if out.is_json() {
             out.json(&created.delivery)?;
         } else {
-            out.delivery(action, &created.delivery, Details::LastError)?;
+            out.delivery(action, &created.delivery)?;
         }
         return Ok(Exit::Success);
     }
     // With --wait, JSON output is only the final state: one document, not two.
     if !out.is_json() {
-        out.delivery(action, &created.delivery, Details::LastError)?;
+        out.delivery(action, &created.delivery)?;
     }
     let waited = wait::wait(client, &created.delivery.id, &poll).await?;
     Ok(wait::report(out, &waited)?)
@@ -416,7 +416,7 @@ mod tests {
         let mut a = args("http://127.0.0.1:9090/");
         a.not_before = Some("2026-07-18T14:00:00.250+02:00".into());
         let req = build_request(a, &mut io::empty()).expect("valid");
-        assert_eq!(req.not_before.as_deref(), Some("2026-07-18T12:00:00.25Z"));
+        assert_eq!(req.not_before.as_deref(), Some("2026-07-18T12:00:00.250Z"));
 
         let mut a = args("http://127.0.0.1:9090/");
         a.not_before = Some("tomorrow".into());

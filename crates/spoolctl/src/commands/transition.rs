@@ -4,7 +4,7 @@
 use crate::cli::IdArgs;
 use crate::client::{Client, Transition};
 use crate::commands::{delivery_id, Exit};
-use crate::output::{Details, Output};
+use crate::output::Output;
 
 pub async fn run(
     client: &Client,
@@ -17,7 +17,7 @@ pub async fn run(
     if out.is_json() {
         out.json(&delivery)?;
     } else {
-        out.delivery(action.as_str(), &delivery, Details::LastError)?;
+        out.delivery(action.as_str(), &delivery)?;
     }
     Ok(Exit::Success)
 }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::cli::{PollArgs, UsageError, WaitArgs};
 use crate::client::Client;
 use crate::commands::{delivery_id, Exit};
-use crate::output::{Details, Output};
+use crate::output::Output;
 
 /// Shortest `--interval`: anything faster only loads spoold.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -75,7 +75,7 @@ pub fn report(out: &mut Output<'_>, waited: &Waited) -> std::io::Result<Exit> {
     if out.is_json() {
         out.json(d)?;
     } else {
-        out.delivery("wait", d, Details::LastError)?;
+        out.delivery("wait", d)?;
     }
     if waited.exit == Exit::WaitTimedOut {
         eprintln!(
