@@ -1,6 +1,7 @@
 //! Backlog: a daemon restarted on a database holding a large number of pending deliveries.
-//! Measures restart-to-ready, memory, database size, and the end-to-end rate of a fresh batch
-//! delivered on top of the backlog.
+//! Measures restart-to-ready, memory, database size, the time `/metrics` and `/v1/stats` take
+//! (they must not grow with the table), and the end-to-end rate of a fresh batch delivered on
+//! top of the backlog.
 //!
 //! The backlog is seeded straight into the database file ([`crate::seed`]), once per
 //! invocation, and copied for each run. Its deliveries are due 30 days from now, so they sit in
@@ -18,6 +19,8 @@ use crate::seed::{copy_database, seed, Backlog, Due};
 
 const SCENARIO: &str = "backlog";
 const MIB: f64 = 1024.0 * 1024.0;
+/// Requests timed per overview path, one after another on one connection.
+const GETS: usize = 20;
 
 pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
     let pending = bench.plan.backlog_pending;
@@ -67,6 +70,24 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
         let mut daemon = Daemon::start(&bench.spec(&dir, &[])).await?;
         let ready = daemon.wait_ready().await?;
         let at_ready = daemon.memory()?;
+        for path in ["/metrics", "/v1/stats"] {
+            let (median, max) = time_gets(&daemon, path).await?;
+            let r = &mut bench.results;
+            r.record(
+                SCENARIO,
+                case,
+                &format!("GET {path} median"),
+                "ms",
+                ms(median),
+            );
+            r.record(
+                SCENARIO,
+                case,
+                &format!("GET {path} max of {GETS}"),
+                "ms",
+                ms(max),
+            );
+        }
         let receiver = Receiver::start().await?;
         let report = deliver_batch(&daemon, &receiver, batch).await?;
         let at_end = daemon.memory()?;
@@ -132,4 +153,18 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
         seeding.as_secs_f64(),
     );
     Ok(())
+}
+
+/// Median and longest time of [`GETS`] sequential `GET path`s on one keep-alive connection.
+async fn time_gets(daemon: &Daemon, path: &str) -> anyhow::Result<(Duration, Duration)> {
+    let mut conn = daemon.connect().await?;
+    let mut times = Vec::with_capacity(GETS);
+    for _ in 0..GETS {
+        let started = std::time::Instant::now();
+        let (status, _) = conn.send(http::Method::GET, path, None).await?;
+        anyhow::ensure!(status.is_success(), "GET {path}: {status}");
+        times.push(started.elapsed());
+    }
+    times.sort();
+    Ok((times[GETS / 2], times[GETS - 1]))
 }
