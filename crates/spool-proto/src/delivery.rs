@@ -19,11 +19,19 @@ pub struct CreateDelivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
     /// `http` or `https` URL with a host; no user info, no fragment; at most 4096 bytes.
+    /// Required (it is an `Option` here so that its absence gets the daemon's own message).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(example = "https://hooks.example.com/events")]
+    #[schema(
+        example = "https://hooks.example.com/events",
+        required = true,
+        nullable = false,
+        max_length = 4096,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\\s@:]"
+    )]
     pub target_url: Option<String>,
-    /// HTTP method, upper-cased; empty or absent means `POST`.
+    /// HTTP method (a token), upper-cased; empty or absent means `POST`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*$", example = "POST")]
     pub method: Option<String>,
     /// Request headers; names are canonicalised. A `null` value means an empty value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,20 +44,54 @@ pub struct CreateDelivery {
         deserialize_with = "present_raw",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub body: Option<Box<RawValue>>,
-    /// A binary body in strict standard base64; not together with `body`.
+    /// A binary body in strict standard base64 (at most 1 MiB decoded); not together with
+    /// `body`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        // Strict: the bits a padded end leaves over must be zero.
+        pattern = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$",
+        max_length = 1398104
+    )]
     pub body_base64: Option<String>,
-    /// Attempts per cycle, 1–100; absent or 0 means 8.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Attempts per cycle, 1–100; absent or 0 means 8. A number with a zero fraction (`8.0`)
+    /// is an integer too, as JSON Schema says.
+    #[serde(
+        default,
+        deserialize_with = "integral",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(minimum = 0, maximum = 100)]
     pub max_attempts: Option<i64>,
     /// RFC 3339: no attempt before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub not_before: Option<String>,
-    /// RFC 3339: no attempt starts after this time; the delivery then fails as `expired`.
+    /// RFC 3339, in the future (unless the idempotency key finds the original): no attempt
+    /// starts after this time; the delivery then fails as `expired`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
     pub expires_at: Option<String>,
+}
+
+/// An integer, also when written with a zero fraction (`8.0`); `null` is absent.
+fn integral<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error as _;
+    match Option::<serde_json::Number>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => n
+            .as_i64()
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+                    .map(|f| f as i64)
+            })
+            .map(Some)
+            .ok_or_else(|| {
+                D::Error::custom(format!("invalid type: number {n}, expected an integer"))
+            }),
+    }
 }
 
 /// A present `body` field is kept as raw bytes even when it is `null`.
@@ -141,9 +183,9 @@ pub struct DeliveryView {
     pub not_before: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
-    /// A JSON body, exactly as submitted.
+    /// A JSON body (any JSON value), exactly as submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub body: Option<Box<RawValue>>,
     /// A binary body, standard base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,6 +255,20 @@ mod tests {
         assert_eq!(req.body.as_deref().map(RawValue::get), Some("null"));
         let req: CreateDelivery = serde_json::from_str(r#"{}"#).expect("valid request");
         assert!(req.body.is_none());
+    }
+
+    #[test]
+    fn integers_may_have_a_zero_fraction() {
+        let attempts = |json: &str| {
+            serde_json::from_str::<CreateDelivery>(json)
+                .map(|r| r.max_attempts)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(attempts(r#"{"maxAttempts":20}"#), Ok(Some(20)));
+        assert_eq!(attempts(r#"{"maxAttempts":20.0}"#), Ok(Some(20)));
+        assert_eq!(attempts(r#"{"maxAttempts":null}"#), Ok(None));
+        assert!(attempts(r#"{"maxAttempts":20.5}"#).is_err_and(|e| e.contains("integer")));
+        assert!(attempts(r#"{"maxAttempts":"20"}"#).is_err());
     }
 
     #[test]

@@ -106,8 +106,8 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
     get, path = "/v1/deliveries", tag = "deliveries",
     params(
         ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries in this status"),
-        ("limit" = Option<u32>, Query, description = "Page size, 1–500 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`nextCursor` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
+        ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
     ),
     responses(
         (status = 200, description = "Oldest first, without headers and bodies", body = DeliveryList),
@@ -157,10 +157,11 @@ pub async fn list(
     get, path = "/v1/deliveries/{id}", tag = "deliveries",
     params(
         ("id" = String, Path, description = "Delivery id"),
-        ("reveal" = Option<bool>, Query, description = "Show secret header values unmasked"),
+        ("reveal" = Option<bool>, Query, description = "`true` shows secret header values unmasked; `false` (the default) masks them"),
     ),
     responses(
         (status = 200, description = "The delivery with headers and body", body = DeliveryView),
+        (status = 400, description = "`invalid_request`: `reveal` is not `true` or `false`", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
     )
 )]
@@ -169,9 +170,19 @@ pub async fn get(
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let reveal = first_values(query.as_deref())
+    let reveal = match first_values(query.as_deref())
         .get("reveal")
-        .is_some_and(|v| v == "true" || v == "1");
+        .map(String::as_str)
+    {
+        None | Some("" | "false") => false,
+        Some("true") => true,
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "reveal must be true or false",
+            ))
+        }
+    };
     match state.store.get(id).await? {
         Some(d) => Ok(json(StatusCode::OK, &view(d, reveal))),
         None => Err(not_found()),

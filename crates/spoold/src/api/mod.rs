@@ -161,9 +161,16 @@ pub(crate) fn first_values(query: Option<&str>) -> BTreeMap<String, String> {
 pub(crate) fn page_limit(params: &BTreeMap<String, String>) -> Result<u32, ApiError> {
     match params.get("limit").map(String::as_str) {
         None | Some("") => Ok(spool_proto::DEFAULT_LIST_LIMIT),
+        // `50.0` is an integer too (as JSON Schema, and so generated clients, see it).
         Some(s) => s
             .parse::<i64>()
             .ok()
+            .or_else(|| {
+                s.parse::<f64>()
+                    .ok()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e9)
+                    .map(|f| f as i64)
+            })
             .filter(|n| (1..=i64::from(spool_proto::MAX_LIST_LIMIT)).contains(n))
             .map(|n| n as u32)
             .ok_or_else(|| {

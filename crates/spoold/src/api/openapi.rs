@@ -1,6 +1,11 @@
-//! The OpenAPI document, generated from the handlers' annotations and the wire types. A snapshot
-//! test keeps `docs/openapi.json` identical to it.
+//! The OpenAPI document, generated from the handlers' annotations and the wire types, plus the
+//! few rules the annotations cannot say (the names a header may have, `body` and `bodyBase64`
+//! not together). A snapshot test keeps `docs/openapi.json` identical to it, and
+//! `scripts/api-fuzz` holds the daemon to it.
 
+use std::sync::OnceLock;
+
+use serde_json::{json, Value};
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]
@@ -47,9 +52,69 @@ use utoipa::OpenApi;
 )]
 pub struct ApiDoc;
 
+/// The document served at `/v1/openapi.json`, built once.
+pub fn value() -> &'static Value {
+    static DOCUMENT: OnceLock<Value> = OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let mut doc = serde_json::to_value(ApiDoc::openapi())
+            .unwrap_or_else(|e| json!({"error": e.to_string()}));
+        add_rules(&mut doc);
+        doc
+    })
+}
+
 /// The document as pretty JSON, as committed in `docs/openapi.json`.
 pub fn document() -> String {
-    ApiDoc::openapi()
-        .to_pretty_json()
-        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    serde_json::to_string_pretty(value()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// Header names a create may use: a token, optionally padded with spaces (trimmed), and not one
+/// of the names spoold manages itself (any case).
+const HEADER_NAME: &str = r"^ *[!#$%&'*+.^_`|~0-9A-Za-z-]+ *$";
+/// Header values: no control characters but tab.
+const HEADER_VALUE: &str = r"^[^\u0000-\u0008\u000a-\u001f\u007f]*$";
+
+fn add_rules(doc: &mut Value) {
+    let create = &mut doc["components"]["schemas"]["CreateDelivery"];
+    create["properties"]["targetUrl"]["format"] = json!("uri");
+    let managed: Vec<String> = spool_proto::MANAGED_HEADERS
+        .iter()
+        .map(|name| {
+            name.chars()
+                .map(|c| {
+                    if c.is_ascii_alphabetic() {
+                        format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase())
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let headers = &mut create["properties"]["headers"];
+    headers["propertyNames"] = json!({
+        "type": "string",
+        "pattern": HEADER_NAME,
+        "not": {"pattern": format!("^ *({}) *$", managed.join("|"))},
+    });
+    headers["additionalProperties"] = json!({"type": ["string", "null"], "pattern": HEADER_VALUE});
+    create["not"] = json!({
+        "description": "`body` and `bodyBase64` are not given together",
+        "required": ["body", "bodyBase64"],
+    });
+    // An empty query parameter is the same as an absent one (as in spoold v0.1.0).
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+            for params in operation
+                .values_mut()
+                .filter_map(|op| op.get_mut("parameters").and_then(Value::as_array_mut))
+            {
+                for param in params.iter_mut().filter(|p| p["in"] == "query") {
+                    let schema = param["schema"].take();
+                    param["schema"] =
+                        json!({"anyOf": [schema, {"type": "string", "maxLength": 0}]});
+                }
+            }
+        }
+    }
 }

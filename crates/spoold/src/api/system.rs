@@ -11,7 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use spool_proto::{ErrorBody, ErrorCode};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::ToSchema;
 
 use super::{json, ApiError, SharedState};
 
@@ -124,5 +124,5 @@ async fn probe_store(state: &SharedState) -> Result<(), String> {
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "system",
     responses((status = 200, description = "This document")))]
 pub async fn openapi() -> Response {
-    json(StatusCode::OK, &super::openapi::ApiDoc::openapi())
+    json(StatusCode::OK, super::openapi::value())
 }

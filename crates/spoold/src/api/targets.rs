@@ -16,7 +16,7 @@ use crate::activity::TargetActivity;
 #[utoipa::path(get, path = "/v1/targets", tag = "overview",
     params(
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`nextCursor` of the previous page"),
+        ("cursor" = Option<String>, Query, pattern = "^(https?://.*)?$", description = "`nextCursor` of the previous page"),
     ),
     responses(
         (status = 200, description = "Targets in origin order", body = TargetList),

@@ -50,3 +50,54 @@ async fn served_document_lists_every_route() {
     }
     assert!(doc["components"]["schemas"]["DeliveryView"].is_object());
 }
+
+/// The document states the rules the daemon applies (and `scripts/api-fuzz` holds it to them):
+/// what a create requires and allows, the listing bounds, bodies of any JSON type.
+#[test]
+fn the_document_states_the_rules() {
+    let doc = spoold::api::openapi::value();
+    let create = &doc["components"]["schemas"]["CreateDelivery"];
+    assert_eq!(create["required"], serde_json::json!(["targetUrl"]));
+    let field = |name: &str| &create["properties"][name];
+    assert_eq!(field("targetUrl")["type"], "string", "not nullable");
+    assert_eq!(field("targetUrl")["format"], "uri");
+    assert_eq!(field("targetUrl")["maxLength"], 4096);
+    assert_eq!(
+        (
+            &field("maxAttempts")["minimum"],
+            &field("maxAttempts")["maximum"]
+        ),
+        (&serde_json::json!(0), &serde_json::json!(100))
+    );
+    for time in ["notBefore", "expiresAt"] {
+        assert_eq!(field(time)["format"], "date-time", "{time}");
+    }
+    assert!(field("method")["pattern"].is_string());
+    assert!(field("bodyBase64")["pattern"].is_string());
+    assert!(field("headers")["propertyNames"]["pattern"].is_string());
+    assert!(field("headers")["propertyNames"]["not"]["pattern"]
+        .as_str()
+        .is_some_and(|p| p.contains("[Hh][Oo][Ss][Tt]")));
+    assert_eq!(
+        create["not"]["required"],
+        serde_json::json!(["body", "bodyBase64"])
+    );
+    // Any JSON value: no type at all.
+    assert!(field("body").get("type").is_none(), "{}", field("body"));
+    assert!(
+        doc["components"]["schemas"]["DeliveryView"]["properties"]["body"]
+            .get("type")
+            .is_none()
+    );
+    let limit = doc["paths"]["/v1/deliveries"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .expect("limit")["schema"]["anyOf"][0]
+        .clone();
+    assert_eq!(
+        (&limit["minimum"], &limit["maximum"]),
+        (&serde_json::json!(1), &serde_json::json!(500))
+    );
+}

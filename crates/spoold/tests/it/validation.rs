@@ -404,3 +404,43 @@ async fn target_urls_are_dialed_as_shown() {
     }
     assert_eq!(r.requests().len(), 1);
 }
+
+/// `?reveal=` takes `true` or `false` (empty means absent); anything else is a 400, not a
+/// silent `false`.
+#[tokio::test(flavor = "multi_thread")]
+async fn reveal_is_true_or_false() {
+    let d = InProcess::boot(&[]).await;
+    let (_, created) = d
+        .api
+        .create(
+            json!({"targetUrl": "http://127.0.0.1:9/x", "notBefore": "2099-01-01T00:00:00Z",
+                       "headers": {"X-Api-Key": "k"}}),
+        )
+        .await
+        .expect("create");
+    let id = crate::id_of(&created);
+    for (query, status, shown) in [
+        ("", 200, Some("[redacted]")),
+        ("?reveal=", 200, Some("[redacted]")),
+        ("?reveal=false", 200, Some("[redacted]")),
+        ("?reveal=true", 200, Some("k")),
+        ("?reveal=1", 400, None),
+        ("?reveal=AAA", 400, None),
+    ] {
+        let (code, _, body) = d
+            .api
+            .request(
+                http::Method::GET,
+                &format!("/v1/deliveries/{id}{query}"),
+                None,
+            )
+            .await
+            .expect("get");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(code, status, "{query}: {v}");
+        match shown {
+            Some(value) => assert_eq!(v["headers"]["X-Api-Key"], value, "{query}"),
+            None => assert_eq!(v["error"]["code"], "invalid_request", "{query}: {v}"),
+        }
+    }
+}
