@@ -228,6 +228,19 @@ async fn transport_errors_read_like_sentences() {
     let plain = Receiver::start().await.expect("receiver");
     let hung = Receiver::start().await.expect("receiver");
     hung.respond_with(Reply::hang());
+    // Reads the request, then hangs up without a word.
+    let rude = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let rude_port = rude.local_addr().expect("addr").port();
+    let rude_task = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt as _;
+        while let Ok((mut conn, _)) = rude.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).await;
+            drop(conn);
+        }
+    });
     let cases = [
         (
             format!("http://127.0.0.1:{refusing}/x"),
@@ -248,6 +261,14 @@ async fn transport_errors_read_like_sentences() {
             "timeout",
             "no response within 500ms (request timeout)".to_owned(),
         ),
+        (
+            format!("http://127.0.0.1:{rude_port}/x"),
+            "request_failed",
+            format!(
+                "request to 127.0.0.1:{rude_port} failed: connection closed before message \
+                 completed"
+            ),
+        ),
     ];
     for (url, code, message) in cases {
         let done = d
@@ -258,4 +279,5 @@ async fn transport_errors_read_like_sentences() {
         let (_, history) = d.api.attempts(&id_of(&done)).await.expect("attempts");
         assert_eq!(history["attempts"][0]["error"], message.as_str(), "{url}");
     }
+    rude_task.abort();
 }
