@@ -43,14 +43,10 @@ pub struct Args {
     #[arg(long, alias = "workers", default_value_t = 64, value_name = "N")]
     pub concurrency: u32,
 
-    /// Requests in flight at once to one target (`scheme://host:port`).
-    #[arg(
-        long,
-        alias = "per-target-workers",
-        default_value_t = 8,
-        value_name = "N"
-    )]
-    pub per_target_concurrency: u32,
+    /// Requests in flight at once to one target (`scheme://host:port`) [default: 8, or
+    /// --concurrency if that is smaller]
+    #[arg(long, alias = "per-target-workers", value_name = "N")]
+    pub per_target_concurrency: Option<u32>,
 
     /// Time limit of one attempt, from connect to the last byte read.
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
@@ -194,6 +190,10 @@ impl std::fmt::Debug for AuthToken {
     }
 }
 
+/// Requests in flight to one target unless `--per-target-concurrency` says otherwise (or
+/// `--concurrency` is smaller).
+pub const DEFAULT_PER_TARGET: u32 = 8;
+
 /// The least a lease must exceed the request timeout by (see `Args::into_config`).
 pub const LEASE_SLACK: Duration = Duration::from_secs(2);
 
@@ -235,15 +235,20 @@ impl Args {
                 )));
             }
         }
-        if self.db.as_os_str().is_empty() {
-            return err("--db must not be empty");
-        }
+        let db = database_path(&self.db)?;
         if self.concurrency == 0 {
             return err("--concurrency must be at least 1");
         }
-        if self.per_target_concurrency == 0 || self.per_target_concurrency > self.concurrency {
-            return err("--per-target-concurrency must be between 1 and --concurrency");
-        }
+        let per_target_concurrency = match self.per_target_concurrency {
+            None => DEFAULT_PER_TARGET.min(self.concurrency),
+            Some(n) if n == 0 || n > self.concurrency => {
+                return Err(ConfigError(format!(
+                    "--per-target-concurrency {n} must be between 1 and --concurrency ({})",
+                    self.concurrency
+                )))
+            }
+            Some(n) => n,
+        };
         if self.request_timeout.is_zero() {
             return err("--request-timeout must be greater than 0");
         }
@@ -267,10 +272,10 @@ impl Args {
         }
         Ok(Config {
             listen,
-            db: self.db,
+            db,
             max_db_bytes: self.max_db_bytes,
             concurrency: self.concurrency,
-            per_target_concurrency: self.per_target_concurrency,
+            per_target_concurrency,
             request_timeout: self.request_timeout,
             lease: self.lease,
             shutdown_timeout: self.shutdown_timeout,
@@ -284,6 +289,35 @@ impl Args {
             clock: spool_store::Clock::system(),
         })
     }
+}
+
+/// The SQLite file `--db` names: a path, or `sqlite:PATH` / `sqlite://PATH`. Any other URL is
+/// refused, so that `--db postgres://…` cannot quietly create a file called `postgres:`. A
+/// relative path is made absolute here, against the working directory: the daemon logs it, and
+/// a daemon started from cron or another shell shows at once which queue it has.
+fn database_path(given: &Path) -> Result<PathBuf, ConfigError> {
+    let text = given.to_string_lossy();
+    let path = if let Some(rest) = text.strip_prefix("sqlite://") {
+        rest.to_owned()
+    } else if let Some(rest) = text.strip_prefix("sqlite:") {
+        rest.to_owned()
+    } else if text.starts_with("postgres:") || text.starts_with("postgresql:") {
+        return Err(ConfigError(
+            "--db: PostgreSQL is not supported by this build; give a file path (or sqlite:PATH)"
+                .into(),
+        ));
+    } else if let Some((scheme, _)) = text.split_once("://") {
+        return Err(ConfigError(format!(
+            "--db: unknown database URL scheme {scheme:?}; give a file path (or sqlite:PATH)"
+        )));
+    } else {
+        return std::path::absolute(given)
+            .map_err(|e| ConfigError(format!("--db {}: {e}", given.display())));
+    };
+    if path.is_empty() {
+        return Err(ConfigError("--db must not be empty".into()));
+    }
+    database_path(Path::new(&path))
 }
 
 /// Accept spoold v0.1.0's Go-style single-dash long flags (`-listen x`, `-workers=4`) by
@@ -339,12 +373,26 @@ mod tests {
             c.listen,
             Listen::Tcp("127.0.0.1:8080".parse().expect("addr"))
         );
-        assert_eq!(c.db, PathBuf::from("data/spoold.db"));
+        let cwd = std::env::current_dir().expect("working directory");
+        assert_eq!(c.db, cwd.join("data/spoold.db"), "made absolute");
         assert_eq!(c.max_db_bytes, 1 << 30);
         assert_eq!((c.concurrency, c.per_target_concurrency), (64, 8));
         assert_eq!(c.request_timeout, Duration::from_secs(10));
         assert_eq!(c.terminal_retention, Duration::from_secs(168 * 3600));
         assert!(!c.allow_private_targets);
+    }
+
+    #[test]
+    fn sqlite_urls_name_files() {
+        let db = |given: &str| parse(&["--db", given]).expect("valid").db;
+        assert_eq!(
+            db("sqlite:///var/lib/spoold/q.db"),
+            PathBuf::from("/var/lib/spoold/q.db")
+        );
+        assert_eq!(db("sqlite:/var/q.db"), PathBuf::from("/var/q.db"));
+        assert_eq!(db("/abs/q.db"), PathBuf::from("/abs/q.db"));
+        let cwd = std::env::current_dir().expect("working directory");
+        assert_eq!(db("sqlite:rel.db"), cwd.join("rel.db"));
     }
 
     #[test]
@@ -367,6 +415,9 @@ mod tests {
         assert_eq!((c.concurrency, c.per_target_concurrency), (4, 2));
         assert!(c.allow_private_targets);
         assert_eq!(c.max_db_bytes, 64 << 20);
+        // A smaller --concurrency alone (spoold's -workers=4) lowers the per-target default.
+        let c = parse(&["-workers=4"]).expect("valid");
+        assert_eq!((c.concurrency, c.per_target_concurrency), (4, 4));
     }
 
     #[test]
@@ -386,8 +437,25 @@ mod tests {
             ),
             (&["--concurrency", "0"], "at least 1"),
             (
+                &["--db", "postgres://localhost/spool"],
+                "PostgreSQL is not supported by this build",
+            ),
+            (
+                &["--db", "postgresql:dbname=x"],
+                "PostgreSQL is not supported",
+            ),
+            (
+                &["--db", "mysql://localhost/x"],
+                "unknown database URL scheme \"mysql\"",
+            ),
+            (&["--db", "sqlite:"], "must not be empty"),
+            (
                 &["--per-target-concurrency", "65"],
-                "between 1 and --concurrency",
+                "--per-target-concurrency 65 must be between 1 and --concurrency (64)",
+            ),
+            (
+                &["--concurrency", "4", "--per-target-concurrency", "6"],
+                "--per-target-concurrency 6 must be between 1 and --concurrency (4)",
             ),
             (&["--unix-socket", "rel/path.sock"], "absolute"),
             (&["--listen", "localhost"], "not an address"),

@@ -168,6 +168,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             )
         }
     };
+    // `config.db` is absolute: a daemon started elsewhere shows at once which queue it has.
     info!(addr = %bound, db = %config.db.display(), "listening");
 
     let deliverer_metrics = Arc::clone(&metrics);

@@ -33,7 +33,7 @@ fn main() -> ExitCode {
         let running = match spoold::start(config).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(error = %e, "cannot start");
+                // One line, for whoever started it; not a second copy in the log format.
                 eprintln!("spoold: {e}");
                 return ExitCode::from(1);
             }

@@ -71,6 +71,52 @@ async fn invalid_flags_exit_2() {
     .expect("runs");
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--lease"), "{stderr}");
+
+    // A database URL this build cannot serve is refused, and no file is created for it.
+    let (status, stderr) = DaemonProcess::run_to_exit(
+        DaemonOptions::new("postgres://spool@127.0.0.1/spool").args(["--concurrency", "4"]),
+    )
+    .await
+    .expect("runs");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "spoold: --db: PostgreSQL is not supported by this build; give a file path (or \
+         sqlite:PATH)"
+    );
+    assert!(!std::path::Path::new("postgres:").exists());
+}
+
+/// The database path in the `listening` line is absolute, and a start-up error is told once.
+#[tokio::test(flavor = "multi_thread")]
+async fn start_up_names_the_absolute_database_and_errors_once() {
+    let dir = TempDir::new().expect("temp dir");
+    let daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let stderr = daemon.stderr();
+    let listening = stderr
+        .lines()
+        .find(|l| l.contains("\"listening\""))
+        .expect("a listening line");
+    let line: serde_json::Value = serde_json::from_str(listening).expect("JSON");
+    let db = line["fields"]["db"]
+        .as_str()
+        .or(line["db"].as_str())
+        .expect("db field");
+    assert!(
+        db.starts_with('/') && db.ends_with("data/spoold.db"),
+        "{db}"
+    );
+    let (status, stderr) = DaemonProcess::run_to_exit(process_opts(&dir))
+        .await
+        .expect("second runs");
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(
+        stderr.matches("in use by another spoold").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
