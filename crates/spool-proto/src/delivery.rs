@@ -162,8 +162,13 @@ pub struct DeliveryView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<BTreeMap<String, String>>,
     pub status: DeliveryStatus,
-    /// Attempts started in the current cycle.
+    /// Attempts started in the current cycle (the last `X-Spoold-Attempt` sent), interrupted
+    /// ones included.
     pub attempts: u32,
+    /// Of those, attempts cut short by a shutdown or a crash: not charged against
+    /// `maxAttempts`. Absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_attempts: Option<u32>,
     pub max_attempts: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,

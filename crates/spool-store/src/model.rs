@@ -117,6 +117,9 @@ pub struct NewDelivery {
     pub max_attempts: u32,
     pub not_before: Option<Millis>,
     pub expires_at: Option<Millis>,
+    /// Without `expires_at`, give up this long after creation (the default retry window), by
+    /// the store's clock.
+    pub retry_window_ms: Option<Millis>,
     /// Opaque digest of every field that makes two requests "the same" for idempotency.
     pub fingerprint: Vec<u8>,
 }

@@ -29,7 +29,7 @@ pub fn render(d: &DeliveryView) -> String {
     field("status", Some(d.status.to_string()));
     field(
         "attempts",
-        Some(format!("{} of {}", d.attempts, d.max_attempts)),
+        Some(crate::output::attempts(d).replacen('/', " of ", 1)),
     );
     field("idempotency key", d.idempotency_key.clone());
     field("created", Some(d.created_at.clone()));

@@ -173,11 +173,27 @@ pub fn delivery_row(action: Option<&str>, d: &DeliveryView) -> Vec<String> {
     row.extend([
         d.id.clone(),
         d.status.to_string(),
-        format!("{}/{}", d.attempts, d.max_attempts),
+        attempts(d),
         d.method.clone(),
         d.target_url.clone(),
     ]);
     row
+}
+
+/// `charged/max`, and the interrupted attempts (not charged) beside it: `3/8 (+1 interrupted)`.
+/// The first number never exceeds the second.
+pub fn attempts(d: &DeliveryView) -> String {
+    let interrupted = d.interrupted_attempts.unwrap_or(0);
+    let charged = format!(
+        "{}/{}",
+        d.attempts.saturating_sub(interrupted),
+        d.max_attempts
+    );
+    if interrupted > 0 {
+        format!("{charged} (+{interrupted} interrupted)")
+    } else {
+        charged
+    }
 }
 
 /// The header of `attempts`.
@@ -277,6 +293,18 @@ mod tests {
             "queued  0190f3c2a1b27c4e9d0a5b6c7d8e9f01  pending  0/5  POST  \
              http://127.0.0.1:9090/events\n"
         );
+    }
+
+    #[test]
+    fn attempts_never_exceed_their_maximum() {
+        let mut d = delivery();
+        d.attempts = 9;
+        d.max_attempts = 8;
+        d.interrupted_attempts = Some(2);
+        assert_eq!(attempts(&d), "7/8 (+2 interrupted)");
+        d.interrupted_attempts = None;
+        d.attempts = 3;
+        assert_eq!(attempts(&d), "3/8");
     }
 
     #[test]

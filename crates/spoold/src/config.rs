@@ -66,8 +66,14 @@ pub struct Args {
     pub retry_base: Duration,
 
     /// Longest retry delay.
-    #[arg(long, default_value = "5m", value_parser = parse_duration_arg, value_name = "DURATION")]
+    #[arg(long, default_value = "1h", value_parser = parse_duration_arg, value_name = "DURATION")]
     pub retry_cap: Duration,
+
+    /// A delivery created without maxAttempts and without expiresAt is retried (up to 100
+    /// attempts) for this long after it is first due, then fails as expired; 0 = no window
+    /// (then it gets 8 attempts, as in spoold v0.1.0).
+    #[arg(long, default_value = "24h", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub retry_window: Duration,
 
     /// Remove finished deliveries (and their attempts and idempotency keys) this long after
     /// they finished; 0 keeps them forever.
@@ -136,6 +142,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     pub retry_base: Duration,
     pub retry_cap: Duration,
+    /// See [`Args::retry_window`]; `None` for 0.
+    pub retry_window: Option<Duration>,
     pub terminal_retention: Duration,
     pub allow_private_targets: bool,
     pub allow_targets: Vec<Cidr>,
@@ -281,6 +289,7 @@ impl Args {
             shutdown_timeout: self.shutdown_timeout,
             retry_base: self.retry_base,
             retry_cap: self.retry_cap,
+            retry_window: (!self.retry_window.is_zero()).then_some(self.retry_window),
             terminal_retention: self.terminal_retention,
             allow_private_targets: self.allow_private_targets,
             allow_targets: self.allow_targets,
@@ -461,7 +470,7 @@ mod tests {
             (&["--listen", "localhost"], "not an address"),
             (&["--request-timeout", "10"], "missing unit"),
             (&["--max-db-bytes", "lots"], "invalid size"),
-            (&["--retry-base", "10m"], "at most --retry-cap"),
+            (&["--retry-base", "2h"], "at most --retry-cap"),
             (&["--listen", "0.0.0.0:8080"], "--auth-token-file"),
             (&["--listen", "[::]:8080"], "--auth-token-file"),
             (&["--allow-target", "10.0.0.0/40"], "prefix"),

@@ -133,7 +133,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let state = Arc::new(api::AppState {
         store: store.clone(),
         metrics: Arc::clone(&metrics),
-        policy,
+        rules: submission::Rules {
+            policy,
+            retry_window: config.retry_window,
+        },
         auth_token: config.auth_token.clone(),
         readiness: api::system::Readiness::default(),
         activity: Arc::clone(&activity),

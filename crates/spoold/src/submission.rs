@@ -55,7 +55,17 @@ pub fn decode(bytes: &[u8]) -> Result<CreateDelivery, Rejection> {
 }
 
 /// Apply every rule and build the delivery to insert.
-pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelivery, Rejection> {
+/// What a create is judged by besides its own fields.
+#[derive(Debug, Clone, Default)]
+pub struct Rules {
+    pub policy: AddressPolicy,
+    /// `--retry-window`: the default schedule's time budget (`None`: spoold v0.1.0's 8
+    /// attempts).
+    pub retry_window: Option<std::time::Duration>,
+}
+
+pub fn validate(req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, Rejection> {
+    let policy = &rules.policy;
     let body = decode_body(&req)?;
 
     let idempotency_key = req
@@ -111,9 +121,11 @@ pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelive
         return Err(invalid("method contains invalid characters"));
     }
 
-    let max_attempts = match req.max_attempts.unwrap_or(0) {
-        0 => spool_proto::DEFAULT_MAX_ATTEMPTS,
-        n if (1..=i64::from(spool_proto::MAX_MAX_ATTEMPTS)).contains(&n) => n as u32,
+    // An explicit maxAttempts means what it says. Without one, the default schedule is a time
+    // budget (--retry-window, up to 100 attempts), so that it outlasts hours of downtime.
+    let explicit_attempts = match req.max_attempts.unwrap_or(0) {
+        0 => None,
+        n if (1..=i64::from(spool_proto::MAX_MAX_ATTEMPTS)).contains(&n) => Some(n as u32),
         _ => return Err(invalid("max attempts must be between 1 and 100")),
     };
 
@@ -133,10 +145,19 @@ pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelive
         }
     }
 
+    let (max_attempts, retry_window_ms) = match (explicit_attempts, rules.retry_window) {
+        (Some(n), _) => (n, None),
+        (None, Some(window)) => (
+            spool_proto::MAX_MAX_ATTEMPTS,
+            expires_at.is_none().then_some(window.as_millis() as Millis),
+        ),
+        (None, None) => (spool_proto::DEFAULT_MAX_ATTEMPTS, None),
+    };
     let fingerprint = fingerprint(
         &method,
         &target_url,
-        max_attempts,
+        // As before the retry window existed, so that keys stored then still match.
+        explicit_attempts.unwrap_or(spool_proto::DEFAULT_MAX_ATTEMPTS),
         &headers,
         &body,
         not_before,
@@ -153,6 +174,7 @@ pub fn validate(req: CreateDelivery, policy: &AddressPolicy) -> Result<NewDelive
         max_attempts,
         not_before,
         expires_at,
+        retry_window_ms,
         fingerprint,
     })
 }
@@ -336,11 +358,14 @@ mod tests {
 
     fn check(req: serde_json::Value) -> Result<NewDelivery, Rejection> {
         let bytes = serde_json::to_vec(&req).expect("serializable");
-        let policy = AddressPolicy {
-            allow_all: true,
-            allowed: vec![],
+        let rules = Rules {
+            policy: AddressPolicy {
+                allow_all: true,
+                allowed: vec![],
+            },
+            retry_window: None,
         };
-        validate(decode(&bytes)?, &policy)
+        validate(decode(&bytes)?, &rules)
     }
 
     fn rejected(req: serde_json::Value) -> (ErrorCode, String) {
@@ -381,7 +406,7 @@ mod tests {
 
     #[test]
     fn request_level_rejections() {
-        let policy = AddressPolicy::default();
+        let policy = Rules::default();
         let cases: &[(&[u8], &str)] = &[
             (b"", "decode JSON: EOF"),
             (b"{", "decode JSON"),
@@ -452,9 +477,12 @@ mod tests {
             ("http://[::1]:8080/x", Ok("http://[::1]:8080/x")),
             ("http://2130706433/", Ok("http://127.0.0.1/")),
         ];
-        let open = AddressPolicy {
-            allow_all: true,
-            allowed: Vec::new(),
+        let open = Rules {
+            policy: AddressPolicy {
+                allow_all: true,
+                allowed: Vec::new(),
+            },
+            retry_window: None,
         };
         for (input, want) in cases {
             let got = validate(
@@ -571,7 +599,7 @@ mod tests {
 
     #[test]
     fn blocked_literal_targets_are_refused_at_submission() {
-        let policy = AddressPolicy::default();
+        let policy = Rules::default();
         for url in [
             "http://127.0.0.1/",
             "http://2130706433/",
@@ -590,7 +618,7 @@ mod tests {
     #[test]
     fn bodies_keep_their_bytes() {
         let raw = br#"{"targetUrl":"http://h/","body":  {"a" :[1, 2 ], "s":"<&>"}  }"#;
-        let d = validate(decode(raw).expect("json"), &AddressPolicy::default()).expect("valid");
+        let d = validate(decode(raw).expect("json"), &Rules::default()).expect("valid");
         assert_eq!(d.body, Body::Json(br#"{"a" :[1, 2 ], "s":"<&>"}"#.to_vec()));
         let d = check(json!({"targetUrl":"http://h/","bodyBase64":"AP8K\r\n"})).expect("valid");
         assert_eq!(d.body, Body::Binary(vec![0x00, 0xff, 0x0a]));

@@ -76,6 +76,9 @@ pub(crate) fn insert(
     let (body_kind, body) = encode_body(&new.body);
     let headers = encode_headers(&new.headers)?;
     let due = new.not_before.map_or(now, |nb| nb.max(now));
+    let expires_at = new
+        .expires_at
+        .or_else(|| new.retry_window_ms.map(|w| due + w));
     conn.prepare_cached(
         "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
          body_kind, body, status, max_attempts, created_at, updated_at, next_attempt_at, \
@@ -96,7 +99,7 @@ pub(crate) fn insert(
             now,
             due,
             new.not_before,
-            new.expires_at,
+            expires_at,
         ])
     })
     .map_err(map_err)?;
@@ -128,7 +131,7 @@ pub(crate) fn insert(
         updated_at: now,
         next_attempt_at: Some(due),
         not_before: new.not_before,
-        expires_at: new.expires_at,
+        expires_at,
         lease_until: None,
     }))
 }

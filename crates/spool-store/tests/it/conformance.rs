@@ -34,6 +34,7 @@ macro_rules! conformance_suite {
             idempotent_insert_returns_existing,
             idempotency_conflict_on_different_fingerprint,
             passed_deadline_refuses_new_work_but_not_a_duplicate,
+            retry_window_sets_the_deadline,
             concurrent_inserts_with_one_key_create_once,
             duplicate_id_is_refused_without_side_effects,
             claim_respects_limit_and_due_order,
@@ -115,6 +116,7 @@ pub fn new_delivery(id: &str, key: Option<&str>, url: &str) -> NewDelivery {
         max_attempts: 5,
         not_before: None,
         expires_at: None,
+        retry_window_ms: None,
         fingerprint: url.as_bytes().to_vec(),
     }
 }
@@ -232,6 +234,22 @@ pub async fn idempotent_insert_returns_existing(store: Store) {
     create(&store, new_delivery(&id(5), None, URL_A)).await;
     create(&store, new_delivery(&id(6), Some("order-2"), URL_A)).await;
     assert_eq!(list_ids(&store, None).await, [id(1), id(4), id(5), id(6)]);
+}
+
+/// A delivery without a deadline of its own gets one a retry window after it is first due.
+pub async fn retry_window_sets_the_deadline(store: Store) {
+    let now = store.now_ms();
+    let mut windowed = new_delivery(&id(1), None, URL_A);
+    windowed.retry_window_ms = Some(60_000);
+    windowed.not_before = Some(now + 10_000);
+    let d = create(&store, windowed).await;
+    assert_eq!(d.expires_at, Some(now + 70_000));
+    assert_eq!(get(&store, &id(1)).await.expires_at, Some(now + 70_000));
+    // Its own deadline wins.
+    let mut own = new_delivery(&id(2), None, URL_A);
+    own.retry_window_ms = Some(60_000);
+    own.expires_at = Some(now + 5_000);
+    assert_eq!(create(&store, own).await.expires_at, Some(now + 5_000));
 }
 
 pub async fn passed_deadline_refuses_new_work_but_not_a_duplicate(store: Store) {

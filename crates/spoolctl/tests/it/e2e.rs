@@ -17,7 +17,7 @@ async fn send_queues_and_the_target_gets_the_body_verbatim() {
 
     let out = check_ok(&s.ctl(&["send", &url, "-d", body]).await);
     let id = row_id(&out);
-    assert_eq!(out, row("queued", &id, "pending", "0/8", "POST", &url));
+    assert_eq!(out, row("queued", &id, "pending", "0/100", "POST", &url));
 
     let seen = s
         .receiver
@@ -38,7 +38,7 @@ async fn idempotency_key_returns_the_existing_delivery_or_conflicts() {
 
     let first = check_ok(&s.ctl(&send(body)).await);
     let id = row_id(&first);
-    assert_eq!(first, row("queued", &id, "pending", "0/8", "POST", &url));
+    assert_eq!(first, row("queued", &id, "pending", "0/100", "POST", &url));
     s.api()
         .wait_status(&id, &["succeeded"], WAIT)
         .await
@@ -47,7 +47,7 @@ async fn idempotency_key_returns_the_existing_delivery_or_conflicts() {
     let again = check_ok(&s.ctl(&send(body)).await);
     assert_eq!(
         again,
-        row("existing", &id, "succeeded", "1/8", "POST", &url)
+        row("existing", &id, "succeeded", "1/100", "POST", &url)
     );
 
     let o = s.ctl(&send(r#"{"a":2}"#)).await;
@@ -82,7 +82,7 @@ async fn options_after_the_url_shape_the_request() {
         .await,
     );
     let id = row_id(&out);
-    assert_eq!(out, row("queued", &id, "pending", "0/8", "PUT", &url));
+    assert_eq!(out, row("queued", &id, "pending", "0/100", "PUT", &url));
 
     let seen = s
         .receiver
@@ -160,8 +160,8 @@ async fn send_wait_exits_with_the_outcome() {
     let id = row_id(&out);
     assert_eq!(
         out,
-        row("queued", &id, "pending", "0/8", "POST", &url)
-            + &row("wait", &id, "succeeded", "1/8", "POST", &url)
+        row("queued", &id, "pending", "0/100", "POST", &url)
+            + &row("wait", &id, "succeeded", "1/100", "POST", &url)
     );
 
     s.receiver
@@ -173,8 +173,8 @@ async fn send_wait_exits_with_the_outcome() {
     let id = row_id(&out);
     assert_eq!(
         out,
-        row("queued", &id, "pending", "0/8", "POST", &url)
-            + &row("wait", &id, "failed", "1/8", "POST", &url)
+        row("queued", &id, "pending", "0/100", "POST", &url)
+            + &row("wait", &id, "failed", "1/100", "POST", &url)
             + "last error: HTTP 400: no such thing\n"
     );
 }
@@ -188,21 +188,24 @@ async fn wait_times_out_and_reports_cancellation() {
 
     let o = s.ctl(&["wait", &id, "--timeout", "300ms"]).await;
     assert_eq!(o.status.code(), Some(5), "stderr: {}", stderr(&o));
-    assert_eq!(stdout(&o), row("wait", &id, "pending", "0/8", "POST", &url));
+    assert_eq!(
+        stdout(&o),
+        row("wait", &id, "pending", "0/100", "POST", &url)
+    );
     assert_eq!(
         stderr(&o),
         format!("spoolctl: timed out after 300ms: delivery {id} is still pending\n")
     );
 
     let out = check_ok(&s.ctl(&["cancel", &id]).await);
-    assert_eq!(out, row("cancel", &id, "canceled", "0/8", "POST", &url));
+    assert_eq!(out, row("cancel", &id, "canceled", "0/100", "POST", &url));
 
     let o = s.ctl(&["wait", &id]).await;
     assert_eq!(o.status.code(), Some(4), "stderr: {}", stderr(&o));
     assert_eq!(stderr(&o), "");
     assert_eq!(
         stdout(&o),
-        row("wait", &id, "canceled", "0/8", "POST", &url)
+        row("wait", &id, "canceled", "0/100", "POST", &url)
     );
     assert!(s.receiver.requests().is_empty());
 }
@@ -220,7 +223,7 @@ async fn list_pages_and_json() {
         let mut t =
             String::from("ID                                STATUS   ATTEMPTS  METHOD  TARGET\n");
         for id in ids {
-            t.push_str(&format!("{id}  pending  0/8       POST    {url}\n"));
+            t.push_str(&format!("{id}  pending  0/100     POST    {url}\n"));
         }
         t
     };
@@ -305,12 +308,13 @@ async fn get_shows_the_last_error_and_masks_secrets() {
     let time = |field: &str| d[field].as_str().unwrap_or_default().to_owned();
     assert_eq!(
         out,
-        row("get", &id, "failed", "1/8", "POST", &url)
+        row("get", &id, "failed", "1/100", "POST", &url)
             + &format!(
                 "  status:         failed\n\
-                 \x20 attempts:       1 of 8\n\
+                 \x20 attempts:       1 of 100\n\
                  \x20 created:        {}\n\
                  \x20 updated:        {}\n\
+                 \x20 expires:        {}\n\
                  \x20 last response:  HTTP 400\n\
                  headers:\n\
                  \x20 Authorization: [redacted]\n\
@@ -319,7 +323,8 @@ async fn get_shows_the_last_error_and_masks_secrets() {
                  last error: HTTP 400: bad input\n\
                  last error code: http_status\n",
                 time("createdAt"),
-                time("updatedAt")
+                time("updatedAt"),
+                time("expiresAt")
             )
     );
     let revealed = check_ok(&s.ctl(&["get", &id, "--reveal"]).await);
@@ -403,7 +408,7 @@ async fn retry_starts_a_new_cycle_only_for_failed_deliveries() {
         .expect("failed");
 
     let out = check_ok(&s.ctl(&["retry", &id]).await);
-    assert_eq!(out, row("retry", &id, "pending", "0/8", "POST", &url));
+    assert_eq!(out, row("retry", &id, "pending", "0/100", "POST", &url));
     api.wait_status(&id, &["succeeded"], WAIT)
         .await
         .expect("delivered again");
@@ -460,7 +465,7 @@ async fn spoold_url_from_the_environment() {
     };
     let out = check_ok(&crate::capture(with_env(&["send", &url, "-d", "true"]), None).await);
     let id = row_id(&out);
-    assert_eq!(out, row("queued", &id, "pending", "0/8", "POST", &url));
+    assert_eq!(out, row("queued", &id, "pending", "0/100", "POST", &url));
     s.receiver
         .wait_for_requests(1, WAIT)
         .await
@@ -470,7 +475,7 @@ async fn spoold_url_from_the_environment() {
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        row("wait", &id, "succeeded", "1/8", "POST", &url)
+        row("wait", &id, "succeeded", "1/100", "POST", &url)
     );
 
     // --server wins over the environment.
@@ -479,7 +484,7 @@ async fn spoold_url_from_the_environment() {
         .env("SPOOLD_URL", "http://127.0.0.1:9");
     let out = check_ok(&crate::capture(cmd, None).await);
     assert!(
-        out.starts_with(&row("get", &id, "succeeded", "1/8", "POST", &url)),
+        out.starts_with(&row("get", &id, "succeeded", "1/100", "POST", &url)),
         "{out}"
     );
 }

@@ -34,7 +34,7 @@ async fn send_list_and_wait_over_a_unix_socket() {
     ]);
     let out = check_ok(&crate::capture(cmd, None).await);
     let id = row_id(&out);
-    assert_eq!(out, row("queued", &id, "pending", "0/8", "POST", &url));
+    assert_eq!(out, row("queued", &id, "pending", "0/100", "POST", &url));
     let seen = s
         .receiver
         .wait_for_requests(1, WAIT)
@@ -46,14 +46,14 @@ async fn send_list_and_wait_over_a_unix_socket() {
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        row("wait", &id, "succeeded", "1/8", "POST", &url)
+        row("wait", &id, "succeeded", "1/100", "POST", &url)
     );
 
     assert_eq!(
         check_ok(&s.ctl(&["list"]).await),
         format!(
             "ID                                STATUS     ATTEMPTS  METHOD  TARGET\n\
-             {id}  succeeded  1/8       POST    {url}\n"
+             {id}  succeeded  1/100     POST    {url}\n"
         )
     );
 

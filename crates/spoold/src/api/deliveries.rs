@@ -46,7 +46,7 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
         }
     };
     let new =
-        match submission::decode(&bytes).and_then(|req| submission::validate(req, &state.policy)) {
+        match submission::decode(&bytes).and_then(|req| submission::validate(req, &state.rules)) {
             Ok(new) => new,
             Err(r) => {
                 if r.code == ErrorCode::TargetBlocked {
@@ -306,6 +306,7 @@ pub fn view(d: model::Delivery, reveal: bool) -> DeliveryView {
         target_url: d.target_url,
         method: d.method,
         attempts: d.attempts,
+        interrupted_attempts: (d.uncharged > 0).then_some(d.uncharged),
         max_attempts: d.max_attempts,
         last_error: d.last_error,
         last_error_code: d.last_error_code,

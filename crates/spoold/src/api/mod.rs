@@ -28,13 +28,13 @@ use tracing::info;
 
 use crate::config::AuthToken;
 use crate::metrics::Metrics;
-use crate::outbound::AddressPolicy;
 
 /// What every handler can reach.
 pub struct AppState {
     pub store: Store,
     pub metrics: Arc<Metrics>,
-    pub policy: AddressPolicy,
+    /// The address policy and the default retry window, for creates.
+    pub rules: crate::submission::Rules,
     /// When set, every route but the health probes requires `Authorization: Bearer <token>`.
     pub auth_token: Option<AuthToken>,
     pub readiness: system::Readiness,

@@ -281,3 +281,57 @@ async fn transport_errors_read_like_sentences() {
     }
     rude_task.abort();
 }
+
+/// The default schedule is a time budget (`--retry-window`, 24 h by default; 2 s here, with the
+/// tests' fast retries), not 8 attempts: a target down for longer than 8 attempts take, then
+/// back, still gets its delivery; one that stays down past the window ends as `expired`. An
+/// explicit maxAttempts means what it says.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_default_schedule_outlasts_downtime() {
+    let d = InProcess::boot(&["--retry-window", "2500ms"]).await;
+    let port = Receiver::refusing_port();
+    let back = format!("http://127.0.0.1:{port}/back");
+    let (status, created) = d
+        .api
+        .create(json!({"targetUrl": back}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["maxAttempts"], 100, "{created}");
+    let windowed = id_of(&created);
+    let (_, counted) = d
+        .api
+        .create(json!({"targetUrl": format!("http://127.0.0.1:{port}/counted"), "maxAttempts": 3}))
+        .await
+        .expect("create");
+    let stays_down = Receiver::refusing_port();
+    let (_, doomed) = d
+        .api
+        .create(json!({"targetUrl": format!("http://127.0.0.1:{stays_down}/never")}))
+        .await
+        .expect("create");
+
+    // Longer than 8 attempts take at these speeds (about 1.2 s), shorter than the window.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let counted = d
+        .api
+        .wait_status(&id_of(&counted), &["failed"], WAIT)
+        .await
+        .expect("an explicit maxAttempts is spent");
+    assert_eq!(counted["attempts"], 3, "{counted}");
+    let receiver = Receiver::start_on(port).await.expect("target back");
+    let delivered = d
+        .api
+        .wait_status(&windowed, &["succeeded", "failed"], WAIT)
+        .await
+        .expect("finishes");
+    assert_eq!(delivered["status"], "succeeded", "{delivered}");
+    assert!(receiver.requests().iter().any(|r| r.path == "/back"));
+
+    let doomed = d
+        .api
+        .wait_status(&id_of(&doomed), &["failed"], WAIT)
+        .await
+        .expect("gives up after the window");
+    assert_eq!(doomed["lastErrorCode"], "expired", "{doomed}");
+}

@@ -211,3 +211,40 @@ async fn counts_stay_exact_across_kill9() {
     );
     assert_eq!(kept, counted, "counts by origin");
 }
+
+/// An attempt cut short by kill -9 is sent again after the restart and not charged: the
+/// delivery shows it as interrupted, beside the attempts that count.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_cut_short_by_a_crash_is_shown_as_interrupted() {
+    let dir = TempDir::new().expect("temp dir");
+    let receiver = Receiver::start().await.expect("receiver");
+    receiver.push_replies([Reply::hang()]);
+    let mut daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, created) = api
+        .create(json!({"targetUrl": receiver.url("/cut"), "maxAttempts": 2}))
+        .await
+        .expect("create");
+    receiver.wait_for_requests(1, WAIT).await.expect("sent");
+    daemon.kill9();
+
+    let daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let done = api
+        .wait_status(&id_of(&created), &["succeeded"], WAIT)
+        .await
+        .expect("delivered after the restart");
+    assert_eq!(
+        (
+            &done["attempts"],
+            &done["interruptedAttempts"],
+            &done["maxAttempts"]
+        ),
+        (&json!(2), &json!(1), &json!(2)),
+        "{done}"
+    );
+}
