@@ -33,7 +33,7 @@ const USER_AGENT_VALUE: &str = concat!("spoolctl/", env!("CARGO_PKG_VERSION"));
 pub enum ServerUrlError {
     #[error("parse --server: {0}")]
     Parse(String),
-    #[error("--server must use http, https, or unix")]
+    #[error("--server must be http://host:port (or host:port) or unix:///path/to/socket")]
     Scheme,
     #[error(
         "--server uses https, but spoolctl does not support TLS; \
@@ -66,6 +66,13 @@ pub enum ClientError {
     /// A non-success answer without an error envelope (a proxy, a routing error, …).
     #[error("spoold returned HTTP {status}: {message}")]
     Http { status: u16, message: String },
+    /// An answer that is not spoold's: HTML from a web server, another API's JSON, …
+    #[error("the server at {server} did not answer like spoold (HTTP {status}, {content_type})")]
+    NotSpoold {
+        server: String,
+        status: u16,
+        content_type: String,
+    },
     #[error("spoold response exceeds size limit")]
     ResponseTooLarge,
     #[error("decode spoold response: {0}")]
@@ -99,11 +106,14 @@ enum Endpoint {
 }
 
 impl Server {
-    /// Accepts `http://host[:port][/base]` and `unix:///absolute/path`.
+    /// Accepts `http://host[:port][/base]`, `host:port[/base]` (as `http://`) and
+    /// `unix:///absolute/path`.
     pub fn parse(given: &str) -> Result<Server, ServerUrlError> {
         let s = given.trim();
         let endpoint = match s.split_once(':') {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("unix") => parse_unix(rest)?,
+            // `127.0.0.1:8080`, `localhost:8080`, `[::1]:8080`: an address, not a URL.
+            _ if !s.contains("://") => parse_http(&format!("http://{s}"))?,
             _ => parse_http(s)?,
         };
         Ok(Server {
@@ -305,6 +315,8 @@ pub struct Client {
 /// A complete response: status and the whole body.
 struct RawResponse {
     status: StatusCode,
+    /// `Content-Type`, for telling spoold's JSON from another server's page.
+    content_type: String,
     body: Bytes,
 }
 
@@ -405,10 +417,13 @@ impl Client {
                 )))
             }
         };
-        if resp.status.is_success() {
+        let json = resp.content_type.starts_with("application/json");
+        if resp.status.is_success() && json {
             Ok(resp)
+        } else if resp.status.is_success() {
+            Err(not_spoold(&resp, &self.server))
         } else {
-            Err(status_error(&resp))
+            Err(status_error(&resp, &self.server))
         }
     }
 
@@ -490,6 +505,12 @@ impl Client {
                 })?;
             Ok(RawResponse {
                 status: parts.status,
+                content_type: parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("no content type")
+                    .to_owned(),
                 body: collected.to_bytes(),
             })
         };
@@ -530,33 +551,36 @@ fn decode<T: DeserializeOwned>(resp: &RawResponse) -> Result<T, ClientError> {
     serde_json::from_slice(&resp.body).map_err(|e| ClientError::Decode(e.to_string()))
 }
 
-/// The error for a non-2xx response: spoold's envelope if there is one, else the body text,
-/// else the status text. Always one line.
-fn status_error(resp: &RawResponse) -> ClientError {
+/// The error for a non-2xx response: spoold's envelope if there is one (always one line); any
+/// other answer means the server is not spoold, or a proxy in front of it answered.
+fn status_error(resp: &RawResponse, server: &Server) -> ClientError {
     let status = resp.status.as_u16();
-    if let Ok(body) = serde_json::from_slice::<spool_proto::ErrorBody>(&resp.body) {
-        let message = one_line(&body.error.message);
-        if !body.error.code.is_empty() {
-            return ClientError::Api {
-                status,
-                code: body.error.code,
-                message,
-            };
-        }
-        if !message.is_empty() {
-            return ClientError::Http { status, message };
-        }
+    match serde_json::from_slice::<spool_proto::ErrorBody>(&resp.body) {
+        Ok(body) if !body.error.code.is_empty() => ClientError::Api {
+            status,
+            code: body.error.code,
+            message: one_line(&body.error.message),
+        },
+        Ok(body) if !body.error.message.is_empty() => ClientError::Http {
+            status,
+            message: one_line(&body.error.message),
+        },
+        _ => not_spoold(resp, server),
     }
-    let text = one_line(&String::from_utf8_lossy(&resp.body));
-    let message = if text.is_empty() {
-        resp.status
-            .canonical_reason()
-            .unwrap_or("unknown status")
-            .to_owned()
-    } else {
-        text
-    };
-    ClientError::Http { status, message }
+}
+
+fn not_spoold(resp: &RawResponse, server: &Server) -> ClientError {
+    ClientError::NotSpoold {
+        server: server.to_string(),
+        status: resp.status.as_u16(),
+        content_type: resp
+            .content_type
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    }
 }
 
 /// Trimmed, control characters turned into spaces, at most 512 characters.
@@ -659,7 +683,6 @@ mod tests {
         let bad = [
             ("https://127.0.0.1:8443", E::TlsUnsupported),
             ("ftp://127.0.0.1", E::Scheme),
-            ("localhost:8080", E::Scheme),
             ("http://", E::MissingHost),
             ("http://user:pw@127.0.0.1", E::HttpExtras),
             ("http://127.0.0.1/?a=b", E::HttpExtras),
@@ -678,12 +701,30 @@ mod tests {
         for input in [
             "",
             "not a url",
-            "127.0.0.1:8080",
             "http://127.0.0.1:99999",
+            "127.0.0.1:99999",
             "unix:///a%zz",
             "unix:///a%+1",
         ] {
             assert!(Server::parse(input).is_err(), "{input}");
+        }
+    }
+
+    #[test]
+    fn an_address_is_an_http_server() {
+        for (given, host, port) in [
+            ("127.0.0.1:8080", "127.0.0.1", 8080),
+            ("localhost:9000", "localhost", 9000),
+            ("[::1]:8080", "::1", 8080),
+        ] {
+            match Server::parse(given).map(|s| s.endpoint) {
+                Ok(Endpoint::Tcp {
+                    host: h, port: p, ..
+                }) => {
+                    assert_eq!((h.as_str(), p), (host, port), "{given}")
+                }
+                other => panic!("{given}: {other:?}"),
+            }
         }
     }
 
@@ -754,28 +795,32 @@ mod tests {
 
     #[test]
     fn error_responses() {
-        let check = |status: u16, body: &str, expected: &str| {
+        let server = Server::parse("127.0.0.1:8080").expect("an address");
+        let check = |status: u16, content_type: &str, body: &str, expected: &str| {
             let resp = RawResponse {
                 status: StatusCode::from_u16(status).expect("valid status"),
+                content_type: content_type.to_owned(),
                 body: Bytes::copy_from_slice(body.as_bytes()),
             };
-            assert_eq!(status_error(&resp).to_string(), expected, "{body}");
+            assert_eq!(status_error(&resp, &server).to_string(), expected, "{body}");
         };
         check(
             409,
+            "application/json",
             r#"{"error":{"code":"idempotency_conflict","message":"key reused"}}"#,
             "spoold returned HTTP 409 (idempotency_conflict): key reused",
         );
         check(
             404,
-            "404 page not found\n",
-            "spoold returned HTTP 404: 404 page not found",
+            "text/html; charset=utf-8",
+            "<html><body>Not Found</body></html>",
+            "the server at 127.0.0.1:8080 did not answer like spoold (HTTP 404, text/html)",
         );
-        check(502, "", "spoold returned HTTP 502: Bad Gateway");
         check(
-            500,
-            "line one\nline two\n",
-            "spoold returned HTTP 500: line one line two",
+            502,
+            "no content type",
+            "",
+            "the server at 127.0.0.1:8080 did not answer like spoold (HTTP 502, no content type)",
         );
     }
 }

@@ -16,7 +16,15 @@ use crate::outbound::Cidr;
 /// Accepts HTTP requests to deliver, makes them durable before acknowledging, and delivers them
 /// at least once with bounded retries, across crashes and restarts.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "spoold", version, about, long_about = None)]
+#[command(
+    name = "spoold",
+    version,
+    about,
+    long_about = None,
+    after_help = "Logging: SPOOLD_LOG sets the level (default info; e.g. SPOOLD_LOG=spoold=debug).\n\
+        spoold v0.1.0's flags work too: single-dash spellings (-listen, -workers=4) and the \
+        aliases --workers, --per-target-workers, --max-journal-bytes."
+)]
 pub struct Args {
     /// TCP address of the control API.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
@@ -48,7 +56,8 @@ pub struct Args {
     #[arg(long, alias = "per-target-workers", value_name = "N")]
     pub per_target_concurrency: Option<u32>,
 
-    /// Time limit of one attempt, from connect to the last byte read.
+    /// Time limit of one attempt, from connecting to reading the response's headers and the
+    /// first 4 KiB of its body, every redirect hop included.
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
     pub request_timeout: Duration,
 

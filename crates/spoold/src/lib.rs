@@ -222,6 +222,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         let _ = scheduler_task.await;
         let _ = retention_task.await;
         attempts.close();
+        if !attempts.is_empty() {
+            info!(
+                in_flight = attempts.len(),
+                wait_at_most_ms = shutdown_timeout.as_millis() as u64,
+                "waiting for in-flight attempts to finish"
+            );
+        }
         if tokio::time::timeout(shutdown_timeout, attempts.wait())
             .await
             .is_err()

@@ -101,6 +101,14 @@ pub fn build_request(args: RequestArgs, stdin: &mut dyn Read) -> anyhow::Result<
             Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
         ),
     };
+    check_target(&args.url)?;
+    if let Some(host) = loopback_name(&args.url) {
+        eprintln!(
+            "spoolctl: warning: {host} is this machine; spoold refuses loopback targets unless \
+             it was started with --allow-target 127.0.0.1/32 (or, for development, \
+             --allow-private-targets)"
+        );
+    }
     Ok(CreateDelivery {
         idempotency_key: args.idempotency_key.filter(|k| !k.is_empty()),
         target_url: Some(args.url),
@@ -194,10 +202,35 @@ pub fn load_body(source: BodySource, stdin: &mut dyn Read) -> anyhow::Result<Bod
 
 /// Validates JSON and keeps its bytes, minus surrounding whitespace, exactly as given.
 pub fn json_body(bytes: &[u8]) -> Result<Box<RawValue>, UsageError> {
-    let invalid = || UsageError::new("request body must be valid JSON");
-    let text = std::str::from_utf8(bytes).map_err(|_| invalid())?;
+    const HINT: &str = "for a body that is not JSON, use --data-binary FILE (or - for stdin)";
+    let text = std::str::from_utf8(bytes).map_err(|_| {
+        UsageError::new(format!(
+            "request body must be valid JSON: it is not UTF-8; {HINT}"
+        ))
+    })?;
     let text = text.trim_matches([' ', '\t', '\n', '\r']);
-    RawValue::from_string(text.to_owned()).map_err(|_| invalid())
+    // serde_json says where: "… at line 1 column 5".
+    RawValue::from_string(text.to_owned())
+        .map_err(|e| UsageError::new(format!("request body must be valid JSON: {e}; {HINT}")))
+}
+
+/// The target URL checked as far as can be done here, so that the message is the same when
+/// spoold is down: it needs a scheme.
+fn check_target(url: &str) -> Result<(), UsageError> {
+    let lower = url.trim().to_ascii_lowercase();
+    if !lower.starts_with("http://") && !lower.starts_with("https://") {
+        return Err(UsageError::new(format!(
+            "target URL needs http:// or https://, as in http://{}",
+            url.trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Names that resolve to this machine, which spoold's default address policy refuses.
+fn loopback_name(url: &str) -> Option<String> {
+    let host = url::Url::parse(url).ok()?.host_str()?.to_ascii_lowercase();
+    (host == "localhost" || host.ends_with(".localhost")).then_some(host)
 }
 
 /// The whole input, refusing more than spoold accepts as a body.
@@ -344,8 +377,11 @@ mod tests {
         }
         for bad in ["", "   ", "{", "{} {}", "{'a':1}", "nul", "\u{a0}{}"] {
             assert_eq!(
-                json_body(bad.as_bytes()).map(|_| ()).map_err(|e| e.0),
-                Err("request body must be valid JSON".to_owned()),
+                json_body(bad.as_bytes())
+                    .map(|_| ())
+                    .map_err(|e| e.0.starts_with("request body must be valid JSON: ")
+                        && e.0.ends_with("use --data-binary FILE (or - for stdin)")),
+                Err(true),
                 "{bad:?}"
             );
         }

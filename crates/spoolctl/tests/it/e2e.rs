@@ -538,3 +538,24 @@ async fn stats_and_targets_give_the_overview() {
             .expect("JSON");
     assert_eq!(json["targets"][0]["origin"], origin.as_str(), "{json}");
 }
+
+/// `--server` pointed at something that is not spoold says so in one line instead of printing
+/// that server's page; an address without a scheme is an http:// address.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_is_not_spoold_is_named_as_such() {
+    let web = spool_testkit::Receiver::start().await.expect("receiver");
+    web.respond_with(
+        Reply::status(404)
+            .header("Content-Type", "text/html; charset=utf-8")
+            .body("<!DOCTYPE html><html><body><h1>Not Found</h1></body></html>"),
+    );
+    let address = format!("127.0.0.1:{}", web.port());
+    let mut cmd = crate::spoolctl();
+    cmd.args(["--server", &address, "list"]);
+    let o = crate::capture(cmd, None).await;
+    crate::check_error(
+        &o,
+        1,
+        &format!("the server at {address} did not answer like spoold (HTTP 404, text/html)"),
+    );
+}

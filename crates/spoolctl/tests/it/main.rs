@@ -144,7 +144,16 @@ fn send_usage_errors_exit_2_before_any_request() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["send", url, "-d", "{not json"],
-            "request body must be valid JSON",
+            "request body must be valid JSON: key must be a string at line 1 column 2; for a \
+             body that is not JSON, use --data-binary FILE (or - for stdin)",
+        ),
+        (
+            &["send", "localhost:9000/hook", "-d", "{}"],
+            "target URL needs http:// or https://, as in http://localhost:9000/hook",
+        ),
+        (
+            &["send", "hooks.example.com/x"],
+            "target URL needs http:// or https://, as in http://hooks.example.com/x",
         ),
         (
             &["send", url, "-d", "{}", "--data-file", "-"],
@@ -200,7 +209,12 @@ fn json_from_stdin_is_validated() {
         ],
         b"{\"a\": ",
     );
-    check_error(&o, 2, "request body must be valid JSON");
+    check_error(
+        &o,
+        2,
+        "request body must be valid JSON: EOF while parsing a value at line 1 column 5; for a \
+         body that is not JSON, use --data-binary FILE (or - for stdin)",
+    );
 }
 
 #[test]
@@ -223,7 +237,10 @@ fn oversized_data_file_exits_1() {
 #[test]
 fn bad_server_exits_2() {
     let cases = [
-        ("ftp://127.0.0.1", "--server must use http, https, or unix"),
+        (
+            "ftp://127.0.0.1",
+            "--server must be http://host:port (or host:port) or unix:///path/to/socket",
+        ),
         ("http://", "--server must include a host"),
         (
             "http://user@127.0.0.1:8080",
@@ -453,4 +470,56 @@ fn row_id(out: &str) -> String {
 /// One delivery row as `send`, `get`, `wait`, `retry` and `cancel` print it.
 fn row(action: &str, id: &str, status: &str, attempts: &str, method: &str, url: &str) -> String {
     format!("{action}  {id}  {status}  {attempts}  {method}  {url}\n")
+}
+
+/// Every subcommand of `spoolctl --help` appears in the README's command table.
+#[test]
+fn every_command_is_in_the_readme() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .expect("README.md");
+    let table: String = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| command | what it does |"))
+        .take_while(|l| l.starts_with('|'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let help = stdout(&run(&["--help"]));
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 10, "{help}");
+    let missing: Vec<&&str> = commands
+        .iter()
+        .filter(|c| !table.contains(&format!("`{c}")) && !table.contains(&format!(", `{c} ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "commands missing from README's table: {missing:?}"
+    );
+}
+
+/// A target on this machine's own name is refused by spoold's default address policy: `send`
+/// says so at once, with the flag that opens it, before it talks to spoold.
+#[test]
+fn localhost_targets_are_warned_about() {
+    let server = refusing_server();
+    let o = run(&["send", "http://localhost:9000/hook", "--server", &server]);
+    let err = stderr(&o);
+    assert!(
+        err.starts_with(
+            "spoolctl: warning: localhost is this machine; spoold refuses loopback targets \
+             unless it was started with --allow-target 127.0.0.1/32 (or, for development, \
+             --allow-private-targets)\n"
+        ),
+        "{err}"
+    );
+    // Then the real error: nothing listens at the server.
+    assert_eq!(o.status.code(), Some(1), "{err}");
 }

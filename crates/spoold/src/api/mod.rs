@@ -24,7 +24,7 @@ use axum::Router;
 use serde::Serialize;
 use spool_proto::{ErrorBody, ErrorCode};
 use spool_store::Store;
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::config::AuthToken;
 use crate::metrics::Metrics;
@@ -224,7 +224,9 @@ fn tokens_match(presented: &str, expected: &str) -> bool {
         == 0
 }
 
-/// One log line per API request, with the route pattern rather than the raw path.
+/// One log line per API request, with the route pattern rather than the raw path: at INFO for
+/// requests that change something, at DEBUG for reads (`spoolctl wait` polls five times a
+/// second).
 async fn log_request(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().clone();
@@ -233,13 +235,13 @@ async fn log_request(request: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let response = next.run(request).await;
-    info!(
-        method = %method,
-        route = %route,
-        status = response.status().as_u16(),
-        duration_ms = started.elapsed().as_millis() as u64,
-        "api request"
-    );
+    let status = response.status().as_u16();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    if method == axum::http::Method::GET || method == axum::http::Method::HEAD {
+        debug!(method = %method, route = %route, status, duration_ms, "api request");
+    } else {
+        info!(method = %method, route = %route, status, duration_ms, "api request");
+    }
     response
 }
 

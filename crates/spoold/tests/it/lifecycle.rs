@@ -100,10 +100,7 @@ async fn start_up_names_the_absolute_database_and_errors_once() {
         .find(|l| l.contains("\"listening\""))
         .expect("a listening line");
     let line: serde_json::Value = serde_json::from_str(listening).expect("JSON");
-    let db = line["fields"]["db"]
-        .as_str()
-        .or(line["db"].as_str())
-        .expect("db field");
+    let db = line["db"].as_str().expect("db field");
     assert!(
         db.starts_with('/') && db.ends_with("data/spoold.db"),
         "{db}"
@@ -174,6 +171,15 @@ async fn graceful_shutdown_interrupts_without_charging() {
         .expect("attempt started");
     let status = daemon.terminate().await.expect("terminates");
     assert_eq!(status.code(), Some(0), "{}", daemon.stderr());
+    // The wait is announced, with how many and how long at most.
+    let stderr = daemon.stderr();
+    let waiting: serde_json::Value = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["message"] == "waiting for in-flight attempts to finish")
+        .unwrap_or_else(|| panic!("no waiting line: {stderr}"));
+    assert_eq!(waiting["in_flight"], 1, "{waiting}");
+    assert_eq!(waiting["wait_at_most_ms"], 300, "{waiting}");
 
     let daemon = DaemonProcess::start(opts()).await.expect("restart");
     let api = Api::new(daemon.base_url());

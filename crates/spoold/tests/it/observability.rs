@@ -125,8 +125,23 @@ async fn attempts_are_logged_with_stable_fields_and_no_secrets() {
         format!("http://127.0.0.1:{}", r.port())
     );
     assert!(attempt["duration_ms"].is_u64());
-    assert!(logs
+    let requests: Vec<serde_json::Value> = logs
         .lines()
-        .any(|l| l.contains("\"message\":\"api request\"")
-            && l.contains("\"route\":\"/v1/deliveries\"")));
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["message"] == "api request")
+        .collect();
+    // The create is logged; the polls of wait_status (GETs) are not, at the default level.
+    assert!(
+        requests
+            .iter()
+            .any(|v| v.to_string().contains("\"route\":\"/v1/deliveries\"")
+                && v.to_string().contains("\"method\":\"POST\"")),
+        "{requests:?}"
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|v| v.to_string().contains("\"method\":\"GET\"")),
+        "{requests:?}"
+    );
 }

@@ -81,3 +81,29 @@ fn no_unwrap_in_library_code() {
         "unwrap() outside tests: {offenders:#?}"
     );
 }
+
+/// Every flag of `spoold --help` appears in the README's configuration table, so the two
+/// cannot drift apart silently.
+#[test]
+fn every_flag_is_in_the_readme() {
+    use clap::CommandFactory as _;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    let table: String = readme
+        .lines()
+        .filter(|l| l.starts_with("| `--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let missing: Vec<String> = spoold::config::Args::command()
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|long| !["help", "version"].contains(long))
+        .map(|long| format!("--{long}"))
+        .filter(|flag| !table.contains(&format!("`{flag}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "flags missing from README's table: {missing:?}"
+    );
+}
