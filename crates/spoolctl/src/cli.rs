@@ -203,27 +203,20 @@ pub struct ListArgs {
     #[arg(long, value_enum)]
     pub status: Option<StatusArg>,
 
-    /// Deliveries per page
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = spool_proto::DEFAULT_LIST_LIMIT,
-        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LIST_LIMIT))
-    )]
-    pub limit: u32,
-
-    /// Start at this page (the `next cursor` of an earlier listing)
-    #[arg(long, value_name = "CURSOR")]
-    pub cursor: Option<String>,
-
-    /// Follow next-page cursors until every delivery has been listed
-    #[arg(long)]
-    pub all: bool,
+    #[command(flatten)]
+    pub page: PageArgs,
 }
 
 #[derive(Debug, Args)]
 pub struct TargetsArgs {
-    /// Targets per page
+    #[command(flatten)]
+    pub page: PageArgs,
+}
+
+/// How much of a listing to fetch.
+#[derive(Debug, Args)]
+pub struct PageArgs {
+    /// Entries per page
     #[arg(
         long,
         value_name = "N",
@@ -236,7 +229,7 @@ pub struct TargetsArgs {
     #[arg(long, value_name = "CURSOR")]
     pub cursor: Option<String>,
 
-    /// Follow next-page cursors until every target has been listed
+    /// Follow next-page cursors until everything has been listed
     #[arg(long)]
     pub all: bool,
 }

@@ -18,7 +18,7 @@ use std::io::{self, Write};
 
 use anyhow::Context as _;
 
-use crate::cli::{Cli, Command, GlobalArgs, UsageError};
+use crate::cli::{Cli, Command, GlobalArgs, PageArgs, UsageError};
 use crate::client::{Client, Server, Token, Transition};
 use crate::output::Output;
 
@@ -101,6 +101,49 @@ fn connect(global: &GlobalArgs) -> anyhow::Result<Client> {
         .map(Token::from_file)
         .transpose()?;
     Ok(Client::new(server, token))
+}
+
+/// A paged listing of the API: its entries and the cursor of the next page.
+pub trait Listing: Sized {
+    type Entry;
+    fn next_cursor(&self) -> Option<&str>;
+    fn into_entries(self) -> Vec<Self::Entry>;
+    /// One listing holding every page's entries, with no next page.
+    fn merged(entries: Vec<Self::Entry>) -> Self;
+}
+
+/// One page as asked (the next cursor, if any, on stderr), or with `--all` every page merged into
+/// one listing, so that a table's columns line up across pages.
+async fn fetch_pages<L, F, Fut>(page: &PageArgs, mut fetch: F) -> anyhow::Result<L>
+where
+    L: Listing,
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<L, crate::client::ClientError>>,
+{
+    let mut cursor = page.cursor.clone().filter(|c| !c.is_empty());
+    let mut entries = Vec::new();
+    loop {
+        let listing = fetch(cursor.clone()).await?;
+        let next = listing
+            .next_cursor()
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned);
+        if !page.all {
+            if let Some(next) = next {
+                eprintln!("next cursor: {next}");
+            }
+            return Ok(listing);
+        }
+        entries.extend(listing.into_entries());
+        match next {
+            // A server that hands back the cursor it was given would keep us here forever.
+            Some(next) if cursor.as_deref() == Some(next.as_str()) => {
+                anyhow::bail!("spoold returned the same next cursor twice: {next}")
+            }
+            Some(next) => cursor = Some(next),
+            None => return Ok(L::merged(entries)),
+        }
+    }
 }
 
 /// A delivery id from the command line: an empty one would address the collection instead.

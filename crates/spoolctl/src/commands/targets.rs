@@ -5,7 +5,7 @@ use spool_proto::{TargetList, TargetView};
 
 use crate::cli::TargetsArgs;
 use crate::client::Client;
-use crate::commands::Exit;
+use crate::commands::{fetch_pages, Exit, Listing};
 use crate::output::{Output, Table};
 
 /// The header of `targets`.
@@ -21,35 +21,32 @@ const HEADER: [&str; 8] = [
 ];
 
 pub async fn run(client: &Client, args: TargetsArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
-    let mut cursor = args.cursor.filter(|c| !c.is_empty());
-    let mut targets = Vec::new();
-    loop {
-        let page = client.targets(args.limit, cursor.as_deref()).await?;
-        let next = page.next_cursor.clone().filter(|c| !c.is_empty());
-        if !args.all {
-            print(out, &page)?;
-            if let Some(next) = next {
-                eprintln!("next cursor: {next}");
-            }
-            return Ok(Exit::Success);
-        }
-        targets.extend(page.targets);
-        match next {
-            Some(next) if cursor.as_deref() == Some(next.as_str()) => {
-                anyhow::bail!("spoold returned the same next cursor twice: {next}")
-            }
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
+    let limit = args.page.limit;
+    let list: TargetList = fetch_pages(&args.page, |cursor| async move {
+        client.targets(limit, cursor.as_deref()).await
+    })
+    .await?;
+    print(out, &list)?;
+    Ok(Exit::Success)
+}
+
+impl Listing for TargetList {
+    type Entry = TargetView;
+
+    fn next_cursor(&self) -> Option<&str> {
+        self.next_cursor.as_deref()
     }
-    print(
-        out,
-        &TargetList {
+
+    fn into_entries(self) -> Vec<TargetView> {
+        self.targets
+    }
+
+    fn merged(targets: Vec<TargetView>) -> Self {
+        TargetList {
             targets,
             next_cursor: None,
-        },
-    )?;
-    Ok(Exit::Success)
+        }
+    }
 }
 
 fn print(out: &mut Output<'_>, list: &TargetList) -> std::io::Result<()> {
