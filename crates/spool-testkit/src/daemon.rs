@@ -293,8 +293,9 @@ impl DaemonProcess {
         if let Some(status) = self.status {
             return status;
         }
-        // On unix, tokio's `start_kill` sends SIGKILL. An error means the child has already
-        // exited; `try_wait` below collects its status either way.
+        // The whole group, while the leader is not yet reaped (so the group id cannot have been
+        // reused). An error means it has exited already; `try_wait` below collects its status.
+        self.kill_group();
         let _ = self.child.start_kill();
         let deadline = Instant::now() + KILL_REAP_TIMEOUT;
         loop {
@@ -309,6 +310,16 @@ impl DaemonProcess {
                 Ok(None) => panic!("spoold (pid {}) still alive 10 s after SIGKILL", self.pid),
                 Err(e) => panic!("cannot reap spoold (pid {}): {e}", self.pid),
             }
+        }
+    }
+
+    /// SIGKILL to the daemon's process group (it leads its own group).
+    fn kill_group(&self) {
+        if let Some(pid) = i32::try_from(self.pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
     }
 
@@ -382,6 +393,9 @@ impl DaemonProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // A group of its own: kill -9 and drop end whatever it started too (a wrapper's or a
+            // script's children), never leaving an orphan behind.
+            .process_group(0)
             .kill_on_drop(true);
         for (name, _) in std::env::vars_os() {
             if name
@@ -449,6 +463,7 @@ impl Drop for DaemonProcess {
     fn drop(&mut self) {
         if self.status.is_none() {
             // Errors mean it has exited already; tokio reaps dropped children.
+            self.kill_group();
             let _ = self.child.start_kill();
         }
         for handle in &self.drains {

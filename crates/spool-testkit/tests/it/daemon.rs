@@ -70,18 +70,59 @@ async fn start_reads_the_listening_line() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Processes still alive (not zombies) in process group `pgid`, read from /proc.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let mut alive = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After "pid (comm)": state, ppid, pgrp, …; comm may hold spaces, so split after ')'.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            alive.push(pid);
+        }
+    }
+    alive
+}
+
+/// Wait (bounded) until nothing of the group is left.
+async fn assert_group_gone(pgid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = group_members(pgid);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processes of group {pgid} left behind: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn unix_socket_replaces_listen() -> anyhow::Result<()> {
     let dir = TempDir::new()?;
     let script = FAKE_DAEMON.replace("127.0.0.1:4567", "/tmp/fake.sock");
     let opts = options(&dir, &script).unix_socket("/tmp/fake.sock");
     let daemon = DaemonProcess::start(opts).await?;
+    let pgid = daemon.pid();
     assert_eq!(daemon.base_url(), "unix:///tmp/fake.sock");
     assert_eq!(daemon.addr(), None);
     assert_eq!(daemon.unix_socket(), Some(Path::new("/tmp/fake.sock")));
     assert!(daemon
         .stderr()
         .contains("--unix-socket /tmp/fake.sock --allow-private-targets"));
+    // Dropped without a word: the script and the `sleep` it started are gone.
+    drop(daemon);
+    assert_group_gone(pgid).await;
     Ok(())
 }
 
@@ -91,6 +132,8 @@ async fn kill9_reports_sigkill() -> anyhow::Result<()> {
     let mut daemon = DaemonProcess::start(options(&dir, FAKE_DAEMON)).await?;
     let status = daemon.kill9();
     assert_eq!(status.signal(), Some(9));
+    // The `sleep` the script started in the background goes with it.
+    assert_group_gone(daemon.pid()).await;
     assert_eq!(
         daemon.wait_exit(Duration::from_secs(1)).await?.signal(),
         Some(9)
