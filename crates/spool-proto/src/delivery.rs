@@ -239,6 +239,32 @@ pub struct AttemptList {
     pub attempts: Vec<AttemptView>,
 }
 
+/// One status change of a delivery.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransitionView {
+    /// Absent on the first entry: the delivery was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<DeliveryStatus>,
+    pub to: DeliveryStatus,
+    /// The delivery's attempt count in its cycle after the change.
+    pub attempt: u32,
+    pub at: String,
+    /// Why, as a stable code: `created`, `claimed`, `reserved`, `released`, `delivered`, the
+    /// failure's error code (`http_status`, `connect_failed`, `timeout`, `daemon_restart`,
+    /// `lease_expired`, `shutdown`, …), `expired`, `canceled`, `retried`.
+    #[schema(example = "claimed")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// `GET /v1/deliveries/{id}/transitions`: oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TransitionList {
+    pub transitions: Vec<TransitionView>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

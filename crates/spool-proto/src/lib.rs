@@ -17,6 +17,7 @@ pub mod units;
 
 pub use delivery::{
     AttemptList, AttemptView, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
+    TransitionList, TransitionView,
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use overview::{ActivityView, StatsView, TargetList, TargetView};

@@ -172,6 +172,13 @@ impl Store {
         dispatch!(self, s => s.attempts(id).await)
     }
 
+    /// Every status change of the delivery, oldest first (the transition log); `None` if the
+    /// delivery is unknown. Every write that changes a status appends to it in the same
+    /// transaction.
+    pub async fn transitions(&self, id: String) -> Result<Option<Vec<model::Transition>>> {
+        dispatch!(self, s => s.transitions(id).await)
+    }
+
     /// The earliest due time of pending work whose origin is not in `saturated`.
     pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {
         dispatch!(self, s => s.next_due(saturated).await)

@@ -343,6 +343,22 @@ pub struct Attempt {
     pub duration_ms: Option<i64>,
 }
 
+/// One status change of a delivery, as the transition log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    /// `None` for the first entry: the delivery was created.
+    pub from: Option<DeliveryStatus>,
+    pub to: DeliveryStatus,
+    /// The delivery's attempt count (this cycle) after the change.
+    pub attempt: u32,
+    pub at: Millis,
+    /// Why, as a stable code: `created`, `claimed`, `reserved`, `released`, `delivered`, an
+    /// error code (`http_status`, `connect_failed`, `timeout`, …, `daemon_restart`,
+    /// `lease_expired`, `shutdown`), `expired`, `canceled`, `retried`.
+    pub reason: String,
+    pub note: Option<String>,
+}
+
 /// A page of a listing.
 #[derive(Debug, Clone)]
 pub struct Page {

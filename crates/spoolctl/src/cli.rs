@@ -95,6 +95,8 @@ pub enum Command {
     Get(GetArgs),
     /// Show the attempt history of a delivery
     Attempts(IdArgs),
+    /// Show every status change of a delivery, with its reason
+    Transitions(IdArgs),
     /// Start a new retry cycle for a failed delivery
     Retry(IdArgs),
     /// Cancel pending or in-flight delivery work

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use spool_proto::{
     AttemptList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView, StatsView, TargetList,
+    TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
@@ -366,6 +367,12 @@ impl Client {
     /// `GET /v1/deliveries/{id}/attempts`
     pub async fn attempts(&self, id: &str) -> Result<AttemptList, ClientError> {
         let path = format!("{}/attempts", delivery_path(id));
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/deliveries/{id}/transitions`
+    pub async fn transitions(&self, id: &str) -> Result<TransitionList, ClientError> {
+        let path = format!("{}/transitions", delivery_path(id));
         decode(&self.send(Method::GET, &path, None).await?)
     }
 

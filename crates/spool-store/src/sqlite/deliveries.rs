@@ -11,7 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, ClaimBatch,
     Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery,
-    OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats, TransitionOutcome,
+    OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats, Transition, TransitionOutcome,
 };
 
 // Queries over pending, in-flight or finished work name their partial index (`INDEXED BY`):
@@ -110,6 +110,15 @@ pub(crate) fn insert(
         .and_then(|mut st| st.execute(params![key, new.id, new.fingerprint]))
         .map_err(map_err)?;
     }
+    log(
+        conn,
+        &new.id,
+        None,
+        DeliveryStatus::Pending,
+        now,
+        "created",
+        None,
+    )?;
     // The row is exactly what was inserted: build it instead of reading it back.
     Ok(InsertOutcome::Created(Delivery {
         id: new.id.clone(),
@@ -175,7 +184,7 @@ pub(crate) fn claim(
             }
             progressed = true;
             if expires_at.is_some_and(|at| at <= now) {
-                expire(conn, &id, now)?;
+                expire(conn, &id, DeliveryStatus::Pending, now)?;
                 batch.expired += 1;
                 continue;
             }
@@ -207,18 +216,57 @@ pub(crate) fn expire_overdue(conn: &Connection, now: Millis, limit: u32) -> Resu
         .and_then(|mut st| st.query_map(params![now, limit], |r| r.get(0))?.collect())
         .map_err(map_err)?;
     for id in &ids {
-        expire(conn, id, now)?;
+        expire(conn, id, DeliveryStatus::Pending, now)?;
     }
     Ok(ids.len() as u64)
 }
 
-fn expire(conn: &Connection, id: &str, now: Millis) -> Result<()> {
+fn expire(conn: &Connection, id: &str, from: DeliveryStatus, now: Millis) -> Result<()> {
     conn.prepare_cached(
         "UPDATE deliveries SET status = 'failed', last_error_code = 'expired', \
          last_error = 'expired before the next attempt could start', next_attempt_at = NULL, \
          lease_until = NULL, updated_at = ?2 WHERE id = ?1",
     )
     .and_then(|mut st| st.execute(params![id, now]))
+    .map_err(map_err)?;
+    log(
+        conn,
+        id,
+        Some(from),
+        DeliveryStatus::Failed,
+        now,
+        "expired",
+        None,
+    )
+}
+
+/// Append a status change to the delivery's transition log. Every write that changes a status
+/// calls this in the same transaction; `attempt` is read from the row as it now is.
+fn log(
+    conn: &Connection,
+    id: &str,
+    from: Option<DeliveryStatus>,
+    to: DeliveryStatus,
+    at: Millis,
+    reason: &str,
+    note: Option<&str>,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, \
+         reason, note) \
+         SELECT ?1, COALESCE((SELECT MAX(seq) FROM transitions WHERE delivery_id = ?1), 0) + 1, \
+                ?2, ?3, attempts, ?4, ?5, ?6 FROM deliveries WHERE id = ?1",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            id,
+            from.map(DeliveryStatus::as_str),
+            to.as_str(),
+            at,
+            reason,
+            note
+        ])
+    })
     .map_err(map_err)?;
     Ok(())
 }
@@ -239,6 +287,15 @@ fn claim_one(
         )
         .and_then(|mut st| st.query_row(params![id, lease_until, now], StartedRow::read))
         .map_err(map_err)?;
+    log(
+        conn,
+        id,
+        Some(DeliveryStatus::Pending),
+        DeliveryStatus::InFlight,
+        now,
+        "claimed",
+        None,
+    )?;
     row.into_claimed(conn, id, origin, now, lease_until)
 }
 
@@ -398,6 +455,24 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         ])
     })
     .map_err(map_err)?;
+    let reason = match (result.disposition, result.error_code.as_deref()) {
+        (Disposition::Succeeded, _) => "delivered",
+        (_, Some(code)) => code,
+        (Disposition::Failed, None) => "failed",
+        (_, None) => "retry",
+    };
+    let note = (new_status == DeliveryStatus::Failed
+        && matches!(result.disposition, Disposition::Retry { .. }))
+    .then_some("no attempts left");
+    log(
+        conn,
+        &result.id,
+        Some(DeliveryStatus::InFlight),
+        new_status,
+        now,
+        reason,
+        note,
+    )?;
     Ok(Applied::Now(new_status))
 }
 
@@ -424,7 +499,7 @@ pub(crate) fn reserve_next(
             .map_err(map_err)?;
         match next {
             None => return Ok(None),
-            Some((id, Some(exp))) if exp <= now => expire(conn, &id, now)?,
+            Some((id, Some(exp))) if exp <= now => expire(conn, &id, DeliveryStatus::Pending, now)?,
             Some((id, _)) => {
                 let claim_seq: u32 = conn
                     .prepare_cached(
@@ -433,6 +508,15 @@ pub(crate) fn reserve_next(
                     )
                     .and_then(|mut st| st.query_row(params![id, now + lease_ms, now], |r| r.get(0)))
                     .map_err(map_err)?;
+                log(
+                    conn,
+                    &id,
+                    Some(DeliveryStatus::Pending),
+                    DeliveryStatus::InFlight,
+                    now,
+                    "reserved",
+                    None,
+                )?;
                 return Ok(Some(Reservation {
                     id,
                     claim_seq,
@@ -469,7 +553,7 @@ pub(crate) fn start(
         .and_then(|(_, _, exp)| exp)
         .is_some_and(|exp| exp <= now)
     {
-        expire(conn, &reservation.id, now)?;
+        expire(conn, &reservation.id, DeliveryStatus::InFlight, now)?;
         return Ok(StartOutcome::Expired);
     }
     let lease_until = now + lease_ms;
@@ -489,7 +573,13 @@ pub(crate) fn start(
 
 /// Give back a reservation whose attempt never started: pending again, as if never reserved.
 /// `false` if the claim is no longer current or its attempt has started.
-pub(crate) fn release(conn: &Connection, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
+pub(crate) fn release(
+    conn: &Connection,
+    id: &str,
+    claim_seq: u32,
+    now: Millis,
+    reason: &str,
+) -> Result<bool> {
     let changed = conn
         .prepare_cached(
             "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = ?3 \
@@ -498,7 +588,19 @@ pub(crate) fn release(conn: &Connection, id: &str, claim_seq: u32, now: Millis) 
         )
         .and_then(|mut st| st.execute(params![id, claim_seq, now]))
         .map_err(map_err)?;
-    Ok(changed > 0)
+    if changed == 0 {
+        return Ok(false);
+    }
+    log(
+        conn,
+        id,
+        Some(DeliveryStatus::InFlight),
+        DeliveryStatus::Pending,
+        now,
+        reason,
+        None,
+    )?;
+    Ok(true)
 }
 
 /// Whether the attempt of claim `claim_seq` has started (its attempt row exists).
@@ -557,7 +659,7 @@ fn take_back(
 ) -> Result<Reclaimed> {
     let mut taken = Reclaimed::default();
     for (id, claim_seq) in claims {
-        if release(conn, id, *claim_seq, now)? {
+        if release(conn, id, *claim_seq, now, code)? {
             taken.released += 1;
             continue;
         }
@@ -582,19 +684,27 @@ fn take_back(
 }
 
 pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    transition(conn, id, DeliveryStatus::can_cancel, |conn| {
+    transition(conn, id, DeliveryStatus::can_cancel, |conn, from| {
         conn.prepare_cached(
             "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
              lease_until = NULL, updated_at = ?2 WHERE id = ?1",
         )
         .and_then(|mut st| st.execute(params![id, now]))
-        .map_err(map_err)
-        .map(drop)
+        .map_err(map_err)?;
+        log(
+            conn,
+            id,
+            Some(from),
+            DeliveryStatus::Canceled,
+            now,
+            "canceled",
+            None,
+        )
     })
 }
 
 pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    transition(conn, id, DeliveryStatus::can_retry, |conn| {
+    transition(conn, id, DeliveryStatus::can_retry, |conn, from| {
         conn.prepare_cached(
             "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
              cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, last_error = NULL, \
@@ -603,8 +713,16 @@ pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<Transiti
              WHERE id = ?1",
         )
         .and_then(|mut st| st.execute(params![id, now]))
-        .map_err(map_err)
-        .map(drop)
+        .map_err(map_err)?;
+        log(
+            conn,
+            id,
+            Some(from),
+            DeliveryStatus::Pending,
+            now,
+            "retried",
+            None,
+        )
     })
 }
 
@@ -612,7 +730,7 @@ fn transition(
     conn: &Connection,
     id: &str,
     allowed: fn(DeliveryStatus) -> bool,
-    apply: impl FnOnce(&Connection) -> Result<()>,
+    apply: impl FnOnce(&Connection, DeliveryStatus) -> Result<()>,
 ) -> Result<TransitionOutcome> {
     let Some(current) = get(conn, id)? else {
         return Ok(TransitionOutcome::NotFound);
@@ -620,7 +738,7 @@ fn transition(
     if !allowed(current.status) {
         return Ok(TransitionOutcome::Invalid(current.status));
     }
-    apply(conn)?;
+    apply(conn, current.status)?;
     let updated = get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
     Ok(TransitionOutcome::Done(updated))
 }
@@ -641,6 +759,9 @@ pub(crate) fn purge_finished(conn: &Connection, cutoff: Millis, limit: u32) -> R
         .map_err(map_err)?;
     for (id, key) in &rows {
         conn.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
+            .and_then(|mut st| st.execute([id]))
+            .map_err(map_err)?;
+        conn.prepare_cached("DELETE FROM transitions WHERE delivery_id = ?1")
             .and_then(|mut st| st.execute([id]))
             .map_err(map_err)?;
         if let Some(key) = key {
@@ -734,6 +855,53 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<Attempt
                 error_code: r.get(6)?,
                 error: r.get(7)?,
                 duration_ms: r.get(8)?,
+            })
+        })?
+        .collect()
+    })
+    .map(Some)
+    .map_err(map_err)
+}
+
+/// The transition log of one delivery, oldest first; `None` if the delivery is unknown.
+pub(crate) fn transitions(conn: &Connection, id: &str) -> Result<Option<Vec<Transition>>> {
+    let exists: bool = conn
+        .prepare_cached("SELECT 1 FROM deliveries WHERE id = ?1")
+        .and_then(|mut st| st.exists([id]))
+        .map_err(map_err)?;
+    if !exists {
+        return Ok(None);
+    }
+    let status = |r: &Row<'_>, i: usize| -> rusqlite::Result<Option<DeliveryStatus>> {
+        let text: Option<String> = r.get(i)?;
+        text.map(|t| {
+            t.parse::<DeliveryStatus>().map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    i,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })
+        })
+        .transpose()
+    };
+    conn.prepare_cached(
+        "SELECT from_status, to_status, attempt, at, reason, note FROM transitions \
+         WHERE delivery_id = ?1 ORDER BY seq",
+    )
+    .and_then(|mut st| {
+        st.query_map([id], |r| {
+            Ok(Transition {
+                from: status(r, 0)?,
+                to: status(r, 1)?.ok_or(rusqlite::Error::InvalidColumnType(
+                    1,
+                    "to_status".into(),
+                    rusqlite::types::Type::Null,
+                ))?,
+                attempt: r.get(2)?,
+                at: r.get(3)?,
+                reason: r.get(4)?,
+                note: r.get(5)?,
             })
         })?
         .collect()

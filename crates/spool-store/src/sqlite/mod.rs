@@ -26,7 +26,7 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome,
     Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats,
-    TransitionOutcome,
+    Transition, TransitionOutcome,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -251,7 +251,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| deliveries::release(c, &id, claim_seq, now),
+                move |c, now| deliveries::release(c, &id, claim_seq, now, "released"),
                 move |r| wake.when(matches!(r, Ok(true))),
             )
             .await
@@ -401,6 +401,10 @@ impl SqliteStore {
 
     pub async fn attempts(&self, id: String) -> Result<Option<Vec<Attempt>>> {
         self.read(move |c| deliveries::attempts(c, &id)).await
+    }
+
+    pub async fn transitions(&self, id: String) -> Result<Option<Vec<Transition>>> {
+        self.read(move |c| deliveries::transitions(c, &id)).await
     }
 
     pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {

@@ -124,6 +124,20 @@ const MIGRATIONS: &[&str] = &[
             ON CONFLICT (origin, status) DO UPDATE SET n = n + 1;
     END;
     "#,
+    // 5: every status change of every delivery, in order: the transition log.
+    r#"
+    CREATE TABLE transitions (
+        delivery_id TEXT    NOT NULL,
+        seq         INTEGER NOT NULL,
+        from_status TEXT,
+        to_status   TEXT    NOT NULL,
+        attempt     INTEGER NOT NULL,
+        at          INTEGER NOT NULL,
+        reason      TEXT    NOT NULL,
+        note        TEXT,
+        PRIMARY KEY (delivery_id, seq)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -66,6 +66,7 @@ macro_rules! conformance_suite {
             list_filters_by_status,
             next_due_and_stats,
             counts_follow_every_change,
+            transition_log_follows_every_change,
             ping_writes,
         );
 
@@ -1501,6 +1502,117 @@ pub async fn counts_follow_every_change(store: Store) {
     check(&store, "retention").await;
 }
 
+/// `(from, to, attempt, reason)` of every entry in the delivery's transition log.
+async fn log_of(store: &Store, id: &str) -> Vec<(Option<&'static str>, &'static str, u32, String)> {
+    let log = store
+        .transitions(id.to_owned())
+        .await
+        .expect("transitions")
+        .expect("a known delivery");
+    let d = get(store, id).await;
+    // A chain: each entry starts where the last one ended, and the last ends where the delivery is.
+    for pair in log.windows(2) {
+        assert_eq!(pair[1].from, Some(pair[0].to), "{log:?}");
+        assert!(pair[1].at >= pair[0].at, "{log:?}");
+    }
+    assert_eq!(log.last().map(|t| t.to), Some(d.status), "{log:?}");
+    log.into_iter()
+        .map(|t| {
+            (
+                t.from.map(DeliveryStatus::as_str),
+                t.to.as_str(),
+                t.attempt,
+                t.reason,
+            )
+        })
+        .collect()
+}
+
+pub async fn transition_log_follows_every_change(store: Store) {
+    let s = |v: &[(Option<&'static str>, &'static str, u32, &str)]| {
+        v.iter()
+            .map(|(f, t, a, r)| (*f, *t, *a, (*r).to_owned()))
+            .collect::<Vec<_>>()
+    };
+    // Retried, interrupted by a restart, then delivered.
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let first = claim(&store, 1).await.remove(0);
+    complete(
+        &store,
+        &first,
+        Disposition::Retry { delay_ms: 0 },
+        Some(503),
+    )
+    .await;
+    claim(&store, 1).await;
+    store.recover().await.expect("recover");
+    let last = claim(&store, 1).await.remove(0);
+    complete(&store, &last, Disposition::Succeeded, Some(200)).await;
+    assert_eq!(
+        log_of(&store, &id(1)).await,
+        s(&[
+            (None, "pending", 0, "created"),
+            (Some("pending"), "in_flight", 1, "claimed"),
+            (Some("in_flight"), "pending", 1, "http_status"),
+            (Some("pending"), "in_flight", 2, "claimed"),
+            (Some("in_flight"), "pending", 2, "daemon_restart"),
+            (Some("pending"), "in_flight", 3, "claimed"),
+            (Some("in_flight"), "succeeded", 3, "delivered"),
+        ])
+    );
+
+    // Reserved and released, reserved and canceled; failed and retried by an operator.
+    create(&store, new_delivery(&id(2), None, URL_A)).await;
+    let r = reserve(&store, ORIGIN_A).await.expect("reserved");
+    store.release(r.id, r.claim_seq).await.expect("release");
+    reserve(&store, ORIGIN_A).await.expect("reserved");
+    store.cancel(id(2)).await.expect("cancel");
+    assert_eq!(
+        log_of(&store, &id(2)).await,
+        s(&[
+            (None, "pending", 0, "created"),
+            (Some("pending"), "in_flight", 0, "reserved"),
+            (Some("in_flight"), "pending", 0, "released"),
+            (Some("pending"), "in_flight", 0, "reserved"),
+            (Some("in_flight"), "canceled", 0, "canceled"),
+        ])
+    );
+    let mut once = new_delivery(&id(3), None, URL_B);
+    once.max_attempts = 1;
+    create(&store, once).await;
+    let only = claim(&store, 1).await.remove(0);
+    complete(&store, &only, Disposition::Retry { delay_ms: 0 }, Some(500)).await;
+    store.retry(id(3)).await.expect("retry");
+    let log = store.transitions(id(3)).await.expect("log").expect("known");
+    assert_eq!(log[2].note.as_deref(), Some("no attempts left"), "{log:?}");
+    assert_eq!(
+        log_of(&store, &id(3)).await,
+        s(&[
+            (None, "pending", 0, "created"),
+            (Some("pending"), "in_flight", 1, "claimed"),
+            (Some("in_flight"), "failed", 1, "http_status"),
+            (Some("failed"), "pending", 0, "retried"),
+        ])
+    );
+
+    // Expired while waiting.
+    let now = store.now_ms();
+    let mut soon = new_delivery(&id(4), None, URL_B);
+    soon.expires_at = Some(now + 30);
+    soon.not_before = Some(now + 20);
+    create(&store, soon).await;
+    wait_until(&store, now + 31).await;
+    store.expire_overdue(10).await.expect("expire");
+    assert_eq!(
+        log_of(&store, &id(4)).await,
+        s(&[
+            (None, "pending", 0, "created"),
+            (Some("pending"), "failed", 0, "expired"),
+        ])
+    );
+    assert_eq!(store.transitions(id(99)).await.expect("log"), None);
+}
+
 pub async fn next_due_and_stats(store: Store) {
     assert_eq!(store.next_due(Vec::new()).await.expect("next_due"), None);
     let empty = store.stats().await.expect("stats");
@@ -1629,7 +1741,10 @@ async fn complete(
             claim_seq: claimed.claim_seq,
             disposition,
             http_status,
-            error_code: None,
+            // As the daemon reports an answer that is not a success.
+            error_code: http_status
+                .filter(|s| !(200..300).contains(s))
+                .map(|_| "http_status".to_owned()),
             error: None,
             duration_ms: 1,
         })

@@ -10,6 +10,7 @@ mod send;
 mod stats;
 mod targets;
 mod transition;
+mod transitions;
 mod version;
 mod wait;
 
@@ -61,6 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::List(args) => block_on(list::run(&connect(global)?, args, out))?,
             Command::Get(args) => block_on(get::run(&connect(global)?, args, out))?,
             Command::Attempts(args) => block_on(attempts::run(&connect(global)?, args, out))?,
+            Command::Transitions(args) => block_on(transitions::run(&connect(global)?, args, out))?,
             Command::Retry(args) => block_on(transition::run(
                 &connect(global)?,
                 Transition::Retry,

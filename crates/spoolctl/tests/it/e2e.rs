@@ -559,3 +559,35 @@ async fn a_server_that_is_not_spoold_is_named_as_such() {
         &format!("the server at {address} did not answer like spoold (HTTP 404, text/html)"),
     );
 }
+
+/// `transitions` prints every status change with its reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn transitions_table() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/steps");
+    let id = row_id(&check_ok(&s.ctl(&["send", &url]).await));
+    s.api()
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    let out = check_ok(&s.ctl(&["transitions", &id]).await);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        ["AT", "FROM", "TO", "ATTEMPT", "REASON", "NOTE"],
+        "{out}"
+    );
+    let steps: Vec<&[&str]> = rows[1..].iter().map(|r| &r[1..5]).collect();
+    assert_eq!(
+        steps,
+        [
+            &["-", "pending", "0", "created"][..],
+            &["pending", "in_flight", "1", "claimed"],
+            &["in_flight", "succeeded", "1", "delivered"],
+        ],
+        "{out}"
+    );
+}

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use spool_proto::units::format_time;
 use spool_proto::{
     AttemptList, AttemptView, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
-    ErrorBody, ErrorCode,
+    ErrorBody, ErrorCode, TransitionList, TransitionView,
 };
 use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
 
@@ -219,6 +219,35 @@ pub async fn attempts(
         })
         .collect();
     Ok(json(StatusCode::OK, &AttemptList { attempts }))
+}
+
+#[utoipa::path(
+    get, path = "/v1/deliveries/{id}/transitions", tag = "deliveries",
+    params(("id" = String, Path, description = "Delivery id")),
+    responses(
+        (status = 200, description = "Every status change, oldest first: from, to, attempt, time, reason, note", body = TransitionList),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn transitions(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(log) = state.store.transitions(id).await? else {
+        return Err(not_found());
+    };
+    let transitions = log
+        .into_iter()
+        .map(|t| TransitionView {
+            from: t.from.map(wire_status),
+            to: wire_status(t.to),
+            attempt: t.attempt,
+            at: format_time(t.at),
+            reason: t.reason,
+            note: t.note,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &TransitionList { transitions }))
 }
 
 #[utoipa::path(

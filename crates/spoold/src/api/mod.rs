@@ -59,6 +59,10 @@ pub fn router(state: SharedState) -> Router {
         )
         .route("/v1/deliveries/{id}", get(deliveries::get))
         .route("/v1/deliveries/{id}/attempts", get(deliveries::attempts))
+        .route(
+            "/v1/deliveries/{id}/transitions",
+            get(deliveries::transitions),
+        )
         .route("/v1/deliveries/{id}/cancel", post(deliveries::cancel))
         .route("/v1/deliveries/{id}/retry", post(deliveries::retry))
         .route("/v1/stats", get(stats::stats))

@@ -40,6 +40,7 @@ async fn served_document_lists_every_route() {
         "/v1/deliveries/{id}/attempts",
         "/v1/deliveries/{id}/cancel",
         "/v1/deliveries/{id}/retry",
+        "/v1/deliveries/{id}/transitions",
         "/v1/stats",
         "/v1/targets",
         "/healthz",

@@ -444,3 +444,62 @@ async fn reveal_is_true_or_false() {
         }
     }
 }
+
+/// Every status change is in the delivery's transition log, with its reason; an unknown id is a
+/// 404.
+#[tokio::test(flavor = "multi_thread")]
+async fn transitions_record_every_status_change() {
+    let d = InProcess::boot(&[]).await;
+    let r = spool_testkit::Receiver::start().await.expect("receiver");
+    r.push_replies([spool_testkit::Reply::status(503)]);
+    let done = d
+        .deliver(json!({"targetUrl": r.url("/t")}), &["succeeded"])
+        .await;
+    let id = crate::id_of(&done);
+    let (status, _, body) = d
+        .api
+        .request(
+            http::Method::GET,
+            &format!("/v1/deliveries/{id}/transitions"),
+            None,
+        )
+        .await
+        .expect("transitions");
+    assert_eq!(status, 200);
+    let log: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    let steps: Vec<(String, String, String)> = log["transitions"]
+        .as_array()
+        .expect("transitions")
+        .iter()
+        .map(|t| {
+            (
+                t["from"].as_str().unwrap_or("-").to_owned(),
+                t["to"].as_str().unwrap_or_default().to_owned(),
+                t["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let want = [
+        ("-", "pending", "created"),
+        ("pending", "in_flight", "claimed"),
+        ("in_flight", "pending", "http_status"),
+        ("pending", "in_flight", "claimed"),
+        ("in_flight", "succeeded", "delivered"),
+    ]
+    .map(|(f, t, r)| (f.to_owned(), t.to_owned(), r.to_owned()));
+    assert_eq!(steps, want, "{log}");
+    assert!(log["transitions"][0].get("from").is_none(), "{log}");
+    assert!(log["transitions"][4]["at"]
+        .as_str()
+        .is_some_and(|a| a.ends_with('Z')));
+    let (status, _, body) = d
+        .api
+        .request(
+            http::Method::GET,
+            "/v1/deliveries/0190f3c2a1b27c4e9d0a5b6c7d8e9f01/transitions",
+            None,
+        )
+        .await
+        .expect("transitions");
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+}
