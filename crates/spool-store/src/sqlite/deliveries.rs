@@ -82,8 +82,8 @@ pub(crate) fn insert(
     conn.prepare_cached(
         "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
          body_kind, body, status, max_attempts, created_at, updated_at, next_attempt_at, \
-         not_before, expires_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10, ?10, ?11, ?12, ?13)",
+         not_before, expires_at, log_seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10, ?10, ?11, ?12, ?13, 1)",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -110,11 +110,13 @@ pub(crate) fn insert(
         .and_then(|mut st| st.execute(params![key, new.id, new.fingerprint]))
         .map_err(map_err)?;
     }
+    let first = Step { seq: 1, attempt: 0 };
     log(
         conn,
         &new.id,
         None,
         DeliveryStatus::Pending,
+        first,
         now,
         "created",
         None,
@@ -222,46 +224,72 @@ pub(crate) fn expire_overdue(conn: &Connection, now: Millis, limit: u32) -> Resu
 }
 
 fn expire(conn: &Connection, id: &str, from: DeliveryStatus, now: Millis) -> Result<()> {
-    conn.prepare_cached(
-        "UPDATE deliveries SET status = 'failed', last_error_code = 'expired', \
-         last_error = 'expired before the next attempt could start', next_attempt_at = NULL, \
-         lease_until = NULL, updated_at = ?2 WHERE id = ?1",
-    )
-    .and_then(|mut st| st.execute(params![id, now]))
-    .map_err(map_err)?;
+    let step = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = 'failed', last_error_code = 'expired', \
+             last_error = 'expired before the next attempt could start', next_attempt_at = NULL, \
+             lease_until = NULL, updated_at = ?2, log_seq = log_seq + 1 WHERE id = ?1 \
+             RETURNING log_seq, attempts",
+        )
+        .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0)))
+        .map_err(map_err)?;
     log(
         conn,
         id,
         Some(from),
         DeliveryStatus::Failed,
+        step,
         now,
         "expired",
         None,
     )
 }
 
+/// Where a status change stands in its delivery's life: the log sequence number and the
+/// attempt count, as the statement that made the change returned them (`RETURNING log_seq,
+/// attempts`), so that logging it costs one insert and no lookup.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    seq: u32,
+    attempt: u32,
+}
+
+impl Step {
+    fn read(r: &Row<'_>, first: usize) -> rusqlite::Result<Step> {
+        Ok(Step {
+            seq: r.get(first)?,
+            attempt: r.get(first + 1)?,
+        })
+    }
+}
+
 /// Append a status change to the delivery's transition log. Every write that changes a status
-/// calls this in the same transaction; `attempt` is read from the row as it now is.
+/// bumps the row's `log_seq` and calls this in the same transaction.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one row of the log, written in one place; a struct would only rename the columns"
+)]
 fn log(
     conn: &Connection,
     id: &str,
     from: Option<DeliveryStatus>,
     to: DeliveryStatus,
+    step: Step,
     at: Millis,
     reason: &str,
     note: Option<&str>,
 ) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, \
-         reason, note) \
-         SELECT ?1, COALESCE((SELECT MAX(seq) FROM transitions WHERE delivery_id = ?1), 0) + 1, \
-                ?2, ?3, attempts, ?4, ?5, ?6 FROM deliveries WHERE id = ?1",
+         reason, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
     .and_then(|mut st| {
         st.execute(params![
             id,
+            step.seq,
             from.map(DeliveryStatus::as_str),
             to.as_str(),
+            step.attempt,
             at,
             reason,
             note
@@ -282,16 +310,28 @@ fn claim_one(
     let row = conn
         .prepare_cached(
             "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1, \
-             claim_seq = claim_seq + 1, lease_until = ?2, updated_at = ?3 WHERE id = ?1 \
-             RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body",
+             claim_seq = claim_seq + 1, lease_until = ?2, updated_at = ?3, \
+             log_seq = log_seq + 1 WHERE id = ?1 \
+             RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
+             log_seq",
         )
-        .and_then(|mut st| st.query_row(params![id, lease_until, now], StartedRow::read))
+        .and_then(|mut st| {
+            st.query_row(params![id, lease_until, now], |r| {
+                Ok((StartedRow::read(r)?, r.get::<_, u32>(8)?))
+            })
+        })
         .map_err(map_err)?;
+    let (row, seq) = row;
+    let step = Step {
+        seq,
+        attempt: row.attempt,
+    };
     log(
         conn,
         id,
         Some(DeliveryStatus::Pending),
         DeliveryStatus::InFlight,
+        step,
         now,
         "claimed",
         None,
@@ -436,25 +476,29 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         Disposition::Succeeded => (None, None),
         _ => (error, result.error_code.clone()),
     };
-    conn.prepare_cached(
-        "UPDATE deliveries SET status = ?2, next_attempt_at = ?3, uncharged = ?4, \
+    let step = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = ?2, next_attempt_at = ?3, uncharged = ?4, \
          last_error = ?5, last_error_code = ?6, \
-         last_response_code = COALESCE(?7, last_response_code), lease_until = NULL, \
-         updated_at = ?8 WHERE id = ?1",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            result.id,
-            new_status.as_str(),
-            next_at,
-            uncharged,
-            last_error,
-            last_error_code,
-            result.http_status,
-            now,
-        ])
-    })
-    .map_err(map_err)?;
+                  last_response_code = COALESCE(?7, last_response_code), lease_until = NULL, \
+         updated_at = ?8, log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
+        )
+        .and_then(|mut st| {
+            st.query_row(
+                params![
+                    result.id,
+                    new_status.as_str(),
+                    next_at,
+                    uncharged,
+                    last_error,
+                    last_error_code,
+                    result.http_status,
+                    now,
+                ],
+                |r| Step::read(r, 0),
+            )
+        })
+        .map_err(map_err)?;
     let reason = match (result.disposition, result.error_code.as_deref()) {
         (Disposition::Succeeded, _) => "delivered",
         (_, Some(code)) => code,
@@ -469,6 +513,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         &result.id,
         Some(DeliveryStatus::InFlight),
         new_status,
+        step,
         now,
         reason,
         note,
@@ -501,18 +546,24 @@ pub(crate) fn reserve_next(
             None => return Ok(None),
             Some((id, Some(exp))) if exp <= now => expire(conn, &id, DeliveryStatus::Pending, now)?,
             Some((id, _)) => {
-                let claim_seq: u32 = conn
+                let (claim_seq, step): (u32, Step) = conn
                     .prepare_cached(
                         "UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1, \
-                         lease_until = ?2, updated_at = ?3 WHERE id = ?1 RETURNING claim_seq",
+                         lease_until = ?2, updated_at = ?3, log_seq = log_seq + 1 \
+                         WHERE id = ?1 RETURNING claim_seq, log_seq, attempts",
                     )
-                    .and_then(|mut st| st.query_row(params![id, now + lease_ms, now], |r| r.get(0)))
+                    .and_then(|mut st| {
+                        st.query_row(params![id, now + lease_ms, now], |r| {
+                            Ok((r.get(0)?, Step::read(r, 1)?))
+                        })
+                    })
                     .map_err(map_err)?;
                 log(
                     conn,
                     &id,
                     Some(DeliveryStatus::Pending),
                     DeliveryStatus::InFlight,
+                    step,
                     now,
                     "reserved",
                     None,
@@ -580,22 +631,28 @@ pub(crate) fn release(
     now: Millis,
     reason: &str,
 ) -> Result<bool> {
-    let changed = conn
+    let step = conn
         .prepare_cached(
-            "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = ?3 \
+            "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = ?3, \
+             log_seq = log_seq + 1 \
              WHERE id = ?1 AND status = 'in_flight' AND claim_seq = ?2 \
-             AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2)",
+             AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2) \
+             RETURNING log_seq, attempts",
         )
-        .and_then(|mut st| st.execute(params![id, claim_seq, now]))
+        .and_then(|mut st| {
+            st.query_row(params![id, claim_seq, now], |r| Step::read(r, 0))
+                .optional()
+        })
         .map_err(map_err)?;
-    if changed == 0 {
+    let Some(step) = step else {
         return Ok(false);
-    }
+    };
     log(
         conn,
         id,
         Some(DeliveryStatus::InFlight),
         DeliveryStatus::Pending,
+        step,
         now,
         reason,
         None,
@@ -685,44 +742,33 @@ fn take_back(
 
 pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
     transition(conn, id, DeliveryStatus::can_cancel, |conn, from| {
-        conn.prepare_cached(
-            "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
-             lease_until = NULL, updated_at = ?2 WHERE id = ?1",
-        )
-        .and_then(|mut st| st.execute(params![id, now]))
-        .map_err(map_err)?;
-        log(
-            conn,
-            id,
-            Some(from),
-            DeliveryStatus::Canceled,
-            now,
-            "canceled",
-            None,
-        )
+        let step = conn
+            .prepare_cached(
+                "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
+                 lease_until = NULL, updated_at = ?2, log_seq = log_seq + 1 WHERE id = ?1 \
+                 RETURNING log_seq, attempts",
+            )
+            .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0)))
+            .map_err(map_err)?;
+        let to = DeliveryStatus::Canceled;
+        log(conn, id, Some(from), to, step, now, "canceled", None)
     })
 }
 
 pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
     transition(conn, id, DeliveryStatus::can_retry, |conn, from| {
-        conn.prepare_cached(
-            "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
-             cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, last_error = NULL, \
-             last_error_code = NULL, last_response_code = NULL, updated_at = ?2, \
-             expires_at = CASE WHEN expires_at <= ?2 THEN NULL ELSE expires_at END \
-             WHERE id = ?1",
-        )
-        .and_then(|mut st| st.execute(params![id, now]))
-        .map_err(map_err)?;
-        log(
-            conn,
-            id,
-            Some(from),
-            DeliveryStatus::Pending,
-            now,
-            "retried",
-            None,
-        )
+        let step = conn
+            .prepare_cached(
+                "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
+                 cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, last_error = NULL, \
+                 last_error_code = NULL, last_response_code = NULL, updated_at = ?2, \
+                 expires_at = CASE WHEN expires_at <= ?2 THEN NULL ELSE expires_at END, \
+                 log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
+            )
+            .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0)))
+            .map_err(map_err)?;
+        let to = DeliveryStatus::Pending;
+        log(conn, id, Some(from), to, step, now, "retried", None)
     })
 }
 

@@ -124,8 +124,10 @@ const MIGRATIONS: &[&str] = &[
             ON CONFLICT (origin, status) DO UPDATE SET n = n + 1;
     END;
     "#,
-    // 5: every status change of every delivery, in order: the transition log.
+    // 5: every status change of every delivery, in order: the transition log. `log_seq` is the
+    // delivery's last entry, bumped by the statement that changes the status (no lookup).
     r#"
+    ALTER TABLE deliveries ADD COLUMN log_seq INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE transitions (
         delivery_id TEXT    NOT NULL,
         seq         INTEGER NOT NULL,

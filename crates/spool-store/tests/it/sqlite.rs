@@ -399,7 +399,8 @@ async fn counts_are_built_when_an_older_database_is_upgraded() {
         .execute_batch(
             "DROP TRIGGER deliveries_counted_in; DROP TRIGGER deliveries_counted_out; \
              DROP TRIGGER deliveries_counted_moved; DROP TABLE status_counts; \
-             DROP TABLE origin_counts; DROP TABLE transitions; PRAGMA user_version = 3;",
+             DROP TABLE origin_counts; DROP TABLE transitions; \
+             ALTER TABLE deliveries DROP COLUMN log_seq; PRAGMA user_version = 3;",
         )
         .expect("downgrade");
 
