@@ -73,6 +73,72 @@ pub struct CreateDelivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub expires_at: Option<String>,
+    /// `at_least_once` (the default) or `at_most_once`: never sent again once the request may
+    /// have reached the target; such an outcome is `unknown` until reconciliation or a person
+    /// settles it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DeliveryMode>,
+    /// At most once: the business key the target can be searched by (default: the idempotency
+    /// key). At most 256 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 256)]
+    pub fingerprint: Option<String>,
+    /// At most once: how to ask the target whether an `unknown` request arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<Reconcile>,
+    /// RFC 6901 JSON pointer to the target's id in a 2xx response body (e.g. `/id`); the value
+    /// found is kept as `remoteId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(/.*)?$", max_length = 256)]
+    pub remote_id_pointer: Option<String>,
+}
+
+/// How a delivery may be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// Sent until it succeeds; the target deduplicates by `X-Spoold-Delivery-ID`.
+    #[default]
+    AtLeastOnce,
+    /// Never sent again once it may have reached the target.
+    AtMostOnce,
+}
+
+/// A query that asks the target whether an at-most-once request arrived. In a delivery view
+/// every field is shown (defaults filled in; secret header values masked).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reconcile {
+    /// `http` or `https` URL template; `{fingerprint}` and `{deliveryId}` are replaced,
+    /// percent-encoded. Required. The same address policy applies as to deliveries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        required = true,
+        nullable = false,
+        max_length = 4096,
+        example = "https://api.example.com/orders?ref={fingerprint}"
+    )]
+    pub url: Option<String>,
+    /// Default `GET`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]*$", example = "GET")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
+    pub headers: Option<BTreeMap<String, Option<String>>>,
+    /// RFC 6901 pointer to the array of matches in the answer; default: the answer is the array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(/.*)?$", max_length = 256)]
+    pub matches_pointer: Option<String>,
+    /// Pointer to the target's id inside one match; default `/id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^(/.*)?$", max_length = 256)]
+    pub remote_id_pointer: Option<String>,
+    /// How long an `unknown` outcome is checked before it goes to `manual_review`, counted from
+    /// entering `unknown`: `1h` (the default), `30m`, … between 1s and 30 days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "1h")]
+    pub observation_window: Option<String>,
 }
 
 /// An integer, also when written with a zero fraction (`8.0`); `null` is absent.
@@ -108,15 +174,21 @@ pub enum DeliveryStatus {
     Succeeded,
     Failed,
     Canceled,
+    /// At most once: the request may have reached the target; not resent.
+    Unknown,
+    /// At most once: reconciliation could not settle it; a person must.
+    ManualReview,
 }
 
 impl DeliveryStatus {
-    pub const ALL: [DeliveryStatus; 5] = [
+    pub const ALL: [DeliveryStatus; 7] = [
         DeliveryStatus::Pending,
         DeliveryStatus::InFlight,
         DeliveryStatus::Succeeded,
         DeliveryStatus::Failed,
         DeliveryStatus::Canceled,
+        DeliveryStatus::Unknown,
+        DeliveryStatus::ManualReview,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -126,6 +198,8 @@ impl DeliveryStatus {
             DeliveryStatus::Succeeded => "succeeded",
             DeliveryStatus::Failed => "failed",
             DeliveryStatus::Canceled => "canceled",
+            DeliveryStatus::Unknown => "unknown",
+            DeliveryStatus::ManualReview => "manual_review",
         }
     }
 }
@@ -195,6 +269,30 @@ pub struct DeliveryView {
     /// A binary body, standard base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_base64: Option<String>,
+    /// `at_most_once`; absent for `at_least_once`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DeliveryMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<Reconcile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_id_pointer: Option<String>,
+    /// The target's id for what it created (from a 2xx body, reconciliation or an operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_id: Option<String>,
+    /// When it last became `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_since: Option<String>,
+    /// When its observation window closes: still `unknown` then → `manual_review`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_at: Option<String>,
+    /// While `unknown`: when the target is asked next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_check_at: Option<String>,
+    /// Reconciliation checks made (`GET /v1/deliveries/{id}/checks`); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<u32>,
 }
 
 /// `GET /v1/deliveries`
@@ -252,11 +350,66 @@ pub struct TransitionView {
     pub at: String,
     /// Why, as a stable code: `created`, `claimed`, `reserved`, `released`, `delivered`, the
     /// failure's error code (`http_status`, `connect_failed`, `timeout`, `daemon_restart`,
-    /// `lease_expired`, `shutdown`, …), `expired`, `canceled`, `retried`.
+    /// `lease_expired`, `shutdown`, …), `expired`, `canceled`, `retried`; at most once also
+    /// `reconciled`, `multiple_matches`, `no_match_after_window`, `no_reconcile_configured`,
+    /// `checks_failed_after_window`, `resolved` (an operator's decision) and `resend`.
     #[schema(example = "claimed")]
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// `POST /v1/deliveries/{id}/resolve`: an operator's decision on an `unknown` or
+/// `manual_review` delivery.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolveRequest {
+    /// `succeeded` (it did arrive), `failed` (it did not, and must not be sent) or `resend`
+    /// (send it again: a new cycle). Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false)]
+    pub outcome: Option<ResolveOutcome>,
+    /// Why; kept in the transition log. Required, at most 4096 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false, min_length = 1, max_length = 4096)]
+    pub note: Option<String>,
+    /// With `succeeded`: the target's id for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 256)]
+    pub remote_id: Option<String>,
+}
+
+/// What an operator decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResolveOutcome {
+    Succeeded,
+    Failed,
+    Resend,
+}
+
+/// One reconciliation check of an `unknown` delivery.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckView {
+    pub at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+    /// Matches in the answer; absent when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matches: Option<u32>,
+    /// Why the check failed: `http_status`, `timeout`, `target_blocked`, `invalid_response`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+/// `GET /v1/deliveries/{id}/checks`: oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CheckList {
+    pub checks: Vec<CheckView>,
 }
 
 /// `GET /v1/deliveries/{id}/transitions`: oldest first.

@@ -16,8 +16,9 @@ pub mod overview;
 pub mod units;
 
 pub use delivery::{
-    AttemptList, AttemptView, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
-    TransitionList, TransitionView,
+    AttemptList, AttemptView, CheckList, CheckView, CreateDelivery, DeliveryList, DeliveryMode,
+    DeliveryStatus, DeliveryView, Reconcile, ResolveOutcome, ResolveRequest, TransitionList,
+    TransitionView,
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use overview::{ActivityView, StatsView, TargetList, TargetView};

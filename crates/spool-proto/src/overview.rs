@@ -46,6 +46,9 @@ pub struct ActivityView {
     pub terminal_failures: u64,
     /// Attempts cut short (shutdown, crash); not charged.
     pub interrupted: u64,
+    /// At-most-once attempts whose outcome is not known (the delivery is `unknown`).
+    #[serde(default)]
+    pub unknown: u64,
 }
 
 /// One target (`scheme://host:port`) of `GET /v1/targets`.

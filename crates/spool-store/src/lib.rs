@@ -107,8 +107,12 @@ impl Store {
     /// At start-up, when the previous owner of every claim is known to be dead: make every
     /// in-flight delivery pending again, due at once. Started attempts are recorded as
     /// interrupted (`daemon_restart`, not charged); reservations are released.
-    pub async fn recover(&self) -> Result<model::Reclaimed> {
-        dispatch!(self, s => s.recover().await)
+    ///
+    /// At-most-once attempts that had started become `unknown` instead (their request may have
+    /// reached the target; a restart never resends them), their first reconciliation check due
+    /// `check_in_ms` later.
+    pub async fn recover(&self, check_in_ms: i64) -> Result<model::Reclaimed> {
+        dispatch!(self, s => s.recover(check_in_ms).await)
     }
 
     /// Renew the leases of the claims in `live` (id and claim sequence of attempts this process
@@ -119,8 +123,44 @@ impl Store {
         &self,
         live: Vec<(String, u32)>,
         lease_ms: i64,
+        check_in_ms: i64,
     ) -> Result<model::Reclaimed> {
-        dispatch!(self, s => s.renew_and_reclaim(live, lease_ms).await)
+        dispatch!(self, s => s.renew_and_reclaim(live, lease_ms, check_in_ms).await)
+    }
+
+    /// Operator decision on an at-most-once delivery in `unknown` or `manual_review`:
+    /// `succeeded` (with the target's id if known), `failed`, or `resend` (pending again, a new
+    /// cycle). `note` says why and is kept in the transition log. Refused (`Invalid`) from any
+    /// other status.
+    pub async fn resolve(
+        &self,
+        id: String,
+        resolution: model::Resolution,
+        note: String,
+    ) -> Result<TransitionOutcome> {
+        dispatch!(self, s => s.resolve(id, resolution, note).await)
+    }
+
+    /// Record one reconciliation step: the check itself (always kept) and its verdict, applied
+    /// only while the delivery is still `unknown` (`Fenced` otherwise: an operator came first).
+    pub async fn record_check(&self, result: model::CheckResult) -> Result<Applied> {
+        dispatch!(self, s => s.record_check(result).await)
+    }
+
+    /// `unknown` deliveries whose next check is due, soonest first, at most `limit` (without
+    /// headers and bodies).
+    pub async fn due_checks(&self, limit: u32) -> Result<Vec<Delivery>> {
+        dispatch!(self, s => s.due_checks(limit).await)
+    }
+
+    /// When the next reconciliation check of any `unknown` delivery is due.
+    pub async fn next_check(&self) -> Result<Option<Millis>> {
+        dispatch!(self, s => s.next_check().await)
+    }
+
+    /// The reconciliation checks of a delivery, oldest first; `None` if the delivery is unknown.
+    pub async fn checks(&self, id: String) -> Result<Option<Vec<model::Check>>> {
+        dispatch!(self, s => s.checks(id).await)
     }
 
     /// Remove up to `limit` finished deliveries (with attempts and idempotency keys) that

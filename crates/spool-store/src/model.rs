@@ -21,6 +21,16 @@ pub type Millis = i64;
 ///    └──────────────────────── retry (new cycle) ───────────────────┘
 ///  pending | in_flight ── cancel ──▶ canceled
 /// ```
+///
+/// At-most-once deliveries add two statuses. A request that may have reached the target
+/// without a definite answer is never sent again by itself:
+///
+/// ```text
+///  in_flight ── may have arrived ──▶ unknown ── one match ──▶ succeeded
+///                                      │
+///                                      └── several / none within the window ──▶ manual_review
+///  unknown | manual_review ── operator: resolve ──▶ succeeded | failed | pending (resend)
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeliveryStatus {
     Pending,
@@ -28,15 +38,22 @@ pub enum DeliveryStatus {
     Succeeded,
     Failed,
     Canceled,
+    /// At-most-once: the request may have reached the target, and nobody knows yet whether it
+    /// did. Not resent; the reconciler asks the target.
+    Unknown,
+    /// At-most-once: reconciliation could not settle it; a person must.
+    ManualReview,
 }
 
 impl DeliveryStatus {
-    pub const ALL: [DeliveryStatus; 5] = [
+    pub const ALL: [DeliveryStatus; 7] = [
         DeliveryStatus::Pending,
         DeliveryStatus::InFlight,
         DeliveryStatus::Succeeded,
         DeliveryStatus::Failed,
         DeliveryStatus::Canceled,
+        DeliveryStatus::Unknown,
+        DeliveryStatus::ManualReview,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,10 +63,13 @@ impl DeliveryStatus {
             DeliveryStatus::Succeeded => "succeeded",
             DeliveryStatus::Failed => "failed",
             DeliveryStatus::Canceled => "canceled",
+            DeliveryStatus::Unknown => "unknown",
+            DeliveryStatus::ManualReview => "manual_review",
         }
     }
 
-    /// Whether an operator's cancel is allowed from this status.
+    /// Whether an operator's cancel is allowed from this status (an at-most-once delivery's
+    /// request may be on the wire while it is in flight: see [`Mode::can_cancel`]).
     pub fn can_cancel(self) -> bool {
         matches!(self, DeliveryStatus::Pending | DeliveryStatus::InFlight)
     }
@@ -57,6 +77,50 @@ impl DeliveryStatus {
     /// Whether an operator's retry (a new cycle) is allowed from this status.
     pub fn can_retry(self) -> bool {
         self == DeliveryStatus::Failed
+    }
+
+    /// Whether an operator may resolve an at-most-once delivery from this status.
+    pub fn can_resolve(self) -> bool {
+        matches!(self, DeliveryStatus::Unknown | DeliveryStatus::ManualReview)
+    }
+}
+
+/// How a delivery may be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Mode {
+    /// Sent until it succeeds (the target should deduplicate by `X-Spoold-Delivery-ID`).
+    #[default]
+    AtLeastOnce,
+    /// Never sent again once it may have reached the target: such an outcome is `unknown`.
+    AtMostOnce,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::AtLeastOnce => "at_least_once",
+            Mode::AtMostOnce => "at_most_once",
+        }
+    }
+
+    /// Whether an operator's cancel is allowed in `status`: an at-most-once delivery in flight
+    /// may already be at the target, so canceling it would claim what nobody knows.
+    pub fn can_cancel(self, status: DeliveryStatus) -> bool {
+        match self {
+            Mode::AtLeastOnce => status.can_cancel(),
+            Mode::AtMostOnce => status == DeliveryStatus::Pending,
+        }
+    }
+}
+
+impl FromStr for Mode {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Mode::AtLeastOnce, Mode::AtMostOnce]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
     }
 }
 
@@ -66,9 +130,9 @@ impl fmt::Display for DeliveryStatus {
     }
 }
 
-/// The text was not one of the status names.
+/// The text was not one of the status (or mode) names.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("unknown delivery status {0:?}")]
+#[error("unknown delivery status or mode {0:?}")]
 pub struct UnknownStatus(pub String);
 
 impl FromStr for DeliveryStatus {
@@ -121,8 +185,20 @@ pub struct NewDelivery {
     /// the store's clock.
     pub retry_window_ms: Option<Millis>,
     /// Opaque digest of every field that makes two requests "the same" for idempotency.
-    pub fingerprint: Vec<u8>,
+    pub request_digest: Vec<u8>,
+    pub mode: Mode,
+    /// At-most-once: the business key the target can be searched by.
+    pub fingerprint: Option<String>,
+    /// At-most-once: how to ask the target (the daemon's own JSON; the store only keeps it).
+    pub reconcile: Option<String>,
+    /// JSON pointer to the remote id in a 2xx response body.
+    pub remote_id_pointer: Option<String>,
+    /// At-most-once: how long an `unknown` outcome is watched before a person must decide.
+    pub observation_window_ms: Option<Millis>,
 }
+
+/// The observation window of an at-most-once delivery that names none.
+pub const DEFAULT_OBSERVATION_WINDOW_MS: Millis = 3_600_000;
 
 /// A stored delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +230,21 @@ pub struct Delivery {
     pub not_before: Option<Millis>,
     pub expires_at: Option<Millis>,
     pub lease_until: Option<Millis>,
+    pub mode: Mode,
+    pub fingerprint: Option<String>,
+    pub reconcile: Option<String>,
+    pub remote_id_pointer: Option<String>,
+    pub observation_window_ms: Option<Millis>,
+    /// The target's id for what it created, from a 2xx body or reconciliation.
+    pub remote_id: Option<String>,
+    /// When it last became `unknown`.
+    pub unknown_since: Option<Millis>,
+    /// When its observation window closes (`unknown` after that needs a person).
+    pub review_at: Option<Millis>,
+    /// When the reconciler asks the target next, while `unknown`.
+    pub check_at: Option<Millis>,
+    /// Reconciliation checks made so far.
+    pub checks: u32,
 }
 
 /// The result of an idempotent insert.
@@ -187,6 +278,8 @@ pub struct Claimed {
     pub body: Body,
     pub started_at: Millis,
     pub lease_until: Millis,
+    pub mode: Mode,
+    pub remote_id_pointer: Option<String>,
 }
 
 /// A delivery reserved for a slot's next attempt (see `Store::reserve_next`): in flight under
@@ -221,11 +314,13 @@ pub struct Reclaimed {
     pub interrupted: u64,
     /// Reservations whose attempt never started, pending again as if never reserved.
     pub released: u64,
+    /// Started at-most-once attempts, now `unknown` (never resent).
+    pub unknown: u64,
 }
 
 impl Reclaimed {
     pub fn total(self) -> u64 {
-        self.interrupted + self.released
+        self.interrupted + self.released + self.unknown
     }
 }
 
@@ -284,6 +379,12 @@ pub enum Disposition {
     Failed,
     /// The attempt was cut short by us (shutdown) and is not charged; due again at once.
     Interrupted,
+    /// At-most-once: the request may have reached the target without a definite answer. The
+    /// delivery becomes `unknown` and is never resent by itself; the reconciler's first check
+    /// is due this many milliseconds later.
+    Unknown {
+        check_in_ms: i64,
+    },
 }
 
 /// The outcome of one attempt, to be recorded.
@@ -297,6 +398,8 @@ pub struct AttemptResult {
     /// At most 4 KiB; the store truncates longer text.
     pub error: Option<String>,
     pub duration_ms: i64,
+    /// The target's id for what it created (from a 2xx body).
+    pub remote_id: Option<String>,
 }
 
 /// What recording an attempt result did to the delivery.
@@ -315,6 +418,7 @@ pub enum AttemptOutcome {
     Retry,
     Failed,
     Interrupted,
+    Unknown,
 }
 
 impl AttemptOutcome {
@@ -324,6 +428,7 @@ impl AttemptOutcome {
             AttemptOutcome::Retry => "retry",
             AttemptOutcome::Failed => "failed",
             AttemptOutcome::Interrupted => "interrupted",
+            AttemptOutcome::Unknown => "unknown",
         }
     }
 }
@@ -354,9 +459,59 @@ pub struct Transition {
     pub at: Millis,
     /// Why, as a stable code: `created`, `claimed`, `reserved`, `released`, `delivered`, an
     /// error code (`http_status`, `connect_failed`, `timeout`, …, `daemon_restart`,
-    /// `lease_expired`, `shutdown`), `expired`, `canceled`, `retried`.
+    /// `lease_expired`, `shutdown`), `expired`, `canceled`, `retried`; for at-most-once also
+    /// `reconciled`, `multiple_matches`, `no_match_after_window`, `no_reconcile_configured`,
+    /// `checks_failed_after_window`, `resolved`, `resend`.
     pub reason: String,
     pub note: Option<String>,
+}
+
+/// One reconciliation check: a query to the target about an `unknown` delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub at: Millis,
+    /// `None` when no answer came.
+    pub http_status: Option<u16>,
+    /// Matches found; `None` when the answer could not be read.
+    pub matches: Option<u32>,
+    /// Why the check failed (`http_status`, `timeout`, `target_blocked`, `invalid_response`, …).
+    pub error_code: Option<String>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+/// What a check (or the passing of the window) decides for an `unknown` delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckVerdict {
+    /// Exactly one match: it arrived.
+    Succeeded { remote_id: Option<String> },
+    /// A person must decide; `reason` is the transition's code.
+    ManualReview {
+        reason: String,
+        note: Option<String>,
+    },
+    /// Nothing settled: ask again at this time.
+    AskAgain { at: Millis },
+}
+
+/// The result of one reconciliation step, to be recorded.
+#[derive(Debug, Clone)]
+pub struct CheckResult {
+    pub id: String,
+    /// The check made, if one was (none when the window closed without a reconcile config).
+    pub check: Option<Check>,
+    pub verdict: CheckVerdict,
+}
+
+/// An operator's decision on an `unknown` or `manual_review` delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// It did arrive (optionally with the target's id for it).
+    Succeeded { remote_id: Option<String> },
+    /// It did not arrive and must not be sent.
+    Failed,
+    /// Send it again: a new cycle, as an explicit decision.
+    Resend,
 }
 
 /// A page of a listing.
@@ -396,6 +551,8 @@ pub enum TransitionOutcome {
     NotFound,
     /// The delivery is in a status the action does not apply to.
     Invalid(DeliveryStatus),
+    /// The action does not apply to an at-most-once delivery in this status.
+    InvalidForMode(DeliveryStatus),
 }
 
 /// The longest error text kept per attempt and in `last_error`.

@@ -19,6 +19,8 @@ pub enum Result {
     RetryableFailure,
     TerminalFailure,
     Interrupted,
+    /// At most once: the outcome is not known.
+    Unknown,
 }
 
 /// Counts over one window.
@@ -29,6 +31,7 @@ pub struct Window {
     pub retryable_failures: u64,
     pub terminal_failures: u64,
     pub interrupted: u64,
+    pub unknown: u64,
 }
 
 /// One target as the overview shows it.
@@ -57,6 +60,7 @@ struct Inner {
     retryable: Minutes,
     terminal: Minutes,
     interrupted: Minutes,
+    unknown: Minutes,
     targets: HashMap<String, Target>,
 }
 
@@ -124,6 +128,7 @@ impl Activity {
             Result::RetryableFailure => inner.retryable.add(minute),
             Result::TerminalFailure => inner.terminal.add(minute),
             Result::Interrupted => inner.interrupted.add(minute),
+            Result::Unknown => inner.unknown.add(minute),
         }
         let target = inner.targets.entry(origin.to_owned()).or_default();
         target.last_minute = minute;
@@ -158,6 +163,7 @@ impl Activity {
             retryable_failures: inner.retryable.sum(minute, span),
             terminal_failures: inner.terminal.sum(minute, span),
             interrupted: inner.interrupted.sum(minute, span),
+            unknown: inner.unknown.sum(minute, span),
         };
         (window(5), window(MINUTES))
     }

@@ -78,6 +78,11 @@ pub struct Args {
     #[arg(long, default_value = "1h", value_parser = parse_duration_arg, value_name = "DURATION")]
     pub retry_cap: Duration,
 
+    /// At most once: the first check of an `unknown` delivery with its target comes this long
+    /// after it became unknown; each next one twice as long after the last, at most 5m.
+    #[arg(long, default_value = "5s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub reconcile_base: Duration,
+
     /// A delivery created without maxAttempts and without expiresAt is retried (up to 100
     /// attempts) for this long after it is first due, then fails as expired; 0 = no window
     /// (then it gets 8 attempts, as in spoold v0.1.0).
@@ -151,6 +156,7 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     pub retry_base: Duration,
     pub retry_cap: Duration,
+    pub reconcile_base: Duration,
     /// See [`Args::retry_window`]; `None` for 0.
     pub retry_window: Option<Duration>,
     pub terminal_retention: Duration,
@@ -287,6 +293,11 @@ impl Args {
         if self.retry_base.is_zero() || self.retry_cap < self.retry_base {
             return err("--retry-base must be greater than 0 and at most --retry-cap");
         }
+        if self.reconcile_base.is_zero()
+            || self.reconcile_base > crate::reconcile::MAX_CHECK_INTERVAL
+        {
+            return err("--reconcile-base must be greater than 0 and at most 5m");
+        }
         Ok(Config {
             listen,
             db,
@@ -298,6 +309,7 @@ impl Args {
             shutdown_timeout: self.shutdown_timeout,
             retry_base: self.retry_base,
             retry_cap: self.retry_cap,
+            reconcile_base: self.reconcile_base,
             retry_window: (!self.retry_window.is_zero()).then_some(self.retry_window),
             terminal_retention: self.terminal_retention,
             allow_private_targets: self.allow_private_targets,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 use http::header::{CONTENT_TYPE, USER_AGENT};
 use http::HeaderValue;
 use spool_store::model::{
-    Applied, AttemptResult, Body, Claimed, Disposition, Reservation, StartOutcome,
+    Applied, AttemptResult, Body, Claimed, Disposition, Mode, Reservation, StartOutcome,
 };
 use spool_store::Store;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,10 @@ pub struct Deliverer {
     pub activity: Arc<Activity>,
     /// Graceful shutdown has begun: finish, but take on no further work.
     pub stop: CancellationToken,
+    /// The first reconciliation check of an `unknown` delivery comes this long after it.
+    pub reconcile_base: Duration,
+    /// Told when an attempt left a delivery `unknown`: the reconciler has work.
+    pub unknown_entered: Arc<tokio::sync::Notify>,
 }
 
 /// The claims (delivery id → claim sequence) that attempts of this process hold right now,
@@ -311,6 +315,10 @@ impl Deliverer {
                 let (label, counted) = match (disposition, status) {
                     (Disposition::Succeeded, _) => ("succeeded", activity::Result::Succeeded),
                     (Disposition::Interrupted, _) => ("interrupted", activity::Result::Interrupted),
+                    (Disposition::Unknown { .. }, _) => {
+                        self.unknown_entered.notify_one();
+                        ("unknown", activity::Result::Unknown)
+                    }
                     (_, spool_store::model::DeliveryStatus::Pending) => {
                         ("retryable_failure", activity::Result::RetryableFailure)
                     }
@@ -343,6 +351,11 @@ impl Deliverer {
         self.metrics.attempts.inc();
         self.activity.attempt();
         let timeout = send_timeout(self.request_timeout, attempt.send_by, started);
+        // The remote id may be anywhere in the answer: keep as much as a reconcile answer.
+        let keep_body = match claimed.remote_id_pointer {
+            Some(_) => crate::reconcile::MAX_ANSWER_BYTES,
+            None => outbound::MAX_RESPONSE_EXCERPT,
+        };
         let sent = if timeout.is_zero() {
             Sent::LeaseSpent
         } else {
@@ -357,6 +370,7 @@ impl Deliverer {
                 } else {
                     "request timeout"
                 },
+                keep_body,
             };
             tokio::select! {
                 sent = self.outbound.send(request) => Sent::Done(sent),
@@ -402,6 +416,11 @@ impl Deliverer {
             error_code: None,
             error: None,
             duration_ms: elapsed.as_millis() as i64,
+            remote_id: None,
+        };
+        let at_most_once = claimed.mode == Mode::AtMostOnce;
+        let unknown = Disposition::Unknown {
+            check_in_ms: self.reconcile_base.as_millis() as i64,
         };
         let retry_in = |status: Option<u16>, headers: Option<&http::HeaderMap>| {
             let d = retry::next_delay(
@@ -417,6 +436,15 @@ impl Deliverer {
             }
         };
         match sent {
+            Sent::Interrupted if at_most_once => {
+                result.disposition = unknown;
+                result.error_code = Some("shutdown".into());
+                result.error = Some(
+                    "attempt interrupted by shutdown while its request may have been on the \
+                     wire; at most once, so it is not sent again"
+                        .into(),
+                );
+            }
             Sent::Interrupted => {
                 result.error_code = Some("shutdown".into());
                 result.error =
@@ -431,8 +459,19 @@ impl Deliverer {
             }
             Sent::Done(Ok(resp)) => {
                 result.http_status = Some(resp.status);
-                match retry::classify_status(resp.status) {
-                    Verdict::Succeeded => result.disposition = Disposition::Succeeded,
+                let verdict = if at_most_once {
+                    retry::classify_status_at_most_once(resp.status)
+                } else {
+                    retry::classify_status(resp.status)
+                };
+                match verdict {
+                    Verdict::Succeeded => {
+                        result.disposition = Disposition::Succeeded;
+                        result.remote_id = claimed
+                            .remote_id_pointer
+                            .as_deref()
+                            .and_then(|p| crate::reconcile::remote_id(&resp.excerpt, p));
+                    }
                     verdict => {
                         result.error = Some(status_error(&resp));
                         if (300..400).contains(&resp.status) {
@@ -440,10 +479,10 @@ impl Deliverer {
                         } else {
                             result.error_code = Some("http_status".into());
                         }
-                        result.disposition = if verdict == Verdict::Retry {
-                            retry_in(Some(resp.status), Some(&resp.headers))
-                        } else {
-                            Disposition::Failed
+                        result.disposition = match verdict {
+                            Verdict::Retry => retry_in(Some(resp.status), Some(&resp.headers)),
+                            Verdict::Unknown => unknown,
+                            _ => Disposition::Failed,
                         };
                     }
                 }
@@ -452,10 +491,17 @@ impl Deliverer {
                 result.error_code = Some(e.code.as_str().to_owned());
                 result.error = Some(e.message);
                 // Asking again cannot help when the policy or the request itself forbids it.
-                result.disposition = if e.code.is_retryable() {
-                    retry_in(None, None)
-                } else {
-                    Disposition::Failed
+                let verdict = match (at_most_once, e.code.is_retryable()) {
+                    (true, retryable) => {
+                        retry::classify_error_at_most_once(e.may_have_arrived, retryable)
+                    }
+                    (false, true) => Verdict::Retry,
+                    (false, false) => Verdict::Failed,
+                };
+                result.disposition = match verdict {
+                    Verdict::Retry => retry_in(None, None),
+                    Verdict::Unknown => unknown,
+                    _ => Disposition::Failed,
                 };
             }
         }
@@ -485,6 +531,7 @@ fn outcome_name(d: Disposition) -> &'static str {
         Disposition::Retry { .. } => "retry",
         Disposition::Failed => "failed",
         Disposition::Interrupted => "interrupted",
+        Disposition::Unknown { .. } => "unknown",
     }
 }
 
@@ -516,7 +563,8 @@ fn request_headers(claimed: &Claimed) -> http::HeaderMap {
 
 /// `HTTP 503: <start of the body>`, as spoold words it; 3xx names where it pointed.
 fn status_error(resp: &outbound::Response) -> String {
-    let excerpt = String::from_utf8_lossy(&resp.excerpt);
+    let shown = resp.excerpt.len().min(outbound::MAX_RESPONSE_EXCERPT);
+    let excerpt = String::from_utf8_lossy(&resp.excerpt[..shown]);
     let excerpt = excerpt.trim();
     let mut text = format!("HTTP {}", resp.status);
     if resp.redirects > 0 {
@@ -590,6 +638,8 @@ mod tests {
             body: Body::None,
             started_at: 0,
             lease_until: 30_000,
+            mode: Mode::AtLeastOnce,
+            remote_id_pointer: None,
         }
     }
 }

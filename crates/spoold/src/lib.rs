@@ -21,6 +21,7 @@ mod deliver;
 pub mod logging;
 pub mod metrics;
 pub mod outbound;
+mod reconcile;
 mod retention;
 pub mod retry;
 mod scheduler;
@@ -101,12 +102,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let store = open_store(&config).await?;
 
     // We hold the exclusive lock, so whoever claimed these is dead: send them again now
-    // rather than waiting for their leases to run out (at-least-once).
-    let reclaimed = store.recover().await?;
+    // rather than waiting for their leases to run out (at-least-once). At-most-once requests
+    // that may have left become `unknown`: a restart never resends them.
+    let reclaimed = store
+        .recover(config.reconcile_base.as_millis() as i64)
+        .await?;
     if reclaimed.total() > 0 {
         info!(
             interrupted = reclaimed.interrupted,
             released = reclaimed.released,
+            unknown = reclaimed.unknown,
             "reclaimed in-flight deliveries left by a previous process"
         );
     }
@@ -175,6 +180,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     info!(addr = %bound, db = %config.db.display(), "listening");
 
     let deliverer_metrics = Arc::clone(&metrics);
+    let unknown_entered = Arc::new(tokio::sync::Notify::new());
+    let reconciler = reconcile::Reconciler {
+        store: store.clone(),
+        outbound: outbound.clone(),
+        metrics: Arc::clone(&metrics),
+        base: config.reconcile_base,
+        request_timeout: config.request_timeout,
+        wake: Arc::clone(&unknown_entered),
+    };
     let deliverer = Arc::new(deliver::Deliverer {
         store: store.clone(),
         outbound,
@@ -188,6 +202,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         live: deliver::LiveClaims::default(),
         activity: Arc::clone(&activity),
         stop: stop.clone(),
+        reconcile_base: config.reconcile_base,
+        unknown_entered,
     });
     let scheduler = scheduler::Scheduler {
         store: store.clone(),
@@ -206,6 +222,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let scheduler_task =
         tokio::spawn(scheduler.run(stop.clone(), interrupt.clone(), attempts.clone()));
 
+    let reconciler_task = tokio::spawn(reconciler.run(stop.clone()));
     let retention_task = tokio::spawn(retention::run(
         store.clone(),
         config.terminal_retention,
@@ -221,6 +238,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         info!("shutting down: no new requests or claims");
         let _ = scheduler_task.await;
         let _ = retention_task.await;
+        let _ = reconciler_task.await;
         attempts.close();
         if !attempts.is_empty() {
             info!(

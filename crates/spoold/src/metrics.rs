@@ -52,6 +52,8 @@ pub struct Metrics {
     pub max_redirects: Gauge,
     pub ready: Gauge,
     pub paused_targets: Gauge,
+    pub reconcile_checks: Family<ResultLabel, Counter>,
+    pub unknown_duration: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -89,6 +91,9 @@ impl Metrics {
             max_redirects: Gauge::default(),
             ready: Gauge::default(),
             paused_targets: Gauge::default(),
+            reconcile_checks: Family::default(),
+            // 1 s to about 9 h.
+            unknown_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             registry: Registry::default(),
         };
         registry.register(
@@ -195,6 +200,18 @@ impl Metrics {
             "spoold_paused_targets",
             "Targets paused after refusing connections; probed one delivery at a time",
             m.paused_targets.clone(),
+        );
+        registry.register(
+            "spoold_reconcile_checks",
+            "Reconciliation checks of unknown at-most-once deliveries, by result: match, \
+             multiple, none, failed",
+            m.reconcile_checks.clone(),
+        );
+        registry.register(
+            "spoold_unknown_duration_seconds",
+            "Time at-most-once deliveries spent in unknown before reconciliation or a person \
+             settled them (or the window closed)",
+            m.unknown_duration.clone(),
         );
         m.db_max_bytes.set(config.max_db_bytes as i64);
         m.allow_private_targets

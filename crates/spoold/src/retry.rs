@@ -1,7 +1,14 @@
 //! Retry policy as pure functions: which outcomes are worth another attempt, and when.
 //!
-//! 2xx succeeds. Transport errors, 408, 425, 429 and 5xx are retried. Everything else fails at
-//! once: a 401 or a 422 will not get better by asking again. Blocked targets fail at once too.
+//! At least once: 2xx succeeds. Transport errors, 408, 425, 429 and 5xx are retried. Everything
+//! else fails at once: a 401 or a 422 will not get better by asking again. Blocked targets fail
+//! at once too.
+//!
+//! At most once, what may be retried is decided by whether the request can have reached the
+//! target's application: only when it certainly did not (nothing was written, or the target said
+//! it did not process it: 408, 425, 429, 503) is it sent again. An answer that leaves it open
+//! (500, 502, 504 and other server errors) and anything after the first byte left (a timeout, a
+//! reset) make the outcome `unknown`.
 
 use std::time::{Duration, SystemTime};
 
@@ -13,6 +20,8 @@ pub enum Verdict {
     Succeeded,
     Retry,
     Failed,
+    /// At most once: it may have been processed; never resent by itself.
+    Unknown,
 }
 
 /// The verdict on an HTTP status.
@@ -21,6 +30,31 @@ pub fn classify_status(status: u16) -> Verdict {
         200..=299 => Verdict::Succeeded,
         408 | 425 | 429 | 500..=599 => Verdict::Retry,
         _ => Verdict::Failed,
+    }
+}
+
+/// The verdict on an HTTP status for an at-most-once delivery.
+pub fn classify_status_at_most_once(status: u16) -> Verdict {
+    match status {
+        200..=299 => Verdict::Succeeded,
+        // The server says it did not process the request.
+        408 | 425 | 429 | 503 => Verdict::Retry,
+        // Not implemented, HTTP version not supported: a definite refusal.
+        501 | 505 => Verdict::Failed,
+        // A server error may come after the work was done (a crash while answering, a proxy
+        // that lost the upstream's answer).
+        500..=599 => Verdict::Unknown,
+        // 3xx (not followed), other 4xx, and anything stranger: a definite answer.
+        _ => Verdict::Failed,
+    }
+}
+
+/// The verdict on a transport failure for an at-most-once delivery.
+pub fn classify_error_at_most_once(may_have_arrived: bool, retryable: bool) -> Verdict {
+    match (may_have_arrived, retryable) {
+        (true, _) => Verdict::Unknown,
+        (false, true) => Verdict::Retry,
+        (false, false) => Verdict::Failed,
     }
 }
 
@@ -127,6 +161,37 @@ mod tests {
         for (status, want) in cases {
             assert_eq!(classify_status(status), want, "{status}");
         }
+    }
+
+    #[test]
+    fn at_most_once_status_table() {
+        let cases = [
+            (200, Verdict::Succeeded),
+            (201, Verdict::Succeeded),
+            (299, Verdict::Succeeded),
+            (301, Verdict::Failed),
+            (307, Verdict::Failed),
+            (400, Verdict::Failed),
+            (404, Verdict::Failed),
+            (409, Verdict::Failed),
+            (408, Verdict::Retry),
+            (425, Verdict::Retry),
+            (429, Verdict::Retry),
+            (503, Verdict::Retry),
+            (500, Verdict::Unknown),
+            (502, Verdict::Unknown),
+            (504, Verdict::Unknown),
+            (507, Verdict::Unknown),
+            (501, Verdict::Failed),
+            (505, Verdict::Failed),
+        ];
+        for (status, want) in cases {
+            assert_eq!(classify_status_at_most_once(status), want, "{status}");
+        }
+        assert_eq!(classify_error_at_most_once(true, true), Verdict::Unknown);
+        assert_eq!(classify_error_at_most_once(true, false), Verdict::Unknown);
+        assert_eq!(classify_error_at_most_once(false, true), Verdict::Retry);
+        assert_eq!(classify_error_at_most_once(false, false), Verdict::Failed);
     }
 
     #[test]

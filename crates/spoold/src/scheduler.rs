@@ -266,15 +266,25 @@ impl Scheduler {
         let live = self.deliverer.live.snapshot();
         match self
             .store
-            .renew_and_reclaim(live, self.lease.as_millis() as i64)
+            .renew_and_reclaim(
+                live,
+                self.lease.as_millis() as i64,
+                self.deliverer.reconcile_base.as_millis() as i64,
+            )
             .await
         {
             Ok(taken) if taken.total() == 0 => {}
-            Ok(taken) => info!(
-                interrupted = taken.interrupted,
-                released = taken.released,
-                "took back claims whose lease expired"
-            ),
+            Ok(taken) => {
+                if taken.unknown > 0 {
+                    self.deliverer.unknown_entered.notify_one();
+                }
+                info!(
+                    interrupted = taken.interrupted,
+                    released = taken.released,
+                    unknown = taken.unknown,
+                    "took back claims whose lease expired"
+                )
+            }
             Err(e) => error!(error = %e, "renewing and reclaiming leases failed"),
         }
         loop {

@@ -8,11 +8,14 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
-use spool_proto::{headers, units, CreateDelivery, ErrorCode};
-use spool_store::model::{Body, Millis, NewDelivery};
+use std::time::Duration;
+
+use spool_proto::{headers, units, CreateDelivery, DeliveryMode, ErrorCode, Reconcile};
+use spool_store::model::{self, Body, Millis, Mode, NewDelivery};
 use url::Url;
 
 use crate::outbound::{literal_ip, AddressPolicy};
+use crate::reconcile;
 
 /// A refused request: the code and message for the error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,9 +67,15 @@ pub struct Rules {
     pub retry_window: Option<std::time::Duration>,
 }
 
-pub fn validate(req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, Rejection> {
+pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, Rejection> {
     let policy = &rules.policy;
     let body = decode_body(&req)?;
+    let at_most_once = AtMostOnce {
+        mode: req.mode.take(),
+        fingerprint: req.fingerprint.take(),
+        reconcile: req.reconcile.take(),
+        remote_id_pointer: req.remote_id_pointer.take(),
+    };
 
     let idempotency_key = req
         .idempotency_key
@@ -153,7 +162,8 @@ pub fn validate(req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, Rejec
         ),
         (None, None) => (spool_proto::DEFAULT_MAX_ATTEMPTS, None),
     };
-    let fingerprint = fingerprint(
+    let options = at_most_once.validate(idempotency_key.as_deref(), policy)?;
+    let request_digest = digest(
         &method,
         &target_url,
         // As before the retry window existed, so that keys stored then still match.
@@ -162,6 +172,7 @@ pub fn validate(req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, Rejec
         &body,
         not_before,
         expires_at,
+        &options,
     );
     Ok(NewDelivery {
         id: uuid::Uuid::now_v7().simple().to_string(),
@@ -175,8 +186,210 @@ pub fn validate(req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, Rejec
         not_before,
         expires_at,
         retry_window_ms,
-        fingerprint,
+        request_digest,
+        mode: options.mode,
+        fingerprint: options.fingerprint,
+        reconcile: options.reconcile,
+        remote_id_pointer: options.remote_id_pointer,
+        observation_window_ms: options.observation_window_ms,
     })
+}
+
+/// The fields of a create that only some deliveries use, as submitted.
+struct AtMostOnce {
+    mode: Option<DeliveryMode>,
+    fingerprint: Option<String>,
+    reconcile: Option<Reconcile>,
+    remote_id_pointer: Option<String>,
+}
+
+/// The same, checked and normalised.
+#[derive(Debug, Default)]
+struct Options {
+    mode: Mode,
+    fingerprint: Option<String>,
+    /// The normalised `reconcile` object as JSON.
+    reconcile: Option<String>,
+    remote_id_pointer: Option<String>,
+    observation_window_ms: Option<Millis>,
+}
+
+/// The longest observation window: a month of watching is already a person's job.
+const MAX_OBSERVATION_WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+
+impl AtMostOnce {
+    fn validate(
+        self,
+        idempotency_key: Option<&str>,
+        policy: &AddressPolicy,
+    ) -> Result<Options, Rejection> {
+        let mode = match self.mode.unwrap_or_default() {
+            DeliveryMode::AtLeastOnce => Mode::AtLeastOnce,
+            DeliveryMode::AtMostOnce => Mode::AtMostOnce,
+        };
+        let remote_id_pointer = self
+            .remote_id_pointer
+            .map(|p| check_pointer("remoteIdPointer", p))
+            .transpose()?;
+        let fingerprint = self
+            .fingerprint
+            .map(|f| f.trim().to_owned())
+            .filter(|f| !f.is_empty());
+        if mode == Mode::AtLeastOnce {
+            if fingerprint.is_some() || self.reconcile.is_some() {
+                return Err(invalid(
+                    "fingerprint and reconcile apply only to mode at_most_once",
+                ));
+            }
+            return Ok(Options {
+                remote_id_pointer,
+                ..Options::default()
+            });
+        }
+        if fingerprint
+            .as_ref()
+            .is_some_and(|f| f.len() > spool_proto::MAX_KEY_BYTES)
+        {
+            return Err(invalid("fingerprint must not exceed 256 bytes"));
+        }
+        let fingerprint = fingerprint.or_else(|| idempotency_key.map(str::to_owned));
+        let (reconcile, window) = match self.reconcile {
+            None => (None, None),
+            Some(spec) => {
+                let (spec, window) = check_reconcile(spec, fingerprint.is_some(), policy)?;
+                let json =
+                    serde_json::to_string(&spec).map_err(|e| invalid(format!("reconcile: {e}")))?;
+                (Some(json), window)
+            }
+        };
+        Ok(Options {
+            mode,
+            fingerprint,
+            reconcile,
+            remote_id_pointer,
+            observation_window_ms: Some(window.map_or(model::DEFAULT_OBSERVATION_WINDOW_MS, |w| {
+                w.as_millis() as Millis
+            })),
+        })
+    }
+}
+
+/// Check a `reconcile` object and fill in its defaults.
+fn check_reconcile(
+    spec: Reconcile,
+    has_fingerprint: bool,
+    policy: &AddressPolicy,
+) -> Result<(Reconcile, Option<Duration>), Rejection> {
+    let template = spec.url.unwrap_or_default();
+    let template = template.trim();
+    if template.is_empty() {
+        return Err(invalid("reconcile.url is required"));
+    }
+    if template.len() > spool_proto::MAX_URL_BYTES {
+        return Err(invalid("reconcile.url must not exceed 4096 bytes"));
+    }
+    let uses = reconcile::placeholders(template).map_err(|name| {
+        invalid(format!(
+            "reconcile.url: unknown placeholder {{{name}}}; use {{fingerprint}} or {{deliveryId}}"
+        ))
+    })?;
+    if uses.fingerprint && !has_fingerprint {
+        return Err(invalid(
+            "reconcile.url uses {fingerprint}, but the delivery has none: set fingerprint or idempotencyKey",
+        ));
+    }
+    // Judged with stand-in values: the address the check will dial is the same whatever they are.
+    let sample = reconcile::expand(template, "fingerprint", "0123456789abcdef0123456789abcdef");
+    let url = parse_target(&sample).map_err(|r| Rejection {
+        code: r.code,
+        message: format!(
+            "reconcile.url: {}",
+            r.message.trim_start_matches("target URL ")
+        ),
+    })?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid("reconcile.url must not include user information"));
+    }
+    if let Some(ip) = literal_ip(&url) {
+        policy.check(ip).map_err(|denied| {
+            reject(
+                ErrorCode::TargetBlocked,
+                format!(
+                    "reconcile.url is not allowed: {denied}; {}",
+                    denied.remedy()
+                ),
+            )
+        })?;
+    }
+    let method = spec
+        .method
+        .unwrap_or_default()
+        .trim_matches(' ')
+        .to_ascii_uppercase();
+    let method = if method.is_empty() {
+        "GET".to_owned()
+    } else {
+        method
+    };
+    if !headers::is_token(&method) {
+        return Err(invalid("reconcile.method contains invalid characters"));
+    }
+    let headers = normalize_headers(spec.headers.unwrap_or_default())
+        .map_err(|r| invalid(format!("reconcile: {}", r.message)))?;
+    let window = spec
+        .observation_window
+        .map(|w| {
+            units::parse_duration(&w)
+                .ok()
+                .filter(|d| *d >= Duration::from_secs(1) && *d <= MAX_OBSERVATION_WINDOW)
+                .ok_or_else(|| {
+                    invalid(
+                        "reconcile.observationWindow must be a duration from 1s to 720h, e.g. 1h",
+                    )
+                })
+        })
+        .transpose()?;
+    let spec = Reconcile {
+        url: Some(template.to_owned()),
+        method: Some(method),
+        headers: Some(headers.into_iter().map(|(n, v)| (n, Some(v))).collect()),
+        matches_pointer: Some(check_pointer(
+            "reconcile.matchesPointer",
+            spec.matches_pointer.unwrap_or_default(),
+        )?),
+        remote_id_pointer: Some(check_pointer(
+            "reconcile.remoteIdPointer",
+            spec.remote_id_pointer.unwrap_or_else(|| "/id".to_owned()),
+        )?),
+        observation_window: Some(units::format_duration(window.unwrap_or(
+            Duration::from_millis(model::DEFAULT_OBSERVATION_WINDOW_MS as u64),
+        ))),
+    };
+    Ok((spec, window))
+}
+
+/// An RFC 6901 JSON pointer: empty (the whole document) or `/`-separated, at most 256 bytes.
+fn check_pointer(name: &str, pointer: String) -> Result<String, Rejection> {
+    if pointer.len() > spool_proto::MAX_KEY_BYTES {
+        return Err(invalid(format!("{name} must not exceed 256 bytes")));
+    }
+    if !pointer.is_empty() && !pointer.starts_with('/') {
+        return Err(invalid(format!(
+            "{name} must be a JSON pointer: empty or starting with \"/\", as in /data/0/id"
+        )));
+    }
+    // `~` may only escape `0` (`~`) or `1` (`/`).
+    let bytes = pointer.as_bytes();
+    if bytes
+        .iter()
+        .enumerate()
+        .any(|(i, b)| *b == b'~' && !matches!(bytes.get(i + 1), Some(b'0' | b'1')))
+    {
+        return Err(invalid(format!(
+            "{name}: \"~\" must be followed by 0 or 1 (RFC 6901)"
+        )));
+    }
+    Ok(pointer)
 }
 
 /// The target URL exactly as it will be dialed (the parser's normal form), or why not. Spellings
@@ -304,8 +517,13 @@ fn normalize_headers(
 }
 
 /// Digest of every field that makes two requests the same for idempotency (all but the key).
-/// Each field is length-prefixed so no two different requests can share an encoding.
-fn fingerprint(
+/// Each field is length-prefixed so no two different requests can share an encoding. Fields
+/// added later are appended only when set, so that keys stored before them still match.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one argument per field of the request; the digest is their only consumer"
+)]
+fn digest(
     method: &str,
     url: &str,
     max_attempts: u32,
@@ -313,6 +531,7 @@ fn fingerprint(
     body: &Body,
     not_before: Option<Millis>,
     expires_at: Option<Millis>,
+    options: &Options,
 ) -> Vec<u8> {
     let mut h = Sha256::new();
     let mut field = |bytes: &[u8]| {
@@ -348,6 +567,20 @@ fn fingerprint(
             .unwrap_or_default()
             .as_bytes(),
     );
+    if options.mode != Mode::AtLeastOnce || options.remote_id_pointer.is_some() {
+        field(b"v2");
+        field(options.mode.as_str().as_bytes());
+        for text in [
+            &options.fingerprint,
+            &options.reconcile,
+            &options.remote_id_pointer,
+        ] {
+            match text {
+                Some(t) => field(t.as_bytes()),
+                None => field(b"-"),
+            }
+        }
+    }
     h.finalize().to_vec()
 }
 
@@ -629,7 +862,7 @@ mod tests {
     #[test]
     fn fingerprint_covers_every_field_but_the_key() {
         let base = json!({"targetUrl":"http://h/","body":{"a":1},"idempotencyKey":"k"});
-        let fp = |v: serde_json::Value| check(v).expect("valid").fingerprint;
+        let fp = |v: serde_json::Value| check(v).expect("valid").request_digest;
         let reference = fp(base.clone());
         let mut same = base.clone();
         same["idempotencyKey"] = json!("other");

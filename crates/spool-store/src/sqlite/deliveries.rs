@@ -9,9 +9,10 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, ClaimBatch,
-    Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, NewDelivery,
-    OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats, Transition, TransitionOutcome,
+    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, Check,
+    CheckResult, CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition,
+    InsertOutcome, Millis, Mode, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
+    Resolution, StartOutcome, Stats, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
 // Queries over pending, in-flight or finished work name their partial index (`INDEXED BY`):
@@ -19,15 +20,22 @@ use crate::model::{
 // sorts every pending row, which turns a claim into a full scan of the backlog. Naming the
 // index keeps claims O(log n) however large the backlog, and fails loudly if it stops applying.
 
-/// Columns of a full delivery row, in the order `row_to_delivery` reads them.
-const FULL_COLUMNS: &str = "id, idempotency_key, target_url, origin, method, status, attempts, \
-     uncharged, max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
-     updated_at, next_attempt_at, not_before, expires_at, lease_until, headers, body_kind, body";
-
-/// The same without headers and body, for listings.
-const LIST_COLUMNS: &str = "id, idempotency_key, target_url, origin, method, status, attempts, \
-     uncharged, max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
-     updated_at, next_attempt_at, not_before, expires_at, lease_until";
+/// Columns of a delivery row without headers and body (listings), in the order
+/// `row_to_delivery` reads them.
+macro_rules! list_columns {
+    () => {
+        "id, idempotency_key, target_url, origin, method, status, attempts, uncharged, \
+         max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
+         updated_at, next_attempt_at, not_before, expires_at, lease_until, mode, fingerprint, \
+         reconcile, remote_id_pointer, window_ms, remote_id, unknown_since, review_at, check_at, \
+         checks"
+    };
+}
+const LIST_COLUMNS: &str = list_columns!();
+/// The number of [`LIST_COLUMNS`]: a full row's headers and body follow them.
+const LIST_WIDTH: usize = 29;
+/// Columns of a full delivery row.
+const FULL_COLUMNS: &str = concat!(list_columns!(), ", headers, body_kind, body");
 
 const BODY_NONE: i64 = 0;
 const BODY_JSON: i64 = 1;
@@ -48,7 +56,7 @@ pub(crate) fn insert(
             })
             .map_err(map_err)?;
         if let Some((id, fingerprint)) = known {
-            if fingerprint != new.fingerprint {
+            if fingerprint != new.request_digest {
                 return Ok(InsertOutcome::Conflict { existing_id: id });
             }
             return match get(conn, &id)? {
@@ -82,8 +90,10 @@ pub(crate) fn insert(
     conn.prepare_cached(
         "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
          body_kind, body, status, max_attempts, created_at, updated_at, next_attempt_at, \
-         not_before, expires_at, log_seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10, ?10, ?11, ?12, ?13, 1)",
+         not_before, expires_at, log_seq, mode, fingerprint, reconcile, remote_id_pointer, \
+         window_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10, ?10, ?11, ?12, ?13, 1, ?14, \
+         ?15, ?16, ?17, ?18)",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -100,6 +110,11 @@ pub(crate) fn insert(
             due,
             new.not_before,
             expires_at,
+            new.mode.as_str(),
+            new.fingerprint,
+            new.reconcile,
+            new.remote_id_pointer,
+            new.observation_window_ms,
         ])
     })
     .map_err(map_err)?;
@@ -107,7 +122,7 @@ pub(crate) fn insert(
         conn.prepare_cached(
             "INSERT INTO idempotency_keys (key, delivery_id, fingerprint) VALUES (?1, ?2, ?3)",
         )
-        .and_then(|mut st| st.execute(params![key, new.id, new.fingerprint]))
+        .and_then(|mut st| st.execute(params![key, new.id, new.request_digest]))
         .map_err(map_err)?;
     }
     let first = Step { seq: 1, attempt: 0 };
@@ -144,6 +159,16 @@ pub(crate) fn insert(
         not_before: new.not_before,
         expires_at,
         lease_until: None,
+        mode: new.mode,
+        fingerprint: new.fingerprint.clone(),
+        reconcile: new.reconcile.clone(),
+        remote_id_pointer: new.remote_id_pointer.clone(),
+        observation_window_ms: new.observation_window_ms,
+        remote_id: None,
+        unknown_since: None,
+        review_at: None,
+        check_at: None,
+        checks: 0,
     }))
 }
 
@@ -313,11 +338,11 @@ fn claim_one(
              claim_seq = claim_seq + 1, lease_until = ?2, updated_at = ?3, \
              log_seq = log_seq + 1 WHERE id = ?1 \
              RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
-             log_seq",
+             mode, remote_id_pointer, log_seq",
         )
         .and_then(|mut st| {
             st.query_row(params![id, lease_until, now], |r| {
-                Ok((StartedRow::read(r)?, r.get::<_, u32>(8)?))
+                Ok((StartedRow::read(r)?, r.get::<_, u32>(10)?))
             })
         })
         .map_err(map_err)?;
@@ -349,6 +374,8 @@ struct StartedRow {
     headers: String,
     body_kind: i64,
     body: Option<Vec<u8>>,
+    mode: String,
+    remote_id_pointer: Option<String>,
 }
 
 impl StartedRow {
@@ -362,6 +389,8 @@ impl StartedRow {
             headers: r.get(5)?,
             body_kind: r.get(6)?,
             body: r.get(7)?,
+            mode: r.get(8)?,
+            remote_id_pointer: r.get(9)?,
         })
     }
 
@@ -391,6 +420,8 @@ impl StartedRow {
             body: decode_body(self.body_kind, self.body),
             started_at: now,
             lease_until,
+            mode: parse_mode(&self.mode)?,
+            remote_id_pointer: self.remote_id_pointer,
         })
     }
 }
@@ -432,6 +463,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         Disposition::Retry { .. } => AttemptOutcome::Retry,
         Disposition::Failed => AttemptOutcome::Failed,
         Disposition::Interrupted => AttemptOutcome::Interrupted,
+        Disposition::Unknown { .. } => AttemptOutcome::Unknown,
     };
     conn.prepare_cached(
         "UPDATE attempts SET finished_at = ?3, outcome = ?4, http_status = ?5, error_code = ?6, \
@@ -455,10 +487,15 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
     let Some((_, _, _, uncharged, _, expires_at)) = current else {
         return Ok(Applied::Fenced);
     };
+    let mut unknown = (None, None);
     let (new_status, next_at, uncharged) = match result.disposition {
         Disposition::Succeeded => (DeliveryStatus::Succeeded, None, uncharged),
         Disposition::Failed => (DeliveryStatus::Failed, None, uncharged),
         Disposition::Interrupted => (DeliveryStatus::Pending, Some(now), uncharged + 1),
+        Disposition::Unknown { check_in_ms } => {
+            unknown = (Some(now), Some(now + check_in_ms.max(0)));
+            (DeliveryStatus::Unknown, None, uncharged)
+        }
         Disposition::Retry { delay_ms } => {
             if exhausted {
                 (DeliveryStatus::Failed, None, uncharged)
@@ -476,12 +513,17 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         Disposition::Succeeded => (None, None),
         _ => (error, result.error_code.clone()),
     };
+    // Entering `unknown` starts its clock: the first check, and the end of the window.
     let step = conn
         .prepare_cached(
             "UPDATE deliveries SET status = ?2, next_attempt_at = ?3, uncharged = ?4, \
-         last_error = ?5, last_error_code = ?6, \
-                  last_response_code = COALESCE(?7, last_response_code), lease_until = NULL, \
-         updated_at = ?8, log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
+             last_error = ?5, last_error_code = ?6, \
+             last_response_code = COALESCE(?7, last_response_code), lease_until = NULL, \
+             updated_at = ?8, log_seq = log_seq + 1, remote_id = COALESCE(?9, remote_id), \
+             unknown_since = COALESCE(?10, unknown_since), check_at = ?11, \
+             review_at = CASE WHEN ?10 IS NULL THEN review_at \
+                         ELSE ?10 + COALESCE(window_ms, ?12) END \
+             WHERE id = ?1 RETURNING log_seq, attempts",
         )
         .and_then(|mut st| {
             st.query_row(
@@ -494,6 +536,10 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
                     last_error_code,
                     result.http_status,
                     now,
+                    result.remote_id,
+                    unknown.0,
+                    unknown.1,
+                    DEFAULT_OBSERVATION_WINDOW_MS,
                 ],
                 |r| Step::read(r, 0),
             )
@@ -503,11 +549,14 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         (Disposition::Succeeded, _) => "delivered",
         (_, Some(code)) => code,
         (Disposition::Failed, None) => "failed",
+        (Disposition::Unknown { .. }, None) => "unknown",
         (_, None) => "retry",
     };
-    let note = (new_status == DeliveryStatus::Failed
-        && matches!(result.disposition, Disposition::Retry { .. }))
-    .then_some("no attempts left");
+    let note = match (new_status, result.disposition) {
+        (DeliveryStatus::Failed, Disposition::Retry { .. }) => Some("no attempts left"),
+        (DeliveryStatus::Unknown, _) => Some("the request may have reached the target; not resent"),
+        _ => None,
+    };
     log(
         conn,
         &result.id,
@@ -612,7 +661,8 @@ pub(crate) fn start(
         .prepare_cached(
             "UPDATE deliveries SET attempts = attempts + 1, lease_until = ?2, updated_at = ?3 \
              WHERE id = ?1 \
-             RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body",
+             RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
+             mode, remote_id_pointer",
         )
         .and_then(|mut st| {
             st.query_row(params![reservation.id, lease_until, now], StartedRow::read)
@@ -670,9 +720,9 @@ fn started(conn: &Connection, id: &str, claim_seq: u32) -> Result<bool> {
 /// At start-up, when we hold the database's lock and so know the owner of every claim is dead:
 /// every in-flight delivery is made pending again, due at once. A started attempt is recorded
 /// as interrupted (`daemon_restart`, not charged); a reservation is simply released.
-pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Reclaimed> {
+pub(crate) fn recover(conn: &Connection, now: Millis, check_in_ms: i64) -> Result<Reclaimed> {
     let ids = in_flight_with_lease_until(conn, Millis::MAX)?;
-    take_back(conn, &ids, now, "daemon_restart")
+    take_back(conn, &ids, now, "daemon_restart", check_in_ms)
 }
 
 /// Renew the leases of `live` claims (held by attempts running in this process), then take back
@@ -683,6 +733,7 @@ pub(crate) fn renew_and_reclaim(
     live: &[(String, u32)],
     now: Millis,
     lease_ms: i64,
+    check_in_ms: i64,
 ) -> Result<Reclaimed> {
     for (id, claim_seq) in live {
         conn.prepare_cached(
@@ -693,55 +744,84 @@ pub(crate) fn renew_and_reclaim(
         .map_err(map_err)?;
     }
     let ids = in_flight_with_lease_until(conn, now)?;
-    take_back(conn, &ids, now, "lease_expired")
+    take_back(conn, &ids, now, "lease_expired", check_in_ms)
 }
 
-fn in_flight_with_lease_until(conn: &Connection, cutoff: Millis) -> Result<Vec<(String, u32)>> {
+/// Claims whose lease ends at or before `cutoff`: id, claim sequence, mode.
+fn in_flight_with_lease_until(
+    conn: &Connection,
+    cutoff: Millis,
+) -> Result<Vec<(String, u32, String)>> {
     conn.prepare_cached(
-        "SELECT id, claim_seq FROM deliveries INDEXED BY deliveries_lease \
+        "SELECT id, claim_seq, mode FROM deliveries INDEXED BY deliveries_lease \
          WHERE status = 'in_flight' AND lease_until <= ?1",
     )
     .and_then(|mut st| {
-        st.query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?)))?
+        st.query_map([cutoff], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect()
     })
     .map_err(map_err)
 }
 
+/// Take back claims whose owner is gone. A reservation is released; a started attempt is
+/// interrupted: sent again (at least once), or, at most once, `unknown` — its request may have
+/// reached the target, so it is never resent by a restart.
 fn take_back(
     conn: &Connection,
-    claims: &[(String, u32)],
+    claims: &[(String, u32, String)],
     now: Millis,
     code: &str,
+    check_in_ms: i64,
 ) -> Result<Reclaimed> {
     let mut taken = Reclaimed::default();
-    for (id, claim_seq) in claims {
+    for (id, claim_seq, mode) in claims {
         if release(conn, id, *claim_seq, now, code)? {
             taken.released += 1;
             continue;
         }
+        let (disposition, error, counted) = match parse_mode(mode)? {
+            Mode::AtLeastOnce => (
+                Disposition::Interrupted,
+                "attempt interrupted; the outcome is unknown, so it will be sent again",
+                &mut taken.interrupted,
+            ),
+            Mode::AtMostOnce => (
+                Disposition::Unknown { check_in_ms },
+                "attempt interrupted while its request may have been on the wire; \
+                 at most once, so it is not sent again",
+                &mut taken.unknown,
+            ),
+        };
+        *counted += 1;
         complete(
             conn,
             &AttemptResult {
                 id: id.clone(),
                 claim_seq: *claim_seq,
-                disposition: Disposition::Interrupted,
+                disposition,
                 http_status: None,
                 error_code: Some(code.to_owned()),
-                error: Some(
-                    "attempt interrupted; the outcome is unknown, so it will be sent again".into(),
-                ),
+                error: Some(error.into()),
                 duration_ms: 0,
+                remote_id: None,
             },
             now,
         )?;
-        taken.interrupted += 1;
     }
     Ok(taken)
 }
 
 pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    transition(conn, id, DeliveryStatus::can_cancel, |conn, from| {
+    let allowed = |d: &Delivery| {
+        if !d.status.can_cancel() {
+            Err(TransitionOutcome::Invalid(d.status))
+        } else if !d.mode.can_cancel(d.status) {
+            Err(TransitionOutcome::InvalidForMode(d.status))
+        } else {
+            Ok(())
+        }
+    };
+    transition(conn, id, allowed, |conn, from| {
         let step = conn
             .prepare_cached(
                 "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
@@ -756,7 +836,11 @@ pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<Transit
 }
 
 pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    transition(conn, id, DeliveryStatus::can_retry, |conn, from| {
+    let allowed = |d: &Delivery| match d.status.can_retry() {
+        true => Ok(()),
+        false => Err(TransitionOutcome::Invalid(d.status)),
+    };
+    transition(conn, id, allowed, |conn, from| {
         let step = conn
             .prepare_cached(
                 "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
@@ -772,17 +856,215 @@ pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<Transiti
     })
 }
 
+/// An operator's decision on an `unknown` or `manual_review` delivery, with the note that
+/// explains it in the transition log.
+pub(crate) fn resolve(
+    conn: &Connection,
+    id: &str,
+    resolution: &Resolution,
+    note: &str,
+    now: Millis,
+) -> Result<TransitionOutcome> {
+    let allowed = |d: &Delivery| match d.status.can_resolve() {
+        true => Ok(()),
+        false => Err(TransitionOutcome::Invalid(d.status)),
+    };
+    transition(conn, id, allowed, |conn, from| {
+        let (to, reason, remote_id) = match resolution {
+            Resolution::Succeeded { remote_id } => {
+                (DeliveryStatus::Succeeded, "resolved", remote_id.as_deref())
+            }
+            Resolution::Failed => (DeliveryStatus::Failed, "resolved", None),
+            Resolution::Resend => (DeliveryStatus::Pending, "resend", None),
+        };
+        let step = match resolution {
+            // A new cycle, as an operator's retry: a fresh attempt budget, due at once.
+            Resolution::Resend => conn
+                .prepare_cached(
+                    "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
+                     cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, \
+                     last_error = NULL, last_error_code = NULL, last_response_code = NULL, \
+                     updated_at = ?2, \
+                     expires_at = CASE WHEN expires_at <= ?2 THEN NULL ELSE expires_at END, \
+                     check_at = NULL, review_at = NULL, unknown_since = NULL, remote_id = NULL, \
+                     log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
+                )
+                .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0))),
+            _ => conn
+                .prepare_cached(
+                    "UPDATE deliveries SET status = ?3, check_at = NULL, next_attempt_at = NULL, \
+                     remote_id = COALESCE(?4, remote_id), updated_at = ?2, \
+                     log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
+                )
+                .and_then(|mut st| {
+                    st.query_row(params![id, now, to.as_str(), remote_id], |r| {
+                        Step::read(r, 0)
+                    })
+                }),
+        }
+        .map_err(map_err)?;
+        log(conn, id, Some(from), to, step, now, reason, Some(note))
+    })
+}
+
+/// Record a reconciliation step for an `unknown` delivery: the check (always kept), and its
+/// verdict (applied only while the delivery is still `unknown`, so an operator's decision that
+/// came first wins).
+pub(crate) fn record_check(
+    conn: &Connection,
+    result: &CheckResult,
+    now: Millis,
+) -> Result<Applied> {
+    let current: Option<(String, u32)> = conn
+        .prepare_cached("SELECT status, checks FROM deliveries WHERE id = ?1")
+        .and_then(|mut st| {
+            st.query_row([&result.id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(map_err)?;
+    let Some((status, checks)) = current else {
+        return Ok(Applied::Fenced);
+    };
+    if let Some(check) = &result.check {
+        conn.prepare_cached(
+            "INSERT INTO checks (delivery_id, seq, at, http_status, matches, error_code, error, \
+             duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                result.id,
+                checks + 1,
+                check.at,
+                check.http_status,
+                check.matches,
+                check.error_code,
+                check.error.as_deref().map(clip_error),
+                check.duration_ms,
+            ])
+        })
+        .map_err(map_err)?;
+        conn.prepare_cached("UPDATE deliveries SET checks = checks + 1 WHERE id = ?1")
+            .and_then(|mut st| st.execute([&result.id]))
+            .map_err(map_err)?;
+    }
+    if status != DeliveryStatus::Unknown.as_str() {
+        return Ok(Applied::Fenced);
+    }
+    let (to, reason, note, remote_id) = match &result.verdict {
+        CheckVerdict::AskAgain { at } => {
+            conn.prepare_cached("UPDATE deliveries SET check_at = ?2 WHERE id = ?1")
+                .and_then(|mut st| st.execute(params![result.id, at]))
+                .map_err(map_err)?;
+            return Ok(Applied::Now(DeliveryStatus::Unknown));
+        }
+        CheckVerdict::Succeeded { remote_id } => (
+            DeliveryStatus::Succeeded,
+            "reconciled",
+            Some(match remote_id {
+                Some(rid) => format!("the target has it, as {rid}"),
+                None => "the target has it".to_owned(),
+            }),
+            remote_id.as_deref(),
+        ),
+        CheckVerdict::ManualReview { reason, note } => (
+            DeliveryStatus::ManualReview,
+            reason.as_str(),
+            note.clone(),
+            None,
+        ),
+    };
+    let step = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = ?2, check_at = NULL, updated_at = ?3, \
+             remote_id = COALESCE(?4, remote_id), log_seq = log_seq + 1 WHERE id = ?1 \
+             RETURNING log_seq, attempts",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![result.id, to.as_str(), now, remote_id], |r| {
+                Step::read(r, 0)
+            })
+        })
+        .map_err(map_err)?;
+    let from = Some(DeliveryStatus::Unknown);
+    log(
+        conn,
+        &result.id,
+        from,
+        to,
+        step,
+        now,
+        reason,
+        note.as_deref(),
+    )?;
+    Ok(Applied::Now(to))
+}
+
+/// `unknown` deliveries whose next check is due at `now`, soonest first.
+pub(crate) fn due_checks(conn: &Connection, now: Millis, limit: u32) -> Result<Vec<Delivery>> {
+    conn.prepare_cached(&format!(
+        "SELECT {LIST_COLUMNS} FROM deliveries INDEXED BY deliveries_checks \
+         WHERE status = 'unknown' AND check_at <= ?1 ORDER BY check_at LIMIT ?2"
+    ))
+    .and_then(|mut st| {
+        st.query_map(params![now, limit], |r| row_to_delivery(r, false))?
+            .collect()
+    })
+    .map_err(map_err)
+}
+
+/// When the next check of an `unknown` delivery is due.
+pub(crate) fn next_check(conn: &Connection) -> Result<Option<Millis>> {
+    conn.prepare_cached(
+        "SELECT check_at FROM deliveries INDEXED BY deliveries_checks \
+         WHERE status = 'unknown' AND check_at IS NOT NULL ORDER BY check_at LIMIT 1",
+    )
+    .and_then(|mut st| st.query_row([], |r| r.get(0)).optional())
+    .map_err(map_err)
+}
+
+/// The reconciliation checks of one delivery, oldest first; `None` if the delivery is unknown.
+pub(crate) fn checks(conn: &Connection, id: &str) -> Result<Option<Vec<Check>>> {
+    if !exists(conn, id)? {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "SELECT at, http_status, matches, error_code, error, duration_ms FROM checks \
+         WHERE delivery_id = ?1 ORDER BY seq",
+    )
+    .and_then(|mut st| {
+        st.query_map([id], |r| {
+            Ok(Check {
+                at: r.get(0)?,
+                http_status: r.get(1)?,
+                matches: r.get(2)?,
+                error_code: r.get(3)?,
+                error: r.get(4)?,
+                duration_ms: r.get(5)?,
+            })
+        })?
+        .collect()
+    })
+    .map(Some)
+    .map_err(map_err)
+}
+
+fn exists(conn: &Connection, id: &str) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM deliveries WHERE id = ?1")
+        .and_then(|mut st| st.exists([id]))
+        .map_err(map_err)
+}
+
 fn transition(
     conn: &Connection,
     id: &str,
-    allowed: fn(DeliveryStatus) -> bool,
+    allowed: impl FnOnce(&Delivery) -> std::result::Result<(), TransitionOutcome>,
     apply: impl FnOnce(&Connection, DeliveryStatus) -> Result<()>,
 ) -> Result<TransitionOutcome> {
     let Some(current) = get(conn, id)? else {
         return Ok(TransitionOutcome::NotFound);
     };
-    if !allowed(current.status) {
-        return Ok(TransitionOutcome::Invalid(current.status));
+    if let Err(refused) = allowed(&current) {
+        return Ok(refused);
     }
     apply(conn, current.status)?;
     let updated = get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
@@ -807,9 +1089,11 @@ pub(crate) fn purge_finished(conn: &Connection, cutoff: Millis, limit: u32) -> R
         conn.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
             .and_then(|mut st| st.execute([id]))
             .map_err(map_err)?;
-        conn.prepare_cached("DELETE FROM transitions WHERE delivery_id = ?1")
-            .and_then(|mut st| st.execute([id]))
-            .map_err(map_err)?;
+        for table in ["transitions", "checks"] {
+            conn.prepare_cached(&format!("DELETE FROM {table} WHERE delivery_id = ?1"))
+                .and_then(|mut st| st.execute([id]))
+                .map_err(map_err)?;
+        }
         if let Some(key) = key {
             conn.prepare_cached("DELETE FROM idempotency_keys WHERE key = ?1 AND delivery_id = ?2")
                 .and_then(|mut st| st.execute([key, id]))
@@ -878,11 +1162,7 @@ pub(crate) fn list(
 }
 
 pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<Attempt>>> {
-    let exists: bool = conn
-        .prepare_cached("SELECT 1 FROM deliveries WHERE id = ?1")
-        .and_then(|mut st| st.exists([id]))
-        .map_err(map_err)?;
-    if !exists {
+    if !exists(conn, id)? {
         return Ok(None);
     }
     conn.prepare_cached(
@@ -911,11 +1191,7 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<Attempt
 
 /// The transition log of one delivery, oldest first; `None` if the delivery is unknown.
 pub(crate) fn transitions(conn: &Connection, id: &str) -> Result<Option<Vec<Transition>>> {
-    let exists: bool = conn
-        .prepare_cached("SELECT 1 FROM deliveries WHERE id = ?1")
-        .and_then(|mut st| st.exists([id]))
-        .map_err(map_err)?;
-    if !exists {
+    if !exists(conn, id)? {
         return Ok(None);
     }
     let status = |r: &Row<'_>, i: usize| -> rusqlite::Result<Option<DeliveryStatus>> {
@@ -1036,11 +1312,18 @@ fn row_to_delivery(r: &Row<'_>, full: bool) -> rusqlite::Result<Delivery> {
         rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e))
     })?;
     let (headers, body) = if full {
-        let headers: String = r.get(19)?;
+        let headers: String = r.get(LIST_WIDTH)?;
         let headers = decode_headers(&headers).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(19, rusqlite::types::Type::Text, e.into())
+            rusqlite::Error::FromSqlConversionFailure(
+                LIST_WIDTH,
+                rusqlite::types::Type::Text,
+                e.into(),
+            )
         })?;
-        (Some(headers), Some(decode_body(r.get(20)?, r.get(21)?)))
+        (
+            Some(headers),
+            Some(decode_body(r.get(LIST_WIDTH + 1)?, r.get(LIST_WIDTH + 2)?)),
+        )
     } else {
         (None, None)
     };
@@ -1064,9 +1347,33 @@ fn row_to_delivery(r: &Row<'_>, full: bool) -> rusqlite::Result<Delivery> {
         not_before: r.get(16)?,
         expires_at: r.get(17)?,
         lease_until: r.get(18)?,
+        mode: {
+            let mode: String = r.get(19)?;
+            mode.parse().map_err(|e: crate::model::UnknownStatus| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    19,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?
+        },
+        fingerprint: r.get(20)?,
+        reconcile: r.get(21)?,
+        remote_id_pointer: r.get(22)?,
+        observation_window_ms: r.get(23)?,
+        remote_id: r.get(24)?,
+        unknown_since: r.get(25)?,
+        review_at: r.get(26)?,
+        check_at: r.get(27)?,
+        checks: r.get(28)?,
         headers,
         body,
     })
+}
+
+fn parse_mode(text: &str) -> Result<Mode> {
+    text.parse()
+        .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
 }
 
 fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {

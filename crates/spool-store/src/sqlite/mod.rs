@@ -24,9 +24,9 @@ pub use writer::{CommitObserver, WriterStats};
 use crate::clock::Clock;
 use crate::error::{Result, StoreError};
 use crate::model::{
-    Applied, Attempt, AttemptResult, Capacity, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome,
-    Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats,
-    Transition, TransitionOutcome,
+    Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
+    DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
+    Resolution, StartOutcome, Stats, Transition, TransitionOutcome,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -258,8 +258,11 @@ impl SqliteStore {
     }
 
     /// See [`crate::Store::recover`].
-    pub async fn recover(&self) -> Result<Reclaimed> {
-        self.inner.writer.write(deliveries::recover).await
+    pub async fn recover(&self, check_in_ms: i64) -> Result<Reclaimed> {
+        self.inner
+            .writer
+            .write(move |c, now| deliveries::recover(c, now, check_in_ms))
+            .await
     }
 
     /// See [`crate::Store::renew_and_reclaim`].
@@ -267,12 +270,13 @@ impl SqliteStore {
         &self,
         live: Vec<(String, u32)>,
         lease_ms: i64,
+        check_in_ms: i64,
     ) -> Result<Reclaimed> {
         let wake = self.waker();
         self.inner
             .writer
             .write_then(
-                move |c, now| deliveries::renew_and_reclaim(c, &live, now, lease_ms),
+                move |c, now| deliveries::renew_and_reclaim(c, &live, now, lease_ms, check_in_ms),
                 move |r| wake.when(matches!(r, Ok(taken) if taken.total() > 0)),
             )
             .await
@@ -301,6 +305,45 @@ impl SqliteStore {
                 move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(_)))),
             )
             .await
+    }
+
+    /// See [`crate::Store::resolve`].
+    pub async fn resolve(
+        &self,
+        id: String,
+        resolution: Resolution,
+        note: String,
+    ) -> Result<TransitionOutcome> {
+        let wake = self.waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| deliveries::resolve(c, &id, &resolution, &note, now),
+                move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(d)) if d.status == DeliveryStatus::Pending)),
+            )
+            .await
+    }
+
+    /// See [`crate::Store::record_check`].
+    pub async fn record_check(&self, result: CheckResult) -> Result<Applied> {
+        self.inner
+            .writer
+            .write(move |c, now| deliveries::record_check(c, &result, now))
+            .await
+    }
+
+    pub async fn due_checks(&self, limit: u32) -> Result<Vec<Delivery>> {
+        let now = self.now_ms();
+        self.read(move |c| deliveries::due_checks(c, now, limit))
+            .await
+    }
+
+    pub async fn next_check(&self) -> Result<Option<Millis>> {
+        self.read(deliveries::next_check).await
+    }
+
+    pub async fn checks(&self, id: String) -> Result<Option<Vec<Check>>> {
+        self.read(move |c| deliveries::checks(c, &id)).await
     }
 
     /// See [`crate::Store::purge_finished`].

@@ -140,6 +140,33 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (delivery_id, seq)
     ) WITHOUT ROWID;
     "#,
+    // 6: at-most-once deliveries: the mode, what reconciliation needs, the `unknown` clock,
+    // and the reconciler's checks. `unknown` and `manual_review` are not finished: retention
+    // never purges them.
+    r#"
+    ALTER TABLE deliveries ADD COLUMN mode TEXT NOT NULL DEFAULT 'at_least_once';
+    ALTER TABLE deliveries ADD COLUMN fingerprint TEXT;
+    ALTER TABLE deliveries ADD COLUMN reconcile TEXT;
+    ALTER TABLE deliveries ADD COLUMN remote_id_pointer TEXT;
+    ALTER TABLE deliveries ADD COLUMN window_ms INTEGER;
+    ALTER TABLE deliveries ADD COLUMN remote_id TEXT;
+    ALTER TABLE deliveries ADD COLUMN unknown_since INTEGER;
+    ALTER TABLE deliveries ADD COLUMN review_at INTEGER;
+    ALTER TABLE deliveries ADD COLUMN check_at INTEGER;
+    ALTER TABLE deliveries ADD COLUMN checks INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX deliveries_checks ON deliveries (check_at) WHERE status = 'unknown';
+    CREATE TABLE checks (
+        delivery_id TEXT    NOT NULL,
+        seq         INTEGER NOT NULL,
+        at          INTEGER NOT NULL,
+        http_status INTEGER,
+        matches     INTEGER,
+        error_code  TEXT,
+        error       TEXT,
+        duration_ms INTEGER NOT NULL,
+        PRIMARY KEY (delivery_id, seq)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this binary writes.

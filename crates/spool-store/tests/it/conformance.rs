@@ -8,9 +8,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use spool_store::model::{
-    Applied, Attempt, AttemptResult, Body, Claimed, Delivery, DeliveryStatus, Disposition,
-    InsertOutcome, NewDelivery, Reclaimed, Reservation, StartOutcome, TransitionOutcome,
-    MAX_ERROR_BYTES,
+    Applied, Attempt, AttemptResult, Body, Check, CheckResult, CheckVerdict, Claimed, Delivery,
+    DeliveryStatus, Disposition, InsertOutcome, Mode, NewDelivery, Reclaimed, Reservation,
+    Resolution, StartOutcome, TransitionOutcome, MAX_ERROR_BYTES,
 };
 use spool_store::{Capacity, Store};
 use tokio::task::JoinSet;
@@ -67,6 +67,11 @@ macro_rules! conformance_suite {
             next_due_and_stats,
             counts_follow_every_change,
             transition_log_follows_every_change,
+            at_most_once_unknown_is_never_claimed_and_settled_by_checks,
+            at_most_once_checks_are_fenced_by_status,
+            recover_makes_started_at_most_once_unknown,
+            resolve_transitions,
+            cancel_of_at_most_once_in_flight_is_refused,
             ping_writes,
         );
 
@@ -118,7 +123,12 @@ pub fn new_delivery(id: &str, key: Option<&str>, url: &str) -> NewDelivery {
         not_before: None,
         expires_at: None,
         retry_window_ms: None,
-        fingerprint: url.as_bytes().to_vec(),
+        request_digest: url.as_bytes().to_vec(),
+        mode: Mode::AtLeastOnce,
+        fingerprint: None,
+        reconcile: None,
+        remote_id_pointer: None,
+        observation_window_ms: None,
     }
 }
 
@@ -806,6 +816,7 @@ pub async fn complete_succeeded(store: Store) {
             error_code: None,
             error: None,
             duration_ms: 42,
+            remote_id: None,
         })
         .await
         .expect("complete");
@@ -844,6 +855,7 @@ pub async fn complete_retry_schedules_next_attempt(store: Store) {
             error_code: Some("http_status".to_owned()),
             error: Some("503 Service Unavailable".to_owned()),
             duration_ms: 7,
+            remote_id: None,
         })
         .await
         .expect("complete");
@@ -935,6 +947,7 @@ pub async fn complete_failed(store: Store) {
             error_code: Some("http_status".to_owned()),
             error: Some("404 Not Found".to_owned()),
             duration_ms: 3,
+            remote_id: None,
         })
         .await
         .expect("complete");
@@ -1032,6 +1045,7 @@ pub async fn complete_clips_long_errors(store: Store) {
             error_code: Some("connect".to_owned()),
             error: Some(long.clone()),
             duration_ms: 1,
+            remote_id: None,
         })
         .await
         .expect("complete");
@@ -1073,7 +1087,7 @@ pub async fn complete_after_cancel_is_fenced(store: Store) {
 pub async fn complete_with_stale_claim_is_fenced(store: Store) {
     create(&store, new_delivery(&id(1), None, URL_A)).await;
     let stale = claim(&store, 1).await;
-    assert_eq!(store.recover().await.expect("recover").total(), 1);
+    assert_eq!(store.recover(5_000).await.expect("recover").total(), 1);
     let current = claim(&store, 1).await;
     assert_eq!(current[0].claim_seq, stale[0].claim_seq + 1);
 
@@ -1115,6 +1129,7 @@ pub async fn complete_with_stale_claim_is_fenced(store: Store) {
             error_code: None,
             error: None,
             duration_ms: 0,
+            remote_id: None,
         })
         .await
         .expect("complete unknown");
@@ -1184,6 +1199,7 @@ pub async fn retry_transitions(store: Store) {
             error_code: Some("http_status".to_owned()),
             error: Some("500 Internal Server Error".to_owned()),
             duration_ms: 5,
+            remote_id: None,
         })
         .await
         .expect("complete");
@@ -1248,10 +1264,11 @@ pub async fn recover_interrupts_started_and_releases_reserved(store: Store) {
 
     let before = store.now_ms();
     assert_eq!(
-        store.recover().await.expect("recover"),
+        store.recover(5_000).await.expect("recover"),
         Reclaimed {
             interrupted: 2,
-            released: 1
+            released: 1,
+            unknown: 0,
         }
     );
     let after = store.now_ms();
@@ -1278,7 +1295,7 @@ pub async fn recover_interrupts_started_and_releases_reserved(store: Store) {
     let untouched = get(&store, &id(4)).await;
     assert_eq!((untouched.attempts, untouched.uncharged), (0, 0));
     assert_eq!(
-        store.recover().await.expect("recover"),
+        store.recover(5_000).await.expect("recover"),
         Reclaimed::default()
     );
     assert_eq!(claim(&store, 10).await.len(), 4);
@@ -1308,12 +1325,13 @@ pub async fn renew_and_reclaim_takes_only_lapsed_leases(store: Store) {
     let before = store.now_ms();
     assert_eq!(
         store
-            .renew_and_reclaim(live, 120_000)
+            .renew_and_reclaim(live, 120_000, 5_000)
             .await
             .expect("renew and reclaim"),
         Reclaimed {
             interrupted: 1,
-            released: 1
+            released: 1,
+            unknown: 0,
         }
     );
     let d = get(&store, &id(1)).await;
@@ -1494,7 +1512,7 @@ pub async fn counts_follow_every_change(store: Store) {
         store.release(r.id, r.claim_seq).await.expect("release");
     }
     claim(&store, 1).await;
-    assert_eq!(store.recover().await.expect("recover").total(), 1);
+    assert_eq!(store.recover(5_000).await.expect("recover").total(), 1);
     check(&store, "recovery").await;
     let now = store.now_ms();
     wait_until(&store, now + 2).await;
@@ -1545,7 +1563,7 @@ pub async fn transition_log_follows_every_change(store: Store) {
     )
     .await;
     claim(&store, 1).await;
-    store.recover().await.expect("recover");
+    store.recover(5_000).await.expect("recover");
     let last = claim(&store, 1).await.remove(0);
     complete(&store, &last, Disposition::Succeeded, Some(200)).await;
     assert_eq!(
@@ -1684,6 +1702,45 @@ pub async fn ping_writes(store: Store) {
 // ---------------------------------------------------------------------------------------------
 // small steps shared by the tests above
 
+/// An at-most-once delivery with a one-minute observation window.
+fn at_most_once(id: &str) -> NewDelivery {
+    NewDelivery {
+        mode: Mode::AtMostOnce,
+        fingerprint: Some(format!("order-{id}")),
+        reconcile: Some(r#"{"url":"http://a.test:8080/search?f={fingerprint}"}"#.into()),
+        observation_window_ms: Some(60_000),
+        ..new_delivery(id, None, URL_A)
+    }
+}
+
+/// Claim one delivery and record its outcome as unknown, first check due at once.
+async fn make_unknown(store: &Store, new: NewDelivery) -> Delivery {
+    let id = new.id.clone();
+    create(store, new).await;
+    let claimed = claim(store, 1).await.remove(0);
+    assert_eq!(claimed.id, id);
+    assert_eq!(claimed.mode, Mode::AtMostOnce);
+    complete(
+        store,
+        &claimed,
+        Disposition::Unknown { check_in_ms: 0 },
+        Some(502),
+    )
+    .await;
+    get(store, &id).await
+}
+
+fn check_row(matches: Option<u32>) -> Check {
+    Check {
+        at: 1,
+        http_status: Some(200),
+        matches,
+        error_code: None,
+        error: None,
+        duration_ms: 3,
+    }
+}
+
 async fn insert(store: &Store, new: NewDelivery) -> InsertOutcome {
     store.insert(new).await.expect("insert")
 }
@@ -1747,6 +1804,7 @@ async fn complete(
                 .map(|_| "http_status".to_owned()),
             error: None,
             duration_ms: 1,
+            remote_id: None,
         })
         .await
         .expect("complete")
@@ -1793,6 +1851,256 @@ fn status_counts(by_status: &[(DeliveryStatus, u64)]) -> HashMap<DeliveryStatus,
         .filter(|(_, n)| *n > 0)
         .map(|&(s, n)| (s, n))
         .collect()
+}
+
+pub async fn at_most_once_unknown_is_never_claimed_and_settled_by_checks(store: Store) {
+    let before = store.now_ms();
+    let d = make_unknown(&store, at_most_once(&id(1))).await;
+    assert_eq!(d.status, DeliveryStatus::Unknown);
+    assert_eq!(
+        (d.mode, d.fingerprint.as_deref()),
+        (
+            Mode::AtMostOnce,
+            Some("order-00000000000000000000000000000001")
+        )
+    );
+    let since = d.unknown_since.expect("unknown since");
+    assert!(since >= before);
+    assert_eq!(d.review_at, Some(since + 60_000));
+    assert_eq!(d.check_at, Some(since));
+    assert_eq!((d.next_attempt_at, d.lease_until), (None, None));
+    assert_eq!(
+        attempts(&store, &id(1)).await[0].outcome.as_deref(),
+        Some("unknown")
+    );
+    // Never claimed or reserved again by itself.
+    assert!(claim(&store, 10).await.is_empty());
+    assert_eq!(reserve(&store, ORIGIN_A).await, None);
+
+    let due = store.due_checks(10).await.expect("due checks");
+    assert_eq!(
+        due.iter().map(|d| d.id.clone()).collect::<Vec<_>>(),
+        [id(1)]
+    );
+    assert!(due[0].reconcile.is_some());
+    // No match yet: asked again later, the check kept.
+    let later = store.now_ms() + 600_000;
+    let applied = store
+        .record_check(CheckResult {
+            id: id(1),
+            check: Some(check_row(Some(0))),
+            verdict: CheckVerdict::AskAgain { at: later },
+        })
+        .await
+        .expect("record check");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Unknown));
+    assert!(store.due_checks(10).await.expect("due").is_empty());
+    assert_eq!(store.next_check().await.expect("next check"), Some(later));
+    let d = get(&store, &id(1)).await;
+    assert_eq!((d.checks, d.check_at), (1, Some(later)));
+
+    // One match: succeeded, with the remote id.
+    let applied = store
+        .record_check(CheckResult {
+            id: id(1),
+            check: Some(check_row(Some(1))),
+            verdict: CheckVerdict::Succeeded {
+                remote_id: Some("rec-9".into()),
+            },
+        })
+        .await
+        .expect("record check");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
+    let d = get(&store, &id(1)).await;
+    assert_eq!(
+        (d.status, d.remote_id.as_deref(), d.checks),
+        (DeliveryStatus::Succeeded, Some("rec-9"), 2)
+    );
+    assert_eq!(store.next_check().await.expect("next check"), None);
+    let checks = store.checks(id(1)).await.expect("checks").expect("known");
+    assert_eq!(
+        checks.iter().map(|c| c.matches).collect::<Vec<_>>(),
+        [Some(0), Some(1)]
+    );
+    let log = log_of(&store, &id(1)).await;
+    assert_eq!(
+        log[log.len() - 2..]
+            .iter()
+            .map(|(f, t, _, r)| (*f, *t, r.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (Some("in_flight"), "unknown", "http_status"),
+            (Some("unknown"), "succeeded", "reconciled"),
+        ]
+    );
+    assert_eq!(store.checks(id(99)).await.expect("checks"), None);
+}
+
+pub async fn at_most_once_checks_are_fenced_by_status(store: Store) {
+    make_unknown(&store, at_most_once(&id(1))).await;
+    let review = CheckResult {
+        id: id(1),
+        check: Some(check_row(Some(2))),
+        verdict: CheckVerdict::ManualReview {
+            reason: "multiple_matches".into(),
+            note: Some("2 matches".into()),
+        },
+    };
+    assert_eq!(
+        store.record_check(review.clone()).await.expect("record"),
+        Applied::Now(DeliveryStatus::ManualReview)
+    );
+    // Once out of `unknown`, a late verdict changes nothing; its check is still kept.
+    assert_eq!(
+        store.record_check(review).await.expect("record"),
+        Applied::Fenced
+    );
+    let d = get(&store, &id(1)).await;
+    assert_eq!((d.status, d.checks), (DeliveryStatus::ManualReview, 2));
+    assert!(store.due_checks(10).await.expect("due").is_empty());
+    // Retention never purges deliveries waiting for a person.
+    assert_eq!(
+        store.purge_finished(-1_000_000, 100).await.expect("purge"),
+        0
+    );
+    assert_eq!(
+        store
+            .record_check(CheckResult {
+                id: id(7),
+                check: None,
+                verdict: CheckVerdict::AskAgain { at: 0 }
+            })
+            .await
+            .expect("record"),
+        Applied::Fenced
+    );
+}
+
+pub async fn recover_makes_started_at_most_once_unknown(store: Store) {
+    create(&store, at_most_once(&id(1))).await;
+    let started = claim(&store, 1).await;
+    assert_eq!(started.len(), 1);
+    create(&store, at_most_once(&id(2))).await;
+    let reserved = reserve(&store, ORIGIN_A).await.expect("reserved");
+    assert_eq!(reserved.id, id(2));
+    assert_eq!(
+        store.recover(5_000).await.expect("recover"),
+        Reclaimed {
+            interrupted: 0,
+            released: 1,
+            unknown: 1,
+        }
+    );
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Unknown);
+    assert_eq!(d.check_at, d.unknown_since.map(|t| t + 5_000));
+    assert_eq!(d.last_error_code.as_deref(), Some("daemon_restart"));
+    // The reservation never sent anything: safe to send.
+    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Pending);
+    assert_eq!(claimed_ids(&claim(&store, 10).await), [id(2)]);
+}
+
+pub async fn resolve_transitions(store: Store) {
+    let note = || "checked with the vendor".to_owned();
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    assert_eq!(
+        store
+            .resolve(id(1), Resolution::Failed, note())
+            .await
+            .expect("resolve"),
+        TransitionOutcome::Invalid(DeliveryStatus::Pending)
+    );
+    assert_eq!(
+        store
+            .resolve(id(9), Resolution::Failed, note())
+            .await
+            .expect("resolve"),
+        TransitionOutcome::NotFound
+    );
+    store.cancel(id(1)).await.expect("cancel");
+    // unknown → resend: a new cycle, due at once.
+    make_unknown(&store, at_most_once(&id(2))).await;
+    let TransitionOutcome::Done(d) = store
+        .resolve(id(2), Resolution::Resend, note())
+        .await
+        .expect("resolve")
+    else {
+        panic!("resend refused");
+    };
+    assert_eq!(
+        (d.status, d.cycle, d.attempts),
+        (DeliveryStatus::Pending, 2, 0)
+    );
+    assert_eq!(
+        (d.unknown_since, d.check_at, d.review_at),
+        (None, None, None)
+    );
+    let log = log_of(&store, &id(2)).await;
+    assert_eq!(
+        log.last().map(|(f, t, _, r)| (*f, *t, r.as_str())),
+        Some((Some("unknown"), "pending", "resend"))
+    );
+    let notes = store.transitions(id(2)).await.expect("log").expect("known");
+    assert_eq!(
+        notes.last().and_then(|t| t.note.as_deref()),
+        Some("checked with the vendor")
+    );
+    assert_eq!(claimed_ids(&claim(&store, 10).await), [id(2)]);
+
+    // manual_review → failed, and unknown → succeeded with a remote id.
+    make_unknown(&store, at_most_once(&id(3))).await;
+    store
+        .record_check(CheckResult {
+            id: id(3),
+            check: None,
+            verdict: CheckVerdict::ManualReview {
+                reason: "no_reconcile_configured".into(),
+                note: None,
+            },
+        })
+        .await
+        .expect("record");
+    let done = store
+        .resolve(id(3), Resolution::Failed, note())
+        .await
+        .expect("resolve");
+    assert!(matches!(done, TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Failed));
+    make_unknown(&store, at_most_once(&id(4))).await;
+    let done = store
+        .resolve(
+            id(4),
+            Resolution::Succeeded {
+                remote_id: Some("r-4".into()),
+            },
+            note(),
+        )
+        .await
+        .expect("resolve");
+    assert!(matches!(done, TransitionOutcome::Done(ref d)
+        if d.status == DeliveryStatus::Succeeded && d.remote_id.as_deref() == Some("r-4")));
+    // Settled: no second decision.
+    assert_eq!(
+        store
+            .resolve(id(4), Resolution::Resend, note())
+            .await
+            .expect("resolve"),
+        TransitionOutcome::Invalid(DeliveryStatus::Succeeded)
+    );
+}
+
+pub async fn cancel_of_at_most_once_in_flight_is_refused(store: Store) {
+    create(&store, at_most_once(&id(1))).await;
+    claim(&store, 1).await;
+    assert_eq!(
+        store.cancel(id(1)).await.expect("cancel"),
+        TransitionOutcome::InvalidForMode(DeliveryStatus::InFlight)
+    );
+    // Pending is safe to cancel: nothing has left.
+    create(&store, at_most_once(&id(2))).await;
+    assert!(matches!(
+        store.cancel(id(2)).await.expect("cancel"),
+        TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Canceled
+    ));
 }
 
 /// Wait until the store's clock has reached `at`.

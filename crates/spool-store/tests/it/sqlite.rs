@@ -400,7 +400,17 @@ async fn counts_are_built_when_an_older_database_is_upgraded() {
             "DROP TRIGGER deliveries_counted_in; DROP TRIGGER deliveries_counted_out; \
              DROP TRIGGER deliveries_counted_moved; DROP TABLE status_counts; \
              DROP TABLE origin_counts; DROP TABLE transitions; \
-             ALTER TABLE deliveries DROP COLUMN log_seq; PRAGMA user_version = 3;",
+             ALTER TABLE deliveries DROP COLUMN log_seq; DROP INDEX deliveries_checks; \
+             DROP TABLE checks; ALTER TABLE deliveries DROP COLUMN mode; \
+             ALTER TABLE deliveries DROP COLUMN fingerprint; \
+             ALTER TABLE deliveries DROP COLUMN reconcile; \
+             ALTER TABLE deliveries DROP COLUMN remote_id_pointer; \
+             ALTER TABLE deliveries DROP COLUMN window_ms; \
+             ALTER TABLE deliveries DROP COLUMN remote_id; \
+             ALTER TABLE deliveries DROP COLUMN unknown_since; \
+             ALTER TABLE deliveries DROP COLUMN review_at; \
+             ALTER TABLE deliveries DROP COLUMN check_at; \
+             ALTER TABLE deliveries DROP COLUMN checks; PRAGMA user_version = 3;",
         )
         .expect("downgrade");
 

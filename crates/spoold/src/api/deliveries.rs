@@ -11,8 +11,9 @@ use base64::Engine as _;
 use serde_json::value::RawValue;
 use spool_proto::units::format_time;
 use spool_proto::{
-    AttemptList, AttemptView, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
-    ErrorBody, ErrorCode, TransitionList, TransitionView,
+    AttemptList, AttemptView, CheckList, CheckView, CreateDelivery, DeliveryList, DeliveryMode,
+    DeliveryStatus, DeliveryView, ErrorBody, ErrorCode, Reconcile, ResolveOutcome, ResolveRequest,
+    TransitionList, TransitionView,
 };
 use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
 
@@ -251,6 +252,108 @@ pub async fn transitions(
 }
 
 #[utoipa::path(
+    get, path = "/v1/deliveries/{id}/checks", tag = "deliveries",
+    params(("id" = String, Path, description = "Delivery id")),
+    responses(
+        (status = 200, description = "Every reconciliation check, oldest first: time, HTTP status, matches, error", body = CheckList),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn checks(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(checks) = state.store.checks(id).await? else {
+        return Err(not_found());
+    };
+    let checks = checks
+        .into_iter()
+        .map(|c| CheckView {
+            at: format_time(c.at),
+            http_status: c.http_status,
+            matches: c.matches,
+            error_code: c.error_code,
+            error: c.error,
+            duration_ms: c.duration_ms,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &CheckList { checks }))
+}
+
+#[utoipa::path(
+    post, path = "/v1/deliveries/{id}/resolve", tag = "deliveries",
+    params(("id" = String, Path, description = "Delivery id")),
+    request_body = ResolveRequest,
+    responses(
+        (status = 200, description = "Resolved: `succeeded`, `failed`, or `pending` again (resend, a new cycle)", body = DeliveryView),
+        (status = 400, description = "`invalid_request`: no outcome, no note, or a bad field", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not unknown or manual_review", body = ErrorBody),
+    )
+)]
+pub async fn resolve(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+    body: HttpBody,
+) -> Result<Response, ApiError> {
+    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
+    let bytes = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map_err(|_| invalid("decode JSON: request body too large".into()))?;
+    let req: ResolveRequest =
+        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
+    let Some(outcome) = req.outcome else {
+        return Err(invalid(
+            "outcome is required: succeeded, failed or resend".into(),
+        ));
+    };
+    let note = req.note.unwrap_or_default();
+    let note = note.trim();
+    if note.is_empty() {
+        return Err(invalid(
+            "note is required: say why, for the transition log".into(),
+        ));
+    }
+    if note.len() > model::MAX_ERROR_BYTES {
+        return Err(invalid("note must not exceed 4096 bytes".into()));
+    }
+    let remote_id = req
+        .remote_id
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty());
+    if remote_id
+        .as_ref()
+        .is_some_and(|r| r.len() > spool_proto::MAX_KEY_BYTES)
+    {
+        return Err(invalid("remoteId must not exceed 256 bytes".into()));
+    }
+    let resolution = match outcome {
+        ResolveOutcome::Succeeded => model::Resolution::Succeeded { remote_id },
+        _ if remote_id.is_some() => {
+            return Err(invalid("remoteId goes only with outcome succeeded".into()))
+        }
+        ResolveOutcome::Failed => model::Resolution::Failed,
+        ResolveOutcome::Resend => model::Resolution::Resend,
+    };
+    // For the time-in-unknown metric only: a delivery in `manual_review` was counted when it
+    // left `unknown`.
+    let before = state.store.get(id.clone()).await?;
+    let outcome = state.store.resolve(id, resolution, note.to_owned()).await?;
+    if let TransitionOutcome::Done(d) = &outcome {
+        if let Some(since) = before
+            .filter(|b| b.status == model::DeliveryStatus::Unknown)
+            .and_then(|b| b.unknown_since)
+        {
+            let spent = (state.store.now_ms() - since).max(0) as f64 / 1000.0;
+            state.metrics.unknown_duration.observe(spent);
+        }
+        tracing::info!(delivery_id = %d.id, status = %d.status, note,
+                       "delivery resolved by an operator");
+    }
+    transition_response(outcome)
+}
+
+#[utoipa::path(
     post, path = "/v1/deliveries/{id}/cancel", tag = "deliveries",
     params(("id" = String, Path, description = "Delivery id")),
     responses(
@@ -289,6 +392,13 @@ fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError>
         TransitionOutcome::Invalid(status) => Err(ApiError::new(
             ErrorCode::InvalidTransition,
             format!("invalid delivery state transition from {status}"),
+        )),
+        TransitionOutcome::InvalidForMode(status) => Err(ApiError::new(
+            ErrorCode::InvalidTransition,
+            format!(
+                "invalid delivery state transition from {status}: an at-most-once request in \
+                 flight may already have reached the target; wait for its outcome"
+            ),
         )),
     }
 }
@@ -348,6 +458,18 @@ pub fn view(d: model::Delivery, reveal: bool) -> DeliveryView {
         expires_at: d.expires_at.map(format_time),
         body,
         body_base64,
+        mode: (d.mode == model::Mode::AtMostOnce).then_some(DeliveryMode::AtMostOnce),
+        fingerprint: d.fingerprint,
+        reconcile: reconcile_view(d.reconcile.as_deref(), reveal),
+        remote_id_pointer: d.remote_id_pointer,
+        remote_id: d.remote_id,
+        unknown_since: d.unknown_since.map(format_time),
+        review_at: d.review_at.map(format_time),
+        next_check_at: d
+            .check_at
+            .filter(|_| d.status == model::DeliveryStatus::Unknown)
+            .map(format_time),
+        checks: (d.checks > 0).then_some(d.checks),
     }
 }
 
@@ -358,7 +480,26 @@ fn wire_status(s: model::DeliveryStatus) -> DeliveryStatus {
         model::DeliveryStatus::Succeeded => DeliveryStatus::Succeeded,
         model::DeliveryStatus::Failed => DeliveryStatus::Failed,
         model::DeliveryStatus::Canceled => DeliveryStatus::Canceled,
+        model::DeliveryStatus::Unknown => DeliveryStatus::Unknown,
+        model::DeliveryStatus::ManualReview => DeliveryStatus::ManualReview,
     }
+}
+
+/// The stored reconcile query as shown: every field, secret header values masked unless
+/// `reveal`.
+fn reconcile_view(stored: Option<&str>, reveal: bool) -> Option<Reconcile> {
+    let mut spec: Reconcile = serde_json::from_str(stored?).ok()?;
+    if !reveal {
+        for (name, value) in spec.headers.iter_mut().flatten() {
+            if spool_proto::headers::is_secret_header(name) {
+                *value = Some(MASK.to_owned());
+            }
+        }
+    }
+    if spec.headers.as_ref().is_some_and(BTreeMap::is_empty) {
+        spec.headers = None;
+    }
+    Some(spec)
 }
 
 fn is_delivery_id(s: &str) -> bool {

@@ -63,6 +63,8 @@ pub fn router(state: SharedState) -> Router {
             "/v1/deliveries/{id}/transitions",
             get(deliveries::transitions),
         )
+        .route("/v1/deliveries/{id}/checks", get(deliveries::checks))
+        .route("/v1/deliveries/{id}/resolve", post(deliveries::resolve))
         .route("/v1/deliveries/{id}/cancel", post(deliveries::cancel))
         .route("/v1/deliveries/{id}/retry", post(deliveries::retry))
         .route("/v1/stats", get(stats::stats))

@@ -52,5 +52,6 @@ fn window(w: Window) -> ActivityView {
         retryable_failures: w.retryable_failures,
         terminal_failures: w.terminal_failures,
         interrupted: w.interrupted,
+        unknown: w.unknown,
     }
 }

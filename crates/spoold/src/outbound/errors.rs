@@ -43,13 +43,21 @@ pub(super) fn describe(err: &reqwest::Error, url: &Url) -> SendError {
         SendErrorCode::Timeout => format!("connect to {place}: {cause}"),
         _ => format!("request to {place} failed: {cause}"),
     });
-    SendError { code, message }
+    SendError {
+        code,
+        message,
+        // A failure to connect (TLS handshakes included) wrote nothing the application could
+        // see; anything later may have.
+        may_have_arrived: !err.is_connect(),
+    }
 }
 
 /// No complete response came within `limit`.
 pub(super) fn timed_out(limit: Duration, why: &str) -> SendError {
     SendError {
         code: SendErrorCode::Timeout,
+        // The connection may have been made and the request written before time ran out.
+        may_have_arrived: true,
         message: format!(
             "no response within {} ({why})",
             spool_proto::units::format_duration(limit)
@@ -69,6 +77,7 @@ pub(super) fn blocked(name: Option<&str>, denied: &Denied) -> SendError {
     SendError {
         code: SendErrorCode::TargetBlocked,
         message: format!("{what}; {}", denied.remedy()),
+        may_have_arrived: false,
     }
 }
 
@@ -88,11 +97,13 @@ fn resolve_failure(r: &ResolveError) -> SendError {
             SendError {
                 code: SendErrorCode::DnsFailed,
                 message: format!("DNS: cannot resolve {host}: {cause}"),
+                may_have_arrived: false,
             }
         }
         ResolveError::NoAddresses { host } => SendError {
             code: SendErrorCode::DnsFailed,
             message: format!("DNS: {host} has no addresses"),
+            may_have_arrived: false,
         },
     }
 }

@@ -52,14 +52,18 @@ pub struct Request<'a> {
     pub timeout: Duration,
     /// What set `timeout`, for the message when it runs out (`request timeout`).
     pub timeout_reason: &'static str,
+    /// How much of the response body to keep (at least [`MAX_RESPONSE_EXCERPT`] is sensible).
+    pub keep_body: usize,
 }
 
-/// A response: the status and at most [`MAX_RESPONSE_EXCERPT`] bytes of its body.
+/// A response: the status and the start of its body (at most the request's `keep_body` bytes).
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
     pub headers: HeaderMap,
     pub excerpt: Vec<u8>,
+    /// The body was longer than `excerpt`.
+    pub truncated: bool,
     /// Redirects followed to get here.
     pub redirects: u32,
 }
@@ -69,6 +73,11 @@ pub struct Response {
 pub struct SendError {
     pub code: SendErrorCode,
     pub message: String,
+    /// Whether the request can have reached the target's application. `false` only when that
+    /// is certain: nothing was written to a connection (no address, refused, blocked, TLS
+    /// handshake failed) or the target answered. A timeout or a connection lost after the
+    /// request was handed to a connection is `true`: bytes may have left.
+    pub may_have_arrived: bool,
 }
 
 /// Stable transport error codes (they appear as `lastErrorCode`).
@@ -150,6 +159,7 @@ impl Outbound {
         let invalid = |message: String| SendError {
             code: SendErrorCode::InvalidRequest,
             message,
+            may_have_arrived: false,
         };
         let mut url = Url::parse(req.url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
         let mut method = reqwest::Method::from_bytes(req.method.as_bytes())
@@ -190,7 +200,7 @@ impl Outbound {
                         continue;
                     }
                 }
-                return read_excerpt(resp, &url, redirects).await;
+                return read_excerpt(resp, &url, redirects, req.keep_body).await;
             }
         };
         match tokio::time::timeout(req.timeout, work).await {
@@ -206,9 +216,11 @@ fn is_followed_redirect(status: u16) -> bool {
 
 /// Resolve a `Location` against the current URL; only http and https may follow.
 fn next_hop(current: &Url, location: &HeaderValue) -> Result<Url, SendError> {
+    // The target answered (with a redirect we will not follow): a definite answer.
     let refused = |message: String| SendError {
         code: SendErrorCode::RedirectRefused,
         message,
+        may_have_arrived: false,
     };
     let text = location
         .to_str()
@@ -251,14 +263,17 @@ async fn read_excerpt(
     mut resp: reqwest::Response,
     url: &Url,
     redirects: u32,
+    keep: usize,
 ) -> Result<Response, SendError> {
     let status = resp.status().as_u16();
     let headers = std::mem::take(resp.headers_mut());
     let mut excerpt = Vec::new();
-    while excerpt.len() < MAX_RESPONSE_EXCERPT {
+    let mut truncated = false;
+    while !truncated {
         match resp.chunk().await {
             Ok(Some(chunk)) => {
-                let room = MAX_RESPONSE_EXCERPT - excerpt.len();
+                let room = keep - excerpt.len();
+                truncated = chunk.len() > room;
                 excerpt.extend_from_slice(&chunk[..chunk.len().min(room)]);
             }
             Ok(None) => break,
@@ -271,6 +286,7 @@ async fn read_excerpt(
         status,
         headers,
         excerpt,
+        truncated,
         redirects,
     })
 }
