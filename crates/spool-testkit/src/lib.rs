@@ -8,6 +8,9 @@
 //!   `listening` log line; for tests where a process is the point (kill -9, restart, signals).
 //! - [`receiver`]: [`Receiver`] records requests and answers from a [`Reply`] script; `stop`
 //!   drops open connections so the port refuses, as a crashed target would.
+//! - [`remote`]: [`RemoteApi`], the far side of the at-most-once tests: it commits records,
+//!   then answers, stalls or resets as scripted, and lists them by fingerprint for
+//!   reconciliation.
 //! - [`api`]: [`Api`] calls the daemon's HTTP API (TCP or unix socket) and returns
 //!   `(status, json)` pairs.
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
@@ -40,8 +43,10 @@ pub mod bin_path;
 pub mod daemon;
 pub mod privileged;
 pub mod receiver;
+pub mod remote;
 
 pub use api::Api;
 pub use bin_path::cargo_bin;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
 pub use receiver::{Receiver, Recorded, Reply};
+pub use remote::{CreateBehavior, Record, RemoteApi, SearchBehavior};

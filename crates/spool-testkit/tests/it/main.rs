@@ -4,3 +4,4 @@
 mod api;
 mod daemon;
 mod receiver;
+mod remote;
