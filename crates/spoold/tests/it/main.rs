@@ -2,6 +2,7 @@
 //! `spoold::start`, or as a separate process where kill -9, restarts or signals are the point),
 //! a real SQLite file in a temporary directory, and a real HTTP receiver on 127.0.0.1.
 
+mod at_most_once;
 mod bytes;
 mod classification;
 mod crash;

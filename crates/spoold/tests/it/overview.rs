@@ -37,11 +37,12 @@ async fn stats_count_by_status_and_show_recent_results() {
     let stats: serde_json::Value = serde_json::from_slice(&body).expect("json");
     assert_eq!(
         stats["deliveries"],
-        json!({"pending": 1, "in_flight": 0, "succeeded": 1, "failed": 1, "canceled": 1}),
+        json!({"pending": 1, "in_flight": 0, "succeeded": 1, "failed": 1, "canceled": 1,
+               "unknown": 0, "manual_review": 0}),
         "{stats}"
     );
     let recent = json!({"attempts": 2, "succeeded": 1, "retryableFailures": 0,
-                        "terminalFailures": 1, "interrupted": 0});
+                        "terminalFailures": 1, "interrupted": 0, "unknown": 0});
     assert_eq!(stats["lastFiveMinutes"], recent, "{stats}");
     assert_eq!(stats["lastHour"], recent, "{stats}");
     assert_eq!(stats["pausedTargets"], 0, "{stats}");

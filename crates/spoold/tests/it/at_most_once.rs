@@ -1,0 +1,626 @@
+//! At-most-once deliveries against a real "remote API" on 127.0.0.1 that keeps its own records:
+//! a request that may have arrived is `unknown`, never resent by itself (not even by a restart),
+//! and reconciliation asks the remote side instead. Every test counts the remote's creates.
+
+use std::time::Duration;
+
+use http::Method;
+use serde_json::{json, Value};
+use spool_testkit::{Api, CreateBehavior, DaemonProcess, Receiver, RemoteApi, SearchBehavior};
+use tempfile::TempDir;
+
+use crate::{id_of, process_opts, InProcess, Targets, WAIT};
+
+/// Short timeouts so that `unknown` comes quickly, and quick reconciliation.
+const FLAGS: &[&str] = &[
+    "--request-timeout",
+    "1s",
+    "--lease",
+    "4s",
+    "--reconcile-base",
+    "100ms",
+];
+
+/// An at-most-once order for the remote's create endpoint, searchable by its fingerprint.
+fn order(remote: &RemoteApi, fingerprint: &str, window: &str) -> Value {
+    json!({
+        "targetUrl": remote.url("/records"),
+        "mode": "at_most_once",
+        "fingerprint": fingerprint,
+        "body": {"fingerprint": fingerprint, "amount": 42},
+        "maxAttempts": 3,
+        "reconcile": {
+            "url": remote.url("/records?fingerprint={fingerprint}"),
+            "matchesPointer": "/data",
+            "observationWindow": window,
+        },
+    })
+}
+
+async fn post(api: &Api, path: &str, body: Value) -> (u16, Value) {
+    let (status, _, bytes) = api
+        .request(Method::POST, path, Some(body.to_string().into_bytes()))
+        .await
+        .expect("request");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn get_json(api: &Api, path: &str) -> Value {
+    let (status, _, bytes) = api.request(Method::GET, path, None).await.expect("request");
+    assert_eq!(status, 200, "GET {path}");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+/// The transition log as (from, to, reason) triples.
+async fn log_of(api: &Api, id: &str) -> Vec<(String, String, String)> {
+    let log = get_json(api, &format!("/v1/deliveries/{id}/transitions")).await;
+    log["transitions"]
+        .as_array()
+        .expect("transitions")
+        .iter()
+        .map(|t| {
+            let text = |k: &str| t[k].as_str().unwrap_or_default().to_owned();
+            (text("from"), text("to"), text("reason"))
+        })
+        .collect()
+}
+
+/// Poll until `done` holds for the delivery, or fail after [`WAIT`].
+async fn wait_for(api: &Api, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, d) = api.get(id).await.expect("get");
+        if done(&d) {
+            return d;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "delivery never got {what}: {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The article's demo: the remote commits the record, then the client gets no reliable answer;
+/// the daemon is killed and restarted; reconciliation finds the one record.
+async fn demo(no_answer: CreateBehavior) {
+    let dir = TempDir::new().expect("temp dir");
+    let remote = RemoteApi::start().await;
+    remote.set_create(no_answer);
+    // The search is down at first, so the daemon dies with the outcome still unknown.
+    remote.set_search(SearchBehavior::Fail(503));
+    let mut daemon = DaemonProcess::start(process_opts(&dir).args(FLAGS.iter().copied()))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (status, created) = api
+        .create(order(&remote, "order-1", "1h"))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    assert_eq!(created["mode"], "at_most_once");
+    let d = wait_for(&api, &id, "unknown after a failed check", |d| {
+        d["status"] == "unknown" && d["checks"].as_u64() >= Some(1)
+    })
+    .await;
+    assert!(
+        d["unknownSince"].is_string() && d["reviewAt"].is_string(),
+        "{d}"
+    );
+    let checks = get_json(&api, &format!("/v1/deliveries/{id}/checks")).await;
+    assert_eq!(checks["checks"][0]["httpStatus"], 503, "{checks}");
+    assert_eq!(checks["checks"][0]["errorCode"], "http_status", "{checks}");
+
+    daemon.kill9();
+    remote.set_search(SearchBehavior::Honest);
+    let daemon = DaemonProcess::start(process_opts(&dir).args(FLAGS.iter().copied()))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let d = api
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("reconciled");
+    assert_eq!(d["remoteId"], "rec-1", "{d}");
+    assert_eq!(remote.creates(), 1, "the create endpoint was called once");
+    let records = remote.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].delivery_id.as_deref(), Some(id.as_str()));
+    let log = log_of(&api, &id).await;
+    assert_eq!(
+        log.last()
+            .map(|(f, t, r)| (f.as_str(), t.as_str(), r.as_str())),
+        Some(("unknown", "succeeded", "reconciled")),
+        "{log:?}"
+    );
+    assert_eq!(
+        api.metric("spoold_reconcile_checks_total{result=\"match\"}")
+            .await
+            .expect("metrics"),
+        Some(1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_remote_stalls_past_the_timeout_then_kill9_then_one_match() {
+    demo(CreateBehavior::Stall).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_remote_resets_after_reading_then_kill9_then_one_match() {
+    demo(CreateBehavior::Reset).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zero_matches_stay_unknown_until_the_window_closes() {
+    let remote = RemoteApi::start().await;
+    // A 500 leaves it open whether the order was taken; this remote did not take it.
+    remote.set_create(CreateBehavior::Status(500));
+    let daemon = InProcess::boot(FLAGS).await;
+    let (status, created) = daemon
+        .api
+        .create(order(&remote, "order-0", "2s"))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    // Checked more than once inside the window, still unknown: the remote may only lag.
+    let d = wait_for(&daemon.api, &id, "two checks", |d| {
+        d["checks"].as_u64() >= Some(2) || d["status"] == "manual_review"
+    })
+    .await;
+    assert_eq!(d["status"], "unknown", "{d}");
+    assert_eq!(d["lastResponseCode"], 500, "{d}");
+    assert_eq!(
+        daemon
+            .api
+            .metric("spoold_deliveries{status=\"unknown\"}")
+            .await
+            .expect("metrics"),
+        Some(1.0)
+    );
+    let d = daemon
+        .api
+        .wait_status(&id, &["manual_review"], WAIT)
+        .await
+        .expect("manual review");
+    let log = log_of(&daemon.api, &id).await;
+    assert_eq!(
+        log.last().map(|(_, t, r)| (t.as_str(), r.as_str())),
+        Some(("manual_review", "no_match_after_window")),
+        "{log:?}"
+    );
+    let checks = get_json(&daemon.api, &format!("/v1/deliveries/{id}/checks")).await;
+    let checks = checks["checks"].as_array().expect("checks").clone();
+    assert!(checks.len() >= 2, "{checks:?}");
+    assert!(checks.iter().all(|c| c["matches"] == 0), "{checks:?}");
+    assert!(d["nextCheckAt"].is_null(), "{d}");
+    assert_eq!(remote.creates(), 1, "nothing was resent");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_matches_go_to_manual_review_and_nothing_is_resent() {
+    let remote = RemoteApi::start().await;
+    remote.set_create(CreateBehavior::Reset);
+    remote.set_search(SearchBehavior::Duplicate);
+    let daemon = InProcess::boot(FLAGS).await;
+    let d = daemon
+        .deliver(order(&remote, "order-2", "1h"), &["manual_review"])
+        .await;
+    let id = id_of(&d);
+    let log = log_of(&daemon.api, &id).await;
+    assert_eq!(
+        log.last().map(|(_, t, r)| (t.as_str(), r.as_str())),
+        Some(("manual_review", "multiple_matches")),
+        "{log:?}"
+    );
+    assert_eq!(remote.creates(), 1);
+    assert_eq!(d["remoteId"], Value::Null, "{d}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill9_while_in_flight_becomes_unknown_and_is_never_resent() {
+    let dir = TempDir::new().expect("temp dir");
+    let remote = RemoteApi::start().await;
+    remote.set_create(CreateBehavior::Stall);
+    // Long enough that the request is surely still on the wire at the kill.
+    let slow = ["--request-timeout", "20s", "--lease", "45s"];
+    let mut daemon = DaemonProcess::start(process_opts(&dir).args(slow))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (status, created) = api
+        .create(json!({
+            "targetUrl": remote.url("/records"),
+            "mode": "at_most_once",
+            "body": {"fingerprint": "order-4"},
+        }))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    assert!(
+        remote.wait_for_creates(1, WAIT).await,
+        "request reached the remote"
+    );
+    daemon.kill9();
+
+    // Whatever the remote does now, a restart must not ask it again.
+    remote.set_create(CreateBehavior::Answer);
+    let daemon = DaemonProcess::start(process_opts(&dir).args(slow))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let (_, d) = api.get(&id).await.expect("get");
+    assert_eq!(d["status"], "unknown", "{d}");
+    assert_eq!(d["lastErrorCode"], "daemon_restart", "{d}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, d) = api.get(&id).await.expect("get");
+    assert_eq!(d["status"], "unknown", "{d}");
+    assert_eq!(remote.creates(), 1, "resent after a restart");
+    let log = log_of(&api, &id).await;
+    assert!(
+        log.contains(&(
+            "in_flight".into(),
+            "unknown".into(),
+            "daemon_restart".into()
+        )),
+        "{log:?}"
+    );
+    let attempts = get_json(&api, &format!("/v1/deliveries/{id}/attempts")).await;
+    assert_eq!(attempts["attempts"][0]["outcome"], "unknown", "{attempts}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connection_refused_is_retried_and_then_delivered_once() {
+    let mut receiver = Receiver::start().await.expect("receiver");
+    receiver.stop().await;
+    let daemon = InProcess::boot(FLAGS).await;
+    let (status, created) = daemon
+        .api
+        .create(json!({
+            "targetUrl": receiver.url("/orders"),
+            "mode": "at_most_once",
+            "body": {"n": 5},
+            "maxAttempts": 100,
+        }))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    let d = wait_for(&daemon.api, &id, "two refused attempts", |d| {
+        d["attempts"].as_u64() >= Some(2)
+    })
+    .await;
+    assert_eq!(d["lastErrorCode"], "connect_failed", "{d}");
+    assert!(
+        matches!(d["status"].as_str(), Some("pending" | "in_flight")),
+        "{d}"
+    );
+    receiver.restart().await.expect("receiver back");
+    daemon
+        .api
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    assert_eq!(receiver.requests().len(), 1, "delivered exactly once");
+}
+
+/// Every response class of the at-most-once rules: what the delivery becomes after the first
+/// answer, and how often the remote's create endpoint was called in the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn response_classes_follow_the_at_most_once_rules() {
+    let daemon = InProcess::boot(FLAGS).await;
+    // (first answer, final status, creates, lastErrorCode)
+    let cases: &[(u16, &str, usize, Option<&str>)] = &[
+        (200, "succeeded", 1, None),
+        (201, "succeeded", 1, None),
+        // The server says it did not process it: safe to send again (then answered 201).
+        (408, "succeeded", 2, None),
+        (425, "succeeded", 2, None),
+        (429, "succeeded", 2, None),
+        (503, "succeeded", 2, None),
+        (400, "failed", 1, Some("http_status")),
+        (404, "failed", 1, Some("http_status")),
+        (409, "failed", 1, Some("http_status")),
+        (422, "failed", 1, Some("http_status")),
+        (501, "failed", 1, Some("http_status")),
+        (505, "failed", 1, Some("http_status")),
+        (302, "failed", 1, Some("redirect_not_followed")),
+        (500, "unknown", 1, Some("http_status")),
+        (502, "unknown", 1, Some("http_status")),
+        (504, "unknown", 1, Some("http_status")),
+    ];
+    for &(first, want, creates, code) in cases {
+        let remote = RemoteApi::start().await;
+        remote.set_create_once(CreateBehavior::Status(first));
+        let d = daemon
+            .deliver(
+                json!({
+                    "targetUrl": remote.url("/records"),
+                    "mode": "at_most_once",
+                    "body": {"fingerprint": format!("case-{first}")},
+                    "maxAttempts": 3,
+                }),
+                &[want],
+            )
+            .await;
+        assert_eq!(remote.creates(), creates, "{first}: {d}");
+        assert_eq!(d["lastErrorCode"].as_str(), code, "{first}: {d}");
+        if want != "succeeded" {
+            assert_eq!(d["lastResponseCode"], first, "{first}: {d}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_remote_id_is_read_from_a_2xx_body() {
+    let remote = RemoteApi::start().await;
+    let daemon = InProcess::boot(FLAGS).await;
+    let d = daemon
+        .deliver(
+            json!({
+                "targetUrl": remote.url("/records"),
+                "mode": "at_most_once",
+                "body": {"fingerprint": "order-7"},
+                "remoteIdPointer": "/id",
+            }),
+            &["succeeded"],
+        )
+        .await;
+    assert_eq!(d["remoteId"], "rec-1", "{d}");
+    assert_eq!(d["remoteIdPointer"], "/id", "{d}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
+    let remote = RemoteApi::start().await;
+    remote.set_create_once(CreateBehavior::Status(502));
+    let daemon = InProcess::boot(FLAGS).await;
+    let api = &daemon.api;
+    // No reconcile query: it stays unknown (for the window, an hour by default).
+    let d = daemon
+        .deliver(
+            json!({"targetUrl": remote.url("/records"), "mode": "at_most_once",
+                   "body": {"fingerprint": "order-8"}}),
+            &["unknown"],
+        )
+        .await;
+    let id = id_of(&d);
+    let path = format!("/v1/deliveries/{id}/resolve");
+    let resolve = |body: Value| post(api, &path, body);
+
+    let (status, err) = resolve(json!({"outcome": "failed"})).await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{err}"
+    );
+    let (status, err) = resolve(json!({"outcome": "failed", "note": "  "})).await;
+    assert_eq!(status, 400, "{err}");
+    let (status, err) = resolve(json!({"note": "x"})).await;
+    assert_eq!(status, 400, "{err}");
+    let (status, err) = resolve(json!({"outcome": "maybe", "note": "x"})).await;
+    assert_eq!(status, 400, "{err}");
+    let (status, err) = resolve(json!({"outcome": "failed", "remoteId": "r", "note": "x"})).await;
+    assert_eq!(status, 400, "{err}");
+    // A person checked with the vendor: send it again.
+    let (status, d) =
+        resolve(json!({"outcome": "resend", "note": "vendor has no such order"})).await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["status"], "pending", "{d}");
+    let d = api
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("resent");
+    assert_eq!(remote.creates(), 2, "resent once, on the operator's word");
+    let log = get_json(api, &format!("/v1/deliveries/{id}/transitions")).await;
+    let resend = log["transitions"]
+        .as_array()
+        .expect("log")
+        .iter()
+        .find(|t| t["reason"] == "resend")
+        .cloned()
+        .expect("resend logged");
+    assert_eq!(resend["from"], "unknown");
+    assert_eq!(resend["note"], "vendor has no such order");
+    // Settled: no longer resolvable.
+    let (status, err) = resolve(json!({"outcome": "failed", "note": "x"})).await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (409, &json!("invalid_transition")),
+        "{d} {err}"
+    );
+    let (status, _) = post(
+        api,
+        "/v1/deliveries/0190f3c2a1b27c4e9d0a5b6c7d8e9f01/resolve",
+        json!({"outcome": "failed", "note": "x"}),
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // unknown → succeeded with the remote id a person found.
+    remote.set_create_once(CreateBehavior::Status(504));
+    let d = daemon
+        .deliver(
+            json!({"targetUrl": remote.url("/records"), "mode": "at_most_once",
+                   "body": {"fingerprint": "order-9"}}),
+            &["unknown"],
+        )
+        .await;
+    let id = id_of(&d);
+    let (status, d) = post(
+        api,
+        &format!("/v1/deliveries/{id}/resolve"),
+        json!({"outcome": "succeeded", "remoteId": "rec-77", "note": "found in the vendor UI"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(
+        (&d["status"], &d["remoteId"]),
+        (&json!("succeeded"), &json!("rec-77"))
+    );
+    // An at-most-once delivery in flight cannot be canceled: it may be at the target already.
+    let stalled = RemoteApi::start().await;
+    stalled.set_create(CreateBehavior::Stall);
+    let (_, created) = api
+        .create(
+            json!({"targetUrl": stalled.url("/records"), "mode": "at_most_once",
+                       "body": {"fingerprint": "order-10"}}),
+        )
+        .await
+        .expect("create");
+    let id = id_of(&created);
+    assert!(stalled.wait_for_creates(1, WAIT).await);
+    let (status, err) = api.cancel(&id).await.expect("cancel");
+    assert_eq!(status, 409, "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("may already have reached")),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_most_once_fields_are_validated_and_part_of_idempotency() {
+    let daemon = InProcess::boot(FLAGS).await;
+    let api = &daemon.api;
+    let base = json!({"targetUrl": "http://127.0.0.1:9/x", "mode": "at_most_once"});
+    let with = |extra: Value| {
+        let mut v = base.clone();
+        v.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        v
+    };
+    let cases = [
+        (
+            json!({"mode": "sometimes"}),
+            "invalid_request",
+            "unknown variant",
+        ),
+        (
+            json!({"mode": "at_least_once", "fingerprint": "f"}),
+            "invalid_delivery",
+            "only to mode at_most_once",
+        ),
+        (
+            json!({"reconcile": {"url": "http://127.0.0.1:9/s?f={fingerprint}"}}),
+            "invalid_delivery",
+            "has none",
+        ),
+        (
+            json!({"fingerprint": "f", "reconcile": {"url": "http://127.0.0.1:9/{id}"}}),
+            "invalid_delivery",
+            "unknown placeholder {id}",
+        ),
+        (
+            json!({"fingerprint": "f", "reconcile": {}}),
+            "invalid_delivery",
+            "reconcile.url is required",
+        ),
+        (
+            json!({"fingerprint": "f", "reconcile": {"url": "ftp://h/x"}}),
+            "invalid_delivery",
+            "reconcile.url",
+        ),
+        (
+            json!({"fingerprint": "f", "reconcile": {"url": "http://h/", "matchesPointer": "data"}}),
+            "invalid_delivery",
+            "JSON pointer",
+        ),
+        (
+            json!({"fingerprint": "f", "reconcile": {"url": "http://h/", "observationWindow": "0s"}}),
+            "invalid_delivery",
+            "observationWindow",
+        ),
+        (
+            json!({"fingerprint": "f", "reconcile": {"url": "http://h/", "nope": 1}}),
+            "invalid_request",
+            "unknown field",
+        ),
+    ];
+    for (extra, code, text) in cases {
+        let (status, err) = api.create(with(extra.clone())).await.expect("create");
+        assert_eq!(status, 400, "{extra}: {err}");
+        assert_eq!(err["error"]["code"], code, "{extra}: {err}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(text)),
+            "{extra}: {err}"
+        );
+    }
+    // The reconcile query is held to the outbound address policy, as the delivery is.
+    let guarded = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::PolicyDefault,
+        &["--allow-target", "127.0.0.0/8"],
+    )
+    .await;
+    let (status, err) = guarded
+        .api
+        .create(with(
+            json!({"fingerprint": "f", "reconcile": {"url": "http://169.254.169.254/x"}}),
+        ))
+        .await
+        .expect("create");
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (400, &json!("target_blocked")),
+        "{err}"
+    );
+
+    // The key covers mode and reconciliation: the same key with another mode is a conflict.
+    let keyed = |mode: &str| {
+        json!({"targetUrl": "http://127.0.0.1:9/x", "idempotencyKey": "k-1", "mode": mode,
+               "notBefore": "2999-01-01T00:00:00Z"})
+    };
+    let (status, first) = api.create(keyed("at_most_once")).await.expect("create");
+    assert_eq!(status, 201, "{first}");
+    // The fingerprint defaults to the key; the view shows the defaults filled in.
+    assert_eq!(first["fingerprint"], "k-1", "{first}");
+    let (status, _) = api.create(keyed("at_most_once")).await.expect("create");
+    assert_eq!(status, 200);
+    let (status, err) = api.create(keyed("at_least_once")).await.expect("create");
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (409, &json!("idempotency_conflict"))
+    );
+    let (status, shown) = api
+        .create(
+            json!({"targetUrl": "http://127.0.0.1:9/x", "mode": "at_most_once",
+                       "fingerprint": "f", "notBefore": "2999-01-01T00:00:00Z",
+                       "reconcile": {"url": "http://127.0.0.1:9/s?f={fingerprint}",
+                                     "headers": {"authorization": "Bearer s3cret"}}}),
+        )
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{shown}");
+    assert_eq!(
+        shown["reconcile"],
+        json!({"url": "http://127.0.0.1:9/s?f={fingerprint}", "method": "GET",
+               "headers": {"Authorization": "[redacted]"}, "matchesPointer": "",
+               "remoteIdPointer": "/id", "observationWindow": "1h"})
+    );
+    // A client that never sets a mode sees no new field.
+    let (_, plain) = api
+        .create(json!({"targetUrl": "http://127.0.0.1:9/x", "notBefore": "2999-01-01T00:00:00Z"}))
+        .await
+        .expect("create");
+    for field in [
+        "mode",
+        "fingerprint",
+        "reconcile",
+        "remoteId",
+        "unknownSince",
+        "checks",
+    ] {
+        assert!(plain.get(field).is_none(), "{field}: {plain}");
+    }
+}
