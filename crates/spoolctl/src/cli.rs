@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use spool_proto::{units, DeliveryStatus, MAX_LIST_LIMIT, MAX_MAX_ATTEMPTS};
 
 /// Where spoold listens unless `--server` or `SPOOLD_URL` says otherwise (its own default).
@@ -17,7 +17,7 @@ Exit codes:
   2  usage error: bad arguments, bad --server, body that is not JSON
   3  `wait`: the delivery failed
   4  `wait`: the delivery was canceled
-  5  `wait`: timed out while the delivery was still pending or in flight";
+  5  `wait`: timed out before the delivery was succeeded, failed or canceled";
 
 /// A mistake in the command line that clap cannot see (bad JSON body, bad header, bad
 /// `--server`). Exits 2 like clap's own errors, and is checked before any network call.
@@ -88,7 +88,8 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Persist and enqueue an HTTP delivery
-    Send(SendArgs),
+    // Boxed: its many flags would make every command as large as this one.
+    Send(Box<SendArgs>),
     /// List deliveries, oldest first
     List(ListArgs),
     /// Inspect one delivery
@@ -101,6 +102,18 @@ pub enum Command {
     Retry(IdArgs),
     /// Cancel pending or in-flight delivery work
     Cancel(IdArgs),
+    /// Settle an at-most-once delivery whose outcome is unknown or in manual review
+    #[command(
+        override_usage = "spoolctl resolve <ID> (--succeeded [--remote-id <ID>] | --failed | --resend) \
+            --note <TEXT>",
+        long_about = "Settle an at-most-once delivery whose outcome is unknown or in manual review.\n\n\
+            Say what happened at the target: --succeeded (it arrived; --remote-id records the \
+            target's id for it), --failed (it did not arrive and must not be sent), or --resend \
+            (send it again, as a new cycle). The --note is kept in the transition log."
+    )]
+    Resolve(ResolveArgs),
+    /// Show the reconciliation checks of an at-most-once delivery
+    Checks(IdArgs),
     /// How the spool is doing: counts by status, the oldest due delivery, recent results
     Stats,
     /// Targets with work waiting, recent failures or a pause, in origin order
@@ -109,7 +122,8 @@ pub enum Command {
     #[command(
         long_about = "Wait until a delivery is succeeded, failed or canceled.\n\n\
             Polls the delivery every --interval until its status is terminal or --timeout \
-            has passed, then prints it.",
+            has passed, then prints it. An at-most-once delivery that is unknown or in \
+            manual review is not terminal: it is waited for like a pending one.",
         after_long_help = WAIT_EXIT_CODES
     )]
     Wait(WaitArgs),
@@ -131,7 +145,7 @@ Exit codes:
   2  usage error
   3  the delivery failed
   4  the delivery was canceled
-  5  timed out: the delivery is still pending or in flight";
+  5  timed out: the delivery is still pending, in flight, unknown or in manual review";
 
 #[derive(Debug, Args)]
 #[command(after_long_help = EXIT_CODES)]
@@ -197,6 +211,97 @@ pub struct RequestArgs {
     /// Fail the delivery as expired if no attempt has started within DURATION (e.g. 10m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
     pub expires_in: Option<Duration>,
+
+    /// JSON pointer to the target's id in a 2xx response body (e.g. /id), kept as its remote id
+    #[arg(long, value_name = "POINTER")]
+    pub remote_id_pointer: Option<String>,
+
+    #[command(flatten)]
+    pub at_most_once: AtMostOnceArgs,
+}
+
+const AT_MOST_ONCE: &str = "At-most-once options";
+
+/// The flags of an at-most-once delivery and of its reconciliation query.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AtMostOnceArgs {
+    /// Never send the request again once it may have reached the target
+    ///
+    /// An attempt without a definite answer (timeout, dropped connection) leaves the delivery
+    /// `unknown` instead of retrying it; the reconcile query, or a person with `spoolctl
+    /// resolve`, settles it. The options below need it; those that shape the reconcile query
+    /// also need --reconcile-url.
+    #[arg(long, help_heading = AT_MOST_ONCE)]
+    pub at_most_once: bool,
+
+    /// The business key the target can be searched by (default: the idempotency key)
+    #[arg(long, value_name = "TEXT", help_heading = AT_MOST_ONCE, requires = "at_most_once")]
+    pub fingerprint: Option<String>,
+
+    /// URL that asks the target whether an unknown request arrived
+    ///
+    /// {fingerprint} and {deliveryId} are replaced, percent-encoded, e.g.
+    /// 'https://api.example.com/orders?ref={fingerprint}'. The answer must be JSON holding
+    /// an array of matches: exactly one settles the delivery as succeeded, more than one sends
+    /// it to manual review.
+    #[arg(
+        long,
+        value_name = "TEMPLATE",
+        help_heading = AT_MOST_ONCE,
+        requires = "at_most_once"
+    )]
+    pub reconcile_url: Option<String>,
+
+    /// HTTP method of the reconcile query (default: GET)
+    #[arg(
+        long,
+        value_name = "METHOD",
+        help_heading = AT_MOST_ONCE,
+        requires = "at_most_once",
+        requires = "reconcile_url"
+    )]
+    pub reconcile_method: Option<String>,
+
+    /// Add a header to the reconcile query, as 'Name: value' (repeatable)
+    #[arg(
+        long = "reconcile-header",
+        value_name = "NAME: VALUE",
+        help_heading = AT_MOST_ONCE,
+        requires = "at_most_once",
+        requires = "reconcile_url"
+    )]
+    pub reconcile_headers: Vec<String>,
+
+    /// JSON pointer to the array of matches in the answer (default: the answer is the array)
+    #[arg(
+        long,
+        value_name = "POINTER",
+        help_heading = AT_MOST_ONCE,
+        requires = "at_most_once",
+        requires = "reconcile_url"
+    )]
+    pub matches_pointer: Option<String>,
+
+    /// JSON pointer to the target's id inside one match (default: /id)
+    #[arg(
+        long,
+        value_name = "POINTER",
+        help_heading = AT_MOST_ONCE,
+        requires = "at_most_once",
+        requires = "reconcile_url"
+    )]
+    pub reconcile_id_pointer: Option<String>,
+
+    /// How long an unknown outcome is checked before it goes to manual review (default: 1h)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        help_heading = AT_MOST_ONCE,
+        requires = "at_most_once",
+        requires = "reconcile_url",
+        value_parser = parse_duration_arg
+    )]
+    pub observation_window: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -257,6 +362,33 @@ pub struct IdArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("outcome").required(true).args(["succeeded", "failed", "resend"])))]
+pub struct ResolveArgs {
+    /// The delivery ID
+    pub id: String,
+
+    /// It arrived: the delivery succeeded
+    #[arg(long)]
+    pub succeeded: bool,
+
+    /// It did not arrive, and must not be sent: the delivery failed
+    #[arg(long)]
+    pub failed: bool,
+
+    /// Send it again, as a new cycle
+    #[arg(long)]
+    pub resend: bool,
+
+    /// With --succeeded: the target's id for what it created
+    #[arg(long, value_name = "ID", conflicts_with_all = ["failed", "resend"])]
+    pub remote_id: Option<String>,
+
+    /// Why: kept in the transition log
+    #[arg(long, value_name = "TEXT", required = true)]
+    pub note: String,
+}
+
+#[derive(Debug, Args)]
 pub struct WaitArgs {
     /// The delivery ID
     pub id: String,
@@ -286,6 +418,9 @@ pub enum StatusArg {
     Succeeded,
     Failed,
     Canceled,
+    Unknown,
+    #[value(name = "manual_review")]
+    ManualReview,
 }
 
 impl From<StatusArg> for DeliveryStatus {
@@ -296,6 +431,8 @@ impl From<StatusArg> for DeliveryStatus {
             StatusArg::Succeeded => DeliveryStatus::Succeeded,
             StatusArg::Failed => DeliveryStatus::Failed,
             StatusArg::Canceled => DeliveryStatus::Canceled,
+            StatusArg::Unknown => DeliveryStatus::Unknown,
+            StatusArg::ManualReview => DeliveryStatus::ManualReview,
         }
     }
 }
@@ -333,6 +470,108 @@ mod tests {
         for st in StatusArg::value_variants() {
             let name = st.to_possible_value().expect("no variant is skipped");
             assert_eq!(name.get_name(), DeliveryStatus::from(*st).as_str());
+        }
+    }
+
+    #[test]
+    fn every_wire_status_can_be_listed() {
+        for st in DeliveryStatus::ALL {
+            assert!(
+                StatusArg::from_str(st.as_str(), false).is_ok(),
+                "{st} is missing from --status"
+            );
+        }
+    }
+
+    #[test]
+    fn at_most_once_flags_need_their_parents() {
+        let url = "http://h/";
+        let ok = |args: &[&str]| {
+            Cli::try_parse_from(["spoolctl", "send", url].iter().chain(args))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        };
+        let usage = |args: &[&str]| {
+            let err = Cli::try_parse_from(["spoolctl", "send", url].iter().chain(args))
+                .expect_err("a missing parent flag");
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+        };
+        let cli = ok(&[
+            "--at-most-once",
+            "--fingerprint",
+            "order-7",
+            "--reconcile-url",
+            "http://h/orders?ref={fingerprint}",
+            "--reconcile-method",
+            "post",
+            "--reconcile-header",
+            "X-A: 1",
+            "--reconcile-header",
+            "X-B: 2",
+            "--matches-pointer",
+            "/data",
+            "--reconcile-id-pointer",
+            "/order_id",
+            "--observation-window",
+            "90s",
+            "--remote-id-pointer",
+            "/id",
+        ]);
+        let Command::Send(s) = cli.command else {
+            panic!("parsed as send")
+        };
+        let a = &s.request.at_most_once;
+        assert!(a.at_most_once);
+        assert_eq!(a.reconcile_headers, ["X-A: 1", "X-B: 2"]);
+        assert_eq!(a.observation_window, Some(Duration::from_secs(90)));
+        assert_eq!(s.request.remote_id_pointer.as_deref(), Some("/id"));
+        // The remote id pointer needs no mode.
+        ok(&["--remote-id-pointer", "/id"]);
+        ok(&["--at-most-once"]);
+
+        usage(&["--fingerprint", "f"]);
+        usage(&["--reconcile-url", "http://h/q"]);
+        usage(&["--at-most-once", "--reconcile-method", "GET"]);
+        usage(&["--at-most-once", "--reconcile-header", "X-A: 1"]);
+        usage(&["--at-most-once", "--matches-pointer", "/data"]);
+        usage(&["--at-most-once", "--reconcile-id-pointer", "/id"]);
+        usage(&["--at-most-once", "--observation-window", "1h"]);
+        usage(&[
+            "--reconcile-url",
+            "http://h/q",
+            "--observation-window",
+            "1h",
+        ]);
+        usage(&[
+            "--at-most-once",
+            "--reconcile-url",
+            "http://h/q",
+            "--observation-window",
+            "soon",
+        ]);
+    }
+
+    #[test]
+    fn resolve_takes_one_outcome_and_a_note() {
+        let parse =
+            |args: &[&str]| Cli::try_parse_from(["spoolctl", "resolve", "x"].iter().chain(args));
+        for args in [
+            &["--succeeded", "--note", "n"][..],
+            &["--succeeded", "--remote-id", "rec-1", "--note", "n"],
+            &["--failed", "--note", "n"],
+            &["--resend", "--note", "n"],
+        ] {
+            parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
+        for args in [
+            &["--note", "n"][..],
+            &["--succeeded"],
+            &["--succeeded", "--failed", "--note", "n"],
+            &["--failed", "--resend", "--note", "n"],
+            &["--failed", "--remote-id", "rec-1", "--note", "n"],
+            &["--resend", "--remote-id", "rec-1", "--note", "n"],
+        ] {
+            let err = parse(args).expect_err("bad outcome flags");
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
         }
     }
 

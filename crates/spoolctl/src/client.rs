@@ -15,8 +15,8 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use spool_proto::{
-    AttemptList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView, StatsView, TargetList,
-    TransitionList,
+    AttemptList, CheckList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
+    ResolveRequest, StatsView, TargetList, TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
@@ -376,6 +376,12 @@ impl Client {
         decode(&self.send(Method::GET, &path, None).await?)
     }
 
+    /// `GET /v1/deliveries/{id}/checks`
+    pub async fn checks(&self, id: &str) -> Result<CheckList, ClientError> {
+        let path = format!("{}/checks", delivery_path(id));
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
     /// `GET /v1/stats`
     pub async fn stats(&self) -> Result<StatsView, ClientError> {
         decode(&self.send(Method::GET, "/v1/stats", None).await?)
@@ -404,6 +410,17 @@ impl Client {
     ) -> Result<DeliveryView, ClientError> {
         let path = format!("{}/{}", delivery_path(id), action.as_str());
         decode(&self.send(Method::POST, &path, None).await?)
+    }
+
+    /// `POST /v1/deliveries/{id}/resolve`
+    pub async fn resolve(
+        &self,
+        id: &str,
+        req: &ResolveRequest,
+    ) -> Result<DeliveryView, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        let path = format!("{}/resolve", delivery_path(id));
+        decode(&self.send(Method::POST, &path, Some(body.into())).await?)
     }
 
     /// Sends one request and returns the response if it is a 2xx; anything else becomes an

@@ -1,10 +1,11 @@
 //! The whole of one delivery, as `spoolctl get` prints it: the delivery row (as spoold v0.1.0's
 //! spoolctl printed it), then every other field, the headers (masked by spoold unless
-//! `--reveal`), the body (JSON indented, binary as its size and first bytes), and the last
-//! error. A long body is cut with a note; `--body` prints it alone and whole.
+//! `--reveal`), an at-most-once delivery's reconcile query, the body (JSON indented, binary as
+//! its size and first bytes), and the last error. A long body is cut with a note; `--body`
+//! prints it alone and whole.
 
 use base64::Engine as _;
-use spool_proto::DeliveryView;
+use spool_proto::{DeliveryMode, DeliveryView, Reconcile};
 
 use crate::output::{delivery_row, Table};
 
@@ -31,6 +32,14 @@ pub fn render(d: &DeliveryView) -> String {
         "attempts",
         Some(crate::output::attempts(d).replacen('/', " of ", 1)),
     );
+    field(
+        "mode",
+        d.mode.map(|m| match m {
+            DeliveryMode::AtLeastOnce => "at_least_once".to_owned(),
+            DeliveryMode::AtMostOnce => "at_most_once".to_owned(),
+        }),
+    );
+    field("fingerprint", d.fingerprint.clone());
     field("idempotency key", d.idempotency_key.clone());
     field("created", Some(d.created_at.clone()));
     field("updated", Some(d.updated_at.clone()));
@@ -38,10 +47,16 @@ pub fn render(d: &DeliveryView) -> String {
     field("expires", d.expires_at.clone());
     field("next attempt", d.next_attempt_at.clone());
     field("lease until", d.lease_until.clone());
+    field("unknown since", d.unknown_since.clone());
+    field("review at", d.review_at.clone());
+    field("next check", d.next_check_at.clone());
+    field("checks", d.checks.map(|n| n.to_string()));
     field(
         "last response",
         d.last_response_code.map(|c| format!("HTTP {c}")),
     );
+    field("remote id pointer", d.remote_id_pointer.clone());
+    field("remote id", d.remote_id.clone());
     out.push_str(&indent(&fields.render(), "  "));
 
     match &d.headers {
@@ -53,12 +68,48 @@ pub fn render(d: &DeliveryView) -> String {
         }
         _ => out.push_str("headers: none\n"),
     }
+    if let Some(reconcile) = &d.reconcile {
+        out.push_str(&reconcile_section(reconcile));
+    }
     out.push_str(&body_section(d));
     if let Some(err) = d.last_error.as_deref().filter(|e| !e.is_empty()) {
         out.push_str(&format!("last error: {err}\n"));
     }
     if let Some(code) = d.last_error_code.as_deref().filter(|c| !c.is_empty()) {
         out.push_str(&format!("last error code: {code}\n"));
+    }
+    out
+}
+
+/// The reconcile query: its request line, then its pointers, window and headers (masked by
+/// spoold unless `--reveal`). spoold shows every field with its default filled in.
+fn reconcile_section(r: &Reconcile) -> String {
+    let method = r.method.as_deref().unwrap_or("GET");
+    let mut out = format!("reconcile: {method} {}\n", r.url.as_deref().unwrap_or("-"));
+    let mut fields = Table::new();
+    let mut field = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            fields.row([format!("{name}:"), value]);
+        }
+    };
+    field(
+        "matches pointer",
+        r.matches_pointer.as_ref().map(|p| {
+            if p.is_empty() {
+                "(the whole answer)".to_owned()
+            } else {
+                p.clone()
+            }
+        }),
+    );
+    field("remote id pointer", r.remote_id_pointer.clone());
+    field("observation window", r.observation_window.clone());
+    out.push_str(&indent(&fields.render(), "  "));
+    if let Some(headers) = r.headers.as_ref().filter(|h| !h.is_empty()) {
+        out.push_str("  headers:\n");
+        for (name, value) in headers {
+            out.push_str(&format!("    {name}: {}\n", value.as_deref().unwrap_or("")));
+        }
     }
     out
 }
@@ -266,6 +317,57 @@ mod tests {
              last error: HTTP 400: bad input\n\
              last error code: http_status\n"
         );
+    }
+
+    #[test]
+    fn an_at_most_once_delivery() {
+        let d = view(serde_json::json!({
+            "status": "unknown",
+            "mode": "at_most_once",
+            "fingerprint": "order-7",
+            "remoteIdPointer": "/id",
+            "unknownSince": "2026-07-18T12:00:02.000Z",
+            "reviewAt": "2026-07-18T13:00:02.000Z",
+            "nextCheckAt": "2026-07-18T12:00:04.000Z",
+            "checks": 2,
+            "reconcile": {
+                "url": "http://127.0.0.1:9090/orders?ref={fingerprint}",
+                "method": "GET",
+                "headers": {"X-Api-Key": "[redacted]"},
+                "matchesPointer": "",
+                "remoteIdPointer": "/id",
+                "observationWindow": "1h",
+            },
+        }));
+        assert_eq!(
+            render(&d),
+            "get  0190f3c2a1b27c4e9d0a5b6c7d8e9f01  unknown  1/8  POST  http://127.0.0.1:9090/events\n\
+             \x20 status:             unknown\n\
+             \x20 attempts:           1 of 8\n\
+             \x20 mode:               at_most_once\n\
+             \x20 fingerprint:        order-7\n\
+             \x20 created:            2026-07-18T12:00:00.000Z\n\
+             \x20 updated:            2026-07-18T12:00:01.000Z\n\
+             \x20 unknown since:      2026-07-18T12:00:02.000Z\n\
+             \x20 review at:          2026-07-18T13:00:02.000Z\n\
+             \x20 next check:         2026-07-18T12:00:04.000Z\n\
+             \x20 checks:             2\n\
+             \x20 remote id pointer:  /id\n\
+             headers: none\n\
+             reconcile: GET http://127.0.0.1:9090/orders?ref={fingerprint}\n\
+             \x20 matches pointer:     (the whole answer)\n\
+             \x20 remote id pointer:   /id\n\
+             \x20 observation window:  1h\n\
+             \x20 headers:\n\
+             \x20   X-Api-Key: [redacted]\n\
+             body: none\n"
+        );
+        let settled = view(serde_json::json!({
+            "status": "succeeded", "mode": "at_most_once", "remoteId": "rec-1",
+        }));
+        let text = render(&settled);
+        assert!(text.contains("\n  remote id:  rec-1\n"), "{text}");
+        assert!(!text.contains("reconcile"), "{text}");
     }
 
     #[test]

@@ -227,7 +227,7 @@ pub fn attempt_row(a: &AttemptView) -> Vec<String> {
 }
 
 /// The first line of an error (a table row has one line; `…` says there was more).
-fn short_error(err: &str) -> String {
+pub fn short_error(err: &str) -> String {
     let mut lines = err.trim().lines();
     let first = lines.next().unwrap_or("").trim_end();
     if lines.next().is_some() {

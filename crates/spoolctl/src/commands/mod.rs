@@ -3,9 +3,11 @@
 //! that talk to spoold, so `version` and `completion` work whatever the environment says.
 
 mod attempts;
+mod checks;
 mod completion;
 mod get;
 mod list;
+mod resolve;
 mod send;
 mod stats;
 mod targets;
@@ -32,7 +34,7 @@ pub enum Exit {
     DeliveryFailed,
     /// `wait`: the delivery was canceled.
     DeliveryCanceled,
-    /// `wait`: still pending or in flight when the timeout passed.
+    /// `wait`: not yet succeeded, failed or canceled when the timeout passed.
     WaitTimedOut,
 }
 
@@ -58,7 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         match cli.command {
             Command::Version => version::run(out)?,
             Command::Completion { shell } => completion::run(shell, out)?,
-            Command::Send(args) => block_on(send::run(&connect(global)?, args, out))?,
+            Command::Send(args) => block_on(send::run(&connect(global)?, *args, out))?,
             Command::List(args) => block_on(list::run(&connect(global)?, args, out))?,
             Command::Get(args) => block_on(get::run(&connect(global)?, args, out))?,
             Command::Attempts(args) => block_on(attempts::run(&connect(global)?, args, out))?,
@@ -75,6 +77,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 args,
                 out,
             ))?,
+            Command::Resolve(args) => block_on(resolve::run(&connect(global)?, args, out))?,
+            Command::Checks(args) => block_on(checks::run(&connect(global)?, args, out))?,
             Command::Wait(args) => block_on(wait::run(&connect(global)?, args, out))?,
             Command::Stats => block_on(stats::run(&connect(global)?, out))?,
             Command::Targets(args) => block_on(targets::run(&connect(global)?, args, out))?,

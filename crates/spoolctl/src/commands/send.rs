@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use base64::Engine as _;
 use serde_json::value::RawValue;
-use spool_proto::{units, CreateDelivery, MAX_BODY_BYTES};
+use spool_proto::{units, CreateDelivery, DeliveryMode, Reconcile, MAX_BODY_BYTES};
 
-use crate::cli::{RequestArgs, SendArgs, UsageError};
+use crate::cli::{AtMostOnceArgs, RequestArgs, SendArgs, UsageError};
 use crate::client::Client;
 use crate::commands::{wait, Exit};
 use crate::output::Output;
@@ -91,6 +91,7 @@ pub fn build_request(args: RequestArgs, stdin: &mut dyn Read) -> anyhow::Result<
         })
         .transpose()?;
     let expires_at = args.expires_in.map(expires_at).transpose()?;
+    let at_most_once = AtMostOnce::from_args(args.at_most_once)?;
     let body = source.map(|s| load_body(s, stdin)).transpose()?;
 
     let (body, body_base64) = match body {
@@ -119,7 +120,55 @@ pub fn build_request(args: RequestArgs, stdin: &mut dyn Read) -> anyhow::Result<
         max_attempts: args.max_attempts.map(i64::from),
         not_before,
         expires_at,
+        mode: at_most_once.mode,
+        fingerprint: at_most_once.fingerprint,
+        reconcile: at_most_once.reconcile,
+        remote_id_pointer: args.remote_id_pointer,
     })
+}
+
+/// The at-most-once fields of a create request. clap has already tied every flag to
+/// `--at-most-once` (and the query's details to `--reconcile-url`); spoold checks the values.
+#[derive(Debug, Default)]
+struct AtMostOnce {
+    mode: Option<DeliveryMode>,
+    fingerprint: Option<String>,
+    reconcile: Option<Reconcile>,
+}
+
+impl AtMostOnce {
+    fn from_args(args: AtMostOnceArgs) -> Result<AtMostOnce, UsageError> {
+        if !args.at_most_once {
+            return Ok(AtMostOnce::default());
+        }
+        let headers = parse_headers(&args.reconcile_headers)
+            .map_err(|e| UsageError::new(format!("--reconcile-header: {e}")))?;
+        let observation_window = args
+            .observation_window
+            .map(|w| {
+                if w.is_zero() {
+                    Err(UsageError::new(
+                        "--observation-window must be greater than zero",
+                    ))
+                } else {
+                    Ok(units::format_duration(w))
+                }
+            })
+            .transpose()?;
+        let reconcile = args.reconcile_url.map(|url| Reconcile {
+            url: Some(url),
+            method: args.reconcile_method.filter(|m| !m.is_empty()),
+            headers,
+            matches_pointer: args.matches_pointer,
+            remote_id_pointer: args.reconcile_id_pointer,
+            observation_window,
+        });
+        Ok(AtMostOnce {
+            mode: Some(DeliveryMode::AtMostOnce),
+            fingerprint: args.fingerprint.filter(|f| !f.is_empty()),
+            reconcile,
+        })
+    }
 }
 
 /// `--expires-in` as an absolute time, so a queued request means the same thing however long

@@ -46,8 +46,13 @@ fn table(s: &StatsView) -> Table {
 
 fn activity(a: &ActivityView) -> String {
     format!(
-        "{} attempts: {} succeeded, {} to retry, {} failed, {} interrupted",
-        a.attempts, a.succeeded, a.retryable_failures, a.terminal_failures, a.interrupted
+        "{} attempts: {} succeeded, {} to retry, {} failed, {} interrupted, {} unknown",
+        a.attempts,
+        a.succeeded,
+        a.retryable_failures,
+        a.terminal_failures,
+        a.interrupted,
+        a.unknown
     )
 }
 

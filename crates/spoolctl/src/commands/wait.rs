@@ -50,7 +50,11 @@ pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<
             DeliveryStatus::Succeeded => Some(Exit::Success),
             DeliveryStatus::Failed => Some(Exit::DeliveryFailed),
             DeliveryStatus::Canceled => Some(Exit::DeliveryCanceled),
-            DeliveryStatus::Pending | DeliveryStatus::InFlight => None,
+            // Not settled yet: reconciliation or an operator's `resolve` still decides.
+            DeliveryStatus::Pending
+            | DeliveryStatus::InFlight
+            | DeliveryStatus::Unknown
+            | DeliveryStatus::ManualReview => None,
         };
         let now = Instant::now();
         let exit = match exit {

@@ -440,6 +440,14 @@ async fn unknown_delivery_is_not_found() {
         &["attempts", "0123456789abcdef0123456789abcdef"][..],
         &["cancel", "0123456789abcdef0123456789abcdef"][..],
         &["retry", "0123456789abcdef0123456789abcdef"][..],
+        &["checks", "0123456789abcdef0123456789abcdef"][..],
+        &[
+            "resolve",
+            "0123456789abcdef0123456789abcdef",
+            "--failed",
+            "--note",
+            "n",
+        ][..],
         &["wait", "0123456789abcdef0123456789abcdef"][..],
         &["get", "not-an-id"][..],
     ] {
@@ -505,12 +513,15 @@ async fn stats_and_targets_give_the_overview() {
     let stats = check_ok(&s.ctl(&["stats"]).await);
     let lines: Vec<&str> = stats.lines().collect();
     assert_eq!(
-        lines[0], "deliveries      canceled 0, failed 1, in_flight 0, pending 0, succeeded 0",
+        lines[0],
+        "deliveries      canceled 0, failed 1, in_flight 0, manual_review 0, pending 0, \
+         succeeded 0, unknown 0",
         "{stats}"
     );
     assert_eq!(lines[1], "oldest due      none waiting", "{stats}");
     assert_eq!(
-        lines[2], "last 5 minutes  1 attempts: 0 succeeded, 0 to retry, 1 failed, 0 interrupted",
+        lines[2],
+        "last 5 minutes  1 attempts: 0 succeeded, 0 to retry, 1 failed, 0 interrupted, 0 unknown",
         "{stats}"
     );
     assert_eq!(lines[4], "paused targets  0", "{stats}");

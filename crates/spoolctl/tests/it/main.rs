@@ -2,6 +2,7 @@
 //! here; against a real `spoold` process and a real receiver in [`e2e`] (TCP) and
 //! [`unix_socket`]. Network: only 127.0.0.1 and unix sockets.
 
+mod at_most_once;
 mod auth;
 mod e2e;
 mod unix_socket;
@@ -129,6 +130,40 @@ fn clap_usage_errors_exit_2() {
         &["get"][..],
         &["list", "--limit", "501"][..],
         &["list", "--status", "done"][..],
+        &["send", "http://127.0.0.1:1/", "--fingerprint", "f"][..],
+        &[
+            "send",
+            "http://127.0.0.1:1/",
+            "--reconcile-url",
+            "http://127.0.0.1:1/q",
+        ][..],
+        &[
+            "send",
+            "http://127.0.0.1:1/",
+            "--at-most-once",
+            "--reconcile-method",
+            "GET",
+        ][..],
+        &[
+            "send",
+            "http://127.0.0.1:1/",
+            "--at-most-once",
+            "--observation-window",
+            "1h",
+        ][..],
+        &["resolve", "x", "--note", "n"][..],
+        &["resolve", "x", "--succeeded"][..],
+        &["resolve", "x", "--failed", "--resend", "--note", "n"][..],
+        &[
+            "resolve",
+            "x",
+            "--failed",
+            "--remote-id",
+            "r",
+            "--note",
+            "n",
+        ][..],
+        &["checks"][..],
         &["wait", "x", "--timeout", "soon"][..],
     ] {
         let o = run(args);
@@ -180,6 +215,39 @@ fn send_usage_errors_exit_2_before_any_request() {
             "--interval must be at least 10ms",
         ),
         (&["get", " "], "delivery ID must not be empty"),
+        (
+            &[
+                "send",
+                url,
+                "--at-most-once",
+                "--reconcile-url",
+                "http://127.0.0.1:9/q",
+                "--reconcile-header",
+                "NoColon",
+            ],
+            "--reconcile-header: header must use 'Name: value' form",
+        ),
+        (
+            &[
+                "send",
+                url,
+                "--at-most-once",
+                "--reconcile-url",
+                "http://127.0.0.1:9/q",
+                "--observation-window",
+                "0",
+            ],
+            "--observation-window must be greater than zero",
+        ),
+        (
+            &["resolve", "x", "--failed", "--note", " "],
+            "--note must not be empty",
+        ),
+        (
+            &["resolve", " ", "--failed", "--note", "n"],
+            "delivery ID must not be empty",
+        ),
+        (&["checks", " "], "delivery ID must not be empty"),
     ];
     for (args, message) in cases {
         let o = spoolctl()
@@ -193,6 +261,44 @@ fn send_usage_errors_exit_2_before_any_request() {
     let o = run(&["send", url, "--server", s, "--not-before", "tomorrow"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).starts_with("spoolctl: --not-before: invalid time"));
+}
+
+/// The at-most-once flags name what they are missing, and exit 2 before any request.
+#[test]
+fn at_most_once_flags_say_what_they_need() {
+    let url = "http://127.0.0.1:9/events";
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--reconcile-url", "http://127.0.0.1:9/q"],
+            &["--at-most-once"],
+        ),
+        (&["--fingerprint", "f"], &["--at-most-once"]),
+        (
+            &["--at-most-once", "--matches-pointer", "/data"],
+            &["--reconcile-url <TEMPLATE>"],
+        ),
+        (
+            &["--observation-window", "1h"],
+            &["--at-most-once", "--reconcile-url <TEMPLATE>"],
+        ),
+    ];
+    for (args, missing) in cases {
+        let o = run(&[&["send", url][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.starts_with("error: the following required arguments were not provided:\n"),
+            "{args:?}: {err}"
+        );
+        for flag in *missing {
+            assert!(err.contains(&format!("\n  {flag}\n")), "{args:?}: {err}");
+        }
+        assert!(o.stdout.is_empty());
+    }
+
+    let o = run(&["resolve", "x", "--succeeded"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("\n  --note <TEXT>\n"), "{}", stderr(&o));
 }
 
 #[test]
@@ -284,6 +390,8 @@ fn refused_connection_exits_1() {
         &["attempts", "abc"][..],
         &["retry", "abc"][..],
         &["cancel", "abc"][..],
+        &["resolve", "abc", "--resend", "--note", "n"][..],
+        &["checks", "abc"][..],
         &["wait", "abc", "--timeout", "0"][..],
         &["send", "http://127.0.0.1:9/", "-d", "{}"][..],
     ] {
@@ -377,17 +485,24 @@ struct Spoold {
 impl Spoold {
     /// A daemon on 127.0.0.1 with an OS-chosen port.
     async fn start() -> Spoold {
-        Self::start_with(|_| None).await
+        Self::start_with(|_| None, &[]).await
+    }
+
+    /// Like [`Self::start`], with extra daemon arguments.
+    async fn start_args(args: &[&str]) -> Spoold {
+        Self::start_with(|_| None, args).await
     }
 
     /// A daemon on the unix socket `socket(dir)`, `dir` being the test's temp directory.
     async fn start_unix(socket: impl FnOnce(&Path) -> PathBuf) -> Spoold {
-        Self::start_with(|dir| Some(socket(dir))).await
+        Self::start_with(|dir| Some(socket(dir)), &[]).await
     }
 
-    async fn start_with(socket: impl FnOnce(&Path) -> Option<PathBuf>) -> Spoold {
+    async fn start_with(socket: impl FnOnce(&Path) -> Option<PathBuf>, args: &[&str]) -> Spoold {
         let dir = TempDir::new().expect("temp dir");
-        let mut opts = DaemonOptions::new(dir.path().join("data/spoold.db")).args(FAST_RETRIES);
+        let mut opts = DaemonOptions::new(dir.path().join("data/spoold.db"))
+            .args(FAST_RETRIES)
+            .args(args.iter().copied());
         if let Some(path) = socket(dir.path()) {
             opts = opts.unix_socket(path);
         }
