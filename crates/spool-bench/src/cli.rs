@@ -74,6 +74,10 @@ pub struct Options {
     )]
     pub json_out: PathBuf,
 
+    /// End-to-end and backlog: create the deliveries with `mode: at_most_once`.
+    #[arg(long, global = true)]
+    pub at_most_once: bool,
+
     /// Keep the databases and daemon logs' summaries after the run.
     #[arg(long, global = true)]
     pub keep_data: bool,

@@ -26,6 +26,8 @@ pub struct Plan {
     pub e2e_enqueue_concurrency: usize,
     /// End-to-end: `--per-target-concurrency` values; `None` is the daemon's default.
     pub e2e_per_target: Vec<Option<u32>>,
+    /// End-to-end and backlog: deliveries are at-most-once.
+    pub at_most_once: bool,
     /// Backlog: pending deliveries in the database at start.
     pub backlog_pending: u64,
     /// Backlog: the fresh batch delivered on top.
@@ -54,6 +56,7 @@ impl Plan {
             e2e_deliveries: 100_000,
             e2e_enqueue_concurrency: 64,
             e2e_per_target: vec![None, Some(1), Some(64)],
+            at_most_once: false,
             backlog_pending: 1_000_000,
             backlog_batch: 100_000,
             idle_pending: 100_000,
@@ -74,6 +77,7 @@ impl Plan {
             e2e_deliveries: 2_000,
             e2e_enqueue_concurrency: 16,
             e2e_per_target: vec![None, Some(1), Some(64)],
+            at_most_once: false,
             backlog_pending: 20_000,
             backlog_batch: 1_000,
             idle_pending: 2_000,
@@ -97,6 +101,7 @@ impl Plan {
         set(&mut plan.fsync_writes, o.fsync_writes);
         set(&mut plan.requests, o.requests);
         set(&mut plan.e2e_deliveries, o.e2e_deliveries);
+        plan.at_most_once = options.at_most_once;
         set(&mut plan.backlog_pending, o.backlog_pending);
         set(&mut plan.backlog_batch, o.backlog_batch);
         set(&mut plan.idle_pending, o.idle_pending);

@@ -57,6 +57,7 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
     let batch = Batch {
         deliveries: bench.plan.backlog_batch,
         concurrency: bench.plan.e2e_enqueue_concurrency,
+        at_most_once: bench.plan.at_most_once,
     };
     for run in 0..bench.plan.runs {
         let dir = bench.fresh_dir(SCENARIO)?;

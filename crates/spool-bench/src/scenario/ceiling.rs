@@ -29,7 +29,7 @@ async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
                 requests,
                 expect: StatusCode::OK,
                 time_limit: time_limit(requests),
-                body: create_body(receiver.url("/hook"), None),
+                body: create_body(receiver.url("/hook"), None, None),
             };
             let report = closed_loop(&load).await?;
             let line = record_load(&mut bench.results, SCENARIO, &case, &report);

@@ -25,6 +25,8 @@ const DONE_POLL: Duration = Duration::from_millis(5);
 pub struct Batch {
     pub deliveries: u64,
     pub concurrency: usize,
+    /// Deliveries are created with `mode: at_most_once`.
+    pub at_most_once: bool,
 }
 
 /// What delivering a batch took.
@@ -50,17 +52,28 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
     let batch = Batch {
         deliveries: bench.plan.e2e_deliveries,
         concurrency: bench.plan.e2e_enqueue_concurrency,
+        at_most_once: bench.plan.at_most_once,
     };
     bench.results.note(format!(
         "e2e: the batch is enqueued at client concurrency {} while the daemon delivers; time \
-         runs from the first enqueue to the daemon reporting the last success",
-        batch.concurrency
+         runs from the first enqueue to the daemon reporting the last success{}",
+        batch.concurrency,
+        if batch.at_most_once {
+            "; deliveries are at-most-once"
+        } else {
+            ""
+        }
     ));
+    let mode = if batch.at_most_once {
+        " at-most-once"
+    } else {
+        ""
+    };
     for per_target in bench.plan.e2e_per_target.clone() {
         let (case, args) = match per_target {
-            None => ("per-target=8 (default)".to_owned(), Vec::new()),
+            None => (format!("per-target=8 (default){mode}"), Vec::new()),
             Some(n) => (
-                format!("per-target={n}"),
+                format!("per-target={n}{mode}"),
                 vec!["--per-target-concurrency".to_owned(), n.to_string()],
             ),
         };
@@ -178,7 +191,11 @@ pub async fn deliver_batch(
         requests: n,
         expect: StatusCode::CREATED,
         time_limit: limit,
-        body: create_body(receiver.url("/hook"), None),
+        body: create_body(
+            receiver.url("/hook"),
+            None,
+            batch.at_most_once.then_some("at_most_once"),
+        ),
     };
     let enqueue = closed_loop(&load).await?;
     let started = enqueue.started;

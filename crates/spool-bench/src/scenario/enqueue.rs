@@ -43,7 +43,7 @@ async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
                 requests,
                 expect: StatusCode::CREATED,
                 time_limit: time_limit(requests),
-                body: create_body(receiver.url("/hook"), Some(FAR_FUTURE)),
+                body: create_body(receiver.url("/hook"), Some(FAR_FUTURE), None),
             };
             let report = closed_loop(&load).await?;
             let after = daemon.metrics().await?;

@@ -42,7 +42,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             duration,
             expect: StatusCode::CREATED,
             max_in_flight: MAX_IN_FLIGHT,
-            body: create_body(receiver.url("/hook"), None),
+            body: create_body(receiver.url("/hook"), None, None),
         };
         let report = paced(&load).await?;
         let n = report.sends.len() as u64;

@@ -149,14 +149,20 @@ pub struct DaemonCosts<'a> {
 
 /// The body of `POST /v1/deliveries` for delivery number `i` to `target_url`, optionally not
 /// before `not_before` (RFC 3339).
-pub fn create_body(target_url: String, not_before: Option<&'static str>) -> BodyFn {
+pub fn create_body(
+    target_url: String,
+    not_before: Option<&'static str>,
+    mode: Option<&'static str>,
+) -> BodyFn {
     Arc::new(move |i| {
-        let text = match not_before {
-            Some(nb) => {
-                format!(r#"{{"targetUrl":"{target_url}","body":{{"seq":{i}}},"notBefore":"{nb}"}}"#)
-            }
-            None => format!(r#"{{"targetUrl":"{target_url}","body":{{"seq":{i}}}}}"#),
-        };
+        let mut text = format!(r#"{{"targetUrl":"{target_url}","body":{{"seq":{i}}}"#);
+        if let Some(nb) = not_before {
+            text.push_str(&format!(r#","notBefore":"{nb}""#));
+        }
+        if let Some(mode) = mode {
+            text.push_str(&format!(r#","mode":"{mode}""#));
+        }
+        text.push('}');
         Bytes::from(text)
     })
 }
