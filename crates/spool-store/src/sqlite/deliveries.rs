@@ -184,25 +184,16 @@ pub(crate) fn claim(
     let fetch = i64::from(limit) * 2 + 16;
     let mut saturated: HashSet<String> = capacity.saturated().into_iter().collect();
     while (batch.claimed.len() as u32) < limit {
-        let excluded = serde_json::to_string(&saturated.iter().collect::<Vec<_>>())
-            .map_err(|e| StoreError::Database(e.to_string()))?;
-        let candidates: Vec<(String, String, Option<Millis>)> = conn
-            .prepare_cached(
-                "SELECT id, origin, expires_at FROM deliveries INDEXED BY deliveries_due \
-                 WHERE status = 'pending' AND next_attempt_at <= ?1 \
-                   AND origin NOT IN (SELECT value FROM json_each(?2)) \
-                 ORDER BY next_attempt_at LIMIT ?3",
-            )
-            .and_then(|mut st| {
-                st.query_map(params![now, excluded, fetch], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })?
-                .collect()
-            })
-            .map_err(map_err)?;
+        let candidates = due_candidates(conn, now, &saturated, fetch)?;
         let exhausted_candidates = (candidates.len() as i64) < fetch;
         let mut progressed = false;
-        for (id, origin, expires_at) in candidates {
+        for Candidate {
+            id,
+            origin,
+            expires_at,
+            ..
+        } in candidates
+        {
             if (batch.claimed.len() as u32) >= limit {
                 break;
             }
@@ -230,6 +221,97 @@ pub(crate) fn claim(
         }
     }
     Ok(batch)
+}
+
+/// A due pending delivery a claim may take.
+struct Candidate {
+    id: String,
+    origin: String,
+    expires_at: Option<Millis>,
+    due: Millis,
+}
+
+impl Candidate {
+    fn read(r: &Row<'_>) -> rusqlite::Result<Candidate> {
+        Ok(Candidate {
+            id: r.get(0)?,
+            origin: r.get(1)?,
+            expires_at: r.get(2)?,
+            due: r.get(3)?,
+        })
+    }
+}
+
+/// Above this many unsaturated origins with pending work, the due index is read from its head
+/// rather than origin by origin.
+const ORIGIN_SEEKS: usize = 64;
+
+/// Up to `fetch` pending deliveries due by `before`, oldest due first, of origins not in
+/// `saturated`.
+///
+/// Reading the due index from its head and skipping saturated origins costs as many rows as
+/// those origins have due: with one busy target and a large backlog, every claim (and the
+/// scheduler asks at every enqueue) would read the whole backlog. So when origins are
+/// saturated, the origins that still have room are found first (from the kept counts) and, if
+/// they are few, each one's oldest due work is read from its own index: a few seeks, whatever
+/// the backlog.
+fn due_candidates(
+    conn: &Connection,
+    before: Millis,
+    saturated: &HashSet<String>,
+    fetch: i64,
+) -> Result<Vec<Candidate>> {
+    let excluded = serde_json::to_string(&saturated.iter().collect::<Vec<_>>())
+        .map_err(|e| StoreError::Database(e.to_string()))?;
+    if !saturated.is_empty() {
+        let open = open_origins(conn, &excluded)?;
+        if open.len() <= ORIGIN_SEEKS {
+            let mut all = Vec::new();
+            for origin in &open {
+                let mut rows: Vec<Candidate> = conn
+                    .prepare_cached(
+                        "SELECT id, origin, expires_at, next_attempt_at \
+                         FROM deliveries INDEXED BY deliveries_origin_due \
+                         WHERE status = 'pending' AND origin = ?1 AND next_attempt_at <= ?2 \
+                         ORDER BY next_attempt_at LIMIT ?3",
+                    )
+                    .and_then(|mut st| {
+                        st.query_map(params![origin, before, fetch], Candidate::read)?
+                            .collect()
+                    })
+                    .map_err(map_err)?;
+                all.append(&mut rows);
+            }
+            all.sort_by_key(|c| c.due);
+            all.truncate(fetch.max(0) as usize);
+            return Ok(all);
+        }
+    }
+    conn.prepare_cached(
+        "SELECT id, origin, expires_at, next_attempt_at FROM deliveries INDEXED BY deliveries_due \
+         WHERE status = 'pending' AND next_attempt_at <= ?1 \
+           AND origin NOT IN (SELECT value FROM json_each(?2)) \
+         ORDER BY next_attempt_at LIMIT ?3",
+    )
+    .and_then(|mut st| {
+        st.query_map(params![before, excluded, fetch], Candidate::read)?
+            .collect()
+    })
+    .map_err(map_err)
+}
+
+/// Origins with pending work that are not in `excluded` (a JSON array), at most
+/// [`ORIGIN_SEEKS`] + 1: from the kept counts, not from the deliveries.
+fn open_origins(conn: &Connection, excluded: &str) -> Result<Vec<String>> {
+    conn.prepare_cached(
+        "SELECT origin FROM origin_counts WHERE status = 'pending' AND n > 0 \
+         AND origin NOT IN (SELECT value FROM json_each(?1)) LIMIT ?2",
+    )
+    .and_then(|mut st| {
+        st.query_map(params![excluded, ORIGIN_SEEKS as i64 + 1], |r| r.get(0))?
+            .collect()
+    })
+    .map_err(map_err)
 }
 
 /// Fail up to `limit` pending deliveries whose `expires_at` has passed, whether or not they are
@@ -1234,14 +1316,10 @@ pub(crate) fn transitions(conn: &Connection, id: &str) -> Result<Option<Vec<Tran
 
 /// The earliest due time of pending work whose origin is not saturated.
 pub(crate) fn next_due(conn: &Connection, saturated: &[String]) -> Result<Option<Millis>> {
-    let excluded =
-        serde_json::to_string(saturated).map_err(|e| StoreError::Database(e.to_string()))?;
-    conn.prepare_cached(
-        "SELECT next_attempt_at FROM deliveries INDEXED BY deliveries_due WHERE status = 'pending' \
-         AND origin NOT IN (SELECT value FROM json_each(?1)) ORDER BY next_attempt_at LIMIT 1",
-    )
-    .and_then(|mut st| st.query_row([excluded], |r| r.get(0)).optional())
-    .map_err(map_err)
+    let saturated: HashSet<String> = saturated.iter().cloned().collect();
+    Ok(due_candidates(conn, Millis::MAX, &saturated, 1)?
+        .first()
+        .map(|c| c.due))
 }
 
 pub(crate) fn stats(conn: &Connection, now: Millis) -> Result<Stats> {

@@ -40,6 +40,7 @@ macro_rules! conformance_suite {
             claim_respects_limit_and_due_order,
             claim_respects_per_origin_capacity,
             claim_skips_saturated_origins,
+            claim_past_a_saturated_backlog_by_seek_or_by_scan,
             claim_records_attempt_and_lease,
             claim_fails_expired_instead,
             claim_honours_per_origin_limits,
@@ -499,6 +500,84 @@ pub async fn claim_skips_saturated_origins(store: Store) {
         .expect("next_due");
     assert_eq!(next, None, "B has nothing left and A is saturated");
     assert_eq!(count_status(&store, DeliveryStatus::Pending).await, 38);
+}
+
+/// One saturated origin owns a large due backlog ahead of everything else. With few other
+/// origins the claim seeks each one's oldest due work; with many (more than the store seeks one
+/// by one) it reads the due index. Both must find the same work, oldest first, and `next_due`
+/// must agree.
+pub async fn claim_past_a_saturated_backlog_by_seek_or_by_scan(store: Store) {
+    for n in 1..=300 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    let saturated_a = || Capacity {
+        per_origin: 1,
+        in_flight: HashMap::from([(ORIGIN_A.to_owned(), 1)]),
+        limits: HashMap::new(),
+    };
+    assert!(store
+        .claim_due(10, saturated_a(), 60_000)
+        .await
+        .expect("claim")
+        .claimed
+        .is_empty());
+    assert_eq!(
+        store
+            .next_due(vec![ORIGIN_A.to_owned()])
+            .await
+            .expect("next"),
+        None
+    );
+
+    // Few other origins: one seek each.
+    for n in 301..=303 {
+        create(
+            &store,
+            new_delivery(&id(n), None, &format!("http://o{n}.test/x")),
+        )
+        .await;
+    }
+    let first_other = get(&store, &id(301)).await.next_attempt_at;
+    assert_eq!(
+        store
+            .next_due(vec![ORIGIN_A.to_owned()])
+            .await
+            .expect("next"),
+        first_other
+    );
+    let batch = store
+        .claim_due(2, saturated_a(), 60_000)
+        .await
+        .expect("claim");
+    assert_eq!(claimed_ids(&batch.claimed), [id(301), id(302)]);
+
+    // Many other origins: the index is read from its head, past A's backlog.
+    for n in 304..=400 {
+        create(
+            &store,
+            new_delivery(&id(n), None, &format!("http://o{n}.test/x")),
+        )
+        .await;
+    }
+    assert_eq!(
+        store
+            .next_due(vec![ORIGIN_A.to_owned()])
+            .await
+            .expect("next"),
+        get(&store, &id(303)).await.next_attempt_at
+    );
+    let batch = store
+        .claim_due(5, saturated_a(), 60_000)
+        .await
+        .expect("claim");
+    assert_eq!(
+        claimed_ids(&batch.claimed),
+        [id(303), id(304), id(305), id(306), id(307)]
+    );
+    assert_eq!(
+        count_status(&store, DeliveryStatus::Pending).await,
+        300 + 93
+    );
 }
 
 pub async fn claim_records_attempt_and_lease(store: Store) {

@@ -624,3 +624,62 @@ async fn at_most_once_fields_are_validated_and_part_of_idempotency() {
         assert!(plain.get(field).is_none(), "{field}: {plain}");
     }
 }
+
+/// A failed check changes nothing and is asked again: an answer that is not JSON, and a query
+/// the address policy no longer allows (blocked at check time, not only at submission).
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_checks_change_nothing_and_are_asked_again() {
+    let remote = RemoteApi::start().await;
+    remote.set_create(CreateBehavior::Status(502));
+    remote.set_search(SearchBehavior::NotJson);
+    let open = ["--allow-target", "127.0.0.0/8"];
+    let daemon = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::PolicyDefault,
+        &[FLAGS, &open[..]].concat(),
+    )
+    .await;
+    let mut request = order(&remote, "order-11", "1h");
+    let answered = daemon.deliver(request.clone(), &["unknown"]).await;
+    let answered = id_of(&answered);
+    // The second order's query goes to 127.0.0.2, allowed now, blocked after the restart.
+    request["fingerprint"] = json!("order-12");
+    request["reconcile"]["url"] = json!(format!(
+        "http://127.0.0.2:{}/records?fingerprint={{fingerprint}}",
+        remote.port()
+    ));
+    let blocked = id_of(&daemon.deliver(request, &["unknown"]).await);
+    let dir = daemon.stop().await;
+
+    let only_loopback_one = ["--allow-target", "127.0.0.1/32"];
+    let daemon = InProcess::boot_in(
+        dir,
+        Targets::PolicyDefault,
+        &[FLAGS, &only_loopback_one[..]].concat(),
+    )
+    .await;
+    for (id, code) in [
+        (&answered, "invalid_response"),
+        (&blocked, "target_blocked"),
+    ] {
+        let d = wait_for(&daemon.api, id, "two failed checks", |d| {
+            d["checks"].as_u64() >= Some(2)
+        })
+        .await;
+        assert_eq!(d["status"], "unknown", "{d}");
+        let checks = get_json(&daemon.api, &format!("/v1/deliveries/{id}/checks")).await;
+        let first = &checks["checks"][0];
+        assert_eq!(first["errorCode"], code, "{checks}");
+        assert!(first.get("matches").is_none(), "{checks}");
+    }
+    assert_eq!(remote.creates(), 2, "nothing was resent");
+    assert_eq!(
+        daemon
+            .api
+            .metric("spoold_reconcile_checks_total{result=\"failed\"}")
+            .await
+            .expect("metrics")
+            .map(|n| n >= 4.0),
+        Some(true)
+    );
+}
