@@ -896,11 +896,11 @@ fn take_back(
 pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
     let allowed = |d: &Delivery| {
         if !d.status.can_cancel() {
-            Err(TransitionOutcome::Invalid(d.status))
+            Allowed::NotFromStatus
         } else if !d.mode.can_cancel(d.status) {
-            Err(TransitionOutcome::InvalidForMode(d.status))
+            Allowed::NotInMode
         } else {
-            Ok(())
+            Allowed::Yes
         }
     };
     transition(conn, id, allowed, |conn, from| {
@@ -918,10 +918,7 @@ pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<Transit
 }
 
 pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| match d.status.can_retry() {
-        true => Ok(()),
-        false => Err(TransitionOutcome::Invalid(d.status)),
-    };
+    let allowed = |d: &Delivery| Allowed::when(d.status.can_retry());
     transition(conn, id, allowed, |conn, from| {
         let step = conn
             .prepare_cached(
@@ -947,10 +944,7 @@ pub(crate) fn resolve(
     note: &str,
     now: Millis,
 ) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| match d.status.can_resolve() {
-        true => Ok(()),
-        false => Err(TransitionOutcome::Invalid(d.status)),
-    };
+    let allowed = |d: &Delivery| Allowed::when(d.status.can_resolve());
     transition(conn, id, allowed, |conn, from| {
         let (to, reason, remote_id) = match resolution {
             Resolution::Succeeded { remote_id } => {
@@ -1136,17 +1130,38 @@ fn exists(conn: &Connection, id: &str) -> Result<bool> {
         .map_err(map_err)
 }
 
+/// Whether an operator action applies to a delivery.
+enum Allowed {
+    Yes,
+    /// Not from its status.
+    NotFromStatus,
+    /// Not from its status in its mode.
+    NotInMode,
+}
+
+impl Allowed {
+    fn when(allowed: bool) -> Allowed {
+        if allowed {
+            Allowed::Yes
+        } else {
+            Allowed::NotFromStatus
+        }
+    }
+}
+
 fn transition(
     conn: &Connection,
     id: &str,
-    allowed: impl FnOnce(&Delivery) -> std::result::Result<(), TransitionOutcome>,
+    allowed: impl FnOnce(&Delivery) -> Allowed,
     apply: impl FnOnce(&Connection, DeliveryStatus) -> Result<()>,
 ) -> Result<TransitionOutcome> {
     let Some(current) = get(conn, id)? else {
         return Ok(TransitionOutcome::NotFound);
     };
-    if let Err(refused) = allowed(&current) {
-        return Ok(refused);
+    match allowed(&current) {
+        Allowed::Yes => {}
+        Allowed::NotFromStatus => return Ok(TransitionOutcome::Invalid(current.status)),
+        Allowed::NotInMode => return Ok(TransitionOutcome::InvalidForMode(current.status)),
     }
     apply(conn, current.status)?;
     let updated = get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
