@@ -15,6 +15,8 @@
 use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -32,8 +34,11 @@ const BIG_CLIENTS: usize = 8;
 const SMALL_CLIENTS: usize = 12;
 const BIG_BODY: usize = 1000000;
 const SMALL_BODY: usize = 2000;
-/// How long the load runs; bounded per client by count too.
+/// How long the load runs at least, and past the first refusal; bounded per client by count
+/// too.
 const LOAD_FOR: Duration = Duration::from_secs(4);
+/// How long the load may run to meet the fault at all (a slow machine writes less per second).
+const LOAD_AT_MOST: Duration = Duration::from_secs(30);
 const MAX_CREATES_PER_CLIENT: usize = 5000;
 
 /// The daemon's files may not grow past 32 MiB: first everything fits, then the WAL or the
@@ -127,13 +132,16 @@ impl Answers {
     }
 }
 
-/// [`BIG_CLIENTS`] and [`SMALL_CLIENTS`] create for [`LOAD_FOR`]. The load must have seen
-/// both answers, or it proved nothing.
+/// [`BIG_CLIENTS`] and [`SMALL_CLIENTS`] create for [`LOAD_FOR`], and on until a create has
+/// been refused (at most [`LOAD_AT_MOST`]), so the fault lands in the middle of the load however
+/// fast the machine writes. The load must have seen both answers, or it proved nothing.
 async fn mixed_load(api: &Api) -> Answers {
     let mut clients = JoinSet::new();
     let started = Instant::now();
+    let refused = Arc::new(AtomicBool::new(false));
     for client in 0..BIG_CLIENTS + SMALL_CLIENTS {
         let api = api.clone();
+        let refused = Arc::clone(&refused);
         let size = if client < BIG_CLIENTS {
             BIG_BODY
         } else {
@@ -142,7 +150,9 @@ async fn mixed_load(api: &Api) -> Answers {
         clients.spawn(async move {
             let mut answers = Answers::default();
             for n in 0..MAX_CREATES_PER_CLIENT {
-                if started.elapsed() > LOAD_FOR {
+                let elapsed = started.elapsed();
+                if elapsed > LOAD_AT_MOST || (elapsed > LOAD_FOR && refused.load(Ordering::Relaxed))
+                {
                     break;
                 }
                 let key = format!("c{client}-{n}");
@@ -161,6 +171,7 @@ async fn mixed_load(api: &Api) -> Answers {
                             "{body}"
                         );
                         answers.refused.push(key);
+                        refused.store(true, Ordering::Relaxed);
                     }
                     Ok((status, body)) => panic!("unexpected answer {status}: {body}"),
                     Err(_) => answers.unanswered += 1,
