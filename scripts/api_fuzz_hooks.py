@@ -1,11 +1,19 @@
-"""Schemathesis hooks for scripts/api-fuzz: the rules of time that a schema cannot state.
+"""Schemathesis hooks for scripts/api-fuzz: the rules that a schema cannot state.
 
 `expiresAt` must lie in the future and after `notBefore` (JSON Schema has no "now"), so a
 create whose valid date-times break that is moved forward in time just before it is sent (in
 every phase, coverage included), instead of being reported as "schema-valid request rejected".
-Nothing else is changed, and values that are not valid date-times are left alone (they are
-what negative tests are about).
+Values that are not valid date-times are left alone (they are what negative tests are about).
+
+A `reconcile.url` is a URL template: the schema states its start (a scheme and a host), but
+not that it must be a URL once its placeholders are filled in, nor the placeholders' rules
+(`{fingerprint}` needs a fingerprint or an idempotency key). A template string that has the
+right start is replaced by a valid one; strings with a wrong start and non-strings are left
+alone. `reconcile.observationWindow` is a duration from 1s to 720h: a string is replaced by
+`1h`. Both rules are tested directly in the daemon's own tests.
 """
+
+import re
 
 from datetime import datetime, timedelta, timezone
 
@@ -22,11 +30,26 @@ def _parse(value):
     return parsed if parsed.tzinfo else None
 
 
+_TEMPLATE_START = re.compile(r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\\s@:{}]")
+
+
+def _fix_reconcile(body):
+    reconcile = body.get("reconcile")
+    if not isinstance(reconcile, dict):
+        return
+    url = reconcile.get("url")
+    if isinstance(url, str) and _TEMPLATE_START.search(url):
+        reconcile["url"] = "http://127.0.0.1:9/search?delivery={deliveryId}"
+    if isinstance(reconcile.get("observationWindow"), str):
+        reconcile["observationWindow"] = "1h"
+
+
 @schemathesis.hook
 def before_call(ctx, case, **kwargs):
     body = case.body
     if not isinstance(body, dict):
         return
+    _fix_reconcile(body)
     expires = _parse(body.get("expiresAt"))
     if expires is None:
         return

@@ -89,7 +89,7 @@ pub struct CreateDelivery {
     /// RFC 6901 JSON pointer to the target's id in a 2xx response body (e.g. `/id`); the value
     /// found is kept as `remoteId`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^(/.*)?$", max_length = 256)]
+    #[schema(pattern = "^(/([^~]|~[01])*)?$", max_length = 256)]
     pub remote_id_pointer: Option<String>,
 }
 
@@ -116,6 +116,7 @@ pub struct Reconcile {
         required = true,
         nullable = false,
         max_length = 4096,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\s@:{}]",
         example = "https://api.example.com/orders?ref={fingerprint}"
     )]
     pub url: Option<String>,
@@ -128,11 +129,11 @@ pub struct Reconcile {
     pub headers: Option<BTreeMap<String, Option<String>>>,
     /// RFC 6901 pointer to the array of matches in the answer; default: the answer is the array.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^(/.*)?$", max_length = 256)]
+    #[schema(pattern = "^(/([^~]|~[01])*)?$", max_length = 256)]
     pub matches_pointer: Option<String>,
     /// Pointer to the target's id inside one match; default `/id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^(/.*)?$", max_length = 256)]
+    #[schema(pattern = "^(/([^~]|~[01])*)?$", max_length = 256)]
     pub remote_id_pointer: Option<String>,
     /// How long an `unknown` outcome is checked before it goes to `manual_review`, counted from
     /// entering `unknown`: `1h` (the default), `30m`, … between 1s and 30 days.
@@ -371,7 +372,7 @@ pub struct ResolveRequest {
     pub outcome: Option<ResolveOutcome>,
     /// Why; kept in the transition log. Required, at most 4096 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(required = true, nullable = false, min_length = 1, max_length = 4096)]
+    #[schema(required = true, nullable = false, pattern = r"\S", max_length = 4096)]
     pub note: Option<String>,
     /// With `succeeded`: the target's id for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -53,11 +53,15 @@ pub struct Placeholders {
     pub delivery_id: bool,
 }
 
-/// The placeholders of `template`, or the name of the first one that is not known.
+/// The placeholders of `template`, or the name of the first one that is not known (a brace
+/// that opens or closes no placeholder counts as one).
 pub fn placeholders(template: &str) -> Result<Placeholders, String> {
     let mut found = Placeholders::default();
     let mut rest = template;
-    while let Some(open) = rest.find('{') {
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err("}".to_owned());
+        }
         let after = &rest[open + 1..];
         let Some(close) = after.find('}') else {
             return Err(after.to_owned());
@@ -423,6 +427,7 @@ mod tests {
             placeholders("https://h/{fingerprint"),
             Err("fingerprint".to_owned())
         );
+        assert_eq!(placeholders("https://h/a}b"), Err("}".to_owned()));
     }
 
     #[test]

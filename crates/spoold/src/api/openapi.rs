@@ -85,6 +85,19 @@ const HEADER_NAME: &str = r"^ *[!#$%&'*+.^_`|~0-9A-Za-z-]+ *$";
 /// Header values: no control characters but tab.
 const HEADER_VALUE: &str = r"^[^\u0000-\u0008\u000a-\u001f\u007f]*$";
 
+/// Header names a request may carry (`managed`: the names spoold sets itself, as patterns).
+fn headers_names(managed: &[String]) -> Value {
+    json!({
+        "type": "string",
+        "pattern": HEADER_NAME,
+        "not": {"pattern": format!("^ *({}) *$", managed.join("|"))},
+    })
+}
+
+fn header_values() -> Value {
+    json!({"type": ["string", "null"], "pattern": HEADER_VALUE})
+}
+
 fn add_rules(doc: &mut Value) {
     let create = &mut doc["components"]["schemas"]["CreateDelivery"];
     create["properties"]["targetUrl"]["format"] = json!("uri");
@@ -103,16 +116,42 @@ fn add_rules(doc: &mut Value) {
         })
         .collect();
     let headers = &mut create["properties"]["headers"];
-    headers["propertyNames"] = json!({
-        "type": "string",
-        "pattern": HEADER_NAME,
-        "not": {"pattern": format!("^ *({}) *$", managed.join("|"))},
-    });
-    headers["additionalProperties"] = json!({"type": ["string", "null"], "pattern": HEADER_VALUE});
+    headers["propertyNames"] = headers_names(&managed);
+    headers["additionalProperties"] = header_values();
     create["not"] = json!({
         "description": "`body` and `bodyBase64` are not given together",
         "required": ["body", "bodyBase64"],
     });
+    let at_most_once = json!({
+        "required": ["mode"],
+        "properties": {"mode": {"const": "at_most_once"}},
+    });
+    create["allOf"] = json!([
+        {
+            "description": "`reconcile` needs `mode` `at_most_once`",
+            "if": {"required": ["reconcile"], "properties": {"reconcile": {"type": "object"}}},
+            "then": at_most_once,
+        },
+        {
+            "description": "a `fingerprint` (not blank) needs `mode` `at_most_once`",
+            "if": {
+                "required": ["fingerprint"],
+                "properties": {"fingerprint": {"type": "string", "pattern": r"\S"}},
+            },
+            "then": at_most_once,
+        },
+    ]);
+    let reconcile_headers = &mut doc["components"]["schemas"]["Reconcile"]["properties"]["headers"];
+    reconcile_headers["propertyNames"] = headers_names(&managed);
+    reconcile_headers["additionalProperties"] = header_values();
+    doc["components"]["schemas"]["ResolveRequest"]["allOf"] = json!([{
+        "description": "`remoteId` (not blank) goes only with `outcome` `succeeded`",
+        "if": {
+            "required": ["remoteId"],
+            "properties": {"remoteId": {"type": "string", "pattern": r"\S"}},
+        },
+        "then": {"properties": {"outcome": {"const": "succeeded"}}},
+    }]);
     // An empty query parameter is the same as an absent one (as in spoold v0.1.0).
     if let Some(paths) = doc["paths"].as_object_mut() {
         for operation in paths.values_mut().filter_map(Value::as_object_mut) {
