@@ -11,6 +11,11 @@ not that it must be a URL once its placeholders are filled in, nor the placehold
 right start is replaced by a valid one; strings with a wrong start and non-strings are left
 alone. `reconcile.observationWindow` is a duration from 1s to 720h: a string is replaced by
 `1h`. Both rules are tested directly in the daemon's own tests.
+
+Task types are the deployment's (the daemon's configuration file), not the schema's: the fuzzed
+daemon declares one, `fuzz` (`/bin/true`, no parameters). A submission's `type` string becomes
+`fuzz`, and a `params` object whose values are all strings becomes `{}`; anything else is left
+for the negative tests.
 """
 
 import re
@@ -44,10 +49,21 @@ def _fix_reconcile(body):
         reconcile["observationWindow"] = "1h"
 
 
+def _fix_task(body):
+    if isinstance(body.get("type"), str):
+        body["type"] = "fuzz"
+    params = body.get("params")
+    if isinstance(params, dict) and all(isinstance(v, str) for v in params.values()):
+        body["params"] = {}
+
+
 @schemathesis.hook
 def before_call(ctx, case, **kwargs):
     body = case.body
     if not isinstance(body, dict):
+        return
+    if case.operation.path == "/v1/tasks":
+        _fix_task(body)
         return
     _fix_reconcile(body)
     expires = _parse(body.get("expiresAt"))

@@ -40,10 +40,18 @@ pub enum ErrorCode {
     NotReady,
     /// A bearer token is required and was missing or wrong.
     Unauthorized,
+    /// The task type is not declared in the daemon's configuration.
+    UnknownTaskType,
+    /// A task parameter the type does not declare.
+    UnknownParam,
+    /// A parameter the type requires (and has no default for) is missing.
+    MissingParam,
+    /// A task parameter is not a string, too long, or does not match its pattern.
+    InvalidParams,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -60,6 +68,10 @@ impl ErrorCode {
         ErrorCode::InternalError,
         ErrorCode::NotReady,
         ErrorCode::Unauthorized,
+        ErrorCode::UnknownTaskType,
+        ErrorCode::UnknownParam,
+        ErrorCode::MissingParam,
+        ErrorCode::InvalidParams,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +92,10 @@ impl ErrorCode {
             ErrorCode::InternalError => "internal_error",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::UnknownTaskType => "unknown_task_type",
+            ErrorCode::UnknownParam => "unknown_param",
+            ErrorCode::MissingParam => "missing_param",
+            ErrorCode::InvalidParams => "invalid_params",
         }
     }
 
@@ -91,7 +107,11 @@ impl ErrorCode {
             | ErrorCode::TargetBlocked
             | ErrorCode::InvalidStatus
             | ErrorCode::InvalidLimit
-            | ErrorCode::InvalidCursor => 400,
+            | ErrorCode::InvalidCursor
+            | ErrorCode::UnknownTaskType
+            | ErrorCode::UnknownParam
+            | ErrorCode::MissingParam
+            | ErrorCode::InvalidParams => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,

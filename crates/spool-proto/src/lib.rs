@@ -13,6 +13,7 @@ pub mod delivery;
 pub mod error;
 pub mod headers;
 pub mod overview;
+pub mod task;
 pub mod units;
 
 pub use delivery::{
@@ -22,6 +23,10 @@ pub use delivery::{
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use overview::{ActivityView, StatsView, TargetList, TargetView};
+pub use task::{
+    SubmitTask, TaskAttemptList, TaskAttemptView, TaskList, TaskParamView, TaskStatus,
+    TaskTransitionList, TaskTransitionView, TaskTypeList, TaskTypeView, TaskView,
+};
 
 /// Managed headers: set by spoold itself, refused in a create request.
 pub const MANAGED_HEADERS: &[&str] = &[

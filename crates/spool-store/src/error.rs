@@ -42,6 +42,15 @@ pub enum StoreError {
     #[error("database error: {0}")]
     Database(String),
 
+    /// A task status change the state machine does not allow: a bug in the caller, refused
+    /// before anything was written.
+    #[error("illegal task transition {from} → {to} for task {id}")]
+    IllegalTransition {
+        id: String,
+        from: crate::tasks::TaskStatus,
+        to: crate::tasks::TaskStatus,
+    },
+
     /// The writer thread is gone (the store was shut down, or it panicked).
     #[error("store writer has stopped")]
     WriterGone,

@@ -19,6 +19,7 @@ pub mod clock;
 pub mod error;
 pub mod model;
 pub mod sqlite;
+pub mod tasks;
 
 pub use clock::Clock;
 pub use error::{Result, StoreError};
@@ -255,6 +256,107 @@ impl Store {
     /// Install an observer of commits (metrics). Only the first call has an effect.
     pub fn observe_commits(&self, observer: std::sync::Arc<dyn CommitObserver>) {
         dispatch!(self, s => { let _ = s.writer_stats().observer.set(observer); })
+    }
+
+    /// Persist a new task, or resolve its (scope, key) against an existing one: the same digest
+    /// gives the existing task in its current state, another digest a conflict. `Created` only
+    /// after the row is durable; (scope, key) is unique, so racing submissions create one task.
+    pub async fn insert_task(&self, new: tasks::NewTask) -> Result<tasks::TaskInsert> {
+        dispatch!(self, s => s.insert_task(new).await)
+    }
+
+    /// Claim up to `limit` due pending tasks of `types` for one attempt each: `running`, the
+    /// attempt counted and recorded (durable before this returns), leased for `lease_ms` to
+    /// `executor_id`. Tasks past their queue or retry deadline are ended first.
+    pub async fn claim_tasks(
+        &self,
+        limit: u32,
+        types: Vec<String>,
+        lease_ms: i64,
+        executor_id: String,
+    ) -> Result<Vec<tasks::ClaimedTask>> {
+        dispatch!(self, s => s.claim_tasks(limit, types, lease_ms, executor_id).await)
+    }
+
+    /// Record how an attempt ended and where the task goes (`retry_at`: pending again).
+    /// Fenced by the claim: `None` if the task is no longer running under it.
+    pub async fn finish_task(
+        &self,
+        end: tasks::TaskAttemptEnd,
+    ) -> Result<Option<tasks::TaskStatus>> {
+        dispatch!(self, s => s.finish_task(end).await)
+    }
+
+    /// End pending tasks whose queue timeout or retry deadline passed. Returns how many.
+    pub async fn expire_tasks(&self, limit: u32) -> Result<u64> {
+        dispatch!(self, s => s.expire_tasks(limit).await)
+    }
+
+    /// Operator cancel: pending or `manual_review` → canceled; running → marked for its runner.
+    pub async fn cancel_task(&self, id: String) -> Result<tasks::TaskAction> {
+        dispatch!(self, s => s.cancel_task(id).await)
+    }
+
+    /// Operator retry from `failed`, `timed_out`, `interrupted` or `manual_review`: pending at
+    /// once with `extra_attempts` more attempts.
+    pub async fn retry_task(&self, id: String, extra_attempts: u32) -> Result<tasks::TaskAction> {
+        dispatch!(self, s => s.retry_task(id, extra_attempts).await)
+    }
+
+    /// Move a task to `to` (an interrupted task's policy, an operator's decision) if the state
+    /// machine allows it from where it is; `Invalid` otherwise.
+    pub async fn decide_task(
+        &self,
+        id: String,
+        to: tasks::TaskStatus,
+        reason: String,
+        note: Option<String>,
+    ) -> Result<tasks::TaskAction> {
+        dispatch!(self, s => s.decide_task(id, to, reason, note).await)
+    }
+
+    /// At start-up: every running task becomes `interrupted` (`daemon_restart`). Returns their
+    /// ids and types.
+    pub async fn recover_tasks(&self) -> Result<Vec<(String, String)>> {
+        dispatch!(self, s => s.recover_tasks().await)
+    }
+
+    pub async fn get_task(&self, id: String) -> Result<Option<tasks::Task>> {
+        dispatch!(self, s => s.get_task(id).await)
+    }
+
+    /// Oldest first; filters are optional; `after` is a cursor from a previous page.
+    pub async fn list_tasks(
+        &self,
+        status: Option<tasks::TaskStatus>,
+        task_type: Option<String>,
+        limit: u32,
+        after: Option<String>,
+    ) -> Result<tasks::TaskPage> {
+        dispatch!(self, s => s.list_tasks(status, task_type, limit, after).await)
+    }
+
+    pub async fn task_attempts(&self, id: String) -> Result<Option<Vec<tasks::TaskAttempt>>> {
+        dispatch!(self, s => s.task_attempts(id).await)
+    }
+
+    pub async fn task_transitions(&self, id: String) -> Result<Option<Vec<tasks::TaskTransition>>> {
+        dispatch!(self, s => s.task_transitions(id).await)
+    }
+
+    /// When the runner of `types` has work next: a due task, or a deadline to enforce.
+    pub async fn next_task_due(&self, types: Vec<String>) -> Result<Option<Millis>> {
+        dispatch!(self, s => s.next_task_due(types).await)
+    }
+
+    /// Tasks by status, every status present.
+    pub async fn task_counts(&self) -> Result<Vec<(tasks::TaskStatus, u64)>> {
+        dispatch!(self, s => s.task_counts().await)
+    }
+
+    /// Notified after a commit that made a task due or asked to cancel a running one.
+    pub fn tasks_available(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        dispatch!(self, s => s.tasks_available())
     }
 
     /// The store's clock, in milliseconds since the epoch.

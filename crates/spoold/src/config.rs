@@ -10,6 +10,7 @@ use clap::{Parser, ValueEnum};
 use spool_proto::units::{parse_duration, parse_size};
 
 use crate::outbound::Cidr;
+use crate::tasks::{TaskTypes, TypeSpec};
 
 /// spoold: a durable outbound HTTP spool.
 ///
@@ -26,6 +27,16 @@ use crate::outbound::Cidr;
         aliases --workers, --per-target-workers, --max-journal-bytes."
 )]
 pub struct Args {
+    /// Configuration file (TOML): declared task types (`[tasks.NAME]`) and any flag as a key
+    /// (`listen = "127.0.0.1:8080"`); a flag given on the command line or in its environment
+    /// variable wins over the file.
+    #[arg(long, env = "SPOOLD_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Task attempts running at once, over all task types.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub task_concurrency: u32,
+
     /// TCP address of the control API.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: String,
@@ -166,6 +177,9 @@ pub struct Config {
     pub auth_token: Option<AuthToken>,
     /// The store's clock: the host's wall clock (no flag). Tests shift it to step time.
     pub clock: spool_store::Clock,
+    /// The declared task types (`[tasks.*]` of `--config`).
+    pub task_types: std::sync::Arc<TaskTypes>,
+    pub task_concurrency: u32,
 }
 
 /// The API bearer token. Its `Debug` never shows the value.
@@ -229,6 +243,10 @@ impl Args {
     /// Check the flags against each other and build the [`Config`].
     pub fn into_config(self) -> Result<Config, ConfigError> {
         let err = |m: &str| Err(ConfigError(m.to_owned()));
+        let task_types = load_task_types(self.config.as_deref())?;
+        if self.task_concurrency == 0 {
+            return err("--task-concurrency must be at least 1");
+        }
         let listen = match self.unix_socket {
             Some(path) if !path.is_absolute() => {
                 return err("--unix-socket must be an absolute path")
@@ -317,6 +335,8 @@ impl Args {
             max_redirects: self.max_redirects,
             auth_token,
             clock: spool_store::Clock::system(),
+            task_types: std::sync::Arc::new(task_types),
+            task_concurrency: self.task_concurrency,
         })
     }
 }
@@ -348,6 +368,128 @@ fn database_path(given: &Path) -> Result<PathBuf, ConfigError> {
         return Err(ConfigError("--db must not be empty".into()));
     }
     database_path(Path::new(&path))
+}
+
+/// The configuration file as read: the daemon's settings (any flag, by its long name with `_`
+/// or `-`) and the task types.
+#[derive(Debug, Default, serde::Deserialize)]
+struct FileConfig {
+    #[serde(default)]
+    tasks: std::collections::BTreeMap<String, TypeSpec>,
+    #[serde(flatten)]
+    settings: toml::Table,
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| {
+        ConfigError(format!(
+            "{}: {}",
+            path.display(),
+            e.to_string().trim_end().replace('\n', " ")
+        ))
+    })
+}
+
+/// The task types declared in `path`.
+fn load_task_types(path: Option<&Path>) -> Result<TaskTypes, ConfigError> {
+    let Some(path) = path else {
+        return Ok(TaskTypes::default());
+    };
+    let file = read_file(path)?;
+    TaskTypes::from_specs(path, file.tasks).map_err(|e| ConfigError(e.0))
+}
+
+/// Parse the command line, with the settings of `--config` (or `SPOOLD_CONFIG`) filled in
+/// where neither a flag nor its environment variable gave a value. Precedence: command line,
+/// then environment variable, then the file, then the default.
+pub fn parse_args(argv: Vec<String>) -> Result<Args, ArgsError> {
+    use clap::parser::ValueSource;
+    use clap::CommandFactory;
+    let matches = Args::command()
+        .try_get_matches_from(&argv)
+        .map_err(ArgsError::Usage)?;
+    let Some(path) = matches.get_one::<PathBuf>("config").cloned() else {
+        return Args::try_parse_from(argv).map_err(ArgsError::Usage);
+    };
+    let file = read_file(&path).map_err(ArgsError::Config)?;
+    let command = Args::command();
+    let mut from_file: Vec<String> = Vec::new();
+    for (key, value) in &file.settings {
+        let long = key.replace('_', "-");
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long.as_str()) && long != "config")
+            .ok_or_else(|| {
+                ArgsError::Config(ConfigError(format!(
+                    "{}: unknown key {key:?} (a daemon setting is a flag's long name, e.g.                      listen, db; task types go in [tasks.NAME])",
+                    path.display()
+                )))
+            })?;
+        let given = matches!(
+            matches.value_source(arg.get_id().as_str()),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        );
+        if given {
+            continue;
+        }
+        let bad = |what: &str| {
+            ArgsError::Config(ConfigError(format!("{}: {key}: {what}", path.display())))
+        };
+        let values: Vec<&toml::Value> = match value {
+            toml::Value::Array(items) => items.iter().collect(),
+            one => vec![one],
+        };
+        for value in values {
+            match value {
+                toml::Value::Boolean(true) => from_file.push(format!("--{long}")),
+                toml::Value::Boolean(false) => {}
+                toml::Value::String(s) => from_file.push(format!("--{long}={s}")),
+                toml::Value::Integer(n) => from_file.push(format!("--{long}={n}")),
+                _ => {
+                    return Err(bad(
+                        "must be a string, a number, true/false or a list of them",
+                    ))
+                }
+            }
+        }
+    }
+    let mut combined = vec![argv.first().cloned().unwrap_or_else(|| "spoold".into())];
+    combined.extend(from_file);
+    combined.extend(argv.into_iter().skip(1));
+    Args::try_parse_from(combined).map_err(|e| match e.kind() {
+        clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+            ArgsError::Usage(e)
+        }
+        _ => ArgsError::Config(ConfigError(format!(
+            "{}: {}",
+            path.display(),
+            e.to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ")
+        ))),
+    })
+}
+
+/// [`parse_args`] and [`Args::into_config`] in one, every error as one line.
+pub fn load(argv: Vec<String>) -> Result<Config, String> {
+    match parse_args(argv) {
+        Ok(args) => args.into_config().map_err(|e| e.to_string()),
+        Err(ArgsError::Usage(e)) => Err(e.to_string()),
+        Err(ArgsError::Config(e)) => Err(e.to_string()),
+    }
+}
+
+/// Why the arguments could not be read.
+#[derive(Debug)]
+pub enum ArgsError {
+    /// clap's own error (usage, `--help`, `--version`): print it its way.
+    Usage(clap::Error),
+    /// The configuration file is wrong.
+    Config(ConfigError),
 }
 
 /// Accept spoold v0.1.0's Go-style single-dash long flags (`-listen x`, `-workers=4`) by

@@ -26,6 +26,7 @@ mod retention;
 pub mod retry;
 mod scheduler;
 mod submission;
+pub mod tasks;
 mod unix_socket;
 
 use std::net::SocketAddr;
@@ -116,6 +117,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         );
     }
 
+    // Tasks: a crash left their attempts interrupted; each type's on_interrupt decides next.
+    let interrupted_tasks = store.recover_tasks().await?;
+    if !config.task_types.is_empty() {
+        if let Err(e) = tasks::exec::become_subreaper() {
+            warn!(error = %e, "cannot become a child subreaper: a task's descendants that leave \
+                               its process group are not re-parented to spoold");
+        }
+    }
+    let running_tasks = Arc::new(tasks::runner::Running::default());
+
     let policy = outbound::AddressPolicy {
         allow_all: config.allow_private_targets,
         allowed: config.allow_targets.clone(),
@@ -146,6 +157,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         readiness: api::system::Readiness::default(),
         activity: Arc::clone(&activity),
         max_db_bytes: config.max_db_bytes,
+        task_types: Arc::clone(&config.task_types),
+        running_tasks: Arc::clone(&running_tasks),
     });
     let router = api::router(state);
 
@@ -223,6 +236,33 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         tokio::spawn(scheduler.run(stop.clone(), interrupt.clone(), attempts.clone()));
 
     let reconciler_task = tokio::spawn(reconciler.run(stop.clone()));
+    let task_attempts = TaskTracker::new();
+    let runner = Arc::new(tasks::runner::Runner {
+        store: store.clone(),
+        types: Arc::clone(&config.task_types),
+        concurrency: config.task_concurrency,
+        executor_id: executor_id(),
+        lease: config.lease,
+        results_dir: config
+            .db
+            .parent()
+            .map_or_else(
+                || std::path::PathBuf::from("."),
+                std::path::Path::to_path_buf,
+            )
+            .join("task-results"),
+        running: Arc::clone(&running_tasks),
+        stop: stop.clone(),
+        interrupt: interrupt.clone(),
+    });
+    if !config.task_types.is_empty() {
+        if let Err(e) = std::fs::create_dir_all(&runner.results_dir) {
+            warn!(error = %e, dir = %runner.results_dir.display(),
+                  "cannot create the task results directory");
+        }
+    }
+    runner.settle_interrupted(interrupted_tasks).await;
+    let runner_task = tokio::spawn(Arc::clone(&runner).run(task_attempts.clone()));
     let retention_task = tokio::spawn(retention::run(
         store.clone(),
         config.terminal_retention,
@@ -239,7 +279,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         let _ = scheduler_task.await;
         let _ = retention_task.await;
         let _ = reconciler_task.await;
+        let _ = runner_task.await;
         attempts.close();
+        task_attempts.close();
         if !attempts.is_empty() {
             info!(
                 in_flight = attempts.len(),
@@ -247,7 +289,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 "waiting for in-flight attempts to finish"
             );
         }
-        if tokio::time::timeout(shutdown_timeout, attempts.wait())
+        let all_attempts = async {
+            tokio::join!(attempts.wait(), task_attempts.wait());
+        };
+        if tokio::time::timeout(shutdown_timeout, all_attempts)
             .await
             .is_err()
         {
@@ -257,6 +302,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             );
             interrupt.cancel();
             attempts.wait().await;
+            task_attempts.wait().await;
         }
         match tokio::time::timeout(shutdown_timeout, server).await {
             Ok(Ok(Ok(()))) => {}
@@ -271,6 +317,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         info!("stopped");
     });
     Ok(Running { bound, stop, task })
+}
+
+/// `host:pid`: which daemon ran an attempt.
+fn executor_id() -> String {
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    format!("{host}:{}", std::process::id())
 }
 
 async fn open_store(config: &Config) -> Result<Store, StartError> {

@@ -5,11 +5,17 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use spoold::config::{normalize_go_flags, Args};
+use spoold::config::{normalize_go_flags, parse_args, ArgsError};
 
 fn main() -> ExitCode {
-    let args = Args::parse_from(normalize_go_flags(std::env::args()));
+    let args = match parse_args(normalize_go_flags(std::env::args())) {
+        Ok(args) => args,
+        Err(ArgsError::Usage(e)) => e.exit(),
+        Err(ArgsError::Config(e)) => {
+            eprintln!("spoold: {e}");
+            return ExitCode::from(2);
+        }
+    };
     spoold::logging::init(args.log_format);
     let config = match args.into_config() {
         Ok(c) => c,

@@ -8,6 +8,7 @@
 mod checkpoint;
 mod deliveries;
 mod schema;
+mod tasks;
 mod writer;
 
 use std::fs::{self, File, OpenOptions};
@@ -27,6 +28,10 @@ use crate::model::{
     Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
     DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
     Resolution, StartOutcome, Stats, Transition, TransitionOutcome,
+};
+use crate::tasks::{
+    ClaimedTask, NewTask, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage,
+    TaskStatus, TaskTransition,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -88,6 +93,8 @@ struct Inner {
     reader_permits: Arc<Semaphore>,
     /// See [`SqliteStore::work_available`].
     work_available: Arc<Notify>,
+    /// See [`SqliteStore::tasks_available`].
+    tasks_available: Arc<Notify>,
     clock: Clock,
     // The database file, locked (`flock`) for the life of the store: dropping it releases the
     // lock. Dropped last: closing a descriptor of the file would also drop SQLite's own POSIX
@@ -171,6 +178,7 @@ impl SqliteStore {
                 _checkpointer: checkpointer,
                 reader_permits: Arc::new(Semaphore::new(readers.len())),
                 work_available: Arc::new(Notify::new()),
+                tasks_available: Arc::new(Notify::new()),
                 clock: config.clock.clone(),
                 readers: Mutex::new(readers),
                 lock,
@@ -187,6 +195,135 @@ impl SqliteStore {
 
     fn waker(&self) -> Waker {
         Waker(Arc::clone(&self.inner.work_available))
+    }
+
+    /// Notified after a commit that made a task due or asked to cancel a running one.
+    pub fn tasks_available(&self) -> Arc<Notify> {
+        Arc::clone(&self.inner.tasks_available)
+    }
+
+    fn task_waker(&self) -> Waker {
+        Waker(Arc::clone(&self.inner.tasks_available))
+    }
+
+    pub async fn insert_task(&self, new: NewTask) -> Result<TaskInsert> {
+        let wake = self.task_waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| tasks::insert(c, &new, now),
+                move |r| wake.when(matches!(r, Ok(TaskInsert::Created(_)))),
+            )
+            .await
+    }
+
+    pub async fn claim_tasks(
+        &self,
+        limit: u32,
+        types: Vec<String>,
+        lease_ms: i64,
+        executor_id: String,
+    ) -> Result<Vec<ClaimedTask>> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::claim(c, now, limit, &types, lease_ms, &executor_id))
+            .await
+    }
+
+    pub async fn finish_task(&self, end: TaskAttemptEnd) -> Result<Option<TaskStatus>> {
+        let wake = self.task_waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| tasks::finish(c, &end, now),
+                move |r| wake.when(matches!(r, Ok(Some(TaskStatus::Pending)))),
+            )
+            .await
+    }
+
+    pub async fn expire_tasks(&self, limit: u32) -> Result<u64> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::expire(c, now, limit))
+            .await
+    }
+
+    pub async fn cancel_task(&self, id: String) -> Result<TaskAction> {
+        let wake = self.task_waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| tasks::cancel(c, &id, now),
+                move |r| wake.when(matches!(r, Ok(TaskAction::CancelRequested(_)))),
+            )
+            .await
+    }
+
+    pub async fn retry_task(&self, id: String, extra_attempts: u32) -> Result<TaskAction> {
+        let wake = self.task_waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| tasks::retry(c, &id, extra_attempts, now),
+                move |r| wake.when(matches!(r, Ok(TaskAction::Done(_)))),
+            )
+            .await
+    }
+
+    pub async fn decide_task(
+        &self,
+        id: String,
+        to: TaskStatus,
+        reason: String,
+        note: Option<String>,
+    ) -> Result<TaskAction> {
+        let wake = self.task_waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| tasks::decide(c, &id, to, &reason, note.as_deref(), now),
+                move |r| {
+                    wake.when(
+                        matches!(r, Ok(TaskAction::Done(t)) if t.status == TaskStatus::Pending),
+                    )
+                },
+            )
+            .await
+    }
+
+    pub async fn recover_tasks(&self) -> Result<Vec<(String, String)>> {
+        self.inner.writer.write(tasks::recover).await
+    }
+
+    pub async fn get_task(&self, id: String) -> Result<Option<Task>> {
+        self.read(move |c| tasks::get(c, &id)).await
+    }
+
+    pub async fn list_tasks(
+        &self,
+        status: Option<TaskStatus>,
+        task_type: Option<String>,
+        limit: u32,
+        after: Option<String>,
+    ) -> Result<TaskPage> {
+        self.read(move |c| tasks::list(c, status, task_type.as_deref(), limit, after.as_deref()))
+            .await
+    }
+
+    pub async fn task_attempts(&self, id: String) -> Result<Option<Vec<TaskAttempt>>> {
+        self.read(move |c| tasks::attempts(c, &id)).await
+    }
+
+    pub async fn task_transitions(&self, id: String) -> Result<Option<Vec<TaskTransition>>> {
+        self.read(move |c| tasks::transitions(c, &id)).await
+    }
+
+    pub async fn next_task_due(&self, types: Vec<String>) -> Result<Option<Millis>> {
+        self.read(move |c| tasks::next_due(c, &types)).await
+    }
+
+    pub async fn task_counts(&self) -> Result<Vec<(TaskStatus, u64)>> {
+        self.read(tasks::counts).await
     }
 
     /// The store's clock: due times and leases are decided on it (read in the writer).

@@ -167,6 +167,73 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (delivery_id, seq)
     ) WITHOUT ROWID;
     "#,
+    // 7: tasks (declared commands run as durable tasks), their attempts and transition log.
+    // (scope, idempotency_key) is UNIQUE: two racing submissions create one task.
+    r#"
+    CREATE TABLE tasks (
+        id               TEXT    NOT NULL UNIQUE,
+        task_type        TEXT    NOT NULL,
+        scope            TEXT    NOT NULL,
+        idempotency_key  TEXT,
+        params           TEXT    NOT NULL,
+        digest           BLOB    NOT NULL,
+        status           TEXT    NOT NULL,
+        attempts         INTEGER NOT NULL DEFAULT 0,
+        max_attempts     INTEGER NOT NULL,
+        claim_seq        INTEGER NOT NULL DEFAULT 0,
+        log_seq          INTEGER NOT NULL DEFAULT 0,
+        created_at       INTEGER NOT NULL,
+        updated_at       INTEGER NOT NULL,
+        started_at       INTEGER,
+        finished_at      INTEGER,
+        next_run_at      INTEGER,
+        not_before       INTEGER,
+        queue_deadline   INTEGER,
+        retry_deadline   INTEGER,
+        lease_until      INTEGER,
+        executor_id      TEXT,
+        error_code       TEXT,
+        error            TEXT,
+        exit_code        INTEGER,
+        signal           INTEGER,
+        result_summary   TEXT,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (scope, idempotency_key)
+    );
+    CREATE INDEX tasks_due ON tasks (next_run_at) WHERE status = 'pending';
+    CREATE INDEX tasks_queued ON tasks (queue_deadline)
+        WHERE status = 'pending' AND attempts = 0 AND queue_deadline IS NOT NULL;
+    CREATE INDEX tasks_status ON tasks (status, id);
+    CREATE INDEX tasks_type ON tasks (task_type, id);
+    CREATE TABLE task_attempts (
+        task_id          TEXT    NOT NULL,
+        number           INTEGER NOT NULL,
+        started_at       INTEGER NOT NULL,
+        finished_at      INTEGER,
+        outcome          TEXT,
+        exit_code        INTEGER,
+        signal           INTEGER,
+        error_code       TEXT,
+        error            TEXT,
+        duration_ms      INTEGER,
+        executor_id      TEXT    NOT NULL,
+        output_bytes     INTEGER,
+        output_truncated INTEGER,
+        killed           INTEGER,
+        PRIMARY KEY (task_id, number)
+    ) WITHOUT ROWID;
+    CREATE TABLE task_transitions (
+        task_id     TEXT    NOT NULL,
+        seq         INTEGER NOT NULL,
+        from_status TEXT,
+        to_status   TEXT    NOT NULL,
+        attempt     INTEGER NOT NULL,
+        at          INTEGER NOT NULL,
+        reason      TEXT    NOT NULL,
+        note        TEXT,
+        PRIMARY KEY (task_id, seq)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this binary writes.

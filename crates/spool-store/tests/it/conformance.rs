@@ -15,6 +15,9 @@ use spool_store::model::{
 use spool_store::{Capacity, Store};
 use tokio::task::JoinSet;
 
+mod tasks;
+pub use tasks::*;
+
 /// What the suite needs from a backend: a fresh, empty store, and a way to reopen the same
 /// database with an admission limit.
 pub trait Backend: Sized {
@@ -73,6 +76,13 @@ macro_rules! conformance_suite {
             recover_makes_started_at_most_once_unknown,
             resolve_transitions,
             cancel_of_at_most_once_in_flight_is_refused,
+            task_submission_is_idempotent_by_scope_and_key,
+            concurrent_task_submissions_create_one,
+            task_attempts_retry_then_succeed,
+            task_deadlines_end_waiting_tasks,
+            task_cancel_pending_and_running,
+            recover_interrupts_running_tasks,
+            every_task_transition_is_checked,
             ping_writes,
         );
 
@@ -2180,6 +2190,16 @@ pub async fn cancel_of_at_most_once_in_flight_is_refused(store: Store) {
         store.cancel(id(2)).await.expect("cancel"),
         TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Canceled
     ));
+}
+
+/// A task's status now.
+async fn task_status(store: &Store, n: u32) -> spool_store::tasks::TaskStatus {
+    store
+        .get_task(id(n))
+        .await
+        .expect("get task")
+        .expect("task exists")
+        .status
 }
 
 /// Wait until the store's clock has reached `at`.

@@ -502,7 +502,8 @@ fn reconcile_view(stored: Option<&str>, reveal: bool) -> Option<Reconcile> {
     Some(spec)
 }
 
-fn is_delivery_id(s: &str) -> bool {
+/// 32 lowercase hex characters: a delivery's or a task's id.
+pub(crate) fn is_delivery_id(s: &str) -> bool {
     s.len() == 32
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))

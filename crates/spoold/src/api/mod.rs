@@ -10,6 +10,7 @@ pub mod openapi;
 pub mod stats;
 pub mod system;
 pub mod targets;
+pub mod tasks;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,6 +43,10 @@ pub struct AppState {
     pub activity: Arc<crate::activity::Activity>,
     /// The admission limit (`--max-db-bytes`); 0 = none.
     pub max_db_bytes: u64,
+    /// The declared task types.
+    pub task_types: Arc<crate::tasks::TaskTypes>,
+    /// Attempts running here, to stop one whose task an operator canceled.
+    pub running_tasks: Arc<crate::tasks::runner::Running>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -67,6 +72,13 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/deliveries/{id}/resolve", post(deliveries::resolve))
         .route("/v1/deliveries/{id}/cancel", post(deliveries::cancel))
         .route("/v1/deliveries/{id}/retry", post(deliveries::retry))
+        .route("/v1/tasks", post(tasks::submit).get(tasks::list))
+        .route("/v1/tasks/{id}", get(tasks::get))
+        .route("/v1/tasks/{id}/attempts", get(tasks::attempts))
+        .route("/v1/tasks/{id}/transitions", get(tasks::transitions))
+        .route("/v1/tasks/{id}/cancel", post(tasks::cancel))
+        .route("/v1/tasks/{id}/retry", post(tasks::retry))
+        .route("/v1/task-types", get(tasks::types))
         .route("/v1/stats", get(stats::stats))
         .route("/v1/targets", get(targets::targets))
         .fallback(not_found)

@@ -19,6 +19,7 @@ mod retention;
 mod security;
 mod ssrf_netns;
 mod storage_faults;
+mod tasks;
 mod tidy;
 mod validation;
 

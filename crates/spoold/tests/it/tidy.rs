@@ -57,6 +57,30 @@ fn only_outbound_builds_http_clients_to_targets() {
 }
 
 #[test]
+fn only_tasks_exec_spawns_processes() {
+    let offenders: Vec<PathBuf> = sources()
+        .into_iter()
+        .filter(|p| is_under(p, "/spoold/src/") && !p.ends_with("tasks/exec.rs"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            text.contains("process::Command") || text.contains("Command::new(")
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "processes spawned outside tasks/exec.rs: {offenders:#?}"
+    );
+    // And the daemon's library code spawns nothing else: only exec builds a Command.
+    let exec =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/tasks/exec.rs"))
+            .expect("read exec.rs");
+    assert!(
+        exec.contains("Command::new("),
+        "exec.rs is where attempts are spawned"
+    );
+}
+
+#[test]
 fn no_unwrap_in_library_code() {
     let offenders: Vec<String> = sources()
         .into_iter()

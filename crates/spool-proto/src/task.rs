@@ -1,0 +1,216 @@
+//! Task JSON: submission, the task object, listings, attempts, transitions and declared types.
+//! Same conventions as deliveries: camelCase, absent values omitted, RFC 3339 with milliseconds,
+//! durations as strings (`10m`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /v1/tasks`: run a declared task type.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubmitTask {
+    /// A task type declared in the daemon's configuration. Required.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false, example = "backup")]
+    pub task_type: Option<String>,
+    /// The type's parameters, each a string matching its declared pattern.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
+    pub params: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Only for a type without an `idempotency_key` template: the business key (≤ 256 bytes).
+    /// The same key with the same parameters returns the existing task (200); with other
+    /// parameters, 409 `idempotency_conflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// RFC 3339: do not start before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub not_before: Option<String>,
+}
+
+/// The status of a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Interrupted,
+    Canceled,
+    ManualReview,
+}
+
+/// A task as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    pub status: TaskStatus,
+    /// Attempts started so far (the number of the last one).
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub params: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    pub scope: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// When the next attempt may start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run_at: Option<String>,
+    /// A task not started by then ends `timed_out` (`queue_timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_deadline: Option<String>,
+    /// No attempt starts after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_deadline: Option<String>,
+    /// `transient`, `script_error`, `invalid_params`, `permission_denied`, `timed_out`,
+    /// `canceled`, `queue_timeout`, `retry_deadline`, `spawn_failed`, `daemon_restart`, …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether an automatic retry can still happen.
+    pub retryable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// What the script wrote to `SPOOLD_RESULT_FILE` (at most 4 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_summary: Option<String>,
+    /// Steps the script reported done (checkpoints).
+    pub completed_steps: Vec<String>,
+    /// An operator asked to cancel it while it ran; its attempt is being stopped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_requested: bool,
+}
+
+/// `GET /v1/tasks`
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskList {
+    pub count: usize,
+    pub tasks: Vec<TaskView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// One attempt of a task.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskAttemptView {
+    pub number: u32,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// `succeeded`, `failed`, `timed_out`, `canceled`, `interrupted`; absent while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<i64>,
+    /// `host:pid` of the daemon that ran it.
+    pub executor_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_truncated: Option<bool>,
+    /// SIGKILL was needed to end it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed: Option<bool>,
+}
+
+/// `GET /v1/tasks/{id}/attempts`
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TaskAttemptList {
+    pub attempts: Vec<TaskAttemptView>,
+}
+
+/// One status change of a task.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskTransitionView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<TaskStatus>,
+    pub to: TaskStatus,
+    pub attempt: u32,
+    pub at: String,
+    /// `submitted`, `started`, the attempt's error code, `succeeded`, `retry`, `canceled`,
+    /// `queue_timeout`, `retry_deadline`, `daemon_restart`, `on_interrupt`, `retried`, …
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// `GET /v1/tasks/{id}/transitions`: oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TaskTransitionList {
+    pub transitions: Vec<TaskTransitionView>,
+}
+
+/// A declared parameter.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskParamView {
+    /// The whole value must match.
+    pub pattern: String,
+    pub max_length: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+}
+
+/// A declared task type (no environment values: they may be secrets).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskTypeView {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// argv templates (no shell).
+    pub command: Vec<String>,
+    pub params: BTreeMap<String, TaskParamView>,
+    /// The business key template; absent: submissions give their own key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    pub scope: String,
+    pub timeout: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_deadline: Option<String>,
+    pub max_attempts: u32,
+    pub backoff_base: String,
+    pub backoff_cap: String,
+    pub kill_grace: String,
+    pub retry_on_timeout: bool,
+    /// Exit code → `invalid_params`, `permission_denied`, `transient` or `script_error`.
+    pub exit_codes: BTreeMap<String, String>,
+    /// `review`, `retry` or `fail`.
+    pub on_interrupt: String,
+    pub operator_retry: bool,
+    /// Names of the variables the type sets (values not shown).
+    pub env: Vec<String>,
+}
+
+/// `GET /v1/task-types`
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TaskTypeList {
+    pub types: Vec<TaskTypeView>,
+}

@@ -1,0 +1,687 @@
+//! The SQL behind tasks. Every status change goes through [`change`], which checks the state
+//! machine ([`TaskStatus::can_become`]), fences on the current status, bumps the log sequence
+//! and appends the transition, all in the caller's transaction.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::map_err;
+use crate::error::{Result, StoreError};
+use crate::model::{clip_error, Millis};
+use crate::tasks::{
+    ClaimedTask, NewTask, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage,
+    TaskStatus, TaskTransition,
+};
+
+const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, attempts, \
+     max_attempts, created_at, updated_at, started_at, finished_at, next_run_at, not_before, \
+     queue_deadline, retry_deadline, lease_until, executor_id, error_code, error, exit_code, \
+     signal, result_summary, cancel_requested";
+
+pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<TaskInsert> {
+    if let Some(key) = &new.idempotency_key {
+        let known: Option<(String, Vec<u8>)> = conn
+            .prepare_cached(
+                "SELECT id, digest FROM tasks WHERE scope = ?1 AND idempotency_key = ?2",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![new.scope, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(map_err)?;
+        if let Some((id, digest)) = known {
+            if digest != new.digest {
+                return Ok(TaskInsert::Conflict { existing_id: id });
+            }
+            return get(conn, &id)?
+                .map(TaskInsert::Existing)
+                .ok_or_else(|| StoreError::Database(format!("task {id} vanished")));
+        }
+    }
+    let due = new.not_before.map_or(now, |nb| nb.max(now));
+    let queue_deadline = new.queue_timeout_ms.map(|t| now + t);
+    let retry_deadline = new.retry_deadline_ms.map(|t| now + t);
+    conn.prepare_cached(
+        "INSERT INTO tasks (id, task_type, scope, idempotency_key, params, digest, status, \
+         max_attempts, created_at, updated_at, next_run_at, not_before, queue_deadline, \
+         retry_deadline, log_seq) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?8, ?9, ?10, ?11, ?12, 1)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            new.id,
+            new.task_type,
+            new.scope,
+            new.idempotency_key,
+            new.params,
+            new.digest,
+            new.max_attempts,
+            now,
+            due,
+            new.not_before,
+            queue_deadline,
+            retry_deadline,
+        ])
+    })
+    .map_err(map_err)?;
+    log(
+        conn,
+        &new.id,
+        None,
+        TaskStatus::Pending,
+        (1, 0),
+        now,
+        "submitted",
+        None,
+    )?;
+    get(conn, &new.id)?
+        .map(TaskInsert::Created)
+        .ok_or_else(|| StoreError::Database("inserted task vanished".into()))
+}
+
+/// Change a task's status from `from` to `to`, with the state machine's permission, and log it.
+/// `set` is the rest of the UPDATE's SET clause: it may use `?3` (now) and `?5`, `?6`, … (the
+/// values of `extra`, in order).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one status change: where from and to, why, when, and what else the row gets"
+)]
+fn change(
+    conn: &Connection,
+    id: &str,
+    from: TaskStatus,
+    to: TaskStatus,
+    now: Millis,
+    reason: &str,
+    note: Option<&str>,
+    set: &str,
+    extra: &[&dyn rusqlite::ToSql],
+) -> Result<()> {
+    if !from.can_become(to) {
+        return Err(StoreError::IllegalTransition {
+            id: id.to_owned(),
+            from,
+            to,
+        });
+    }
+    let comma = if set.is_empty() { "" } else { ", " };
+    let sql = format!(
+        "UPDATE tasks SET status = ?4, updated_at = ?3, log_seq = log_seq + 1{comma}{set} \
+         WHERE id = ?1 AND status = ?2 RETURNING log_seq, attempts"
+    );
+    let (from_text, to_text) = (from.as_str(), to.as_str());
+    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&id, &from_text, &now, &to_text];
+    values.extend(extra.iter().copied());
+    let step: Option<(u32, u32)> = conn
+        .prepare_cached(&sql)
+        .and_then(|mut st| {
+            st.query_row(values.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .map_err(map_err)?;
+    let step = step.ok_or_else(|| {
+        StoreError::Database(format!(
+            "task {id} was not {from} when it was to become {to}"
+        ))
+    })?;
+    log(conn, id, Some(from), to, step, now, reason, note)
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one row of the log, written in one place"
+)]
+fn log(
+    conn: &Connection,
+    id: &str,
+    from: Option<TaskStatus>,
+    to: TaskStatus,
+    (seq, attempt): (u32, u32),
+    at: Millis,
+    reason: &str,
+    note: Option<&str>,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO task_transitions (task_id, seq, from_status, to_status, attempt, at, \
+         reason, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            id,
+            seq,
+            from.map(TaskStatus::as_str),
+            to.as_str(),
+            attempt,
+            at,
+            reason,
+            note
+        ])
+    })
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// End tasks whose time ran out while pending, as `timed_out`: never started by their queue
+/// deadline (`queue_timeout`), or the next attempt not started by the retry deadline
+/// (`retry_deadline`). At most `limit`; returns how many.
+pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> {
+    let due: Vec<(String, u32, Option<Millis>, Option<Millis>)> = conn
+        .prepare_cached(
+            "SELECT id, attempts, queue_deadline, retry_deadline FROM tasks \
+             WHERE status = 'pending' AND ((attempts = 0 AND queue_deadline <= ?1) \
+                OR retry_deadline <= ?1) \
+             LIMIT ?2",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![now, limit], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect()
+        })
+        .map_err(map_err)?;
+    for (id, attempts, queue_deadline, _) in &due {
+        let queued = *attempts == 0 && queue_deadline.is_some_and(|d| d <= now);
+        let (code, text) = if queued {
+            ("queue_timeout", "not started before its queue timeout")
+        } else {
+            (
+                "retry_deadline",
+                "its retry deadline passed before the next attempt could start",
+            )
+        };
+        change(
+            conn,
+            id,
+            TaskStatus::Pending,
+            TaskStatus::TimedOut,
+            now,
+            code,
+            None,
+            "error_code = ?5, error = ?6, next_run_at = NULL, finished_at = ?3",
+            &[&code, &text],
+        )?;
+    }
+    Ok(due.len() as u64)
+}
+
+/// Claim up to `limit` due pending tasks of the given types (oldest due first, submission order
+/// among equals) for one attempt each: `running`, attempt counted and recorded, leased.
+pub(crate) fn claim(
+    conn: &Connection,
+    now: Millis,
+    limit: u32,
+    types: &[String],
+    lease_ms: i64,
+    executor_id: &str,
+) -> Result<Vec<ClaimedTask>> {
+    expire(conn, now, 256)?;
+    let types = serde_json::to_string(types).map_err(|e| StoreError::Database(e.to_string()))?;
+    let ids: Vec<String> = conn
+        .prepare_cached(
+            "SELECT id FROM tasks INDEXED BY tasks_due WHERE status = 'pending' \
+             AND next_run_at <= ?1 AND task_type IN (SELECT value FROM json_each(?2)) \
+             ORDER BY next_run_at, id LIMIT ?3",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![now, types, limit], |r| r.get(0))?
+                .collect()
+        })
+        .map_err(map_err)?;
+    let mut claimed = Vec::with_capacity(ids.len());
+    let lease_until = now + lease_ms;
+    for id in ids {
+        change(
+            conn,
+            &id,
+            TaskStatus::Pending,
+            TaskStatus::Running,
+            now,
+            "started",
+            None,
+            "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = ?5, \
+             executor_id = ?6, started_at = COALESCE(started_at, ?3), next_run_at = NULL",
+            &[&lease_until, &executor_id],
+        )?;
+        let task = conn
+            .prepare_cached(
+                "SELECT id, task_type, params, claim_seq, attempts, max_attempts, created_at, \
+                 retry_deadline, idempotency_key FROM tasks WHERE id = ?1",
+            )
+            .and_then(|mut st| {
+                st.query_row([&id], |r| {
+                    Ok(ClaimedTask {
+                        id: r.get(0)?,
+                        task_type: r.get(1)?,
+                        params: r.get(2)?,
+                        claim_seq: r.get(3)?,
+                        attempt: r.get(4)?,
+                        max_attempts: r.get(5)?,
+                        created_at: r.get(6)?,
+                        started_at: now,
+                        retry_deadline: r.get(7)?,
+                        idempotency_key: r.get(8)?,
+                    })
+                })
+            })
+            .map_err(map_err)?;
+        conn.prepare_cached(
+            "INSERT INTO task_attempts (task_id, number, started_at, executor_id) \
+             VALUES (?1, ?2, ?3, ?4)",
+        )
+        .and_then(|mut st| st.execute(params![id, task.attempt, now, executor_id]))
+        .map_err(map_err)?;
+        claimed.push(task);
+    }
+    Ok(claimed)
+}
+
+/// Record how an attempt ended. Fenced: only while the task is running under this claim
+/// (`None` otherwise; only the attempt row is then written). A retry is two logged changes:
+/// `running → failed | timed_out` with the attempt's reason, then `→ pending`.
+pub(crate) fn finish(
+    conn: &Connection,
+    end: &TaskAttemptEnd,
+    now: Millis,
+) -> Result<Option<TaskStatus>> {
+    let current: Option<(String, u32, u32)> = conn
+        .prepare_cached("SELECT status, claim_seq, attempts FROM tasks WHERE id = ?1")
+        .and_then(|mut st| {
+            st.query_row([&end.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()
+        })
+        .map_err(map_err)?;
+    let Some((status, claim_seq, attempt)) = current else {
+        return Ok(None);
+    };
+    let error = end.error.as_deref().map(clip_error);
+    let summary = end.result_summary.as_deref().map(clip_error);
+    conn.prepare_cached(
+        "UPDATE task_attempts SET finished_at = ?3, outcome = ?4, exit_code = ?5, signal = ?6, \
+         error_code = ?7, error = ?8, duration_ms = ?9, output_bytes = ?10, \
+         output_truncated = ?11, killed = ?12 \
+         WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            end.id,
+            attempt,
+            now,
+            end.outcome.as_str(),
+            end.exit_code,
+            end.signal,
+            end.error_code,
+            error,
+            end.duration_ms,
+            end.output_bytes as i64,
+            end.output_truncated,
+            end.killed,
+        ])
+    })
+    .map_err(map_err)?;
+    if status != TaskStatus::Running.as_str() || claim_seq != end.claim_seq {
+        return Ok(None);
+    }
+    let reason = end
+        .error_code
+        .clone()
+        .unwrap_or_else(|| end.outcome.as_str().to_owned());
+    let finished = if end.retry_at.is_some() {
+        None
+    } else {
+        Some(now)
+    };
+    change(
+        conn,
+        &end.id,
+        TaskStatus::Running,
+        end.outcome,
+        now,
+        &reason,
+        None,
+        "lease_until = NULL, error_code = ?5, error = ?6, exit_code = ?7, signal = ?8, \
+         result_summary = COALESCE(?9, result_summary), finished_at = ?10",
+        &[
+            &end.error_code,
+            &error,
+            &end.exit_code,
+            &end.signal,
+            &summary,
+            &finished,
+        ],
+    )?;
+    let Some(at) = end.retry_at else {
+        return Ok(Some(end.outcome));
+    };
+    let note = format!(
+        "attempt {} of {}",
+        attempt + 1,
+        max_attempts(conn, &end.id)?
+    );
+    change(
+        conn,
+        &end.id,
+        end.outcome,
+        TaskStatus::Pending,
+        now,
+        "retry",
+        Some(&note),
+        "next_run_at = ?5",
+        &[&at],
+    )?;
+    Ok(Some(TaskStatus::Pending))
+}
+
+fn max_attempts(conn: &Connection, id: &str) -> Result<u32> {
+    conn.prepare_cached("SELECT max_attempts FROM tasks WHERE id = ?1")
+        .and_then(|mut st| st.query_row([id], |r| r.get(0)))
+        .map_err(map_err)
+}
+
+/// An operator's cancel: a pending or `manual_review` task is canceled at once; a running one
+/// is marked, and its runner ends the attempt as `canceled`.
+pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TaskAction> {
+    let Some(task) = get(conn, id)? else {
+        return Ok(TaskAction::NotFound);
+    };
+    match task.status {
+        TaskStatus::Running => {
+            conn.prepare_cached("UPDATE tasks SET cancel_requested = 1 WHERE id = ?1")
+                .and_then(|mut st| st.execute([id]))
+                .map_err(map_err)?;
+            let task =
+                get(conn, id)?.ok_or_else(|| StoreError::Database("task vanished".into()))?;
+            return Ok(TaskAction::CancelRequested(task));
+        }
+        from @ (TaskStatus::Pending | TaskStatus::ManualReview) => change(
+            conn,
+            id,
+            from,
+            TaskStatus::Canceled,
+            now,
+            "canceled",
+            None,
+            "next_run_at = NULL, finished_at = ?3",
+            &[],
+        )?,
+        other => return Ok(TaskAction::Invalid(other)),
+    }
+    done(conn, id)
+}
+
+/// An operator's retry: from `failed`, `timed_out`, `interrupted` or `manual_review`, pending
+/// again at once with `extra_attempts` more attempts. A deadline that has passed no longer
+/// applies (the operator's decision overrides it).
+pub(crate) fn retry(
+    conn: &Connection,
+    id: &str,
+    extra_attempts: u32,
+    now: Millis,
+) -> Result<TaskAction> {
+    let Some(task) = get(conn, id)? else {
+        return Ok(TaskAction::NotFound);
+    };
+    if !task.status.can_become(TaskStatus::Pending) {
+        return Ok(TaskAction::Invalid(task.status));
+    }
+    let max = task.attempts + extra_attempts.max(1);
+    change(
+        conn,
+        id,
+        task.status,
+        TaskStatus::Pending,
+        now,
+        "retried",
+        Some("an operator's retry"),
+        "next_run_at = ?3, max_attempts = ?5, finished_at = NULL, cancel_requested = 0, \
+         retry_deadline = CASE WHEN retry_deadline <= ?3 THEN NULL ELSE retry_deadline END, \
+         queue_deadline = CASE WHEN queue_deadline <= ?3 THEN NULL ELSE queue_deadline END",
+        &[&max],
+    )?;
+    done(conn, id)
+}
+
+/// Move a task to `to` for `reason` (an interrupted task's policy, an operator's decision),
+/// if the state machine allows it from where it is.
+pub(crate) fn decide(
+    conn: &Connection,
+    id: &str,
+    to: TaskStatus,
+    reason: &str,
+    note: Option<&str>,
+    now: Millis,
+) -> Result<TaskAction> {
+    let Some(task) = get(conn, id)? else {
+        return Ok(TaskAction::NotFound);
+    };
+    if !task.status.can_become(to) || to == TaskStatus::Running {
+        return Ok(TaskAction::Invalid(task.status));
+    }
+    let set = match to {
+        TaskStatus::Pending => "next_run_at = ?3, finished_at = NULL",
+        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, ?3)",
+    };
+    change(conn, id, task.status, to, now, reason, note, set, &[])?;
+    done(conn, id)
+}
+
+/// At start-up, when the previous owner is known to be dead: every running task becomes
+/// `interrupted` (`daemon_restart`); its attempt is closed as interrupted. Returns their ids
+/// and types, for the daemon to apply each type's `on_interrupt`.
+pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Vec<(String, String)>> {
+    let running: Vec<(String, String, u32)> = conn
+        .prepare_cached("SELECT id, task_type, attempts FROM tasks WHERE status = 'running'")
+        .and_then(|mut st| {
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
+        })
+        .map_err(map_err)?;
+    for (id, _, attempt) in &running {
+        conn.prepare_cached(
+            "UPDATE task_attempts SET finished_at = ?3, outcome = 'interrupted', \
+             error_code = 'daemon_restart', duration_ms = ?3 - started_at \
+             WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
+        )
+        .and_then(|mut st| st.execute(params![id, attempt, now]))
+        .map_err(map_err)?;
+        change(
+            conn,
+            id,
+            TaskStatus::Running,
+            TaskStatus::Interrupted,
+            now,
+            "daemon_restart",
+            Some("the daemon stopped while the attempt ran"),
+            "lease_until = NULL, error_code = 'daemon_restart', \
+             error = 'interrupted: the daemon stopped while the attempt ran'",
+            &[],
+        )?;
+    }
+    Ok(running.into_iter().map(|(id, ty, _)| (id, ty)).collect())
+}
+
+fn done(conn: &Connection, id: &str) -> Result<TaskAction> {
+    get(conn, id)?
+        .map(TaskAction::Done)
+        .ok_or_else(|| StoreError::Database("task vanished".into()))
+}
+
+pub(crate) fn get(conn: &Connection, id: &str) -> Result<Option<Task>> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"))
+        .and_then(|mut st| st.query_row([id], row_to_task).optional())
+        .map_err(map_err)
+}
+
+/// Oldest first; `after` is the id of the last task of the previous page.
+pub(crate) fn list(
+    conn: &Connection,
+    status: Option<TaskStatus>,
+    task_type: Option<&str>,
+    limit: u32,
+    after: Option<&str>,
+) -> Result<TaskPage> {
+    let mut rows: Vec<Task> = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR status = ?1) \
+             AND (?2 IS NULL OR task_type = ?2) AND id > ?3 ORDER BY id LIMIT ?4"
+        ))
+        .and_then(|mut st| {
+            st.query_map(
+                params![
+                    status.map(TaskStatus::as_str),
+                    task_type,
+                    after.unwrap_or(""),
+                    i64::from(limit) + 1
+                ],
+                row_to_task,
+            )?
+            .collect()
+        })
+        .map_err(map_err)?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|t| t.id.clone())
+    } else {
+        None
+    };
+    Ok(TaskPage {
+        tasks: rows,
+        next_cursor,
+    })
+}
+
+pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<TaskAttempt>>> {
+    if get(conn, id)?.is_none() {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "SELECT number, started_at, finished_at, outcome, exit_code, signal, error_code, error, \
+         duration_ms, executor_id, output_bytes, output_truncated, killed \
+         FROM task_attempts WHERE task_id = ?1 ORDER BY number",
+    )
+    .and_then(|mut st| {
+        st.query_map([id], |r| {
+            Ok(TaskAttempt {
+                number: r.get(0)?,
+                started_at: r.get(1)?,
+                finished_at: r.get(2)?,
+                outcome: r.get(3)?,
+                exit_code: r.get(4)?,
+                signal: r.get(5)?,
+                error_code: r.get(6)?,
+                error: r.get(7)?,
+                duration_ms: r.get(8)?,
+                executor_id: r.get(9)?,
+                output_bytes: r.get::<_, Option<i64>>(10)?.map(|n| n.max(0) as u64),
+                output_truncated: r.get(11)?,
+                killed: r.get(12)?,
+            })
+        })?
+        .collect()
+    })
+    .map(Some)
+    .map_err(map_err)
+}
+
+pub(crate) fn transitions(conn: &Connection, id: &str) -> Result<Option<Vec<TaskTransition>>> {
+    if get(conn, id)?.is_none() {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "SELECT from_status, to_status, attempt, at, reason, note FROM task_transitions \
+         WHERE task_id = ?1 ORDER BY seq",
+    )
+    .and_then(|mut st| {
+        st.query_map([id], |r| {
+            let from: Option<String> = r.get(0)?;
+            let to: String = r.get(1)?;
+            Ok(TaskTransition {
+                from: from.map(|f| parse_status(&f, 0)).transpose()?,
+                to: parse_status(&to, 1)?,
+                attempt: r.get(2)?,
+                at: r.get(3)?,
+                reason: r.get(4)?,
+                note: r.get(5)?,
+            })
+        })?
+        .collect()
+    })
+    .map(Some)
+    .map_err(map_err)
+}
+
+/// The earliest time a pending task of one of `types` is due, or a queue or retry deadline
+/// passes (either needs the runner).
+pub(crate) fn next_due(conn: &Connection, types: &[String]) -> Result<Option<Millis>> {
+    let types = serde_json::to_string(types).map_err(|e| StoreError::Database(e.to_string()))?;
+    let due: Option<Millis> = conn
+        .prepare_cached(
+            "SELECT next_run_at FROM tasks INDEXED BY tasks_due WHERE status = 'pending' \
+             AND task_type IN (SELECT value FROM json_each(?1)) ORDER BY next_run_at LIMIT 1",
+        )
+        .and_then(|mut st| st.query_row([types], |r| r.get(0)).optional())
+        .map_err(map_err)?;
+    let deadline: Option<Millis> = conn
+        .prepare_cached(
+            "SELECT MIN(COALESCE(CASE WHEN attempts = 0 THEN queue_deadline END, retry_deadline)) \
+             FROM tasks WHERE status = 'pending' \
+             AND (queue_deadline IS NOT NULL OR retry_deadline IS NOT NULL)",
+        )
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .map_err(map_err)?;
+    Ok([due, deadline].into_iter().flatten().min())
+}
+
+/// Tasks by status (every status, zeros included).
+pub(crate) fn counts(conn: &Connection) -> Result<Vec<(TaskStatus, u64)>> {
+    let found: Vec<(String, u64)> = conn
+        .prepare_cached(
+            "SELECT status, COUNT(*) FROM tasks INDEXED BY tasks_status GROUP BY status",
+        )
+        .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .map_err(map_err)?;
+    Ok(TaskStatus::ALL
+        .into_iter()
+        .map(|s| {
+            let n = found
+                .iter()
+                .find(|(name, _)| name == s.as_str())
+                .map_or(0, |(_, n)| *n);
+            (s, n)
+        })
+        .collect())
+}
+
+fn parse_status(text: &str, column: usize) -> rusqlite::Result<TaskStatus> {
+    text.parse().map_err(|e: crate::tasks::UnknownTaskStatus| {
+        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn row_to_task(r: &Row<'_>) -> rusqlite::Result<Task> {
+    let status: String = r.get(5)?;
+    Ok(Task {
+        id: r.get(0)?,
+        task_type: r.get(1)?,
+        scope: r.get(2)?,
+        idempotency_key: r.get(3)?,
+        params: r.get(4)?,
+        status: parse_status(&status, 5)?,
+        attempts: r.get(6)?,
+        max_attempts: r.get(7)?,
+        created_at: r.get(8)?,
+        updated_at: r.get(9)?,
+        started_at: r.get(10)?,
+        finished_at: r.get(11)?,
+        next_run_at: r.get(12)?,
+        not_before: r.get(13)?,
+        queue_deadline: r.get(14)?,
+        retry_deadline: r.get(15)?,
+        lease_until: r.get(16)?,
+        executor_id: r.get(17)?,
+        error_code: r.get(18)?,
+        error: r.get(19)?,
+        exit_code: r.get(20)?,
+        signal: r.get(21)?,
+        result_summary: r.get(22)?,
+        cancel_requested: r.get(23)?,
+    })
+}

@@ -1,0 +1,427 @@
+//! The task contract: idempotent submission by (scope, key), the state machine as the store
+//! enforces it, attempts, retries, deadlines, cancel, recovery and the transition log.
+
+use spool_store::tasks::{
+    ClaimedTask, NewTask, Task, TaskAction, TaskAttemptEnd, TaskInsert, TaskStatus,
+};
+use spool_store::{Store, StoreError};
+use tokio::task::JoinSet;
+
+use super::id;
+
+/// A task of type `backup` with parameters `params`, keyed `key` in scope `default`.
+pub fn new_task(n: u32, key: Option<&str>, params: &str) -> NewTask {
+    NewTask {
+        id: id(n),
+        task_type: "backup".into(),
+        scope: "default".into(),
+        idempotency_key: key.map(str::to_owned),
+        params: params.to_owned(),
+        digest: params.as_bytes().to_vec(),
+        max_attempts: 3,
+        not_before: None,
+        queue_timeout_ms: None,
+        retry_deadline_ms: None,
+    }
+}
+
+async fn submit(store: &Store, new: NewTask) -> Task {
+    match store.insert_task(new).await.expect("insert task") {
+        TaskInsert::Created(t) => t,
+        other => panic!("expected a new task, got {other:?}"),
+    }
+}
+
+async fn claim_one(store: &Store) -> ClaimedTask {
+    claim_type(store, "backup").await
+}
+
+async fn claim_type(store: &Store, task_type: &str) -> ClaimedTask {
+    let mut claimed = store
+        .claim_tasks(1, vec![task_type.into()], 60_000, "host:1".into())
+        .await
+        .expect("claim tasks");
+    assert_eq!(claimed.len(), 1, "one task due");
+    claimed.remove(0)
+}
+
+fn end(claimed: &ClaimedTask, outcome: TaskStatus, retry_at: Option<i64>) -> TaskAttemptEnd {
+    TaskAttemptEnd {
+        id: claimed.id.clone(),
+        claim_seq: claimed.claim_seq,
+        outcome,
+        exit_code: (outcome == TaskStatus::Failed).then_some(75),
+        signal: None,
+        error_code: (outcome == TaskStatus::Failed).then(|| "transient".to_owned()),
+        error: None,
+        duration_ms: 5,
+        output_bytes: 10,
+        output_truncated: false,
+        killed: false,
+        result_summary: (outcome == TaskStatus::Succeeded).then(|| "3 files".to_owned()),
+        retry_at,
+    }
+}
+
+async fn task(store: &Store, n: u32) -> Task {
+    store
+        .get_task(id(n))
+        .await
+        .expect("get task")
+        .expect("task exists")
+}
+
+async fn log_of(store: &Store, n: u32) -> Vec<(Option<TaskStatus>, TaskStatus, String)> {
+    store
+        .task_transitions(id(n))
+        .await
+        .expect("transitions")
+        .expect("task exists")
+        .into_iter()
+        .map(|t| (t.from, t.to, t.reason))
+        .collect()
+}
+
+pub async fn task_submission_is_idempotent_by_scope_and_key(store: Store) {
+    let first = submit(
+        &store,
+        new_task(1, Some("backup:db1:2026-12-01"), r#"{"db":"db1"}"#),
+    )
+    .await;
+    assert_eq!((first.status, first.attempts), (TaskStatus::Pending, 0));
+    match store
+        .insert_task(new_task(
+            2,
+            Some("backup:db1:2026-12-01"),
+            r#"{"db":"db1"}"#,
+        ))
+        .await
+        .expect("insert")
+    {
+        TaskInsert::Existing(t) => assert_eq!(t.id, id(1)),
+        other => panic!("expected the existing task, got {other:?}"),
+    }
+    match store
+        .insert_task(new_task(
+            3,
+            Some("backup:db1:2026-12-01"),
+            r#"{"db":"db2"}"#,
+        ))
+        .await
+        .expect("insert")
+    {
+        TaskInsert::Conflict { existing_id } => assert_eq!(existing_id, id(1)),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // Another scope is another key space; no key, no deduplication.
+    let mut other_scope = new_task(4, Some("backup:db1:2026-12-01"), r#"{"db":"db1"}"#);
+    other_scope.scope = "staging".into();
+    submit(&store, other_scope).await;
+    submit(&store, new_task(5, None, "{}")).await;
+    submit(&store, new_task(6, None, "{}")).await;
+    let page = store.list_tasks(None, None, 100, None).await.expect("list");
+    assert_eq!(page.tasks.len(), 4);
+}
+
+pub async fn concurrent_task_submissions_create_one(store: Store) {
+    let mut racers = JoinSet::new();
+    for n in 1..=32 {
+        let store = store.clone();
+        racers.spawn(async move {
+            store
+                .insert_task(new_task(n, Some("deploy:prod"), r#"{"env":"prod"}"#))
+                .await
+                .expect("insert")
+        });
+    }
+    let mut created = 0;
+    while let Some(outcome) = racers.join_next().await {
+        match outcome.expect("racer") {
+            TaskInsert::Created(_) => created += 1,
+            TaskInsert::Existing(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(created, 1);
+    let claimed = store
+        .claim_tasks(64, vec!["backup".into()], 60_000, "h:1".into())
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1, "one task, one execution");
+}
+
+pub async fn task_attempts_retry_then_succeed(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    // Only declared types are claimed.
+    assert!(store
+        .claim_tasks(5, vec!["cleanup".into()], 60_000, "h:1".into())
+        .await
+        .expect("claim")
+        .is_empty());
+    let first = claim_one(&store).await;
+    assert_eq!((first.attempt, first.max_attempts), (1, 3));
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.executor_id.as_deref()),
+        (TaskStatus::Running, Some("host:1"))
+    );
+    assert!(t.lease_until.is_some() && t.started_at.is_some());
+    let now = store.now_ms();
+    assert_eq!(
+        store
+            .finish_task(end(&first, TaskStatus::Failed, Some(now)))
+            .await
+            .expect("finish"),
+        Some(TaskStatus::Pending)
+    );
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.exit_code, t.next_run_at),
+        (TaskStatus::Pending, Some(75), Some(now))
+    );
+    let second = claim_one(&store).await;
+    assert_eq!(second.attempt, 2);
+    // A late result of the first attempt changes nothing.
+    assert_eq!(
+        store
+            .finish_task(end(&first, TaskStatus::Succeeded, None))
+            .await
+            .expect("finish"),
+        None
+    );
+    assert_eq!(
+        store
+            .finish_task(end(&second, TaskStatus::Succeeded, None))
+            .await
+            .expect("finish"),
+        Some(TaskStatus::Succeeded)
+    );
+    let t = task(&store, 1).await;
+    assert_eq!(t.status, TaskStatus::Succeeded);
+    assert_eq!(t.result_summary.as_deref(), Some("3 files"));
+    assert!(t.finished_at.is_some());
+    let attempts = store
+        .task_attempts(id(1))
+        .await
+        .expect("attempts")
+        .expect("known");
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].outcome.as_deref(), Some("failed"));
+    assert_eq!(attempts[0].exit_code, Some(75));
+    assert_eq!(attempts[1].outcome.as_deref(), Some("succeeded"));
+    assert_eq!(attempts[1].executor_id, "host:1");
+    use TaskStatus::*;
+    assert_eq!(
+        log_of(&store, 1).await,
+        [
+            (None, Pending, "submitted".to_owned()),
+            (Some(Pending), Running, "started".to_owned()),
+            (Some(Running), Failed, "transient".to_owned()),
+            (Some(Failed), Pending, "retry".to_owned()),
+            (Some(Pending), Running, "started".to_owned()),
+            (Some(Running), Succeeded, "succeeded".to_owned()),
+        ]
+    );
+    // A success is never re-run.
+    assert_eq!(
+        store.retry_task(id(1), 3).await.expect("retry"),
+        TaskAction::Invalid(Succeeded)
+    );
+}
+
+pub async fn task_deadlines_end_waiting_tasks(store: Store) {
+    let mut queued = new_task(1, None, "{}");
+    queued.queue_timeout_ms = Some(0);
+    submit(&store, queued).await;
+    let mut retried = new_task(2, None, "{}");
+    retried.retry_deadline_ms = Some(200);
+    submit(&store, retried).await;
+    // The claim ends the queued one first, and starts the other.
+    let claimed = claim_one(&store).await;
+    assert_eq!(claimed.id, id(2));
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.error_code.as_deref()),
+        (TaskStatus::TimedOut, Some("queue_timeout"))
+    );
+    let retry_at = claimed.created_at + 10_000;
+    store
+        .finish_task(end(&claimed, TaskStatus::Failed, Some(retry_at)))
+        .await
+        .expect("finish");
+    super::wait_until(&store, claimed.created_at + 250).await;
+    assert_eq!(store.expire_tasks(10).await.expect("expire"), 1);
+    let t = task(&store, 2).await;
+    assert_eq!(
+        (t.status, t.error_code.as_deref()),
+        (TaskStatus::TimedOut, Some("retry_deadline"))
+    );
+    assert_eq!(
+        store
+            .next_task_due(vec!["backup".into()])
+            .await
+            .expect("next"),
+        None
+    );
+}
+
+pub async fn task_cancel_pending_and_running(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    assert!(matches!(
+        store.cancel_task(id(1)).await.expect("cancel"),
+        TaskAction::Done(ref t) if t.status == TaskStatus::Canceled
+    ));
+    submit(&store, new_task(2, None, "{}")).await;
+    let claimed = claim_one(&store).await;
+    assert!(matches!(
+        store.cancel_task(id(2)).await.expect("cancel"),
+        TaskAction::CancelRequested(ref t) if t.cancel_requested && t.status == TaskStatus::Running
+    ));
+    store
+        .finish_task(end(&claimed, TaskStatus::Canceled, None))
+        .await
+        .expect("finish");
+    assert_eq!(task(&store, 2).await.status, TaskStatus::Canceled);
+    assert_eq!(
+        store.cancel_task(id(2)).await.expect("cancel"),
+        TaskAction::Invalid(TaskStatus::Canceled)
+    );
+    assert_eq!(
+        store.cancel_task(id(9)).await.expect("cancel"),
+        TaskAction::NotFound
+    );
+}
+
+pub async fn recover_interrupts_running_tasks(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    submit(&store, new_task(2, None, "{}")).await;
+    claim_one(&store).await;
+    assert_eq!(
+        store.recover_tasks().await.expect("recover"),
+        [(id(1), "backup".to_owned())]
+    );
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.error_code.as_deref()),
+        (TaskStatus::Interrupted, Some("daemon_restart"))
+    );
+    let attempts = store
+        .task_attempts(id(1))
+        .await
+        .expect("attempts")
+        .expect("known");
+    assert_eq!(attempts[0].outcome.as_deref(), Some("interrupted"));
+    assert_eq!(task(&store, 2).await.status, TaskStatus::Pending);
+    // The type's on_interrupt decides next.
+    assert!(matches!(
+        store
+            .decide_task(id(1), TaskStatus::ManualReview, "on_interrupt".into(), None)
+            .await
+            .expect("decide"),
+        TaskAction::Done(ref t) if t.status == TaskStatus::ManualReview
+    ));
+}
+
+/// Bring a fresh task `n` to `status` through the store's own operations.
+async fn reach(store: &Store, n: u32, status: TaskStatus) {
+    use TaskStatus::*;
+    // A type of its own, so that its claim cannot take another test task.
+    let task_type = format!("t{n}");
+    submit(
+        store,
+        NewTask {
+            task_type: task_type.clone(),
+            ..new_task(n, None, "{}")
+        },
+    )
+    .await;
+    if status == Pending {
+        return;
+    }
+    if status == Canceled {
+        store.cancel_task(id(n)).await.expect("cancel");
+        return;
+    }
+    let claimed = claim_type(store, &task_type).await;
+    match status {
+        Running => {}
+        Interrupted => {
+            store.recover_tasks().await.expect("recover");
+        }
+        ManualReview => {
+            store
+                .finish_task(end(&claimed, Failed, None))
+                .await
+                .expect("finish");
+            store
+                .decide_task(id(n), ManualReview, "partial".into(), None)
+                .await
+                .expect("decide");
+        }
+        outcome => {
+            store
+                .finish_task(end(&claimed, outcome, None))
+                .await
+                .expect("finish");
+        }
+    }
+    assert_eq!(task(store, n).await.status, status);
+}
+
+/// Every pair of statuses: the store allows exactly the table's edges, and a refused change
+/// leaves the task and its log as they were.
+pub async fn every_task_transition_is_checked(store: Store) {
+    let mut n = 0;
+    for from in TaskStatus::ALL {
+        for to in TaskStatus::ALL {
+            n += 1;
+            reach(&store, n, from).await;
+            let log_before = log_of(&store, n).await;
+            let action = store
+                .decide_task(id(n), to, "test".into(), None)
+                .await
+                .expect("decide");
+            // Running is entered only by a claim, never by a decision.
+            let allowed = from.can_become(to) && to != TaskStatus::Running;
+            match action {
+                TaskAction::Done(t) => {
+                    assert!(allowed, "{from} → {to} was allowed");
+                    assert_eq!(t.status, to);
+                    assert_eq!(log_of(&store, n).await.len(), log_before.len() + 1);
+                }
+                TaskAction::Invalid(status) => {
+                    assert!(!allowed, "{from} → {to} was refused");
+                    assert_eq!(status, from);
+                    assert_eq!(log_of(&store, n).await, log_before);
+                }
+                other => panic!("{from} → {to}: {other:?}"),
+            }
+            // Finish only from running, and only to an outcome: a bug is refused, not written.
+            if from == TaskStatus::Running && to == TaskStatus::Running {
+                let task = task(&store, n).await;
+                let bad = TaskAttemptEnd {
+                    outcome: TaskStatus::Pending,
+                    ..end(
+                        &ClaimedTask {
+                            id: task.id.clone(),
+                            task_type: task.task_type.clone(),
+                            params: task.params.clone(),
+                            claim_seq: 1,
+                            attempt: 1,
+                            max_attempts: 3,
+                            created_at: task.created_at,
+                            started_at: task.created_at,
+                            retry_deadline: None,
+                            idempotency_key: None,
+                        },
+                        TaskStatus::Pending,
+                        None,
+                    )
+                };
+                let err = store.finish_task(bad).await.expect_err("illegal");
+                assert!(matches!(err, StoreError::IllegalTransition { .. }), "{err}");
+                assert_eq!(super::task_status(&store, n).await, TaskStatus::Running);
+            }
+        }
+    }
+}

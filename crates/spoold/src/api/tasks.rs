@@ -1,0 +1,446 @@
+//! `/v1/tasks` and `/v1/task-types`: submit a declared task type, read tasks, their attempts
+//! and transitions, cancel and retry. Only declared types can run: the API never accepts a
+//! command line.
+
+use std::collections::BTreeMap;
+
+use axum::body::Body as HttpBody;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use spool_proto::units::{format_duration, format_time};
+use spool_proto::{
+    ErrorBody, ErrorCode, SubmitTask, TaskAttemptList, TaskAttemptView, TaskList, TaskParamView,
+    TaskStatus, TaskTransitionList, TaskTransitionView, TaskTypeList, TaskTypeView, TaskView,
+};
+use spool_store::tasks::{self as model, NewTask, TaskAction, TaskInsert};
+
+use super::{first_values, json, page_limit, ApiError, SharedState};
+use crate::tasks::types::render;
+
+/// The largest submission accepted.
+const MAX_SUBMISSION_BYTES: usize = 64 * 1024;
+
+#[utoipa::path(
+    post, path = "/v1/tasks", tag = "tasks",
+    request_body = SubmitTask,
+    responses(
+        (status = 201, description = "Submitted and durable; `Location` names it", body = TaskView),
+        (status = 200, description = "Same key and same parameters: the existing task, in its current state", body = TaskView),
+        (status = 400, description = "`invalid_request`, `unknown_task_type`, `unknown_param`, `missing_param` or `invalid_params`", body = ErrorBody),
+        (status = 409, description = "`idempotency_conflict`: same key, other parameters", body = ErrorBody),
+        (status = 500, description = "`persistence_failed`", body = ErrorBody),
+    )
+)]
+pub async fn submit(State(state): State<SharedState>, body: HttpBody) -> Response {
+    match submit_inner(&state, body).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, ApiError> {
+    let invalid = |m: String| ApiError::new(ErrorCode::InvalidRequest, m);
+    let bytes = axum::body::to_bytes(body, MAX_SUBMISSION_BYTES)
+        .await
+        .map_err(|_| invalid("decode JSON: request body too large".into()))?;
+    let req: SubmitTask =
+        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
+    let name = req.task_type.unwrap_or_default();
+    let Some(kind) = state.task_types.get(&name) else {
+        return Err(ApiError::new(
+            ErrorCode::UnknownTaskType,
+            if name.is_empty() {
+                "type is required: one of the declared task types (GET /v1/task-types)".to_owned()
+            } else {
+                format!("task type {name:?} is not declared (GET /v1/task-types)")
+            },
+        ));
+    };
+    let params = kind
+        .check_params(&req.params.unwrap_or_default())
+        .map_err(|e| {
+            let code = match e.code {
+                "unknown_param" => ErrorCode::UnknownParam,
+                "missing_param" => ErrorCode::MissingParam,
+                _ => ErrorCode::InvalidParams,
+            };
+            ApiError::new(code, e.message)
+        })?;
+    let given_key = req
+        .idempotency_key
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty());
+    let key = match (&kind.idempotency_key, given_key) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(format!(
+                "task type {name} derives its idempotency key from its parameters; do not give \
+                 idempotencyKey"
+            )))
+        }
+        (Some(template), None) => Some(render(template, &params)),
+        (None, Some(k)) if k.len() > spool_proto::MAX_KEY_BYTES => {
+            return Err(invalid("idempotencyKey must not exceed 256 bytes".into()))
+        }
+        (None, given) => given,
+    };
+    let not_before = req
+        .not_before
+        .as_deref()
+        .map(|t| {
+            spool_proto::units::parse_time(t).map_err(|_| {
+                invalid("notBefore must be an RFC 3339 time, e.g. 2026-07-18T12:00:00Z".into())
+            })
+        })
+        .transpose()?;
+    let params_json =
+        serde_json::to_string(&params).map_err(|e| invalid(format!("params: {e}")))?;
+    let new = NewTask {
+        id: uuid::Uuid::now_v7().simple().to_string(),
+        task_type: name.clone(),
+        scope: render(&kind.scope, &params),
+        idempotency_key: key,
+        digest: digest(&name, &params),
+        params: params_json,
+        max_attempts: kind.max_attempts,
+        not_before,
+        queue_timeout_ms: kind.queue_timeout.map(|d| d.as_millis() as i64),
+        retry_deadline_ms: kind.retry_deadline.map(|d| d.as_millis() as i64),
+    };
+    let (status, task) = match state.store.insert_task(new).await {
+        Ok(TaskInsert::Created(t)) => (StatusCode::CREATED, t),
+        Ok(TaskInsert::Existing(t)) => (StatusCode::OK, t),
+        Ok(TaskInsert::Conflict { .. }) => {
+            return Err(ApiError::new(
+                ErrorCode::IdempotencyConflict,
+                "idempotency key was already used for a task with other parameters",
+            ))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "task submission could not be persisted");
+            return Err(ApiError::new(
+                ErrorCode::PersistenceFailed,
+                "task could not be persisted",
+            ));
+        }
+    };
+    let location = HeaderValue::from_str(&format!("/v1/tasks/{}", task.id));
+    let mut response = json(status, &view(task));
+    if let Ok(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// What makes two submissions the same task: the type and every parameter (defaults filled in).
+fn digest(task_type: &str, params: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update(bytes.len().to_string().as_bytes());
+        h.update(b":");
+        h.update(bytes);
+    };
+    field(b"spoold-task-v1");
+    field(task_type.as_bytes());
+    for (name, value) in params {
+        field(name.as_bytes());
+        field(value.as_bytes());
+    }
+    h.finalize().to_vec()
+}
+
+#[utoipa::path(
+    get, path = "/v1/tasks", tag = "tasks",
+    params(
+        ("status" = Option<TaskStatus>, Query, description = "Only tasks in this status"),
+        ("type" = Option<String>, Query, description = "Only tasks of this type"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
+        ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "Oldest first", body = TaskList),
+        (status = 400, description = "`invalid_status`, `invalid_limit` or `invalid_cursor`", body = ErrorBody),
+    )
+)]
+pub async fn list(
+    State(state): State<SharedState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = first_values(query.as_deref());
+    let status = match params.get("status").map(String::as_str) {
+        None | Some("") => None,
+        Some(s) => Some(
+            s.parse::<model::TaskStatus>()
+                .map_err(|_| ApiError::new(ErrorCode::InvalidStatus, "unknown task status"))?,
+        ),
+    };
+    let task_type = params.get("type").filter(|t| !t.is_empty()).cloned();
+    let limit = page_limit(&params)?;
+    let cursor = match params.get("cursor").map(String::as_str) {
+        None | Some("") => None,
+        Some(c) if super::deliveries::is_delivery_id(c) => Some(c.to_owned()),
+        Some(_) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidCursor,
+                "cursor must be the nextCursor of a previous page",
+            ))
+        }
+    };
+    let page = state
+        .store
+        .list_tasks(status, task_type, limit, cursor)
+        .await?;
+    let tasks: Vec<TaskView> = page.tasks.into_iter().map(view).collect();
+    Ok(json(
+        StatusCode::OK,
+        &TaskList {
+            count: tasks.len(),
+            tasks,
+            next_cursor: page.next_cursor,
+        },
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn get(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    match state.store.get_task(id).await? {
+        Some(t) => Ok(json(StatusCode::OK, &view(t))),
+        None => Err(not_found()),
+    }
+}
+
+#[utoipa::path(
+    get, path = "/v1/tasks/{id}/attempts", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "Every attempt, oldest first", body = TaskAttemptList),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn attempts(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(attempts) = state.store.task_attempts(id).await? else {
+        return Err(not_found());
+    };
+    let attempts = attempts
+        .into_iter()
+        .map(|a| TaskAttemptView {
+            number: a.number,
+            started_at: format_time(a.started_at),
+            finished_at: a.finished_at.map(format_time),
+            outcome: a.outcome,
+            exit_code: a.exit_code,
+            signal: a.signal,
+            error_code: a.error_code,
+            error: a.error,
+            duration_ms: a.duration_ms,
+            executor_id: a.executor_id,
+            output_bytes: a.output_bytes,
+            output_truncated: a.output_truncated,
+            killed: a.killed,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &TaskAttemptList { attempts }))
+}
+
+#[utoipa::path(
+    get, path = "/v1/tasks/{id}/transitions", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "Every status change, oldest first", body = TaskTransitionList),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    )
+)]
+pub async fn transitions(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(log) = state.store.task_transitions(id).await? else {
+        return Err(not_found());
+    };
+    let transitions = log
+        .into_iter()
+        .map(|t| TaskTransitionView {
+            from: t.from.map(wire_status),
+            to: wire_status(t.to),
+            attempt: t.attempt,
+            at: format_time(t.at),
+            reason: t.reason,
+            note: t.note,
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &TaskTransitionList { transitions }))
+}
+
+#[utoipa::path(
+    post, path = "/v1/tasks/{id}/cancel", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "Canceled; or, if it was running, `cancelRequested` and its process group is being stopped", body = TaskView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: already ended", body = ErrorBody),
+    )
+)]
+pub async fn cancel(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let action = state.store.cancel_task(id.clone()).await?;
+    if let TaskAction::CancelRequested(_) = &action {
+        state.running_tasks.cancel(&id);
+    }
+    action_response(action)
+}
+
+#[utoipa::path(
+    post, path = "/v1/tasks/{id}/retry", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "Pending again, with the type's max_attempts more attempts", body = TaskView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not failed, timed out, interrupted or in manual review, or the type does not allow operator retries", body = ErrorBody),
+    )
+)]
+pub async fn retry(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(task) = state.store.get_task(id.clone()).await? else {
+        return Err(not_found());
+    };
+    let kind = state.task_types.get(&task.task_type);
+    if !kind.is_some_and(|k| k.operator_retry) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidTransition,
+            format!(
+                "task type {} does not allow operator retries (operator_retry = false, or it is \
+                 no longer declared)",
+                task.task_type
+            ),
+        ));
+    }
+    let extra = kind.map_or(1, |k| k.max_attempts);
+    action_response(state.store.retry_task(id, extra).await?)
+}
+
+#[utoipa::path(
+    get, path = "/v1/task-types", tag = "tasks",
+    responses((status = 200, description = "The declared task types, without environment values", body = TaskTypeList))
+)]
+pub async fn types(State(state): State<SharedState>) -> Response {
+    let types = state
+        .task_types
+        .iter()
+        .map(|t| TaskTypeView {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            command: t.command.clone(),
+            params: t
+                .params
+                .iter()
+                .map(|(name, p)| {
+                    (
+                        name.clone(),
+                        TaskParamView {
+                            pattern: p.pattern.clone(),
+                            max_length: p.max_length,
+                            default: p.default.clone(),
+                        },
+                    )
+                })
+                .collect(),
+            idempotency_key: t.idempotency_key.clone(),
+            scope: t.scope.clone(),
+            timeout: format_duration(t.timeout),
+            queue_timeout: t.queue_timeout.map(format_duration),
+            retry_deadline: t.retry_deadline.map(format_duration),
+            max_attempts: t.max_attempts,
+            backoff_base: format_duration(t.backoff_base),
+            backoff_cap: format_duration(t.backoff_cap),
+            kill_grace: format_duration(t.kill_grace),
+            retry_on_timeout: t.retry_on_timeout,
+            exit_codes: t
+                .exit_codes()
+                .into_iter()
+                .map(|(code, class)| (code.to_string(), class.as_str().to_owned()))
+                .collect(),
+            on_interrupt: format!("{:?}", t.on_interrupt).to_ascii_lowercase(),
+            operator_retry: t.operator_retry,
+            env: t.env.keys().cloned().collect(),
+        })
+        .collect();
+    json(StatusCode::OK, &TaskTypeList { types })
+}
+
+fn action_response(action: TaskAction) -> Result<Response, ApiError> {
+    match action {
+        TaskAction::Done(t) | TaskAction::CancelRequested(t) => Ok(json(StatusCode::OK, &view(t))),
+        TaskAction::NotFound => Err(not_found()),
+        TaskAction::Invalid(status) => Err(ApiError::new(
+            ErrorCode::InvalidTransition,
+            format!("invalid task state transition from {status}"),
+        )),
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "task not found")
+}
+
+/// Store record → wire view.
+pub fn view(t: model::Task) -> TaskView {
+    let params: BTreeMap<String, String> = serde_json::from_str(&t.params).unwrap_or_default();
+    TaskView {
+        status: wire_status(t.status),
+        retryable: !t.status.is_final() && t.attempts < t.max_attempts,
+        id: t.id,
+        task_type: t.task_type,
+        attempt: t.attempts,
+        max_attempts: t.max_attempts,
+        params,
+        idempotency_key: t.idempotency_key,
+        scope: t.scope,
+        created_at: format_time(t.created_at),
+        started_at: t.started_at.map(format_time),
+        finished_at: t.finished_at.map(format_time),
+        next_run_at: t.next_run_at.map(format_time),
+        queue_deadline: t
+            .queue_deadline
+            .filter(|_| t.attempts == 0)
+            .map(format_time),
+        retry_deadline: t.retry_deadline.map(format_time),
+        error_code: t.error_code,
+        error: t.error,
+        exit_code: t.exit_code,
+        signal: t.signal,
+        result_summary: t.result_summary,
+        completed_steps: Vec::new(),
+        cancel_requested: t.cancel_requested,
+    }
+}
+
+fn wire_status(s: model::TaskStatus) -> TaskStatus {
+    match s {
+        model::TaskStatus::Pending => TaskStatus::Pending,
+        model::TaskStatus::Running => TaskStatus::Running,
+        model::TaskStatus::Succeeded => TaskStatus::Succeeded,
+        model::TaskStatus::Failed => TaskStatus::Failed,
+        model::TaskStatus::TimedOut => TaskStatus::TimedOut,
+        model::TaskStatus::Interrupted => TaskStatus::Interrupted,
+        model::TaskStatus::Canceled => TaskStatus::Canceled,
+        model::TaskStatus::ManualReview => TaskStatus::ManualReview,
+    }
+}

@@ -1,0 +1,333 @@
+//! Running one attempt of a task. **API boundary:** the only module that spawns processes.
+//!
+//! Each attempt runs in its own process group (stdin `/dev/null`, a clean environment). To end
+//! it — timeout, cancel, shutdown — the **group** gets SIGTERM, then, after the type's
+//! `kill_grace`, SIGKILL, and the attempt is over only when nothing of it is left. A process
+//! group is not a prison: a grandchild that calls `setsid` leaves it. So every attempt's
+//! environment carries a tag (`SPOOLD_ATTEMPT_TAG`), inherited by all its descendants, and
+//! processes carrying it are found through `/proc` and ended with the group; and the daemon is
+//! a child subreaper, so such escapees are re-parented to it (not to init) and reaped here.
+//! Anything the attempt left behind is ended the same way when it exits by itself, so no
+//! `sleep 1000 &` survives its task.
+//!
+//! A descendant that both leaves the group and clears its environment escapes this; running the
+//! daemon in its own cgroup (systemd does) still contains it at the service's stop.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+/// The environment variable that marks every process of one attempt.
+pub const TAG_VAR: &str = "SPOOLD_ATTEMPT_TAG";
+
+/// How often the end of a group is checked while it is being stopped.
+const POLL: Duration = Duration::from_millis(20);
+
+/// After SIGKILL, how long to wait for the kernel to remove what was killed.
+const AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// One attempt to run.
+pub struct Spawn<'a> {
+    /// argv: element 0 is the program (an absolute path).
+    pub argv: &'a [String],
+    /// The whole environment of the child (nothing is inherited from the daemon).
+    pub env: Vec<(String, String)>,
+    pub working_dir: Option<&'a Path>,
+    pub timeout: Duration,
+    pub kill_grace: Duration,
+    /// Cancelled → the attempt is stopped and ends as [`Stopped::Canceled`].
+    pub cancel: CancellationToken,
+    /// Cancelled → the attempt is stopped and ends as [`Stopped::Shutdown`].
+    pub shutdown: CancellationToken,
+    /// A value unique to this attempt, put in [`TAG_VAR`].
+    pub tag: String,
+}
+
+/// Why an attempt was stopped by us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    TimedOut,
+    Canceled,
+    Shutdown,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    /// The exit code, if the leader exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the leader, if one did.
+    pub signal: Option<i32>,
+    /// We stopped it (and why), whatever it exited with then.
+    pub stopped: Option<Stopped>,
+    /// SIGKILL was needed: the group (or an escapee) outlived SIGTERM and the grace.
+    pub killed: bool,
+    pub duration: Duration,
+    /// Bytes it wrote to stdout and stderr.
+    pub output_bytes: u64,
+    /// The process could not be started (no such program, not executable, bad directory).
+    pub spawn_error: Option<String>,
+    /// The leader's pid (also its process group id).
+    pub pid: Option<u32>,
+}
+
+/// Make this process a child subreaper, so that orphaned descendants of attempts are
+/// re-parented to it rather than to init. Once, at start-up, before any attempt runs.
+pub fn become_subreaper() -> std::io::Result<()> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(std::io::Error::from)
+}
+
+/// Run one attempt to its end.
+pub async fn run(spawn: Spawn<'_>) -> Finished {
+    let started = Instant::now();
+    let mut finished = Finished {
+        exit_code: None,
+        signal: None,
+        stopped: None,
+        killed: false,
+        duration: Duration::ZERO,
+        output_bytes: 0,
+        spawn_error: None,
+        pid: None,
+    };
+    let Some((program, args)) = spawn.argv.split_first() else {
+        finished.spawn_error = Some("empty command".into());
+        return finished;
+    };
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .envs(spawn.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env(TAG_VAR, &spawn.tag)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Some(dir) = spawn.working_dir {
+        command.current_dir(dir);
+    }
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            finished.spawn_error = Some(format!("cannot start {program}: {e}"));
+            finished.duration = started.elapsed();
+            return finished;
+        }
+    };
+    let pid = child.id();
+    finished.pid = pid;
+    let pgid = pid.map(|p| p as i32);
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    // Output is counted and dropped here; it is read to the end so a chatty script never
+    // blocks on a full pipe.
+    let drain = async {
+        let (a, b) = tokio::join!(count(stdout.as_mut()), count(stderr.as_mut()));
+        a + b
+    };
+    tokio::pin!(drain);
+    let mut output = None;
+    let deadline = tokio::time::sleep(spawn.timeout);
+    tokio::pin!(deadline);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break Some(status),
+            n = &mut drain, if output.is_none() => output = Some(n),
+            () = &mut deadline => { finished.stopped = Some(Stopped::TimedOut); break None; }
+            () = spawn.cancel.cancelled() => { finished.stopped = Some(Stopped::Canceled); break None; }
+            () = spawn.shutdown.cancelled() => { finished.stopped = Some(Stopped::Shutdown); break None; }
+        }
+    };
+    let status = match status {
+        Some(status) => status.ok(),
+        None => {
+            // Stop accepting its output, then end the whole group.
+            finished.killed = stop_group(pgid, &spawn.tag, spawn.kill_grace, &mut child).await;
+            child.wait().await.ok()
+        }
+    };
+    if let Some(status) = status {
+        use std::os::unix::process::ExitStatusExt;
+        finished.exit_code = status.code();
+        finished.signal = status.signal();
+    }
+    // The leader is gone; anything it left behind goes with it.
+    if finished.stopped.is_none() && leftovers(pgid, &spawn.tag).next().is_some() {
+        finished.killed |= stop_group(pgid, &spawn.tag, spawn.kill_grace, &mut child).await;
+    }
+    finished.output_bytes = match output {
+        Some(n) => n,
+        // The pipes close once every writer is gone, which it now is.
+        None => tokio::time::timeout(Duration::from_secs(1), drain)
+            .await
+            .unwrap_or(0),
+    };
+    finished.duration = started.elapsed();
+    finished
+}
+
+async fn count<R: tokio::io::AsyncRead + Unpin>(reader: Option<&mut R>) -> u64 {
+    let Some(reader) = reader else { return 0 };
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut total = 0u64;
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return total,
+            Ok(n) => total += n as u64,
+        }
+    }
+}
+
+/// SIGTERM to the group and to every process carrying the tag; after `grace`, SIGKILL to what
+/// is left; then wait (bounded) until nothing is left. Whether SIGKILL was needed.
+async fn stop_group(
+    pgid: Option<i32>,
+    tag: &str,
+    grace: Duration,
+    child: &mut tokio::process::Child,
+) -> bool {
+    signal_all(pgid, tag, rustix::process::Signal::TERM);
+    let until = Instant::now() + grace;
+    let mut leader_gone = false;
+    while Instant::now() < until {
+        if !leader_gone {
+            leader_gone = matches!(child.try_wait(), Ok(Some(_)));
+        }
+        reap_orphans(tag);
+        if leader_gone && leftovers(pgid, tag).next().is_none() {
+            return false;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    signal_all(pgid, tag, rustix::process::Signal::KILL);
+    let until = Instant::now() + AFTER_KILL;
+    while Instant::now() < until {
+        let _ = child.try_wait();
+        reap_orphans(tag);
+        if leftovers(pgid, tag).next().is_none() {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    true
+}
+
+fn signal_all(pgid: Option<i32>, tag: &str, signal: rustix::process::Signal) {
+    if let Some(pgid) = pgid.and_then(rustix::process::Pid::from_raw) {
+        // ESRCH: the group is already empty.
+        let _ = rustix::process::kill_process_group(pgid, signal);
+    }
+    for pid in tagged(tag) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+}
+
+/// Live processes of the attempt: members of its group, and any process carrying its tag.
+/// Zombies are not counted (they are gone, waiting to be reaped).
+fn leftovers(pgid: Option<i32>, tag: &str) -> impl Iterator<Item = i32> {
+    let mut found: HashSet<i32> = tagged(tag).collect();
+    if let Some(pgid) = pgid {
+        found.extend(
+            processes()
+                .filter(|p| p.pgrp == pgid && !p.zombie)
+                .map(|p| p.pid),
+        );
+    }
+    found.into_iter()
+}
+
+/// Processes (not zombies) whose environment carries `TAG_VAR=tag`.
+fn tagged(tag: &str) -> impl Iterator<Item = i32> {
+    let needle = format!("{TAG_VAR}={tag}");
+    processes()
+        .filter(|p| !p.zombie)
+        .map(|p| p.pid)
+        .filter(move |pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+/// Reap zombies that were re-parented to this process (escapees of an attempt that have
+/// exited). Only processes that are our children and zombies are waited for, by pid, so the
+/// runtime's own children are never taken from it.
+pub fn reap_orphans(_tag: &str) {
+    let me = std::process::id() as i32;
+    for p in processes().filter(|p| p.zombie && p.ppid == me) {
+        if let Some(pid) = rustix::process::Pid::from_raw(p.pid) {
+            if !is_spawned_child(p.pid) {
+                let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+            }
+        }
+    }
+}
+
+/// Whether `pid` is the leader of an attempt (the runtime waits for those itself): a leader is
+/// its own process group leader.
+fn is_spawned_child(pid: i32) -> bool {
+    processes().any(|p| p.pid == pid && p.pgrp == pid)
+}
+
+/// One line of `/proc/PID/stat`, the fields we need.
+#[derive(Debug, Clone, Copy)]
+struct ProcStat {
+    pid: i32,
+    ppid: i32,
+    pgrp: i32,
+    zombie: bool,
+}
+
+fn processes() -> impl Iterator<Item = ProcStat> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            parse_stat(pid, &stat)
+        })
+}
+
+/// `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses, so fields are read
+/// after its last `)`.
+fn parse_stat(pid: i32, stat: &str) -> Option<ProcStat> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        ppid,
+        pgrp,
+        zombie: state == "Z" || state == "X",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_are_read_after_the_command_name() {
+        let p = parse_stat(42, "42 (a (weird) name) S 7 42 42 0 -1").expect("parsed");
+        assert_eq!((p.ppid, p.pgrp, p.zombie), (7, 42, false));
+        let z = parse_stat(9, "9 (sh) Z 1 9 9").expect("parsed");
+        assert!(z.zombie);
+        assert!(parse_stat(1, "garbage").is_none());
+    }
+}

@@ -1,0 +1,563 @@
+//! Declared task types: the `[tasks.NAME]` tables of the configuration file, checked at
+//! start-up (every error names the file, the type and the key), and what a submission is judged
+//! by: declared parameters only, each matching its pattern, substituted into argv elements and
+//! templates, never through a shell.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use regex_lite::Regex;
+use serde::Deserialize;
+use spool_proto::units::parse_duration;
+
+/// A configuration problem, already worded: `spoold.toml: [tasks.backup] timeout: …`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TypeError(pub String);
+
+/// How an exit code is classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitClass {
+    /// The parameters were wrong (EX_USAGE, EX_DATAERR): never retried.
+    InvalidParams,
+    /// Not allowed (EX_NOPERM): never retried; alert.
+    PermissionDenied,
+    /// Try again later (EX_TEMPFAIL, EX_UNAVAILABLE): retried.
+    Transient,
+    /// Anything else the script did: retried.
+    ScriptError,
+}
+
+impl ExitClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitClass::InvalidParams => "invalid_params",
+            ExitClass::PermissionDenied => "permission_denied",
+            ExitClass::Transient => "transient",
+            ExitClass::ScriptError => "script_error",
+        }
+    }
+
+    pub fn retried(self) -> bool {
+        matches!(self, ExitClass::Transient | ExitClass::ScriptError)
+    }
+}
+
+/// What happens to a task whose attempt was interrupted by a daemon crash or restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInterrupt {
+    /// A person decides (`manual_review`): the script may have had side effects.
+    #[default]
+    Review,
+    /// Run it again (for types known to be safe to re-run).
+    Retry,
+    /// It failed.
+    Fail,
+}
+
+/// One declared parameter, as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ParamSpec {
+    /// The whole value must match (anchored).
+    pattern: String,
+    /// Longest value, in bytes (default 256).
+    max_length: Option<usize>,
+    /// Used when the submission leaves the parameter out; without one it is required.
+    default: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackoffSpec {
+    base: Option<String>,
+    cap: Option<String>,
+}
+
+/// `[tasks.NAME]` as written in the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TypeSpec {
+    command: Vec<String>,
+    #[serde(default)]
+    params: BTreeMap<String, ParamSpec>,
+    idempotency_key: Option<String>,
+    scope: Option<String>,
+    timeout: Option<String>,
+    queue_timeout: Option<String>,
+    retry_deadline: Option<String>,
+    max_attempts: Option<u32>,
+    backoff: Option<BackoffSpec>,
+    kill_grace: Option<String>,
+    retry_on_timeout: Option<bool>,
+    working_dir: Option<PathBuf>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    exit_codes: BTreeMap<String, ExitClass>,
+    on_interrupt: Option<OnInterrupt>,
+    /// Whether an operator may re-run a task of this type that ended (default true).
+    operator_retry: Option<bool>,
+    description: Option<String>,
+}
+
+/// A declared parameter, checked.
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub pattern: String,
+    regex: Regex,
+    pub max_length: usize,
+    pub default: Option<String>,
+}
+
+/// A declared task type, checked and with its defaults filled in.
+#[derive(Debug, Clone)]
+pub struct TaskType {
+    pub name: String,
+    pub description: Option<String>,
+    /// argv templates; element 0 is an absolute path.
+    pub command: Vec<String>,
+    pub params: BTreeMap<String, Param>,
+    pub idempotency_key: Option<String>,
+    pub scope: String,
+    pub timeout: Duration,
+    pub queue_timeout: Option<Duration>,
+    pub retry_deadline: Option<Duration>,
+    pub max_attempts: u32,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+    pub kill_grace: Duration,
+    pub retry_on_timeout: bool,
+    pub working_dir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    exit_codes: HashMap<i32, ExitClass>,
+    pub on_interrupt: OnInterrupt,
+    pub operator_retry: bool,
+}
+
+/// Why a submission's parameters are refused: a stable code and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// The longest parameter value unless the type says otherwise.
+pub const DEFAULT_MAX_PARAM_BYTES: usize = 256;
+
+impl TaskType {
+    /// Check one `[tasks.NAME]` table. `file` names the configuration file in messages.
+    pub fn from_spec(file: &Path, name: &str, spec: TypeSpec) -> Result<TaskType, TypeError> {
+        let err = |key: &str, what: String| {
+            TypeError(format!("{}: [tasks.{name}] {key}: {what}", file.display()))
+        };
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(TypeError(format!(
+                "{}: [tasks.{name}]: a type name is letters, digits, '-' and '_'",
+                file.display()
+            )));
+        }
+        let duration = |key: &str, value: &Option<String>, default: Option<Duration>| match value {
+            None => Ok(default),
+            Some(text) => parse_duration(text)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{text:?} is not a duration above 0, e.g. 10m"))),
+        };
+        let mut params = BTreeMap::new();
+        for (pname, p) in spec.params {
+            if !is_param_name(&pname) {
+                return Err(err(
+                    &format!("params.{pname}"),
+                    "a parameter name is letters, digits and '_'".into(),
+                ));
+            }
+            let regex = Regex::new(&format!("^(?:{})$", p.pattern))
+                .map_err(|e| err(&format!("params.{pname}.pattern"), e.to_string()))?;
+            let max_length = p.max_length.unwrap_or(DEFAULT_MAX_PARAM_BYTES);
+            if let Some(d) = &p.default {
+                if !regex.is_match(d) || d.len() > max_length {
+                    return Err(err(
+                        &format!("params.{pname}.default"),
+                        format!("{d:?} does not match the parameter's own pattern"),
+                    ));
+                }
+            }
+            params.insert(
+                pname,
+                Param {
+                    pattern: p.pattern,
+                    regex,
+                    max_length,
+                    default: p.default,
+                },
+            );
+        }
+        let known = |template: &str, key: &str| -> Result<(), TypeError> {
+            for used in template_names(template).map_err(|m| err(key, m))? {
+                if !params.contains_key(used) {
+                    return Err(err(key, format!("{{{used}}} is not a declared parameter")));
+                }
+            }
+            Ok(())
+        };
+        let Some(program) = spec.command.first() else {
+            return Err(err(
+                "command",
+                "must name a program: [\"/path/to/script\", …]".into(),
+            ));
+        };
+        if !Path::new(program).is_absolute() || program.contains('{') {
+            return Err(err(
+                "command",
+                format!("the program {program:?} must be an absolute path (no shell, no PATH lookup, no parameters)"),
+            ));
+        }
+        for (i, arg) in spec.command.iter().enumerate() {
+            known(arg, &format!("command[{i}]"))?;
+        }
+        if let Some(t) = &spec.idempotency_key {
+            known(t, "idempotency_key")?;
+        }
+        let scope = spec.scope.unwrap_or_else(|| "default".into());
+        known(&scope, "scope")?;
+        let mut exit_codes = default_exit_codes();
+        for (code, class) in spec.exit_codes {
+            let n: i32 = code
+                .parse()
+                .ok()
+                .filter(|n| (1..=255).contains(n))
+                .ok_or_else(|| {
+                    err(
+                        &format!("exit_codes.{code}"),
+                        "an exit code is 1–255".into(),
+                    )
+                })?;
+            exit_codes.insert(n, class);
+        }
+        for key in spec.env.keys() {
+            if key.is_empty() || key.contains('=') || key.starts_with("SPOOLD_") {
+                return Err(err(
+                    &format!("env.{key}"),
+                    "not a name the daemon passes (no '=', not SPOOLD_*)".into(),
+                ));
+            }
+        }
+        if let Some(dir) = &spec.working_dir {
+            if !dir.is_absolute() {
+                return Err(err("working_dir", "must be an absolute path".into()));
+            }
+        }
+        let max_attempts = spec.max_attempts.unwrap_or(1);
+        if !(1..=100).contains(&max_attempts) {
+            return Err(err("max_attempts", "must be 1–100".into()));
+        }
+        let backoff = spec.backoff.unwrap_or(BackoffSpec {
+            base: None,
+            cap: None,
+        });
+        let backoff_base = duration("backoff.base", &backoff.base, Some(Duration::from_secs(2)))?
+            .unwrap_or_default();
+        let backoff_cap = duration("backoff.cap", &backoff.cap, Some(Duration::from_secs(300)))?
+            .unwrap_or_default();
+        if backoff_cap < backoff_base {
+            return Err(err("backoff", "cap must be at least base".into()));
+        }
+        Ok(TaskType {
+            name: name.to_owned(),
+            description: spec.description,
+            command: spec.command,
+            params,
+            idempotency_key: spec.idempotency_key,
+            scope,
+            timeout: duration("timeout", &spec.timeout, Some(Duration::from_secs(3600)))?
+                .unwrap_or_default(),
+            queue_timeout: duration("queue_timeout", &spec.queue_timeout, None)?,
+            retry_deadline: duration("retry_deadline", &spec.retry_deadline, None)?,
+            max_attempts,
+            backoff_base,
+            backoff_cap,
+            kill_grace: duration(
+                "kill_grace",
+                &spec.kill_grace,
+                Some(Duration::from_secs(10)),
+            )?
+            .unwrap_or_default(),
+            retry_on_timeout: spec.retry_on_timeout.unwrap_or(false),
+            working_dir: spec.working_dir,
+            env: spec.env,
+            exit_codes,
+            on_interrupt: spec.on_interrupt.unwrap_or_default(),
+            operator_retry: spec.operator_retry.unwrap_or(true),
+        })
+    }
+
+    /// The classification of a non-zero exit code.
+    pub fn classify_exit(&self, code: i32) -> ExitClass {
+        self.exit_codes
+            .get(&code)
+            .copied()
+            .unwrap_or(ExitClass::ScriptError)
+    }
+
+    /// The exit-code table, for `GET /v1/task-types`.
+    pub fn exit_codes(&self) -> BTreeMap<i32, ExitClass> {
+        self.exit_codes.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// Check a submission's parameters: declared names only, every value a string matching its
+    /// pattern and within its length; defaults filled in.
+    pub fn check_params(
+        &self,
+        given: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<BTreeMap<String, String>, ParamError> {
+        let invalid = |message: String| ParamError {
+            code: "invalid_params",
+            message,
+        };
+        if let Some(unknown) = given.keys().find(|k| !self.params.contains_key(*k)) {
+            return Err(ParamError {
+                code: "unknown_param",
+                message: format!("task type {} has no parameter {unknown:?}", self.name),
+            });
+        }
+        let mut out = BTreeMap::new();
+        for (name, param) in &self.params {
+            let value = match given.get(name) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "parameter {name} must be a string, not {other}"
+                    )))
+                }
+                None => match &param.default {
+                    Some(d) => d.clone(),
+                    None => {
+                        return Err(ParamError {
+                            code: "missing_param",
+                            message: format!("parameter {name} is required"),
+                        })
+                    }
+                },
+            };
+            if value.len() > param.max_length {
+                return Err(invalid(format!(
+                    "parameter {name} must not exceed {} bytes",
+                    param.max_length
+                )));
+            }
+            if !param.regex.is_match(&value) {
+                return Err(invalid(format!(
+                    "parameter {name} does not match {}",
+                    param.pattern
+                )));
+            }
+            out.insert(name.clone(), value);
+        }
+        Ok(out)
+    }
+
+    /// The argv of an attempt: each element with its parameters filled in.
+    pub fn argv(&self, params: &BTreeMap<String, String>) -> Vec<String> {
+        self.command.iter().map(|a| render(a, params)).collect()
+    }
+}
+
+/// `template` with every `{name}` replaced by its parameter's value (names are checked when the
+/// configuration is loaded).
+pub fn render(template: &str, params: &BTreeMap<String, String>) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) => {
+                let name = &after[..close];
+                out.push_str(params.get(name).map_or("", String::as_str));
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push_str(&rest[open..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `{name}`s a template uses, or what is wrong with it.
+fn template_names(template: &str) -> Result<Vec<&str>, String> {
+    let mut names = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err("a '}' that closes no {parameter}".into());
+        }
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else {
+            return Err("a '{' that is never closed".into());
+        };
+        let name = &after[..close];
+        if !is_param_name(name) {
+            return Err(format!("{{{name}}} is not a parameter name"));
+        }
+        names.push(name);
+        rest = &after[close + 1..];
+    }
+    Ok(names)
+}
+
+fn is_param_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// sysexits.h: 64 EX_USAGE and 65 EX_DATAERR → invalid_params; 77 EX_NOPERM →
+/// permission_denied; 69 EX_UNAVAILABLE and 75 EX_TEMPFAIL → transient.
+fn default_exit_codes() -> HashMap<i32, ExitClass> {
+    HashMap::from([
+        (64, ExitClass::InvalidParams),
+        (65, ExitClass::InvalidParams),
+        (77, ExitClass::PermissionDenied),
+        (69, ExitClass::Transient),
+        (75, ExitClass::Transient),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<TaskType, TypeError> {
+        let spec: TypeSpec = toml::from_str(text).map_err(|e| TypeError(e.to_string()))?;
+        TaskType::from_spec(Path::new("spoold.toml"), "backup", spec)
+    }
+
+    const BACKUP: &str = r#"
+        command = ["/usr/local/bin/backup.sh", "--db", "{database}", "--date={date}"]
+        params.database = { pattern = "[a-z0-9_]{1,64}" }
+        params.date = { pattern = "[0-9]{4}-[0-9]{2}-[0-9]{2}" }
+        idempotency_key = "backup:{database}:{date}"
+        timeout = "10m"
+        max_attempts = 3
+        backoff = { base = "2s", cap = "5m" }
+        [exit_codes]
+        64 = "invalid_params"
+        3 = "transient"
+    "#;
+
+    fn params(pairs: &[(&str, &str)]) -> serde_json::Map<String, serde_json::Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::Value::String((*v).to_owned())))
+            .collect()
+    }
+
+    #[test]
+    fn a_declared_type_renders_argv_and_keys_without_a_shell() {
+        let t = parse(BACKUP).expect("valid");
+        let p = t
+            .check_params(&params(&[("database", "db1"), ("date", "2026-12-01")]))
+            .expect("valid params");
+        assert_eq!(
+            t.argv(&p),
+            [
+                "/usr/local/bin/backup.sh",
+                "--db",
+                "db1",
+                "--date=2026-12-01"
+            ]
+        );
+        assert_eq!(
+            render(t.idempotency_key.as_deref().unwrap_or_default(), &p),
+            "backup:db1:2026-12-01"
+        );
+        assert_eq!((t.timeout, t.max_attempts), (Duration::from_secs(600), 3));
+        assert_eq!(t.classify_exit(3), ExitClass::Transient);
+        assert_eq!(t.classify_exit(75), ExitClass::Transient);
+        assert_eq!(t.classify_exit(77), ExitClass::PermissionDenied);
+        assert_eq!(t.classify_exit(1), ExitClass::ScriptError);
+    }
+
+    #[test]
+    fn parameters_are_checked_whole() {
+        let t = parse(BACKUP).expect("valid");
+        let code = |pairs: &[(&str, &str)]| t.check_params(&params(pairs)).map_err(|e| e.code);
+        assert_eq!(code(&[("database", "db1")]), Err("missing_param"));
+        assert_eq!(
+            code(&[("database", "db1"), ("date", "2026-12-01"), ("x", "1")]),
+            Err("unknown_param")
+        );
+        // Anchored: a match inside the value is not enough.
+        assert_eq!(
+            code(&[("database", "db1; rm -rf /"), ("date", "2026-12-01")]),
+            Err("invalid_params")
+        );
+        assert_eq!(
+            code(&[("database", "db1"), ("date", "2026-12-01x")]),
+            Err("invalid_params")
+        );
+        let mut numeric = params(&[("database", "db1")]);
+        numeric.insert("date".into(), serde_json::json!(20261201));
+        assert_eq!(
+            t.check_params(&numeric).map_err(|e| e.code),
+            Err("invalid_params")
+        );
+    }
+
+    #[test]
+    fn configuration_errors_name_the_file_the_type_and_the_key() {
+        let cases = [
+            (
+                r#"command = ["backup.sh"]"#,
+                "[tasks.backup] command: the program",
+            ),
+            (
+                r#"command = []"#,
+                "[tasks.backup] command: must name a program",
+            ),
+            (
+                r#"command = ["/bin/x", "{nope}"]"#,
+                "[tasks.backup] command[1]: {nope} is not a declared parameter",
+            ),
+            (
+                "command = [\"/bin/x\"]\ntimeout = \"soon\"",
+                "[tasks.backup] timeout: \"soon\" is not a duration",
+            ),
+            (
+                "command = [\"/bin/x\"]\nparams.a = { pattern = \"(\" }",
+                "[tasks.backup] params.a.pattern:",
+            ),
+            (
+                "command = [\"/bin/x\"]\nidempotency_key = \"k:{a\"",
+                "[tasks.backup] idempotency_key: a '{' that is never closed",
+            ),
+            (
+                "command = [\"/bin/x\"]\n[exit_codes]\n300 = \"transient\"",
+                "[tasks.backup] exit_codes.300",
+            ),
+            (
+                "command = [\"/bin/x\"]\nmax_attempts = 0",
+                "[tasks.backup] max_attempts",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse(text).expect_err(text);
+            assert!(
+                e.0.starts_with("spoold.toml: ") && e.0.contains(want),
+                "{text}: {e}"
+            );
+        }
+        let unknown = toml::from_str::<TypeSpec>("command = [\"/bin/x\"]\nshell = true");
+        assert!(unknown.is_err_and(|e| e.to_string().contains("unknown field `shell`")));
+    }
+}

@@ -1,0 +1,536 @@
+//! Tasks end to end: a real daemon with a configuration file declaring task types, real shell
+//! scripts in a temporary directory, real process groups. Every process a test starts is
+//! checked through `/proc` to be gone at the end.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::Method;
+use serde_json::{json, Value};
+use spool_testkit::Api;
+use tempfile::TempDir;
+
+use crate::{InProcess, Targets, WAIT};
+
+/// Scripts and the configuration that declares them, in `dir`.
+struct Setup {
+    dir: PathBuf,
+}
+
+impl Setup {
+    fn new(dir: &Path) -> Setup {
+        let setup = Setup {
+            dir: dir.to_path_buf(),
+        };
+        setup.script(
+            "record.sh",
+            r#"printf '%s\n' "$SPOOLD_TASK_ID $SPOOLD_ATTEMPT $SPOOLD_TASK_TYPE" >> "$RUNS"
+for arg in "$@"; do printf '[%s]' "$arg" >> "$RUNS"; done; echo >> "$RUNS"
+echo "recorded" > "$SPOOLD_RESULT_FILE""#,
+        );
+        setup.script(
+            "flaky.sh",
+            r#"n=$(cat "$COUNTER.$SPOOLD_TASK_ID" 2>/dev/null || echo 0); n=$((n + 1))
+echo "$n" > "$COUNTER.$SPOOLD_TASK_ID"
+[ "$n" -lt 3 ] && { echo "try $n failed" >&2; exit 75; }
+echo "done after $n attempts" > "$SPOOLD_RESULT_FILE""#,
+        );
+        setup.script("exit.sh", r#"exit "$1""#);
+        // Leaves a background child in its group and a grandchild that escapes it with setsid,
+        // writes all their pids down, then hangs.
+        setup.script(
+            "hang.sh",
+            r#"sleep 1000 & echo "$!" >> "$PIDS"
+setsid sh -c 'echo "$$" >> "$PIDS"; exec sleep 1000' &
+echo "$$" >> "$PIDS"
+sleep 1000"#,
+        );
+        setup
+    }
+
+    fn script(&self, name: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod script");
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// The configuration file declaring every test type.
+    fn config(&self) -> PathBuf {
+        let d = |name: &str| self.path(name);
+        let text = format!(
+            r#"
+[tasks.record]
+command = ["{record}", "--db", "{{database}}", "--note={{note}}"]
+params.database = {{ pattern = "[a-z0-9_]{{1,64}}" }}
+params.note = {{ pattern = ".{{0,100}}", default = "" }}
+idempotency_key = "record:{{database}}"
+env = {{ RUNS = "{runs}" }}
+
+[tasks.flaky]
+command = ["{flaky}"]
+max_attempts = 3
+backoff = {{ base = "50ms", cap = "200ms" }}
+env = {{ COUNTER = "{counter}" }}
+
+[tasks.exit]
+command = ["{exit}", "{{code}}"]
+params.code = {{ pattern = "[0-9]{{1,3}}" }}
+max_attempts = 3
+backoff = {{ base = "50ms", cap = "100ms" }}
+
+[tasks.hang]
+command = ["{hang}"]
+timeout = "1s"
+kill_grace = "300ms"
+queue_timeout = "2s"
+env = {{ PIDS = "{pids}" }}
+"#,
+            record = d("record.sh"),
+            runs = d("runs.log"),
+            flaky = d("flaky.sh"),
+            counter = d("counter"),
+            exit = d("exit.sh"),
+            hang = d("hang.sh"),
+            pids = d("pids"),
+        );
+        let path = self.dir.join("spoold.toml");
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("runs.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Pids the hanging script wrote down.
+    fn pids(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.dir.join("pids"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+/// A daemon on a fresh database with `setup`'s task types.
+async fn boot(setup: &Setup, extra: &[&str]) -> InProcess {
+    let config = setup.config().display().to_string();
+    let mut flags = vec!["--config", config.as_str()];
+    flags.extend_from_slice(extra);
+    InProcess::boot_in(TempDir::new().expect("temp dir"), Targets::Loopback, &flags).await
+}
+
+async fn submit(api: &Api, body: Value) -> (u16, Value) {
+    let (status, _, bytes) = api
+        .request(
+            Method::POST,
+            "/v1/tasks",
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+        .expect("submit");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn get(api: &Api, path: &str) -> Value {
+    let (status, _, bytes) = api.request(Method::GET, path, None).await.expect("get");
+    assert_eq!(status, 200, "GET {path}");
+    serde_json::from_slice(&bytes).expect("JSON")
+}
+
+async fn post(api: &Api, path: &str) -> (u16, Value) {
+    let (status, _, bytes) = api.request(Method::POST, path, None).await.expect("post");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// Poll the task until its status is one of `want`.
+async fn wait_task(api: &Api, id: &str, want: &[&str]) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let t = get(api, &format!("/v1/tasks/{id}")).await;
+        if t["status"].as_str().is_some_and(|s| want.contains(&s)) {
+            return t;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task never reached {want:?}: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn id(v: &Value) -> String {
+    v["id"].as_str().expect("task id").to_owned()
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 1..];
+            rest.split_whitespace().next().map(|s| s != "Z" && s != "X")
+        })
+        .unwrap_or(false)
+}
+
+/// Wait (bounded) until none of `pids` is alive; the ones still alive.
+async fn wait_gone(pids: &[i32]) -> Vec<i32> {
+    for _ in 0..100 {
+        if pids.iter().all(|p| !alive(*p)) {
+            return Vec::new();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pids.iter().copied().filter(|p| alive(*p)).collect()
+}
+
+/// End whatever a failed test left alive, by pid.
+fn kill_all(pids: &[i32]) {
+    for pid in pids {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicate_submissions_make_one_task_and_one_run() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let api = &daemon.api;
+    let body = json!({"type": "record", "params": {"database": "db1"}});
+    let (status, first) = submit(api, body.clone()).await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["idempotencyKey"], "record:db1");
+    let (status, again) = submit(api, body.clone()).await;
+    assert_eq!((status, id(&again)), (200, id(&first)));
+    let (status, err) = submit(
+        api,
+        json!({"type": "record", "params": {"database": "db1", "note": "other"}}),
+    )
+    .await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (409, &json!("idempotency_conflict")),
+        "{err}"
+    );
+    let done = wait_task(api, &id(&first), &["succeeded"]).await;
+    assert_eq!(done["resultSummary"], "recorded", "{done}");
+    // A succeeded task is returned with its result; it does not run again.
+    let (status, again) = submit(api, body).await;
+    assert_eq!((status, &again["status"]), (200, &json!("succeeded")));
+
+    let mut racers = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        let api = api.clone();
+        racers.spawn(async move {
+            submit(
+                &api,
+                json!({"type": "record", "params": {"database": "db2"}}),
+            )
+            .await
+        });
+    }
+    let mut ids = std::collections::HashSet::new();
+    let mut created = 0;
+    while let Some(r) = racers.join_next().await {
+        let (status, task) = r.expect("racer");
+        assert!(matches!(status, 200 | 201), "{task}");
+        created += usize::from(status == 201);
+        ids.insert(id(&task));
+    }
+    assert_eq!((created, ids.len()), (1, 1));
+    let only = ids.into_iter().next().expect("one id");
+    wait_task(api, &only, &["succeeded"]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let runs = setup.runs();
+    assert_eq!(
+        runs.iter().filter(|l| l.starts_with(&only)).count(),
+        1,
+        "one execution: {runs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parameters_reach_argv_literally_and_never_a_shell() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let api = &daemon.api;
+    let cases = [
+        (json!({"type": "nope"}), "unknown_task_type"),
+        (json!({"params": {}}), "unknown_task_type"),
+        (json!({"type": "record", "params": {}}), "missing_param"),
+        (
+            json!({"type": "record", "params": {"database": "db1", "x": "1"}}),
+            "unknown_param",
+        ),
+        (
+            json!({"type": "record", "params": {"database": "db1; rm -rf /"}}),
+            "invalid_params",
+        ),
+        (
+            json!({"type": "record", "params": {"database": "$(id)"}}),
+            "invalid_params",
+        ),
+        (
+            json!({"type": "record", "params": {"database": 7}}),
+            "invalid_params",
+        ),
+        (
+            json!({"type": "record", "command": "/bin/sh"}),
+            "invalid_request",
+        ),
+        (
+            json!({"type": "record", "params": {"database": "a"}, "idempotencyKey": "k"}),
+            "invalid_request",
+        ),
+    ];
+    for (body, code) in cases {
+        let (status, err) = submit(api, body.clone()).await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{body}: {err}"
+        );
+    }
+    // Metacharacters the pattern allows are one argv element, exactly as given.
+    let note = r#"x; touch /tmp/pwned $(id) `id` 'q' "d" | & > <"#;
+    let (status, task) = submit(
+        api,
+        json!({"type": "record", "params": {"database": "db3", "note": note}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{task}");
+    wait_task(api, &id(&task), &["succeeded"]).await;
+    let runs = setup.runs();
+    assert!(
+        runs.contains(&format!("[--db][db3][--note={note}]")),
+        "{runs:?}"
+    );
+    assert!(!Path::new("/tmp/pwned").exists());
+    let types = get(api, "/v1/task-types").await;
+    let record = types["types"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .find(|t| t["name"] == "record")
+        .cloned()
+        .expect("record type");
+    assert_eq!(record["env"], json!(["RUNS"]), "names only: {record}");
+    assert_eq!(record["idempotencyKey"], "record:{database}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transient_failures_are_retried_until_success() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let api = &daemon.api;
+    let (_, task) = submit(api, json!({"type": "flaky", "idempotencyKey": "f-1"})).await;
+    let done = wait_task(api, &id(&task), &["succeeded", "failed"]).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["attempt"], 3);
+    assert_eq!(done["resultSummary"], "done after 3 attempts");
+    let attempts = get(api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
+    let outcomes: Vec<_> = attempts["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| {
+            (
+                a["outcome"].clone(),
+                a["exitCode"].clone(),
+                a["errorCode"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (json!("failed"), json!(75), json!("transient")),
+            (json!("failed"), json!(75), json!("transient")),
+            (json!("succeeded"), json!(0), Value::Null),
+        ]
+    );
+    assert!(attempts["attempts"][0]["executorId"]
+        .as_str()
+        .is_some_and(|e| e.contains(':')));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_codes_are_classified() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let api = &daemon.api;
+    // (exit code, attempts, error code): script errors are retried to max_attempts, invalid
+    // params and permission denied never.
+    for (code, attempts, error_code) in [
+        ("1", 3, "script_error"),
+        ("64", 1, "invalid_params"),
+        ("77", 1, "permission_denied"),
+    ] {
+        let (_, task) = submit(
+            api,
+            json!({"type": "exit", "params": {"code": code}, "idempotencyKey": code}),
+        )
+        .await;
+        let done = wait_task(api, &id(&task), &["failed"]).await;
+        assert_eq!(done["attempt"], attempts, "{code}: {done}");
+        assert_eq!(done["errorCode"], error_code, "{code}: {done}");
+        assert_eq!(done["retryable"], false, "{done}");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let again = get(api, &format!("/v1/tasks/{}", id(&task))).await;
+        assert_eq!(again["attempt"], attempts, "no further attempts: {again}");
+    }
+    let log = get(api, "/v1/tasks?status=failed&type=exit").await;
+    assert_eq!(log["count"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timeout_ends_the_whole_group_and_what_escaped_it() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let api = &daemon.api;
+    let (_, task) = submit(api, json!({"type": "hang", "idempotencyKey": "h-1"})).await;
+    let done = wait_task(api, &id(&task), &["timed_out", "failed", "succeeded"]).await;
+    let pids = setup.pids();
+    let left = wait_gone(&pids).await;
+    kill_all(&left);
+    assert_eq!(done["status"], "timed_out", "{done}");
+    assert_eq!(
+        pids.len(),
+        3,
+        "leader, background child, setsid grandchild: {pids:?}"
+    );
+    assert!(left.is_empty(), "still alive after the timeout: {left:?}");
+    let attempts = get(api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
+    assert_eq!(
+        attempts["attempts"].as_array().map(Vec::len),
+        Some(1),
+        "no retry"
+    );
+    assert!(attempts["attempts"][0]["durationMs"].as_i64() >= Some(1000));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_pending_and_running_and_queue_timeout() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    // One slot: the first hanging task holds it, the next waits in the queue.
+    let daemon = boot(&setup, &["--task-concurrency", "1"]).await;
+    let api = &daemon.api;
+    let (_, running) = submit(api, json!({"type": "hang", "idempotencyKey": "r"})).await;
+    wait_task(api, &id(&running), &["running"]).await;
+    let (_, waiting) = submit(api, json!({"type": "record", "params": {"database": "w"}})).await;
+    let (status, canceled) = post(api, &format!("/v1/tasks/{}/cancel", id(&waiting))).await;
+    assert_eq!(
+        (status, &canceled["status"]),
+        (200, &json!("canceled")),
+        "{canceled}"
+    );
+    let (_, queued) = submit(api, json!({"type": "hang", "idempotencyKey": "q"})).await;
+    // Give the script time to write its pids, then cancel it while it runs.
+    for _ in 0..100 {
+        if setup.pids().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (status, asked) = post(api, &format!("/v1/tasks/{}/cancel", id(&running))).await;
+    assert_eq!(
+        (status, &asked["cancelRequested"]),
+        (200, &json!(true)),
+        "{asked}"
+    );
+    let ended = wait_task(api, &id(&running), &["canceled", "timed_out"]).await;
+    assert_eq!(ended["status"], "canceled", "{ended}");
+    let pids = setup.pids();
+    let left = wait_gone(&pids).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "still alive after cancel: {left:?}");
+    // The queued one started when the slot freed, or timed out in the queue: either way it
+    // never outlives its limits.
+    let q = wait_task(api, &id(&queued), &["timed_out"]).await;
+    assert!(
+        matches!(q["errorCode"].as_str(), Some("queue_timeout" | "timed_out")),
+        "{q}"
+    );
+    let left = wait_gone(&setup.pids()).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+    let (status, err) = post(api, &format!("/v1/tasks/{}/cancel", id(&running))).await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (409, &json!("invalid_transition"))
+    );
+    let log = get(api, &format!("/v1/tasks/{}/transitions", id(&running))).await;
+    let reasons: Vec<_> = log["transitions"]
+        .as_array()
+        .expect("log")
+        .iter()
+        .map(|t| t["reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(reasons, ["submitted", "started", "canceled"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_queue_timeout_ends_a_task_that_never_started() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &["--task-concurrency", "1"]).await;
+    let api = &daemon.api;
+    let (_, first) = submit(api, json!({"type": "hang", "idempotencyKey": "a"})).await;
+    wait_task(api, &id(&first), &["running"]).await;
+    // The slot is held for 1 s (the timeout) plus the grace; queue_timeout is 2 s, so the
+    // second one starts in time; a third behind it waits 1 s more and times out in the queue.
+    let (_, second) = submit(api, json!({"type": "hang", "idempotencyKey": "b"})).await;
+    let (_, third) = submit(api, json!({"type": "hang", "idempotencyKey": "c"})).await;
+    let t = wait_task(api, &id(&third), &["timed_out"]).await;
+    assert_eq!(t["errorCode"], "queue_timeout", "{t}");
+    assert_eq!(t["attempt"], 0, "{t}");
+    wait_task(api, &id(&second), &["timed_out"]).await;
+    let left = wait_gone(&setup.pids()).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn configuration_errors_stop_the_daemon_naming_file_type_and_key() {
+    let dir = TempDir::new().expect("temp dir");
+    let path = dir.path().join("spoold.toml");
+    std::fs::write(&path, "[tasks.backup]\ncommand = [\"backup.sh\"]\n").expect("write");
+    let argv = || -> Vec<String> {
+        ["spoold", "--config", path.to_str().expect("utf-8")]
+            .map(String::from)
+            .to_vec()
+    };
+    let err = spoold::config::load(argv()).expect_err("a relative program is refused");
+    assert!(
+        err.contains("spoold.toml: [tasks.backup] command: the program"),
+        "{err}"
+    );
+    std::fs::write(&path, "listen = \"127.0.0.1:0\"\nnope = 1\n").expect("write");
+    let err = spoold::config::load(argv()).expect_err("unknown key");
+    assert!(err.contains("unknown key \"nope\""), "{err}");
+}
