@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use spool_proto::units::{parse_duration, parse_size};
 
-use crate::outbound::Cidr;
+use crate::deliveries::outbound::Cidr;
 use crate::tasks::{TaskTypes, TypeSpec};
 
 /// spoold: a durable outbound HTTP spool.
@@ -312,7 +312,7 @@ impl Args {
             return err("--retry-base must be greater than 0 and at most --retry-cap");
         }
         if self.reconcile_base.is_zero()
-            || self.reconcile_base > crate::reconcile::MAX_CHECK_INTERVAL
+            || self.reconcile_base > crate::deliveries::reconcile::MAX_CHECK_INTERVAL
         {
             return err("--reconcile-base must be greater than 0 and at most 5m");
         }

@@ -3,33 +3,29 @@
 //! wrapper that adds flags, logging and signals.
 //!
 //! # Layout
-//! - [`config`]: flags and the validated configuration.
-//! - [`api`]: the control API (one file per resource), errors, OpenAPI.
-//! - `submission`: create-request decoding, field rules, idempotency fingerprint.
-//! - `scheduler`: claims due work within concurrency limits; sleeps until something is due.
-//! - `deliver`: one attempt, from claimed delivery to recorded result.
-//! - [`retry`]: classification and backoff, as pure functions.
-//! - [`outbound`]: the only HTTP client; address policy and resolver.
-//! - [`metrics`], [`logging`]; `activity`: recent attempts and targets for the overview.
+//! - [`config`]: flags, the configuration file and the validated configuration.
+//! - [`api`]: the control API (one file per resource, deliveries and tasks), errors, OpenAPI.
+//! - [`deliveries`]: submission, scheduling, one attempt, classification, the outbound HTTP
+//!   client and its address policy, reconciliation, retention.
+//! - [`tasks`]: declared task types, the runner, and `exec`, the only place that spawns
+//!   processes.
+//! - `backoff`: exponential backoff with jitter, shared by both.
+//! - [`metrics`], [`logging`].
 //!
 //! Durable state lives in the `spool-store` crate; wire types in `spool-proto`.
 
-mod activity;
 pub mod api;
+mod backoff;
 pub mod config;
-mod deliver;
+pub mod deliveries;
 pub mod logging;
 pub mod metrics;
-pub mod outbound;
-mod reconcile;
-mod retention;
-pub mod retry;
-mod scheduler;
-mod submission;
 pub mod tasks;
 mod unix_socket;
 
 use std::net::SocketAddr;
+
+use deliveries::{activity, deliver, outbound, reconcile, retention, retry, scheduler, submission};
 use std::path::PathBuf;
 use std::sync::Arc;
 

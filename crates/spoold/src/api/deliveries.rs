@@ -18,7 +18,7 @@ use spool_proto::{
 use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
 
 use super::{first_values, json, page_limit, ApiError, SharedState};
-use crate::submission;
+use crate::deliveries::submission;
 
 /// Shown instead of a secret header value.
 pub const MASK: &str = "[redacted]";

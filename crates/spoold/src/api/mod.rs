@@ -35,12 +35,12 @@ pub struct AppState {
     pub store: Store,
     pub metrics: Arc<Metrics>,
     /// The address policy and the default retry window, for creates.
-    pub rules: crate::submission::Rules,
+    pub rules: crate::deliveries::submission::Rules,
     /// When set, every route but the health probes requires `Authorization: Bearer <token>`.
     pub auth_token: Option<AuthToken>,
     pub readiness: system::Readiness,
     /// Recent attempts and targets, for `/v1/stats` and `/v1/targets`.
-    pub activity: Arc<crate::activity::Activity>,
+    pub activity: Arc<crate::deliveries::activity::Activity>,
     /// The admission limit (`--max-db-bytes`); 0 = none.
     pub max_db_bytes: u64,
     /// The declared task types.

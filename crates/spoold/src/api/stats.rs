@@ -11,7 +11,7 @@ use spool_proto::{ActivityView, StatsView};
 use spool_store::model::DeliveryStatus;
 
 use super::{json, ApiError, SharedState};
-use crate::activity::Window;
+use crate::deliveries::activity::Window;
 
 #[utoipa::path(get, path = "/v1/stats", tag = "overview",
     responses((status = 200, description = "Counts by status, the oldest due delivery, recent attempts, paused targets, database size", body = StatsView)))]

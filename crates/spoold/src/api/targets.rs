@@ -11,7 +11,7 @@ use spool_proto::units::format_time;
 use spool_proto::{ErrorCode, TargetList, TargetView};
 
 use super::{first_values, json, page_limit, ApiError, SharedState};
-use crate::activity::TargetActivity;
+use crate::deliveries::activity::TargetActivity;
 
 #[utoipa::path(get, path = "/v1/targets", tag = "overview",
     params(

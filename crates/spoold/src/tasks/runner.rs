@@ -23,7 +23,7 @@ use tracing::{error, info, warn};
 use super::exec::{self, Finished, Stopped};
 use super::types::{ExitClass, OnInterrupt, TaskType};
 use super::TaskTypes;
-use crate::retry::Backoff;
+use crate::backoff::Backoff;
 
 /// The longest result summary kept (`SPOOLD_RESULT_FILE`).
 pub const MAX_SUMMARY_BYTES: u64 = 4096;

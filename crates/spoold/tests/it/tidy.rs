@@ -44,7 +44,7 @@ fn every_file_starts_with_a_doc_comment() {
 fn only_outbound_builds_http_clients_to_targets() {
     let offenders: Vec<_> = sources()
         .into_iter()
-        .filter(|p| is_under(p, "/spoold/src/") && !is_under(p, "/spoold/src/outbound/"))
+        .filter(|p| is_under(p, "/spoold/src/") && !is_under(p, "/spoold/src/deliveries/outbound/"))
         .filter(|p| {
             let text = std::fs::read_to_string(p).unwrap_or_default();
             text.contains("reqwest::Client") || text.contains("ClientBuilder")
@@ -52,7 +52,7 @@ fn only_outbound_builds_http_clients_to_targets() {
         .collect();
     assert!(
         offenders.is_empty(),
-        "HTTP clients built outside outbound/: {offenders:#?}"
+        "HTTP clients built outside deliveries/outbound/: {offenders:#?}"
     );
 }
 

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 
-use crate::deliver::{Deliverer, Started, TargetHealth};
-use crate::retry::Backoff;
+use crate::deliveries::deliver::{Deliverer, Started, TargetHealth};
+use crate::deliveries::retry::Backoff;
 
 /// How often, at most, leases are renewed or taken back and overdue deliveries are expired;
 /// more often when the lease is short (a quarter of it).

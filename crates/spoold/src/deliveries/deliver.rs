@@ -1,5 +1,5 @@
 //! One delivery attempt: build the request from the claimed delivery, send it through
-//! [`crate::outbound`], classify the outcome with [`crate::retry`], and record it in the store.
+//! [`crate::deliveries::outbound`], classify the outcome with [`crate::deliveries::retry`], and record it in the store.
 //!
 //! **Invariants:** an attempt has started in the store (durably: counted, recorded with its
 //! `started_at`) before its request leaves, and its result is recorded fenced by the claim, so a
@@ -22,10 +22,10 @@ use spool_store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::activity::{self, Activity};
+use crate::deliveries::activity::{self, Activity};
+use crate::deliveries::outbound::{self, Outbound, SendErrorCode};
+use crate::deliveries::retry::{self, Backoff, Verdict};
 use crate::metrics::{Metrics, OutcomeLabel, ResultLabel};
-use crate::outbound::{self, Outbound, SendErrorCode};
-use crate::retry::{self, Backoff, Verdict};
 
 /// Time kept free at the end of a lease for recording the attempt's result: a request is cut
 /// off this long before its lease runs out.
@@ -353,7 +353,7 @@ impl Deliverer {
         let timeout = send_timeout(self.request_timeout, attempt.send_by, started);
         // The remote id may be anywhere in the answer: keep as much as a reconcile answer.
         let keep_body = match claimed.remote_id_pointer {
-            Some(_) => crate::reconcile::MAX_ANSWER_BYTES,
+            Some(_) => crate::deliveries::reconcile::MAX_ANSWER_BYTES,
             None => outbound::MAX_RESPONSE_EXCERPT,
         };
         let sent = if timeout.is_zero() {
@@ -467,10 +467,9 @@ impl Deliverer {
                 match verdict {
                     Verdict::Succeeded => {
                         result.disposition = Disposition::Succeeded;
-                        result.remote_id = claimed
-                            .remote_id_pointer
-                            .as_deref()
-                            .and_then(|p| crate::reconcile::remote_id(&resp.excerpt, p));
+                        result.remote_id = claimed.remote_id_pointer.as_deref().and_then(|p| {
+                            crate::deliveries::reconcile::remote_id(&resp.excerpt, p)
+                        });
                     }
                     verdict => {
                         result.error = Some(status_error(&resp));

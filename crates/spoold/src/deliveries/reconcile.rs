@@ -30,8 +30,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::deliveries::outbound::{self, Outbound};
 use crate::metrics::{Metrics, ResultLabel};
-use crate::outbound::{self, Outbound};
 
 /// The largest reconcile answer read (and the largest 2xx body searched for a remote id).
 pub const MAX_ANSWER_BYTES: usize = 1 << 20;
@@ -357,7 +357,7 @@ impl Reconciler {
         if !headers.contains_key(http::header::USER_AGENT) {
             headers.insert(
                 http::header::USER_AGENT,
-                HeaderValue::from_static(crate::deliver::USER_AGENT_VALUE),
+                HeaderValue::from_static(crate::deliveries::deliver::USER_AGENT_VALUE),
             );
         }
         if let Ok(v) = HeaderValue::from_str(&d.id) {

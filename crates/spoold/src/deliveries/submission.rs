@@ -14,8 +14,8 @@ use spool_proto::{headers, units, CreateDelivery, DeliveryMode, ErrorCode, Recon
 use spool_store::model::{self, Body, Millis, Mode, NewDelivery};
 use url::Url;
 
-use crate::outbound::{literal_ip, AddressPolicy};
-use crate::reconcile;
+use crate::deliveries::outbound::{literal_ip, AddressPolicy};
+use crate::deliveries::reconcile;
 
 /// A refused request: the code and message for the error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
