@@ -250,6 +250,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         running: Arc::clone(&running_tasks),
         stop: stop.clone(),
         interrupt: interrupt.clone(),
+        metrics: Arc::clone(&deliverer_metrics),
     });
     if !config.task_types.is_empty() {
         if let Err(e) = std::fs::create_dir_all(&runner.results_dir) {

@@ -26,6 +26,19 @@ pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabel {
+    pub task_type: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskEndLabel {
+    pub task_type: String,
+    pub status: &'static str,
+    /// A stable error code, or `none`.
+    pub error_code: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric the daemon exports.
@@ -54,12 +67,24 @@ pub struct Metrics {
     pub paused_targets: Gauge,
     pub reconcile_checks: Family<ResultLabel, Counter>,
     pub unknown_duration: Histogram,
+    pub tasks: Family<StatusLabel, Gauge>,
+    pub task_submissions: Family<TypeLabel, Counter>,
+    pub task_duplicates: Family<TypeLabel, Counter>,
+    pub tasks_finished: Family<TaskEndLabel, Counter>,
+    pub task_retries: Family<TypeLabel, Counter>,
+    pub task_attempt_duration: HistogramFamily<TypeLabel>,
+    pub task_queue_wait: HistogramFamily<TypeLabel>,
 }
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
     }
+}
+
+/// 10 ms to about 11 h.
+fn task_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 22))
 }
 
 fn attempt_histogram() -> Histogram {
@@ -94,6 +119,13 @@ impl Metrics {
             reconcile_checks: Family::default(),
             // 1 s to about 9 h.
             unknown_duration: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            tasks: Family::default(),
+            task_submissions: Family::default(),
+            task_duplicates: Family::default(),
+            tasks_finished: Family::default(),
+            task_retries: Family::default(),
+            task_attempt_duration: Family::new_with_constructor(task_histogram),
+            task_queue_wait: Family::new_with_constructor(task_histogram),
             registry: Registry::default(),
         };
         registry.register(
@@ -213,6 +245,37 @@ impl Metrics {
              settled them (or the window closed)",
             m.unknown_duration.clone(),
         );
+        registry.register("spoold_tasks", "Current tasks by status", m.tasks.clone());
+        registry.register(
+            "spoold_task_submissions",
+            "Task submissions that created a task, by type",
+            m.task_submissions.clone(),
+        );
+        registry.register(
+            "spoold_task_idempotent_duplicates",
+            "Task submissions answered with the existing task of their key, by type",
+            m.task_duplicates.clone(),
+        );
+        registry.register(
+            "spoold_tasks_finished",
+            "Task attempts that ended their task, by type, final status and error code",
+            m.tasks_finished.clone(),
+        );
+        registry.register(
+            "spoold_task_retries",
+            "Task attempts that ended in a scheduled retry, by type",
+            m.task_retries.clone(),
+        );
+        registry.register(
+            "spoold_task_attempt_duration_seconds",
+            "Duration of task attempts, by type",
+            m.task_attempt_duration.clone(),
+        );
+        registry.register(
+            "spoold_task_queue_wait_seconds",
+            "Time from submission to the first attempt's start, by type",
+            m.task_queue_wait.clone(),
+        );
         m.db_max_bytes.set(config.max_db_bytes as i64);
         m.allow_private_targets
             .set(i64::from(config.allow_private_targets));
@@ -254,6 +317,17 @@ impl Metrics {
             .oldest_due_at
             .map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
         self.oldest_due_age.set(age);
+    }
+
+    /// Refresh the task gauges from the store's counts.
+    pub fn observe_tasks(&self, counts: &[(spool_store::tasks::TaskStatus, u64)]) {
+        for (status, n) in counts {
+            self.tasks
+                .get_or_create(&StatusLabel {
+                    status: status.as_str(),
+                })
+                .set(*n as i64);
+        }
     }
 
     /// The OpenMetrics text exposition.

@@ -233,6 +233,25 @@ const MIGRATIONS: &[&str] = &[
         note        TEXT,
         PRIMARY KEY (task_id, seq)
     ) WITHOUT ROWID;
+    -- Tasks by status, kept by triggers in the transactions that change them (as for
+    -- deliveries), so metrics never count rows.
+    CREATE TABLE task_counts (
+        status TEXT    NOT NULL PRIMARY KEY,
+        n      INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TRIGGER tasks_counted_in AFTER INSERT ON tasks BEGIN
+        INSERT INTO task_counts (status, n) VALUES (NEW.status, 1)
+            ON CONFLICT (status) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER tasks_counted_out AFTER DELETE ON tasks BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE status = OLD.status;
+    END;
+    CREATE TRIGGER tasks_counted_moved AFTER UPDATE OF status ON tasks
+        WHEN OLD.status <> NEW.status BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE status = OLD.status;
+        INSERT INTO task_counts (status, n) VALUES (NEW.status, 1)
+            ON CONFLICT (status) DO UPDATE SET n = n + 1;
+    END;
     "#,
 ];
 

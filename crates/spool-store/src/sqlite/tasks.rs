@@ -630,12 +630,10 @@ pub(crate) fn next_due(conn: &Connection, types: &[String]) -> Result<Option<Mil
     Ok([due, deadline].into_iter().flatten().min())
 }
 
-/// Tasks by status (every status, zeros included).
+/// Tasks by status (every status, zeros included), from the counts the triggers keep.
 pub(crate) fn counts(conn: &Connection) -> Result<Vec<(TaskStatus, u64)>> {
     let found: Vec<(String, u64)> = conn
-        .prepare_cached(
-            "SELECT status, COUNT(*) FROM tasks INDEXED BY tasks_status GROUP BY status",
-        )
+        .prepare_cached("SELECT status, n FROM task_counts")
         .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
         .map_err(map_err)?;
     Ok(TaskStatus::ALL

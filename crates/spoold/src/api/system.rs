@@ -61,6 +61,10 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
         Ok(stats) => state.metrics.observe_store(&stats, state.store.now_ms()),
         Err(e) => tracing::warn!(error = %e, "store statistics unavailable for metrics"),
     }
+    match state.store.task_counts().await {
+        Ok(counts) => state.metrics.observe_tasks(&counts),
+        Err(e) => tracing::warn!(error = %e, "task counts unavailable for metrics"),
+    }
     let wants_openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

@@ -17,6 +17,7 @@ use spool_proto::{
 use spool_store::tasks::{self as model, NewTask, TaskAction, TaskInsert};
 
 use super::{first_values, json, page_limit, ApiError, SharedState};
+use crate::metrics::TypeLabel;
 use crate::tasks::types::render;
 
 /// The largest submission accepted.
@@ -108,9 +109,18 @@ async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, A
         queue_timeout_ms: kind.queue_timeout.map(|d| d.as_millis() as i64),
         retry_deadline_ms: kind.retry_deadline.map(|d| d.as_millis() as i64),
     };
+    let label = TypeLabel {
+        task_type: name.clone(),
+    };
     let (status, task) = match state.store.insert_task(new).await {
-        Ok(TaskInsert::Created(t)) => (StatusCode::CREATED, t),
-        Ok(TaskInsert::Existing(t)) => (StatusCode::OK, t),
+        Ok(TaskInsert::Created(t)) => {
+            state.metrics.task_submissions.get_or_create(&label).inc();
+            (StatusCode::CREATED, t)
+        }
+        Ok(TaskInsert::Existing(t)) => {
+            state.metrics.task_duplicates.get_or_create(&label).inc();
+            (StatusCode::OK, t)
+        }
         Ok(TaskInsert::Conflict { .. }) => {
             return Err(ApiError::new(
                 ErrorCode::IdempotencyConflict,

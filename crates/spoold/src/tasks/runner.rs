@@ -24,6 +24,7 @@ use super::exec::{self, Finished, Stopped};
 use super::types::{ExitClass, OnInterrupt, TaskType};
 use super::TaskTypes;
 use crate::backoff::Backoff;
+use crate::metrics::{Metrics, TaskEndLabel, TypeLabel};
 
 /// The longest result summary kept (`SPOOLD_RESULT_FILE`).
 pub const MAX_SUMMARY_BYTES: u64 = 4096;
@@ -72,6 +73,7 @@ pub struct Runner {
     pub stop: CancellationToken,
     /// Shutdown timeout reached: stop the attempts still running.
     pub interrupt: CancellationToken,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Runner {
@@ -180,6 +182,16 @@ impl Runner {
             warn!(task_id = %task.id, task_type = %task.task_type, "task type is no longer declared");
             return;
         };
+        let label = TypeLabel {
+            task_type: task.task_type.clone(),
+        };
+        if task.attempt == 1 {
+            let waited = (task.started_at - task.created_at).max(0) as f64 / 1000.0;
+            self.metrics
+                .task_queue_wait
+                .get_or_create(&label)
+                .observe(waited);
+        }
         let params: BTreeMap<String, String> =
             serde_json::from_str(&task.params).unwrap_or_default();
         let argv = kind.argv(&params);
@@ -208,6 +220,10 @@ impl Runner {
             tag: format!("{}-{}", task.id, task.attempt),
         })
         .await;
+        self.metrics
+            .task_attempt_duration
+            .get_or_create(&label)
+            .observe(finished.duration.as_secs_f64());
         let summary = read_summary(&result_file);
         let _ = std::fs::remove_file(&result_file);
         let end = self.judge(kind, &task, &finished, summary);
@@ -231,7 +247,24 @@ impl Runner {
             retry_at = retry_at.map(spool_proto::units::format_time),
             "task attempt finished"
         );
-        match self.store.finish_task(end).await {
+        let recorded = self.store.finish_task(end).await;
+        match &recorded {
+            Ok(Some(TaskStatus::Pending)) => {
+                self.metrics.task_retries.get_or_create(&label).inc();
+            }
+            Ok(Some(status)) => {
+                self.metrics
+                    .tasks_finished
+                    .get_or_create(&TaskEndLabel {
+                        task_type: task.task_type.clone(),
+                        status: status.as_str(),
+                        error_code: error_code.clone().unwrap_or_else(|| "none".into()),
+                    })
+                    .inc();
+            }
+            _ => {}
+        }
+        match recorded {
             Ok(Some(TaskStatus::Interrupted)) => {
                 self.apply_on_interrupt(&task.id, kind.on_interrupt).await;
             }

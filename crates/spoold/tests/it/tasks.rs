@@ -374,6 +374,20 @@ async fn transient_failures_are_retried_until_success() {
     assert!(attempts["attempts"][0]["executorId"]
         .as_str()
         .is_some_and(|e| e.contains(':')));
+    let metric = |name: &'static str| async move { api.metric(name).await.expect("metrics") };
+    assert_eq!(metric("spoold_task_retries_total{task_type=\"flaky\"}").await, Some(2.0));
+    assert_eq!(
+        metric(
+            "spoold_tasks_finished_total{task_type=\"flaky\",status=\"succeeded\",error_code=\"none\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    assert_eq!(metric("spoold_tasks{status=\"succeeded\"}").await, Some(1.0));
+    assert_eq!(
+        metric("spoold_task_submissions_total{task_type=\"flaky\"}").await,
+        Some(1.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
