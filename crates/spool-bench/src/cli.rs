@@ -32,6 +32,8 @@ pub enum Command {
     /// End-to-end: enqueue a batch and wait until every delivery has succeeded, at the default
     /// per-target concurrency and at 1 and 64.
     E2e,
+    /// Submissions of a task type running /bin/true, at task concurrency 2 and 16.
+    Tasks,
     /// Restart with a large pending backlog: time to ready, memory, size, a fresh batch.
     Backlog,
     /// CPU used over a window with a backlog for a target that refuses connections.
@@ -99,6 +101,9 @@ pub struct SizeOverrides {
     /// End-to-end: deliveries per run.
     #[arg(long, global = true, value_name = "N")]
     pub e2e_deliveries: Option<u64>,
+    /// Tasks: submissions per run.
+    #[arg(long, global = true, value_name = "N")]
+    pub tasks: Option<u64>,
     /// Backlog: pending deliveries seeded into the database.
     #[arg(long, global = true, value_name = "N")]
     pub backlog_pending: Option<u64>,
@@ -124,11 +129,21 @@ impl Command {
     pub fn scenarios(self) -> &'static [Command] {
         use Command::*;
         match self {
-            All => &[Fsync, HttpCeiling, Enqueue, E2e, Backlog, Idle, Latency],
+            All => &[
+                Fsync,
+                HttpCeiling,
+                Enqueue,
+                E2e,
+                Backlog,
+                Idle,
+                Latency,
+                Tasks,
+            ],
             Fsync => &[Fsync],
             HttpCeiling => &[HttpCeiling],
             Enqueue => &[Enqueue],
             E2e => &[E2e],
+            Tasks => &[Tasks],
             Backlog => &[Backlog],
             Idle => &[Idle],
             Latency => &[Latency],
@@ -143,6 +158,7 @@ impl Command {
             Command::HttpCeiling => "http-ceiling",
             Command::Enqueue => "enqueue",
             Command::E2e => "e2e",
+            Command::Tasks => "tasks",
             Command::Backlog => "backlog",
             Command::Idle => "idle",
             Command::Latency => "latency",

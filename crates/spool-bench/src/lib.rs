@@ -116,6 +116,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Command::HttpCeiling => scenario::ceiling::run(&mut bench).await,
             Command::Enqueue => scenario::enqueue::run(&mut bench).await,
             Command::E2e => scenario::e2e::run(&mut bench).await,
+            Command::Tasks => scenario::tasks::run(&mut bench).await,
             Command::Backlog => scenario::backlog::run(&mut bench).await,
             Command::Idle => scenario::idle::run(&mut bench).await,
             Command::Latency => scenario::latency::run(&mut bench).await,

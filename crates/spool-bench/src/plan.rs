@@ -28,6 +28,10 @@ pub struct Plan {
     pub e2e_per_target: Vec<Option<u32>>,
     /// End-to-end and backlog: deliveries are at-most-once.
     pub at_most_once: bool,
+    /// Tasks: submissions per run.
+    pub tasks: u64,
+    /// Tasks: `--task-concurrency` values.
+    pub task_concurrency: Vec<u32>,
     /// Backlog: pending deliveries in the database at start.
     pub backlog_pending: u64,
     /// Backlog: the fresh batch delivered on top.
@@ -54,6 +58,8 @@ impl Plan {
             requests: 50_000,
             concurrencies: vec![1, 16, 64],
             e2e_deliveries: 100_000,
+            tasks: 10_000,
+            task_concurrency: vec![2, 16],
             e2e_enqueue_concurrency: 64,
             e2e_per_target: vec![None, Some(1), Some(64)],
             at_most_once: false,
@@ -75,6 +81,8 @@ impl Plan {
             requests: 2_000,
             concurrencies: vec![1, 16, 64],
             e2e_deliveries: 2_000,
+            tasks: 200,
+            task_concurrency: vec![2, 16],
             e2e_enqueue_concurrency: 16,
             e2e_per_target: vec![None, Some(1), Some(64)],
             at_most_once: false,
@@ -101,6 +109,7 @@ impl Plan {
         set(&mut plan.fsync_writes, o.fsync_writes);
         set(&mut plan.requests, o.requests);
         set(&mut plan.e2e_deliveries, o.e2e_deliveries);
+        set(&mut plan.tasks, o.tasks);
         plan.at_most_once = options.at_most_once;
         set(&mut plan.backlog_pending, o.backlog_pending);
         set(&mut plan.backlog_batch, o.backlog_batch);

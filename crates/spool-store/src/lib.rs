@@ -287,6 +287,19 @@ impl Store {
         dispatch!(self, s => s.finish_task(end).await)
     }
 
+    /// [`Store::finish_task`], and in the same commit claim the next due task of `types` for
+    /// the slot the attempt frees (none if `types` is empty): a busy runner pays one commit per
+    /// task.
+    pub async fn finish_and_claim(
+        &self,
+        end: tasks::TaskAttemptEnd,
+        types: Vec<String>,
+        lease_ms: i64,
+        executor_id: String,
+    ) -> Result<(Option<tasks::TaskStatus>, Option<tasks::ClaimedTask>)> {
+        dispatch!(self, s => s.finish_and_claim(end, types, lease_ms, executor_id).await)
+    }
+
     /// End pending tasks whose queue timeout or retry deadline passed. Returns how many.
     pub async fn expire_tasks(&self, limit: u32) -> Result<u64> {
         dispatch!(self, s => s.expire_tasks(limit).await)

@@ -8,6 +8,7 @@ pub mod enqueue;
 pub mod fsync;
 pub mod idle;
 pub mod latency;
+pub mod tasks;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -39,7 +39,7 @@ use crate::tasks::{
 pub const SPACE_PROBE_BYTES: u64 = 1 << 20;
 
 /// Prepared statements kept per connection: more than the store has distinct statements.
-const STATEMENT_CACHE: usize = 64;
+const STATEMENT_CACHE: usize = 128;
 
 /// How to open the SQLite store.
 #[derive(Debug, Clone)]
@@ -237,6 +237,28 @@ impl SqliteStore {
             .write_then(
                 move |c, now| tasks::finish(c, &end, now),
                 move |r| wake.when(matches!(r, Ok(Some(TaskStatus::Pending)))),
+            )
+            .await
+    }
+
+    /// See [`crate::Store::finish_and_claim`].
+    pub async fn finish_and_claim(
+        &self,
+        end: TaskAttemptEnd,
+        types: Vec<String>,
+        lease_ms: i64,
+        executor_id: String,
+    ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>)> {
+        let wake = self.task_waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| {
+                    let status = tasks::finish(c, &end, now)?;
+                    let next = tasks::claim(c, now, 1, &types, lease_ms, &executor_id)?;
+                    Ok((status, next.into_iter().next()))
+                },
+                move |r| wake.when(matches!(r, Ok((Some(TaskStatus::Pending), _)))),
             )
             .await
     }

@@ -203,6 +203,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tasks_due ON tasks (next_run_at) WHERE status = 'pending';
     CREATE INDEX tasks_queued ON tasks (queue_deadline)
         WHERE status = 'pending' AND attempts = 0 AND queue_deadline IS NOT NULL;
+    CREATE INDEX tasks_retry_deadline ON tasks (retry_deadline)
+        WHERE status = 'pending' AND retry_deadline IS NOT NULL;
     CREATE INDEX tasks_status ON tasks (status, id);
     CREATE INDEX tasks_type ON tasks (task_type, id);
     CREATE TABLE task_attempts (

@@ -79,7 +79,7 @@ pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<Ta
 }
 
 /// Change a task's status from `from` to `to`, with the state machine's permission, and log it.
-/// `set` is the rest of the UPDATE's SET clause: it may use `?3` (now) and `?5`, `?6`, … (the
+/// `set` is the rest of the UPDATE's SET clause: it may use `?2` (now) and `?3`, `?4`, … (the
 /// values of `extra`, in order).
 #[allow(
     clippy::too_many_arguments,
@@ -104,12 +104,16 @@ fn change(
         });
     }
     let comma = if set.is_empty() { "" } else { ", " };
+    // The statuses are written into the statement, not bound: SQLite re-prepares a statement
+    // whenever a bound value could change its plan (a status next to the partial indexes), which
+    // would be every call.
     let sql = format!(
-        "UPDATE tasks SET status = ?4, updated_at = ?3, log_seq = log_seq + 1{comma}{set} \
-         WHERE id = ?1 AND status = ?2 RETURNING log_seq, attempts"
+        "UPDATE tasks SET status = '{to}', updated_at = ?2, log_seq = log_seq + 1{comma}{set} \
+         WHERE id = ?1 AND status = '{from}' RETURNING log_seq, attempts",
+        to = to.as_str(),
+        from = from.as_str(),
     );
-    let (from_text, to_text) = (from.as_str(), to.as_str());
-    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&id, &from_text, &now, &to_text];
+    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&id, &now];
     values.extend(extra.iter().copied());
     let step: Option<(u32, u32)> = conn
         .prepare_cached(&sql)
@@ -164,20 +168,31 @@ fn log(
 /// deadline (`queue_timeout`), or the next attempt not started by the retry deadline
 /// (`retry_deadline`). At most `limit`; returns how many.
 pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> {
-    let due: Vec<(String, u32, Option<Millis>, Option<Millis>)> = conn
-        .prepare_cached(
-            "SELECT id, attempts, queue_deadline, retry_deadline FROM tasks \
-             WHERE status = 'pending' AND ((attempts = 0 AND queue_deadline <= ?1) \
-                OR retry_deadline <= ?1) \
-             LIMIT ?2",
-        )
-        .and_then(|mut st| {
-            st.query_map(params![now, limit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?
-            .collect()
-        })
-        .map_err(map_err)?;
+    // Two indexed reads, not one OR over the table: a claim runs this every time.
+    let mut due: Vec<(String, u32, Option<Millis>, Option<Millis>)> = Vec::new();
+    for sql in [
+        "SELECT id, attempts, queue_deadline, retry_deadline FROM tasks INDEXED BY tasks_queued \
+         WHERE status = 'pending' AND attempts = 0 AND queue_deadline IS NOT NULL \
+         AND queue_deadline <= ?1 LIMIT ?2",
+        "SELECT id, attempts, queue_deadline, retry_deadline FROM tasks \
+         INDEXED BY tasks_retry_deadline WHERE status = 'pending' \
+         AND retry_deadline IS NOT NULL AND retry_deadline <= ?1 LIMIT ?2",
+    ] {
+        let rows: Vec<(String, u32, Option<Millis>, Option<Millis>)> = conn
+            .prepare_cached(sql)
+            .and_then(|mut st| {
+                st.query_map(params![now, limit], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect()
+            })
+            .map_err(map_err)?;
+        for row in rows {
+            if !due.iter().any(|(id, ..)| *id == row.0) {
+                due.push(row);
+            }
+        }
+    }
     for (id, attempts, queue_deadline, _) in &due {
         let queued = *attempts == 0 && queue_deadline.is_some_and(|d| d <= now);
         let (code, text) = if queued {
@@ -196,7 +211,7 @@ pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> 
             now,
             code,
             None,
-            "error_code = ?5, error = ?6, next_run_at = NULL, finished_at = ?3",
+            "error_code = ?3, error = ?4, next_run_at = NULL, finished_at = ?2",
             &[&code, &text],
         )?;
     }
@@ -237,8 +252,8 @@ pub(crate) fn claim(
             now,
             "started",
             None,
-            "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = ?5, \
-             executor_id = ?6, started_at = COALESCE(started_at, ?3), next_run_at = NULL",
+            "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = ?3, \
+             executor_id = ?4, started_at = COALESCE(started_at, ?2), next_run_at = NULL",
             &[&lease_until, &executor_id],
         )?;
         let task = conn
@@ -337,8 +352,8 @@ pub(crate) fn finish(
         now,
         &reason,
         None,
-        "lease_until = NULL, error_code = ?5, error = ?6, exit_code = ?7, signal = ?8, \
-         result_summary = COALESCE(?9, result_summary), finished_at = ?10",
+        "lease_until = NULL, error_code = ?3, error = ?4, exit_code = ?5, signal = ?6, \
+         result_summary = COALESCE(?7, result_summary), finished_at = ?8",
         &[
             &end.error_code,
             &error,
@@ -364,7 +379,7 @@ pub(crate) fn finish(
         now,
         "retry",
         Some(&note),
-        "next_run_at = ?5",
+        "next_run_at = ?3",
         &[&at],
     )?;
     Ok(Some(TaskStatus::Pending))
@@ -399,7 +414,7 @@ pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TaskAct
             now,
             "canceled",
             None,
-            "next_run_at = NULL, finished_at = ?3",
+            "next_run_at = NULL, finished_at = ?2",
             &[],
         )?,
         other => return Ok(TaskAction::Invalid(other)),
@@ -431,9 +446,9 @@ pub(crate) fn retry(
         now,
         "retried",
         Some("an operator's retry"),
-        "next_run_at = ?3, max_attempts = ?5, finished_at = NULL, cancel_requested = 0, \
-         retry_deadline = CASE WHEN retry_deadline <= ?3 THEN NULL ELSE retry_deadline END, \
-         queue_deadline = CASE WHEN queue_deadline <= ?3 THEN NULL ELSE queue_deadline END",
+        "next_run_at = ?2, max_attempts = ?3, finished_at = NULL, cancel_requested = 0, \
+         retry_deadline = CASE WHEN retry_deadline <= ?2 THEN NULL ELSE retry_deadline END, \
+         queue_deadline = CASE WHEN queue_deadline <= ?2 THEN NULL ELSE queue_deadline END",
         &[&max],
     )?;
     done(conn, id)
@@ -456,8 +471,8 @@ pub(crate) fn decide(
         return Ok(TaskAction::Invalid(task.status));
     }
     let set = match to {
-        TaskStatus::Pending => "next_run_at = ?3, finished_at = NULL",
-        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, ?3)",
+        TaskStatus::Pending => "next_run_at = ?2, finished_at = NULL",
+        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, ?2)",
     };
     change(conn, id, task.status, to, now, reason, note, set, &[])?;
     done(conn, id)
@@ -619,14 +634,20 @@ pub(crate) fn next_due(conn: &Connection, types: &[String]) -> Result<Option<Mil
         )
         .and_then(|mut st| st.query_row([types], |r| r.get(0)).optional())
         .map_err(map_err)?;
-    let deadline: Option<Millis> = conn
-        .prepare_cached(
-            "SELECT MIN(COALESCE(CASE WHEN attempts = 0 THEN queue_deadline END, retry_deadline)) \
-             FROM tasks WHERE status = 'pending' \
-             AND (queue_deadline IS NOT NULL OR retry_deadline IS NOT NULL)",
-        )
-        .and_then(|mut st| st.query_row([], |r| r.get(0)))
-        .map_err(map_err)?;
+    let mut deadlines = Vec::new();
+    for sql in [
+        "SELECT queue_deadline FROM tasks INDEXED BY tasks_queued WHERE status = 'pending' \
+         AND attempts = 0 AND queue_deadline IS NOT NULL ORDER BY queue_deadline LIMIT 1",
+        "SELECT retry_deadline FROM tasks INDEXED BY tasks_retry_deadline \
+         WHERE status = 'pending' AND retry_deadline IS NOT NULL ORDER BY retry_deadline LIMIT 1",
+    ] {
+        let at: Option<Millis> = conn
+            .prepare_cached(sql)
+            .and_then(|mut st| st.query_row([], |r| r.get(0)).optional())
+            .map_err(map_err)?;
+        deadlines.extend(at);
+    }
+    let deadline = deadlines.into_iter().min();
     Ok([due, deadline].into_iter().flatten().min())
 }
 

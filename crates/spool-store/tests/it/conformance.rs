@@ -83,6 +83,7 @@ macro_rules! conformance_suite {
             task_cancel_pending_and_running,
             recover_interrupts_running_tasks,
             every_task_transition_is_checked,
+            finish_and_claim_hands_the_slot_on,
             ping_writes,
         );
 

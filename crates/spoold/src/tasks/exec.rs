@@ -160,7 +160,7 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         finished.signal = status.signal();
     }
     // The leader is gone; anything it left behind goes with it.
-    if finished.stopped.is_none() && leftovers(pgid, &spawn.tag).next().is_some() {
+    if finished.stopped.is_none() && maybe_left_behind(pgid, &spawn.tag) {
         finished.killed |= stop_group(pgid, &spawn.tag, spawn.kill_grace, &mut child).await;
     }
     finished.output_bytes = match output {
@@ -230,6 +230,41 @@ fn signal_all(pgid: Option<i32>, tag: &str, signal: rustix::process::Signal) {
             let _ = rustix::process::kill_process(pid, signal);
         }
     }
+}
+
+/// Whether an attempt whose leader exited may have left something running, cheaply (this runs
+/// after every attempt): a member of its group, or one of this process's children (escapees
+/// are re-parented to us, the subreaper) carrying its tag. Without `/proc/*/task/*/children`,
+/// every process is looked at.
+fn maybe_left_behind(pgid: Option<i32>, tag: &str) -> bool {
+    let group_alive = pgid
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|p| rustix::process::test_kill_process_group(p).is_ok());
+    if group_alive {
+        return true;
+    }
+    let Some(children) = own_children() else {
+        return leftovers(pgid, tag).next().is_some();
+    };
+    let needle = format!("{TAG_VAR}={tag}");
+    children.into_iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .map(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+            .unwrap_or(false)
+    })
+}
+
+/// The children of every thread of this process, or `None` if the kernel does not list them.
+fn own_children() -> Option<Vec<i32>> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    Some(out)
 }
 
 /// Live processes of the attempt: members of its group, and any process carrying its tag.

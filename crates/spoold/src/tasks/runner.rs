@@ -34,26 +34,51 @@ pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 
 /// Cancel tokens of the attempts running in this process, by task id.
 #[derive(Debug, Default)]
-pub struct Running(Mutex<HashMap<String, CancellationToken>>);
+pub struct Running(Mutex<RunningInner>);
+
+#[derive(Debug, Default)]
+struct RunningInner {
+    tokens: HashMap<String, CancellationToken>,
+    /// Cancels that came between a task's claim and the start of its attempt here.
+    early: std::collections::HashSet<String>,
+}
 
 impl Running {
-    /// Ask the attempt of `task_id` running here to stop as canceled. `false` if none is.
-    pub fn cancel(&self, task_id: &str) -> bool {
-        match self.lock().get(task_id) {
-            Some(token) => {
-                token.cancel();
-                true
+    /// Ask the attempt of `task_id` running here to stop as canceled (the store has recorded
+    /// the request). If its attempt has not registered yet, it is canceled as it does.
+    pub fn cancel(&self, task_id: &str) {
+        let mut inner = self.lock();
+        match inner.tokens.get(task_id) {
+            Some(token) => token.cancel(),
+            None => {
+                inner.early.insert(task_id.to_owned());
             }
-            None => false,
         }
+    }
+
+    /// Register the attempt of a claimed task: its cancel token.
+    fn start(&self, task_id: &str) -> CancellationToken {
+        let token = CancellationToken::new();
+        let mut inner = self.lock();
+        if inner.early.remove(task_id) {
+            token.cancel();
+        }
+        inner.tokens.insert(task_id.to_owned(), token.clone());
+        token
+    }
+
+    fn end(&self, task_id: &str) {
+        let mut inner = self.lock();
+        inner.tokens.remove(task_id);
+        inner.early.remove(task_id);
     }
 
     /// How many attempts are running here.
     pub fn count(&self) -> usize {
-        self.lock().len()
+        self.lock().tokens.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, CancellationToken>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunningInner> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -130,14 +155,12 @@ impl Runner {
                     Ok(claimed) => {
                         let n = claimed.len() as u32;
                         for task in claimed {
-                            let token = CancellationToken::new();
-                            self.running.lock().insert(task.id.clone(), token.clone());
+                            // Counted as running at once, so the next pass sees the slot taken.
+                            let cancel = self.running.start(&task.id);
                             let me = Arc::clone(&self);
                             let done = done_tx.clone();
                             attempts.spawn(async move {
-                                let id = task.id.clone();
-                                me.attempt(task, token).await;
-                                me.running.lock().remove(&id);
+                                me.slot(task, cancel).await;
                                 let _ = done.send(());
                             });
                         }
@@ -175,12 +198,28 @@ impl Runner {
         }
     }
 
-    async fn attempt(&self, task: ClaimedTask, cancel: CancellationToken) {
+    /// One slot: run `first`, and while the commit that records an attempt also claims a next
+    /// due task, run that one too.
+    async fn slot(&self, first: ClaimedTask, cancel: CancellationToken) {
+        let mut current = Some((first, cancel));
+        while let Some((task, cancel)) = current.take() {
+            let id = task.id.clone();
+            let next = self.attempt(task, cancel).await;
+            self.running.end(&id);
+            current = next.map(|t| {
+                let cancel = self.running.start(&t.id);
+                (t, cancel)
+            });
+        }
+    }
+
+    /// Run one attempt and record it; the next task claimed for this slot in the same commit.
+    async fn attempt(&self, task: ClaimedTask, cancel: CancellationToken) -> Option<ClaimedTask> {
         let Some(kind) = self.types.get(&task.task_type) else {
             // Claims only ever take declared types; a type removed from the file meanwhile
             // cannot run.
             warn!(task_id = %task.id, task_type = %task.task_type, "task type is no longer declared");
-            return;
+            return None;
         };
         let label = TypeLabel {
             task_type: task.task_type.clone(),
@@ -247,7 +286,25 @@ impl Runner {
             retry_at = retry_at.map(spool_proto::units::format_time),
             "task attempt finished"
         );
-        let recorded = self.store.finish_task(end).await;
+        // Go on with the next due task in the same commit, unless the daemon is stopping.
+        let types = if self.stop.is_cancelled() {
+            Vec::new()
+        } else {
+            self.types.names()
+        };
+        let (recorded, next) = match self
+            .store
+            .finish_and_claim(
+                end,
+                types,
+                self.lease.as_millis() as i64,
+                self.executor_id.clone(),
+            )
+            .await
+        {
+            Ok((status, next)) => (Ok(status), next),
+            Err(e) => (Err(e), None),
+        };
         match &recorded {
             Ok(Some(TaskStatus::Pending)) => {
                 self.metrics.task_retries.get_or_create(&label).inc();
@@ -271,6 +328,7 @@ impl Runner {
             Ok(_) => {}
             Err(e) => error!(task_id = %task.id, error = %e, "could not record a task attempt"),
         }
+        next
     }
 
     /// Classify how an attempt ended, and whether and when the task runs again.

@@ -375,7 +375,10 @@ async fn transient_failures_are_retried_until_success() {
         .as_str()
         .is_some_and(|e| e.contains(':')));
     let metric = |name: &'static str| async move { api.metric(name).await.expect("metrics") };
-    assert_eq!(metric("spoold_task_retries_total{task_type=\"flaky\"}").await, Some(2.0));
+    assert_eq!(
+        metric("spoold_task_retries_total{task_type=\"flaky\"}").await,
+        Some(2.0)
+    );
     assert_eq!(
         metric(
             "spoold_tasks_finished_total{task_type=\"flaky\",status=\"succeeded\",error_code=\"none\"}"
@@ -383,7 +386,10 @@ async fn transient_failures_are_retried_until_success() {
         .await,
         Some(1.0)
     );
-    assert_eq!(metric("spoold_tasks{status=\"succeeded\"}").await, Some(1.0));
+    assert_eq!(
+        metric("spoold_tasks{status=\"succeeded\"}").await,
+        Some(1.0)
+    );
     assert_eq!(
         metric("spoold_task_submissions_total{task_type=\"flaky\"}").await,
         Some(1.0)

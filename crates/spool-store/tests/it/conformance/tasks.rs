@@ -425,3 +425,33 @@ pub async fn every_task_transition_is_checked(store: Store) {
         }
     }
 }
+
+pub async fn finish_and_claim_hands_the_slot_on(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    submit(&store, new_task(2, None, "{}")).await;
+    let first = claim_one(&store).await;
+    let (status, next) = store
+        .finish_and_claim(
+            end(&first, TaskStatus::Succeeded, None),
+            vec!["backup".into()],
+            60_000,
+            "host:1".into(),
+        )
+        .await
+        .expect("finish and claim");
+    assert_eq!(status, Some(TaskStatus::Succeeded));
+    let next = next.expect("the next due task, in the same commit");
+    assert_eq!((next.id.as_str(), next.attempt), (id(2).as_str(), 1));
+    assert_eq!(task(&store, 2).await.status, TaskStatus::Running);
+    // Nothing due, or no types (the daemon is stopping): no claim.
+    let (_, none) = store
+        .finish_and_claim(
+            end(&next, TaskStatus::Succeeded, None),
+            Vec::new(),
+            60_000,
+            "host:1".into(),
+        )
+        .await
+        .expect("finish");
+    assert_eq!(none, None);
+}
