@@ -5,19 +5,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use spool_proto::{units, DeliveryStatus, MAX_LIST_LIMIT, MAX_MAX_ATTEMPTS};
+use spool_proto::{units, DeliveryStatus, TaskStatus, MAX_LIST_LIMIT, MAX_MAX_ATTEMPTS};
 
 /// Where spoold listens unless `--server` or `SPOOLD_URL` says otherwise (its own default).
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success (for `wait` and `send --wait`: the delivery succeeded)
+  0  success (for `wait`, `send --wait`, `task wait` and `task submit --wait`: it succeeded)
   1  spoold returned an error, could not be reached, or a local file could not be read
-  2  usage error: bad arguments, bad --server, body that is not JSON
-  3  `wait`: the delivery failed
-  4  `wait`: the delivery was canceled
-  5  `wait`: timed out before the delivery was succeeded, failed or canceled";
+  2  usage error: bad arguments, bad --server, body that is not JSON, -p without '='
+  3  `wait`, `task wait`: the delivery or task failed
+  4  `wait`, `task wait`: the delivery or task was canceled
+  5  `wait`, `task wait`: timed out waiting (still not in a final status)
+  6  `task wait`: the task timed out (its type's timeout or queue_timeout)
+  7  `task wait`: the task is in manual review";
 
 /// A mistake in the command line that clap cannot see (bad JSON body, bad header, bad
 /// `--server`). Exits 2 like clap's own errors, and is checked before any network call.
@@ -39,7 +41,8 @@ impl UsageError {
     about = "Submit and manage durable HTTP deliveries through a local spoold",
     long_about = "Submit and manage durable HTTP deliveries through a local spoold.\n\n\
         spoolctl talks to spoold's HTTP API over loopback TCP or a unix socket. Every \
-        command prints a short aligned table, or the API's JSON with --json.",
+        command prints a short aligned table, or the API's JSON with --json. `spoolctl task` \
+        runs and manages the ops tasks declared in spoold's configuration file.",
     after_long_help = EXIT_CODES
 )]
 pub struct Cli {
@@ -127,6 +130,11 @@ pub enum Command {
         after_long_help = WAIT_EXIT_CODES
     )]
     Wait(WaitArgs),
+    /// Run and manage ops tasks: the task types declared in spoold's configuration
+    Task {
+        #[command(subcommand)]
+        command: TaskCommand,
+    },
     /// Print version information
     Version,
     /// Print a shell completion script to stdout
@@ -409,6 +417,189 @@ pub struct PollArgs {
     pub interval: Duration,
 }
 
+/// `spoolctl task …`: one subcommand per task endpoint, plus `wait`.
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Run a declared task type with parameters
+    #[command(
+        long_about = "Run a declared task type with parameters.\n\n\
+            Each -p KEY=VALUE is split at its first '='; spoold checks the names and values \
+            against the type's declared parameters (`spoolctl task types --json` shows their \
+            patterns). Prints `submitted <id> <status> <attempt>/<max> <type>`, or `existing …` \
+            when the idempotency key (given, or derived by the type) names a task already \
+            submitted with the same parameters.",
+        after_long_help = TASK_WAIT_EXIT_CODES
+    )]
+    Submit(TaskSubmitArgs),
+    /// List tasks, oldest first
+    List(TaskListArgs),
+    /// Inspect one task: its fields, parameters, result and error
+    Get(TaskIdArgs),
+    /// Show the attempts of a task: exit code, signal, duration, error
+    Attempts(TaskIdArgs),
+    /// Show every status change of a task, with its reason
+    Transitions(TaskIdArgs),
+    /// Cancel a pending task, or stop a running one
+    #[command(long_about = "Cancel a pending task, or stop a running one.\n\n\
+            A pending task is canceled at once. A running task stays `running` with \
+            `cancelRequested` while spoold stops its process group; `spoolctl task wait` then \
+            exits 4. A task that has ended cannot be canceled (409).")]
+    Cancel(TaskIdArgs),
+    /// Run a task that ended (failed, timed out, interrupted, manual review) again
+    #[command(
+        long_about = "Run a task that ended (failed, timed out, interrupted, manual \
+            review) again.\n\n\
+            The task becomes pending with its type's max_attempts more attempts. spoold \
+            refuses (409) a task in another status, or of a type with operator_retry = false."
+    )]
+    Retry(TaskIdArgs),
+    /// List the declared task types
+    Types,
+    /// Wait until a task is in a final status
+    #[command(
+        long_about = "Wait until a task is in a final status.\n\n\
+            Polls the task every --interval until it is succeeded, failed, timed_out, \
+            canceled or in manual_review, or --timeout has passed, then prints it. A pending \
+            or running task is waited for, and so is an interrupted one: its type's \
+            on_interrupt policy still moves it on.",
+        after_long_help = TASK_WAIT_EXIT_CODES
+    )]
+    Wait(TaskWaitArgs),
+}
+
+const TASK_WAIT_EXIT_CODES: &str = "\
+Exit codes:
+  0  the task succeeded (`task submit` without --wait: it was submitted)
+  1  spoold returned an error or could not be reached
+  2  usage error (e.g. -p without '=')
+  3  the task failed
+  4  the task was canceled
+  5  timed out waiting: the task is still pending, running or interrupted
+  6  the task timed out (its type's timeout or queue_timeout)
+  7  the task is in manual review";
+
+#[derive(Debug, Args)]
+pub struct TaskSubmitArgs {
+    /// A task type declared in spoold's configuration (see `spoolctl task types`)
+    #[arg(value_name = "TYPE")]
+    pub task_type: String,
+
+    /// A parameter of the type, as KEY=VALUE (repeatable; split at the first '=')
+    #[arg(short = 'p', long = "param", value_name = "KEY=VALUE")]
+    pub params: Vec<String>,
+
+    /// Reusing a key with the same parameters returns the existing task
+    ///
+    /// Only for a type without its own idempotency_key template (spoold refuses it otherwise).
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+
+    /// Start no attempt before this RFC 3339 time, e.g. 2026-07-18T12:00:00Z
+    #[arg(long, value_name = "TIME")]
+    pub not_before: Option<String>,
+
+    /// After submitting, wait until the task is in a final status and exit like `task wait`
+    ///
+    /// Prints the `submitted` row, then a `wait` row with the final state. With --json, prints
+    /// only the final task.
+    #[arg(long)]
+    pub wait: bool,
+
+    /// With --wait: give up after DURATION (exit 5)
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
+    pub timeout: Option<Duration>,
+
+    /// With --wait: time between polls
+    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
+    pub interval: Option<Duration>,
+}
+
+impl TaskSubmitArgs {
+    /// The polling options of `task submit --wait`, with `wait`'s defaults.
+    pub fn poll(&self) -> PollArgs {
+        PollArgs {
+            timeout: self.timeout.unwrap_or(DEFAULT_WAIT_TIMEOUT),
+            interval: self.interval.unwrap_or(DEFAULT_WAIT_INTERVAL),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct TaskListArgs {
+    /// Only tasks with this status
+    #[arg(long, value_enum)]
+    pub status: Option<TaskStatusArg>,
+
+    /// Only tasks of this type
+    #[arg(long = "type", value_name = "TYPE")]
+    pub task_type: Option<String>,
+
+    #[command(flatten)]
+    pub page: PageArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TaskIdArgs {
+    /// The task ID
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct TaskWaitArgs {
+    /// The task ID
+    pub id: String,
+
+    #[command(flatten)]
+    pub poll: PollArgs,
+}
+
+/// A task status as typed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TaskStatusArg {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    #[value(name = "timed_out")]
+    TimedOut,
+    Interrupted,
+    Canceled,
+    #[value(name = "manual_review")]
+    ManualReview,
+}
+
+impl From<TaskStatusArg> for TaskStatus {
+    fn from(s: TaskStatusArg) -> Self {
+        match s {
+            TaskStatusArg::Pending => TaskStatus::Pending,
+            TaskStatusArg::Running => TaskStatus::Running,
+            TaskStatusArg::Succeeded => TaskStatus::Succeeded,
+            TaskStatusArg::Failed => TaskStatus::Failed,
+            TaskStatusArg::TimedOut => TaskStatus::TimedOut,
+            TaskStatusArg::Interrupted => TaskStatus::Interrupted,
+            TaskStatusArg::Canceled => TaskStatus::Canceled,
+            TaskStatusArg::ManualReview => TaskStatus::ManualReview,
+        }
+    }
+}
+
+/// The other way round, so that a status added to the wire cannot be forgotten here: this
+/// match stops compiling.
+impl From<TaskStatus> for TaskStatusArg {
+    fn from(s: TaskStatus) -> Self {
+        match s {
+            TaskStatus::Pending => TaskStatusArg::Pending,
+            TaskStatus::Running => TaskStatusArg::Running,
+            TaskStatus::Succeeded => TaskStatusArg::Succeeded,
+            TaskStatus::Failed => TaskStatusArg::Failed,
+            TaskStatus::TimedOut => TaskStatusArg::TimedOut,
+            TaskStatus::Interrupted => TaskStatusArg::Interrupted,
+            TaskStatus::Canceled => TaskStatusArg::Canceled,
+            TaskStatus::ManualReview => TaskStatusArg::ManualReview,
+        }
+    }
+}
+
 /// A delivery status as typed on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StatusArg {
@@ -480,6 +671,64 @@ mod tests {
                 StatusArg::from_str(st.as_str(), false).is_ok(),
                 "{st} is missing from --status"
             );
+        }
+    }
+
+    #[test]
+    fn task_status_names_match_the_wire() {
+        for st in TaskStatusArg::value_variants() {
+            let name = st.to_possible_value().expect("no variant is skipped");
+            let wire = serde_json::to_value(TaskStatus::from(*st)).expect("serializable");
+            assert_eq!(wire.as_str(), Some(name.get_name()));
+            assert_eq!(TaskStatusArg::from(TaskStatus::from(*st)), *st);
+        }
+    }
+
+    #[test]
+    fn task_commands_parse() {
+        let cli = Cli::try_parse_from([
+            "spoolctl",
+            "task",
+            "submit",
+            "backup",
+            "-p",
+            "db=one",
+            "--param",
+            "x=a=b",
+            "--wait",
+            "--timeout",
+            "5s",
+        ])
+        .expect("valid");
+        let Command::Task {
+            command: TaskCommand::Submit(s),
+        } = cli.command
+        else {
+            panic!("parsed as task submit")
+        };
+        assert_eq!(s.task_type, "backup");
+        assert_eq!(s.params, ["db=one", "x=a=b"]);
+        assert_eq!(s.poll().timeout, Duration::from_secs(5));
+        assert_eq!(s.poll().interval, DEFAULT_WAIT_INTERVAL);
+
+        let cli = Cli::try_parse_from(["spoolctl", "task", "wait", "x"]).expect("valid");
+        let Command::Task {
+            command: TaskCommand::Wait(w),
+        } = cli.command
+        else {
+            panic!("parsed as task wait")
+        };
+        assert_eq!(w.poll.timeout, DEFAULT_WAIT_TIMEOUT);
+
+        for args in [
+            &["spoolctl", "task", "submit", "t", "--timeout", "1s"][..],
+            &["spoolctl", "task", "submit"],
+            &["spoolctl", "task", "list", "--status", "done"],
+            &["spoolctl", "task", "get"],
+            &["spoolctl", "task"],
+        ] {
+            let err = Cli::try_parse_from(args).expect_err("a usage error");
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
         }
     }
 

@@ -16,7 +16,8 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use spool_proto::{
     AttemptList, CheckList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
-    ResolveRequest, StatsView, TargetList, TransitionList,
+    ResolveRequest, StatsView, SubmitTask, TargetList, TaskAttemptList, TaskList, TaskStatus,
+    TaskTransitionList, TaskTypeList, TaskView, TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
@@ -282,7 +283,16 @@ pub struct ListQuery<'a> {
     pub cursor: Option<&'a str>,
 }
 
-/// The two operator actions on a delivery.
+/// Filter and page of `GET /v1/tasks`.
+#[derive(Debug, Clone, Default)]
+pub struct TaskQuery<'a> {
+    pub status: Option<TaskStatus>,
+    pub task_type: Option<&'a str>,
+    pub limit: u32,
+    pub cursor: Option<&'a str>,
+}
+
+/// The two operator actions on a delivery (and on a task).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
     Retry,
@@ -303,6 +313,13 @@ impl Transition {
 pub struct Created {
     pub is_new: bool,
     pub delivery: DeliveryView,
+}
+
+/// Result of a task submission: 201 for a new task, 200 for the one an idempotency key names.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub is_new: bool,
+    pub task: TaskView,
 }
 
 /// One spoold, reached by one `--server`. Cheap to keep; each request opens its own connection.
@@ -421,6 +438,69 @@ impl Client {
         let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
         let path = format!("{}/resolve", delivery_path(id));
         decode(&self.send(Method::POST, &path, Some(body.into())).await?)
+    }
+
+    /// `POST /v1/tasks`
+    pub async fn submit_task(&self, req: &SubmitTask) -> Result<Submitted, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        let resp = self
+            .send(Method::POST, "/v1/tasks", Some(body.into()))
+            .await?;
+        let is_new = resp.status == StatusCode::CREATED;
+        let task = decode(&resp)?;
+        Ok(Submitted { is_new, task })
+    }
+
+    /// `GET /v1/tasks/{id}`
+    pub async fn task(&self, id: &str) -> Result<TaskView, ClientError> {
+        decode(&self.send(Method::GET, &task_path(id), None).await?)
+    }
+
+    /// `GET /v1/tasks?limit=…[&status=…][&type=…][&cursor=…]`
+    pub async fn tasks(&self, query: &TaskQuery<'_>) -> Result<TaskList, ClientError> {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("limit", &query.limit.to_string());
+        if let Some(status) = query.status {
+            // The wire name is whatever the shared type serialises to.
+            let name =
+                serde_json::to_value(status).map_err(|e| ClientError::Request(e.to_string()))?;
+            q.append_pair("status", name.as_str().unwrap_or_default());
+        }
+        if let Some(task_type) = query.task_type {
+            q.append_pair("type", task_type);
+        }
+        if let Some(cursor) = query.cursor {
+            q.append_pair("cursor", cursor);
+        }
+        let path = format!("/v1/tasks?{}", q.finish());
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/tasks/{id}/attempts`
+    pub async fn task_attempts(&self, id: &str) -> Result<TaskAttemptList, ClientError> {
+        let path = format!("{}/attempts", task_path(id));
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/tasks/{id}/transitions`
+    pub async fn task_transitions(&self, id: &str) -> Result<TaskTransitionList, ClientError> {
+        let path = format!("{}/transitions", task_path(id));
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `POST /v1/tasks/{id}/retry` or `/cancel`
+    pub async fn task_transition(
+        &self,
+        id: &str,
+        action: Transition,
+    ) -> Result<TaskView, ClientError> {
+        let path = format!("{}/{}", task_path(id), action.as_str());
+        decode(&self.send(Method::POST, &path, None).await?)
+    }
+
+    /// `GET /v1/task-types`
+    pub async fn task_types(&self) -> Result<TaskTypeList, ClientError> {
+        decode(&self.send(Method::GET, "/v1/task-types", None).await?)
     }
 
     /// Sends one request and returns the response if it is a 2xx; anything else becomes an
@@ -560,7 +640,17 @@ impl Client {
 
 /// `/v1/deliveries/{id}` with the id as one escaped path segment.
 fn delivery_path(id: &str) -> String {
-    let mut path = String::from("/v1/deliveries/");
+    item_path("/v1/deliveries/", id)
+}
+
+/// `/v1/tasks/{id}` with the id as one escaped path segment.
+fn task_path(id: &str) -> String {
+    item_path("/v1/tasks/", id)
+}
+
+/// `collection` (ending in `/`) followed by `id`, percent-encoded as one path segment.
+fn item_path(collection: &str, id: &str) -> String {
+    let mut path = String::from(collection);
     for b in id.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
             path.push(char::from(b));
@@ -762,6 +852,7 @@ mod tests {
     fn paths_escape_the_id() {
         assert_eq!(delivery_path("abc123"), "/v1/deliveries/abc123");
         assert_eq!(delivery_path("a/b c?"), "/v1/deliveries/a%2Fb%20c%3F");
+        assert_eq!(task_path("a/b"), "/v1/tasks/a%2Fb");
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! What spoolctl prints: aligned tables laid out like Go's `text/tabwriter` (padding 2, as
-//! spoold v0.1.0's spoolctl does), delivery rows, detail lines, and compact JSON. Scripts parse
+//! spoold v0.1.0's spoolctl does), delivery and task rows, detail lines, and compact JSON. Scripts parse
 //! this output, so its shape only changes on purpose.
 
 use std::io::{self, Write};
 
 use serde::Serialize;
 use spool_proto::units::format_duration;
-use spool_proto::{AttemptView, DeliveryView};
+use spool_proto::{AttemptView, DeliveryView, TaskStatus, TaskView};
 
 /// Spaces after every cell except a row's last one, on top of the column width.
 const PADDING: usize = 2;
@@ -66,6 +66,18 @@ impl<'a> Output<'a> {
         table.row(delivery_row(Some(action), d));
         self.table(&table)?;
         if let Some(err) = d.last_error.as_deref().filter(|e| !e.is_empty()) {
+            self.line(&format!("last error: {err}"))?;
+        }
+        Ok(())
+    }
+
+    /// A task as one table row prefixed with `action`, then its error, if any, the way
+    /// [`Self::delivery`] prints a delivery.
+    pub fn task(&mut self, action: &str, t: &TaskView) -> io::Result<()> {
+        let mut table = Table::new();
+        table.row(task_row(Some(action), t));
+        self.table(&table)?;
+        if let Some(err) = t.error.as_deref().filter(|e| !e.is_empty()) {
             self.line(&format!("last error: {err}"))?;
         }
         Ok(())
@@ -193,6 +205,55 @@ pub fn attempts(d: &DeliveryView) -> String {
         format!("{charged} (+{interrupted} interrupted)")
     } else {
         charged
+    }
+}
+
+/// The header of `task list`: a task row without the action, and its parameters last.
+pub const TASK_LIST_HEADER: [&str; 5] = ["ID", "STATUS", "ATTEMPTS", "TYPE", "PARAMS"];
+
+/// `[action] id status attempt/max type` (as `task submit`, `wait`, `cancel`, `retry` print it).
+pub fn task_row(action: Option<&str>, t: &TaskView) -> Vec<String> {
+    let mut row = Vec::with_capacity(5);
+    if let Some(action) = action {
+        row.push(action.to_owned());
+    }
+    row.extend([
+        t.id.clone(),
+        task_status_name(t.status).to_owned(),
+        format!("{}/{}", t.attempt, t.max_attempts),
+        t.task_type.clone(),
+    ]);
+    row
+}
+
+/// A row of `task list`: [`task_row`] and the parameters as `key=value`, `-` for none.
+pub fn task_list_row(t: &TaskView) -> Vec<String> {
+    let mut row = task_row(None, t);
+    row.push(task_params(t));
+    row
+}
+
+/// `key=value key=value`, in name order; `-` for none.
+pub fn task_params(t: &TaskView) -> String {
+    if t.params.is_empty() {
+        return "-".to_owned();
+    }
+    let pairs: Vec<String> = t.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(" ")
+}
+
+/// The wire name of a task status (`timed_out`), as tables print it. spool-proto gives task
+/// statuses no `Display`; this match is checked against their serde names in the tests.
+pub fn task_status_name(s: TaskStatus) -> &'static str {
+    match s {
+        TaskStatus::Pending => "pending",
+        TaskStatus::Running => "running",
+        TaskStatus::Succeeded => "succeeded",
+        TaskStatus::Failed => "failed",
+        TaskStatus::TimedOut => "timed_out",
+        TaskStatus::Interrupted => "interrupted",
+        TaskStatus::Canceled => "canceled",
+        TaskStatus::ManualReview => "manual_review",
     }
 }
 
@@ -387,6 +448,61 @@ mod tests {
             fit("0190f3c2a1b27c4e9d0a5b6c7d8e9f01", Some(5)),
             "0190f3c2a1b27c4e9d0a5b6c7d8e9f01"
         );
+    }
+
+    fn task() -> TaskView {
+        serde_json::from_str(
+            r#"{"id":"0190f3c2a1b27c4e9d0a5b6c7d8e9f01","type":"backup","status":"timed_out",
+                "attempt":1,"maxAttempts":3,"params":{"db":"one","mode":"full"},"scope":"default",
+                "createdAt":"2026-07-18T12:00:00Z","retryable":false,"completedSteps":[],
+                "error":"ran longer than its timeout of 500ms"}"#,
+        )
+        .expect("valid task")
+    }
+
+    #[test]
+    fn task_rows() {
+        let t = task();
+        let mut table = Table::new();
+        table.row(task_row(Some("submitted"), &t));
+        assert_eq!(
+            table.render(),
+            "submitted  0190f3c2a1b27c4e9d0a5b6c7d8e9f01  timed_out  1/3  backup\n"
+        );
+        let mut table = Table::new();
+        table.row(TASK_LIST_HEADER);
+        table.row(task_list_row(&t));
+        assert_eq!(
+            table.render(),
+            "ID                                STATUS     ATTEMPTS  TYPE    PARAMS\n\
+             0190f3c2a1b27c4e9d0a5b6c7d8e9f01  timed_out  1/3       backup  db=one mode=full\n"
+        );
+        let mut buf = Vec::new();
+        Output::new(&mut buf, false)
+            .task("wait", &t)
+            .expect("in-memory write");
+        assert_eq!(
+            String::from_utf8(buf).expect("utf-8"),
+            "wait  0190f3c2a1b27c4e9d0a5b6c7d8e9f01  timed_out  1/3  backup\n\
+             last error: ran longer than its timeout of 500ms\n"
+        );
+    }
+
+    #[test]
+    fn task_status_names_are_the_wire_names() {
+        for s in [
+            TaskStatus::Pending,
+            TaskStatus::Running,
+            TaskStatus::Succeeded,
+            TaskStatus::Failed,
+            TaskStatus::TimedOut,
+            TaskStatus::Interrupted,
+            TaskStatus::Canceled,
+            TaskStatus::ManualReview,
+        ] {
+            let wire = serde_json::to_value(s).expect("serializable");
+            assert_eq!(wire.as_str(), Some(task_status_name(s)));
+        }
     }
 
     #[test]

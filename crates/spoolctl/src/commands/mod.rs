@@ -11,6 +11,7 @@ mod resolve;
 mod send;
 mod stats;
 mod targets;
+mod task;
 mod transition;
 mod transitions;
 mod version;
@@ -26,25 +27,32 @@ use crate::client::{Client, Server, Token, Transition};
 use crate::output::Output;
 
 /// How a successful run ends. Errors end with 1 (runtime) or 2 (usage) instead; see `main`.
+/// The codes are documented in `cli` (help texts) and the README; scripts depend on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Done; for `wait`, the delivery succeeded.
+    /// Done; for `wait` and `task wait`, the delivery or task succeeded.
     Success,
-    /// `wait`: the delivery failed.
-    DeliveryFailed,
-    /// `wait`: the delivery was canceled.
-    DeliveryCanceled,
-    /// `wait`: not yet succeeded, failed or canceled when the timeout passed.
+    /// `wait`, `task wait`: the delivery or task failed.
+    Failed,
+    /// `wait`, `task wait`: the delivery or task was canceled.
+    Canceled,
+    /// `wait`, `task wait`: not in a final status when the timeout passed.
     WaitTimedOut,
+    /// `task wait`: the task itself timed out (its type's `timeout` or `queue_timeout`).
+    TaskTimedOut,
+    /// `task wait`: the task is in manual review; a person decides.
+    ManualReview,
 }
 
 impl Exit {
     pub fn code(self) -> u8 {
         match self {
             Exit::Success => 0,
-            Exit::DeliveryFailed => 3,
-            Exit::DeliveryCanceled => 4,
+            Exit::Failed => 3,
+            Exit::Canceled => 4,
             Exit::WaitTimedOut => 5,
+            Exit::TaskTimedOut => 6,
+            Exit::ManualReview => 7,
         }
     }
 }
@@ -82,6 +90,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::Wait(args) => block_on(wait::run(&connect(global)?, args, out))?,
             Command::Stats => block_on(stats::run(&connect(global)?, out))?,
             Command::Targets(args) => block_on(targets::run(&connect(global)?, args, out))?,
+            Command::Task { command } => block_on(task::run(&connect(global)?, command, out))?,
         }
     };
     stdout.flush().context("write output")?;
@@ -154,9 +163,14 @@ where
 
 /// A delivery id from the command line: an empty one would address the collection instead.
 fn delivery_id(id: &str) -> Result<&str, UsageError> {
+    non_empty_id(id, "delivery")
+}
+
+/// An id from the command line, trimmed; `what` names it in the message.
+fn non_empty_id<'a>(id: &'a str, what: &str) -> Result<&'a str, UsageError> {
     let id = id.trim();
     if id.is_empty() {
-        return Err(UsageError::new("delivery ID must not be empty"));
+        return Err(UsageError::new(format!("{what} ID must not be empty")));
     }
     Ok(id)
 }

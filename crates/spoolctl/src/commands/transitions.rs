@@ -7,7 +7,8 @@ use crate::client::Client;
 use crate::commands::{delivery_id, Exit};
 use crate::output::{Output, Table};
 
-const HEADER: [&str; 6] = ["AT", "FROM", "TO", "ATTEMPT", "REASON", "NOTE"];
+/// The header of `transitions` (and `task transitions`).
+pub const HEADER: [&str; 6] = ["AT", "FROM", "TO", "ATTEMPT", "REASON", "NOTE"];
 
 pub async fn run(client: &Client, args: IdArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let id = delivery_id(&args.id)?;

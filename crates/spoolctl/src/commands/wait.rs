@@ -48,8 +48,8 @@ pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<
         let delivery = client.get(id, false).await?;
         let exit = match delivery.status {
             DeliveryStatus::Succeeded => Some(Exit::Success),
-            DeliveryStatus::Failed => Some(Exit::DeliveryFailed),
-            DeliveryStatus::Canceled => Some(Exit::DeliveryCanceled),
+            DeliveryStatus::Failed => Some(Exit::Failed),
+            DeliveryStatus::Canceled => Some(Exit::Canceled),
             // Not settled yet: reconciliation or an operator's `resolve` still decides.
             DeliveryStatus::Pending
             | DeliveryStatus::InFlight

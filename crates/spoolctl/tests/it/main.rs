@@ -1,10 +1,12 @@
 //! Runs the built `spoolctl` binary: exit codes, usage errors and messages that need no daemon
 //! here; against a real `spoold` process and a real receiver in [`e2e`] (TCP) and
-//! [`unix_socket`]. Network: only 127.0.0.1 and unix sockets.
+//! [`unix_socket`]; `spoolctl task` against a daemon with declared task types in [`tasks`].
+//! Network: only 127.0.0.1 and unix sockets.
 
 mod at_most_once;
 mod auth;
 mod e2e;
+mod tasks;
 mod unix_socket;
 
 use std::io::Write;
@@ -119,6 +121,31 @@ fn help_documents_exit_codes() {
 }
 
 #[test]
+fn task_help_documents_exit_codes() {
+    for command in ["wait", "submit"] {
+        let o = run(&["task", command, "--help"]);
+        assert_eq!(o.status.code(), Some(0));
+        let help = stdout(&o);
+        for line in [
+            "3  the task failed",
+            "4  the task was canceled",
+            "5  timed out waiting",
+            "6  the task timed out",
+            "7  the task is in manual review",
+        ] {
+            assert!(help.contains(line), "task {command}: {help}");
+        }
+    }
+    let help = stdout(&run(&["--help"]));
+    for line in [
+        "6  `task wait`: the task timed out",
+        "7  `task wait`: the task is in manual review",
+    ] {
+        assert!(help.contains(line), "{help}");
+    }
+}
+
+#[test]
 fn clap_usage_errors_exit_2() {
     for args in [
         &[][..],
@@ -165,6 +192,14 @@ fn clap_usage_errors_exit_2() {
         ][..],
         &["checks"][..],
         &["wait", "x", "--timeout", "soon"][..],
+        &["task"][..],
+        &["task", "frobnicate"][..],
+        &["task", "submit"][..],
+        &["task", "submit", "t", "--timeout", "1s"][..],
+        &["task", "list", "--status", "in_flight"][..],
+        &["task", "list", "--limit", "0"][..],
+        &["task", "get"][..],
+        &["task", "wait", "x", "--interval", "soon"][..],
     ] {
         let o = run(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -394,6 +429,10 @@ fn refused_connection_exits_1() {
         &["checks", "abc"][..],
         &["wait", "abc", "--timeout", "0"][..],
         &["send", "http://127.0.0.1:9/", "-d", "{}"][..],
+        &["task", "submit", "backup", "-p", "db=one"][..],
+        &["task", "list"][..],
+        &["task", "types"][..],
+        &["task", "wait", "abc", "--timeout", "0"][..],
     ] {
         let o = spoolctl()
             .args(args)
@@ -601,16 +640,9 @@ fn every_command_is_in_the_readme() {
         .collect::<Vec<_>>()
         .join("\n");
     let help = stdout(&run(&["--help"]));
-    let commands: Vec<&str> = help
-        .lines()
-        .skip_while(|l| !l.starts_with("Commands:"))
-        .skip(1)
-        .take_while(|l| l.starts_with("  "))
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|c| *c != "help")
-        .collect();
+    let commands = subcommands(&help);
     assert!(commands.len() >= 10, "{help}");
-    let missing: Vec<&&str> = commands
+    let missing: Vec<&String> = commands
         .iter()
         .filter(|c| !table.contains(&format!("`{c}")) && !table.contains(&format!(", `{c} ")))
         .collect();
@@ -618,6 +650,31 @@ fn every_command_is_in_the_readme() {
         missing.is_empty(),
         "commands missing from README's table: {missing:?}"
     );
+
+    // The `task` group: every subcommand has its own `task NAME` entry.
+    let help = stdout(&run(&["task", "--help"]));
+    let commands = subcommands(&help);
+    assert!(commands.len() >= 9, "{help}");
+    let missing: Vec<&String> = commands
+        .iter()
+        .filter(|c| !table.contains(&format!("`task {c}")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "task commands missing from README's table: {missing:?}"
+    );
+}
+
+/// The subcommands a `--help` text lists, without `help` itself.
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A target on this machine's own name is refused by spoold's default address policy: `send`

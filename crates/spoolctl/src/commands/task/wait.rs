@@ -1,0 +1,110 @@
+//! `spoolctl task wait ID` (and `task submit --wait`): poll a task until it is in a final
+//! status or the timeout passes. The exit status names the outcome, so scripts need not parse
+//! the output.
+
+use std::time::Duration;
+
+use spool_proto::units::format_duration;
+use spool_proto::{TaskStatus, TaskView};
+use tokio::time::Instant;
+
+use crate::cli::{PollArgs, TaskWaitArgs};
+use crate::client::Client;
+use crate::commands::task::task_id;
+use crate::commands::{wait as delivery_wait, Exit};
+use crate::output::{task_status_name, Output};
+
+pub async fn run(
+    client: &Client,
+    args: TaskWaitArgs,
+    out: &mut Output<'_>,
+) -> anyhow::Result<Exit> {
+    let id = task_id(&args.id)?;
+    delivery_wait::check_poll(&args.poll)?;
+    let waited = wait(client, id, &args.poll).await?;
+    Ok(report(out, &waited)?)
+}
+
+/// The last state seen and what it means for the exit status.
+pub struct Waited {
+    pub task: TaskView,
+    pub exit: Exit,
+    pub timeout: Duration,
+}
+
+/// The exit status of a task in `status`, or `None` while it may still move on by itself.
+pub fn final_exit(status: TaskStatus) -> Option<Exit> {
+    match status {
+        TaskStatus::Succeeded => Some(Exit::Success),
+        TaskStatus::Failed => Some(Exit::Failed),
+        TaskStatus::Canceled => Some(Exit::Canceled),
+        TaskStatus::TimedOut => Some(Exit::TaskTimedOut),
+        TaskStatus::ManualReview => Some(Exit::ManualReview),
+        // Interrupted is passed through: the type's on_interrupt policy moves it on (to
+        // pending, failed or manual_review) without anyone's help.
+        TaskStatus::Pending | TaskStatus::Running | TaskStatus::Interrupted => None,
+    }
+}
+
+/// Polls `GET /v1/tasks/{id}` until the status is final or `poll.timeout` has passed. There is
+/// always at least one poll, and one more at the deadline.
+pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<Waited> {
+    let deadline = Instant::now() + poll.timeout;
+    loop {
+        let task = client.task(id).await?;
+        let now = Instant::now();
+        let exit = match final_exit(task.status) {
+            Some(exit) => exit,
+            None if now >= deadline => Exit::WaitTimedOut,
+            None => {
+                tokio::time::sleep(poll.interval.min(deadline - now)).await;
+                continue;
+            }
+        };
+        return Ok(Waited {
+            task,
+            exit,
+            timeout: poll.timeout,
+        });
+    }
+}
+
+/// Prints the final state as a `wait` row (or JSON); a timeout also gets a line on stderr.
+pub fn report(out: &mut Output<'_>, waited: &Waited) -> std::io::Result<Exit> {
+    let t = &waited.task;
+    if out.is_json() {
+        out.json(t)?;
+    } else {
+        out.task("wait", t)?;
+    }
+    if waited.exit == Exit::WaitTimedOut {
+        eprintln!(
+            "spoolctl: timed out after {}: task {} is still {}",
+            format_duration(waited.timeout),
+            t.id,
+            task_status_name(t.status)
+        );
+    }
+    Ok(waited.exit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_by_status() {
+        let check = |status, code: Option<u8>| {
+            assert_eq!(final_exit(status).map(Exit::code), code, "{status:?}");
+        };
+        check(TaskStatus::Succeeded, Some(0));
+        check(TaskStatus::Failed, Some(3));
+        check(TaskStatus::Canceled, Some(4));
+        check(TaskStatus::TimedOut, Some(6));
+        check(TaskStatus::ManualReview, Some(7));
+        check(TaskStatus::Pending, None);
+        check(TaskStatus::Running, None);
+        check(TaskStatus::Interrupted, None);
+        assert_eq!(Exit::WaitTimedOut.code(), 5);
+    }
+}
