@@ -35,7 +35,10 @@ def _parse(value):
     return parsed if parsed.tzinfo else None
 
 
-_TEMPLATE_START = re.compile(r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\\s@:{}]")
+# The schema's pattern, with `\s` spelled out as ECMA-262 reads it (Python's `\s` also
+# takes the control characters 0x1c-0x1f, which the schema allows there).
+_ECMA_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_TEMPLATE_START = re.compile(r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\@:{}" + _ECMA_SPACE + "]")
 
 
 def _fix_reconcile(body):
