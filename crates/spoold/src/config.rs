@@ -37,6 +37,12 @@ pub struct Args {
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub task_concurrency: u32,
 
+    /// Put each task attempt in a cgroup of its own below this cgroup v2 directory and end it
+    /// with cgroup.kill; `auto`: the daemon's own cgroup when it is delegated (writable, not
+    /// the root); `off`: process groups and tags only.
+    #[arg(long, default_value = "auto", value_name = "DIR|auto|off")]
+    pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
+
     /// TCP address of the control API.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     pub listen: String,
@@ -180,6 +186,7 @@ pub struct Config {
     /// The declared task types (`[tasks.*]` of `--config`).
     pub task_types: std::sync::Arc<TaskTypes>,
     pub task_concurrency: u32,
+    pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
 }
 
 /// The API bearer token. Its `Debug` never shows the value.
@@ -337,6 +344,7 @@ impl Args {
             clock: spool_store::Clock::system(),
             task_types: std::sync::Arc::new(task_types),
             task_concurrency: self.task_concurrency,
+            task_cgroup: self.task_cgroup,
         })
     }
 }

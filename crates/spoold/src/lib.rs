@@ -69,6 +69,8 @@ pub enum StartError {
     Outbound(#[from] outbound::BuildError),
     #[error("{0}")]
     Socket(String),
+    #[error("--task-cgroup: {0}")]
+    Cgroup(std::io::Error),
 }
 
 /// A started daemon.
@@ -122,6 +124,21 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         }
     }
     let running_tasks = Arc::new(tasks::runner::Running::default());
+    let task_cgroup = if config.task_types.is_empty() {
+        None
+    } else {
+        let chosen =
+            tasks::cgroup::CgroupRoot::choose(&config.task_cgroup).map_err(StartError::Cgroup)?;
+        match &chosen {
+            Some(root) => {
+                info!(cgroup = %root.path().display(), "task attempts run in cgroups of their own")
+            }
+            None => info!(
+                "task attempts are contained by process groups and tags (no delegated cgroup)"
+            ),
+        }
+        chosen
+    };
 
     let policy = outbound::AddressPolicy {
         allow_all: config.allow_private_targets,
@@ -251,6 +268,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         stop: stop.clone(),
         interrupt: interrupt.clone(),
         metrics: Arc::clone(&deliverer_metrics),
+        cgroup: task_cgroup,
     });
     if !config.task_types.is_empty() {
         if let Err(e) = std::fs::create_dir_all(&runner.results_dir) {

@@ -19,8 +19,14 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncReadExt;
+
+use super::cgroup::{AttemptCgroup, CgroupRoot};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
+
+/// How an attempt with a cgroup starts: `sh -c SCRIPT CGROUP_PROCS PROGRAM ARGS…` writes its
+/// own pid into the cgroup, then becomes the program.
+const ENTER_CGROUP: [&str; 3] = ["/bin/sh", "-c", r#"echo 0 > "$0" 2>/dev/null; exec "$@""#];
 
 /// The environment variable that marks every process of one attempt.
 pub const TAG_VAR: &str = "SPOOLD_ATTEMPT_TAG";
@@ -46,6 +52,8 @@ pub struct Spawn<'a> {
     pub shutdown: CancellationToken,
     /// A value unique to this attempt, put in [`TAG_VAR`].
     pub tag: String,
+    /// Put the attempt in a cgroup of its own below this root, and end it with `cgroup.kill`.
+    pub cgroup: Option<&'a CgroupRoot>,
 }
 
 /// Why an attempt was stopped by us.
@@ -100,9 +108,35 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         finished.spawn_error = Some("empty command".into());
         return finished;
     };
-    let mut command = Command::new(program);
+    // With a cgroup, the child moves itself into it before it runs the program (a shell
+    // builtin, then exec: same pid, same group), so nothing it starts can be outside it. The
+    // program and its arguments are positional parameters: never read as shell code.
+    let cgroup = match spawn.cgroup {
+        Some(root) => match AttemptCgroup::create(root, &spawn.tag) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create a cgroup for a task attempt");
+                None
+            }
+        },
+        None => None,
+    };
+    let mut command = match &cgroup {
+        Some(cg) => {
+            let mut c = Command::new(ENTER_CGROUP[0]);
+            c.args(&ENTER_CGROUP[1..])
+                .arg(cg.procs_file())
+                .arg(program)
+                .args(args);
+            c
+        }
+        None => {
+            let mut c = Command::new(program);
+            c.args(args);
+            c
+        }
+    };
     command
-        .args(args)
         .env_clear()
         .envs(spawn.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env(TAG_VAR, &spawn.tag)
@@ -119,12 +153,20 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         Err(e) => {
             finished.spawn_error = Some(format!("cannot start {program}: {e}"));
             finished.duration = started.elapsed();
+            if let Some(cg) = cgroup {
+                cg.remove().await;
+            }
             return finished;
         }
     };
     let pid = child.id();
     finished.pid = pid;
     let pgid = pid.map(|p| p as i32);
+    let within = Within {
+        pgid,
+        tag: &spawn.tag,
+        cgroup: cgroup.as_ref(),
+    };
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
     // Output is counted and dropped here; it is read to the end so a chatty script never
@@ -150,7 +192,7 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         Some(status) => status.ok(),
         None => {
             // Stop accepting its output, then end the whole group.
-            finished.killed = stop_group(pgid, &spawn.tag, spawn.kill_grace, &mut child).await;
+            finished.killed = stop_group(&within, spawn.kill_grace, &mut child).await;
             child.wait().await.ok()
         }
     };
@@ -160,8 +202,11 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         finished.signal = status.signal();
     }
     // The leader is gone; anything it left behind goes with it.
-    if finished.stopped.is_none() && maybe_left_behind(pgid, &spawn.tag) {
-        finished.killed |= stop_group(pgid, &spawn.tag, spawn.kill_grace, &mut child).await;
+    if finished.stopped.is_none() && maybe_left_behind(&within) {
+        finished.killed |= stop_group(&within, spawn.kill_grace, &mut child).await;
+    }
+    if let Some(cg) = cgroup {
+        cg.remove().await;
     }
     finished.output_bytes = match output {
         Some(n) => n,
@@ -186,15 +231,23 @@ async fn count<R: tokio::io::AsyncRead + Unpin>(reader: Option<&mut R>) -> u64 {
     }
 }
 
-/// SIGTERM to the group and to every process carrying the tag; after `grace`, SIGKILL to what
-/// is left; then wait (bounded) until nothing is left. Whether SIGKILL was needed.
-async fn stop_group(
+/// What belongs to one attempt: its process group, its tag, its cgroup (if it has one).
+struct Within<'a> {
     pgid: Option<i32>,
-    tag: &str,
+    tag: &'a str,
+    cgroup: Option<&'a AttemptCgroup>,
+}
+
+/// SIGTERM to the group, to every process carrying the tag and to the cgroup; after `grace`,
+/// SIGKILL to what is left; then wait (bounded) until nothing is left. Whether SIGKILL was
+/// needed.
+async fn stop_group(
+    within: &Within<'_>,
     grace: Duration,
     child: &mut tokio::process::Child,
 ) -> bool {
-    signal_all(pgid, tag, rustix::process::Signal::TERM);
+    let tag = within.tag;
+    signal_all(within, rustix::process::Signal::TERM);
     let until = Instant::now() + grace;
     let mut leader_gone = false;
     while Instant::now() < until {
@@ -202,17 +255,20 @@ async fn stop_group(
             leader_gone = matches!(child.try_wait(), Ok(Some(_)));
         }
         reap_orphans(tag);
-        if leader_gone && leftovers(pgid, tag).next().is_none() {
+        if leader_gone && leftovers(within).next().is_none() {
             return false;
         }
         tokio::time::sleep(POLL).await;
     }
-    signal_all(pgid, tag, rustix::process::Signal::KILL);
+    if let Some(cg) = within.cgroup {
+        cg.kill();
+    }
+    signal_all(within, rustix::process::Signal::KILL);
     let until = Instant::now() + AFTER_KILL;
     while Instant::now() < until {
         let _ = child.try_wait();
         reap_orphans(tag);
-        if leftovers(pgid, tag).next().is_none() {
+        if leftovers(within).next().is_none() {
             break;
         }
         tokio::time::sleep(POLL).await;
@@ -220,12 +276,13 @@ async fn stop_group(
     true
 }
 
-fn signal_all(pgid: Option<i32>, tag: &str, signal: rustix::process::Signal) {
-    if let Some(pgid) = pgid.and_then(rustix::process::Pid::from_raw) {
+fn signal_all(within: &Within<'_>, signal: rustix::process::Signal) {
+    if let Some(pgid) = within.pgid.and_then(rustix::process::Pid::from_raw) {
         // ESRCH: the group is already empty.
         let _ = rustix::process::kill_process_group(pgid, signal);
     }
-    for pid in tagged(tag) {
+    let in_cgroup = within.cgroup.map(AttemptCgroup::pids).unwrap_or_default();
+    for pid in tagged(within.tag).chain(in_cgroup) {
         if let Some(pid) = rustix::process::Pid::from_raw(pid) {
             let _ = rustix::process::kill_process(pid, signal);
         }
@@ -233,10 +290,14 @@ fn signal_all(pgid: Option<i32>, tag: &str, signal: rustix::process::Signal) {
 }
 
 /// Whether an attempt whose leader exited may have left something running, cheaply (this runs
-/// after every attempt): a member of its group, or one of this process's children (escapees
-/// are re-parented to us, the subreaper) carrying its tag. Without `/proc/*/task/*/children`,
-/// every process is looked at.
-fn maybe_left_behind(pgid: Option<i32>, tag: &str) -> bool {
+/// after every attempt): a process in its cgroup, a member of its group, or one of this
+/// process's children (escapees are re-parented to us, the subreaper) carrying its tag.
+/// Without `/proc/*/task/*/children`, every process is looked at.
+fn maybe_left_behind(within: &Within<'_>) -> bool {
+    if within.cgroup.is_some_and(|cg| !cg.pids().is_empty()) {
+        return true;
+    }
+    let (pgid, tag) = (within.pgid, within.tag);
     let group_alive = pgid
         .and_then(rustix::process::Pid::from_raw)
         .is_some_and(|p| rustix::process::test_kill_process_group(p).is_ok());
@@ -244,7 +305,7 @@ fn maybe_left_behind(pgid: Option<i32>, tag: &str) -> bool {
         return true;
     }
     let Some(children) = own_children() else {
-        return leftovers(pgid, tag).next().is_some();
+        return leftovers(within).next().is_some();
     };
     let needle = format!("{TAG_VAR}={tag}");
     children.into_iter().any(|pid| {
@@ -267,11 +328,15 @@ fn own_children() -> Option<Vec<i32>> {
     Some(out)
 }
 
-/// Live processes of the attempt: members of its group, and any process carrying its tag.
-/// Zombies are not counted (they are gone, waiting to be reaped).
-fn leftovers(pgid: Option<i32>, tag: &str) -> impl Iterator<Item = i32> {
-    let mut found: HashSet<i32> = tagged(tag).collect();
-    if let Some(pgid) = pgid {
+/// Live processes of the attempt: members of its group and cgroup, and any process carrying
+/// its tag. Zombies are not counted (they are gone, waiting to be reaped).
+fn leftovers(within: &Within<'_>) -> impl Iterator<Item = i32> {
+    let mut found: HashSet<i32> = tagged(within.tag).collect();
+    if let Some(cg) = within.cgroup {
+        let zombies: HashSet<i32> = processes().filter(|p| p.zombie).map(|p| p.pid).collect();
+        found.extend(cg.pids().into_iter().filter(|p| !zombies.contains(p)));
+    }
+    if let Some(pgid) = within.pgid {
         found.extend(
             processes()
                 .filter(|p| p.pgrp == pgid && !p.zombie)

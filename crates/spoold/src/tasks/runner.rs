@@ -99,6 +99,8 @@ pub struct Runner {
     /// Shutdown timeout reached: stop the attempts still running.
     pub interrupt: CancellationToken,
     pub metrics: Arc<Metrics>,
+    /// Where attempts get cgroups of their own (`--task-cgroup`), if anywhere.
+    pub cgroup: Option<super::cgroup::CgroupRoot>,
 }
 
 impl Runner {
@@ -257,6 +259,7 @@ impl Runner {
             cancel,
             shutdown: self.interrupt.clone(),
             tag: format!("{}-{}", task.id, task.attempt),
+            cgroup: self.cgroup.as_ref(),
         })
         .await;
         self.metrics

@@ -554,3 +554,92 @@ async fn configuration_errors_stop_the_daemon_naming_file_type_and_key() {
     let err = spoold::config::load(argv()).expect_err("unknown key");
     assert!(err.contains("unknown key \"nope\""), "{err}");
 }
+
+/// A cgroup v2 directory for this test, removed on drop.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn create() -> anyhow::Result<TestCgroup> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mount = info
+            .lines()
+            .find_map(|line| {
+                let (left, right) = line.split_once(" - ")?;
+                (right.split_whitespace().next()? == "cgroup2")
+                    .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+            })
+            .ok_or_else(|| anyhow::anyhow!("no cgroup v2 hierarchy is mounted"))?;
+        let dir = mount.join(format!("spoold-test-{}", std::process::id()));
+        std::fs::create_dir(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        if !dir.join("cgroup.kill").exists() {
+            let _ = std::fs::remove_dir(&dir);
+            anyhow::bail!("the kernel has no cgroup.kill");
+        }
+        Ok(TestCgroup(dir))
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A descendant that leaves the process group and clears its environment (so it carries no
+/// tag) is still ended with its attempt when the attempt has a cgroup.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cgroup_ends_what_left_the_group_and_cleared_its_tag() {
+    let Some(cgroup) =
+        spool_testkit::privileged::available("SPOOLD_REQUIRE_MOUNT", TestCgroup::create())
+    else {
+        return;
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "escape.sh",
+        r#"env -i /usr/bin/setsid /bin/sh -c 'echo "$$" >> "$1"; exec sleep 1000' sh "$PIDS" &
+echo "$$" >> "$PIDS"
+sleep 1000"#,
+    );
+    let config = setup.config();
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "\n[tasks.escape]\ncommand = [\"{}\"]\ntimeout = \"1s\"\nkill_grace = \"300ms\"\nenv = {{ PIDS = \"{}\" }}\n",
+        setup.path("escape.sh"),
+        setup.path("pids")
+    ));
+    std::fs::write(&config, text).expect("config");
+    let config = config.display().to_string();
+    let cgroup_dir = cgroup.0.display().to_string();
+    let daemon = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &["--config", &config, "--task-cgroup", &cgroup_dir],
+    )
+    .await;
+    let api = &daemon.api;
+    let (_, task) = submit(api, json!({"type": "escape", "idempotencyKey": "e"})).await;
+    let done = wait_task(api, &id(&task), &["timed_out", "failed", "succeeded"]).await;
+    let pids = setup.pids();
+    let left = wait_gone(&pids).await;
+    kill_all(&left);
+    assert_eq!(done["status"], "timed_out", "{done}");
+    assert_eq!(pids.len(), 2, "the leader and the escapee: {pids:?}");
+    assert!(left.is_empty(), "still alive: {left:?}");
+    // The attempt's own cgroup is gone with it.
+    let children: Vec<_> = std::fs::read_dir(&cgroup.0)
+        .expect("read cgroup")
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(children.is_empty(), "{children:?}");
+}
