@@ -246,7 +246,6 @@ async fn stop_group(
     grace: Duration,
     child: &mut tokio::process::Child,
 ) -> bool {
-    let tag = within.tag;
     signal_all(within, rustix::process::Signal::TERM);
     let until = Instant::now() + grace;
     let mut leader_gone = false;
@@ -254,8 +253,10 @@ async fn stop_group(
         if !leader_gone {
             leader_gone = matches!(child.try_wait(), Ok(Some(_)));
         }
-        reap_orphans(tag);
+        reap_orphans();
         if leader_gone && leftovers(within).next().is_none() {
+            tokio::time::sleep(POLL).await;
+            reap_orphans();
             return false;
         }
         tokio::time::sleep(POLL).await;
@@ -267,12 +268,15 @@ async fn stop_group(
     let until = Instant::now() + AFTER_KILL;
     while Instant::now() < until {
         let _ = child.try_wait();
-        reap_orphans(tag);
+        reap_orphans();
         if leftovers(within).next().is_none() {
             break;
         }
         tokio::time::sleep(POLL).await;
     }
+    // What died since the last look is waited for too: no zombie stays behind.
+    tokio::time::sleep(POLL).await;
+    reap_orphans();
     true
 }
 
@@ -364,7 +368,7 @@ fn tagged(tag: &str) -> impl Iterator<Item = i32> {
 /// Reap zombies that were re-parented to this process (escapees of an attempt that have
 /// exited). Only processes that are our children and zombies are waited for, by pid, so the
 /// runtime's own children are never taken from it.
-pub fn reap_orphans(_tag: &str) {
+fn reap_orphans() {
     let me = std::process::id() as i32;
     for p in processes().filter(|p| p.zombie && p.ppid == me) {
         if let Some(pid) = rustix::process::Pid::from_raw(p.pid) {
