@@ -227,7 +227,8 @@ impl TaskType {
         if let Some(t) = &spec.idempotency_key {
             known(t, "idempotency_key")?;
         }
-        let scope = spec.scope.unwrap_or_else(|| "default".into());
+        // Keys are per type unless types share a scope on purpose.
+        let scope = spec.scope.unwrap_or_else(|| name.to_owned());
         known(&scope, "scope")?;
         let mut exit_codes = default_exit_codes();
         for (code, class) in spec.exit_codes {

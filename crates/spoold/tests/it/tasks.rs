@@ -643,3 +643,91 @@ sleep 1000"#,
         .collect();
     assert!(children.is_empty(), "{children:?}");
 }
+
+/// kill -9 while tasks run: after the restart no task is left `running`. Each type's
+/// `on_interrupt` decides: `review` (the default) → `manual_review`, `retry` → run again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_leaves_no_task_running() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = setup.config();
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    // A type known to be safe to re-run: after a crash it simply runs again.
+    text.push_str(&format!(
+        "\n[tasks.rerun]\ncommand = [\"{}\"]\ntimeout = \"60s\"\non_interrupt = \"retry\"\n\
+         env = {{ PIDS = \"{}\" }}\n",
+        setup.path("hang.sh"),
+        setup.path("pids")
+    ));
+    text = text.replace(
+        "[tasks.hang]\ncommand = [",
+        "[tasks.hang]\ntimeout = \"60s\"\ncommand = [",
+    );
+    text = text.replace("timeout = \"1s\"\nkill_grace", "kill_grace");
+    std::fs::write(&config, text).expect("config");
+    let data = TempDir::new().expect("data dir");
+    let opts = || crate::process_opts(&data).args(["--config", config.to_str().expect("utf-8")]);
+    let mut daemon = spool_testkit::DaemonProcess::start(opts())
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, hung) = submit(&api, json!({"type": "hang", "idempotencyKey": "crash"})).await;
+    let (_, rerun) = submit(&api, json!({"type": "rerun", "idempotencyKey": "crash"})).await;
+    wait_task(&api, &id(&hung), &["running"]).await;
+    wait_task(&api, &id(&rerun), &["running"]).await;
+    for _ in 0..100 {
+        if setup.pids().len() >= 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    daemon.kill9();
+    // The crashed daemon's processes are orphans now; this test ends them itself, by pid.
+    let orphans = setup.pids();
+    kill_all(&orphans);
+    let left = wait_gone(&orphans).await;
+    assert!(left.is_empty(), "{left:?}");
+
+    let daemon = spool_testkit::DaemonProcess::start(opts())
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let t = wait_task(&api, &id(&hung), &["manual_review"]).await;
+    assert_eq!(t["errorCode"], "daemon_restart", "{t}");
+    let log = get(&api, &format!("/v1/tasks/{}/transitions", id(&hung))).await;
+    let reasons: Vec<_> = log["transitions"]
+        .as_array()
+        .expect("log")
+        .iter()
+        .map(|t| (t["to"].clone(), t["reason"].clone()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (json!("pending"), json!("submitted")),
+            (json!("running"), json!("started")),
+            (json!("interrupted"), json!("daemon_restart")),
+            (json!("manual_review"), json!("on_interrupt")),
+        ]
+    );
+    // The re-runnable one ran again by itself: cancel it (it hangs).
+    let again = wait_task(&api, &id(&rerun), &["running"]).await;
+    assert_eq!(again["attempt"], 2, "{again}");
+    let (status, _) = post(&api, &format!("/v1/tasks/{}/cancel", id(&rerun))).await;
+    assert_eq!(status, 200);
+    wait_task(&api, &id(&rerun), &["canceled"]).await;
+    // A person decides for the other: run it again (it hangs again, so cancel it then).
+    let (status, retried) = post(&api, &format!("/v1/tasks/{}/retry", id(&hung))).await;
+    assert_eq!(
+        (status, &retried["status"]),
+        (200, &json!("pending")),
+        "{retried}"
+    );
+    wait_task(&api, &id(&hung), &["running"]).await;
+    let (status, _) = post(&api, &format!("/v1/tasks/{}/cancel", id(&hung))).await;
+    assert_eq!(status, 200);
+    wait_task(&api, &id(&hung), &["canceled"]).await;
+    let left = wait_gone(&setup.pids()).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+}
