@@ -139,6 +139,7 @@ impl SqliteStore {
         configure_writer(&conn, &path, fresh)?;
         // Every statement on the hot path is prepared once and kept (rusqlite keeps 16).
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        stable_plans(&conn)?;
         schema::migrate(&conn).map_err(|e| schema_error(&path, e))?;
         let mut readers = Vec::with_capacity(config.readers.max(1));
         for _ in 0..config.readers.max(1) {
@@ -148,6 +149,7 @@ impl SqliteStore {
             )
             .map_err(|e| corrupt_or(&path, e))?;
             r.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            stable_plans(&r)?;
             r.busy_timeout(std::time::Duration::from_secs(5))
                 .map_err(map_err)?;
             readers.push(r);
@@ -666,6 +668,19 @@ impl Waker {
             self.0.notify_one();
         }
     }
+}
+
+/// The query planner's stability guarantee: plans do not depend on bound values. Without it,
+/// SQLite re-prepares a statement whenever a value bound to it could change its plan (a range
+/// on an indexed column, with STAT4; a table-valued function's argument) — that is, the claims
+/// at every call. The hot queries name their index anyway.
+fn stable_plans(conn: &Connection) -> Result<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .map(drop)
+    .map_err(map_err)
 }
 
 fn lock_database(path: &Path) -> Result<(File, bool)> {
