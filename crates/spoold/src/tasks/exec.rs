@@ -319,17 +319,17 @@ fn maybe_left_behind(within: &Within<'_>) -> bool {
     })
 }
 
-/// The children of every thread of this process, or `None` if the kernel does not list them.
+/// Where orphans re-parented to this process are: the kernel hands them to the subreaper's
+/// first live thread, its main thread; attempts' leaders, children of the runtime's worker
+/// threads, are not listed there. `None` if the kernel does not list children.
 fn own_children() -> Option<Vec<i32>> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
-        out.extend(
-            text.split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok()),
-        );
-    }
-    Some(out)
+    let pid = std::process::id();
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .collect(),
+    )
 }
 
 /// Live processes of the attempt: members of its group and cgroup, and any process carrying

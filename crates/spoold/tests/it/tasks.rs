@@ -104,6 +104,27 @@ env = {{ PIDS = "{pids}" }}
         path
     }
 
+    /// Live processes whose environment names this setup's directory (every script's
+    /// `PIDS`/`RUNS`/`COUNTER`), found through /proc: what a test started, whatever became of
+    /// its bookkeeping.
+    fn processes(&self) -> Vec<i32> {
+        let needle = self.dir.display().to_string();
+        let me = std::process::id() as i32;
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| *pid != me && alive(*pid))
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                    env.split(|b| *b == 0)
+                        .any(|kv| String::from_utf8_lossy(kv).contains(&needle))
+                })
+            })
+            .collect()
+    }
+
     fn runs(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.join("runs.log"))
             .unwrap_or_default()
@@ -119,6 +140,25 @@ env = {{ PIDS = "{pids}" }}
             .lines()
             .filter_map(|l| l.trim().parse().ok())
             .collect()
+    }
+}
+
+impl Drop for Setup {
+    /// Nothing a test started may outlive it: what is still running (after a short grace for
+    /// processes being ended) is killed, and, unless the test already failed, fails it.
+    fn drop(&mut self) {
+        let mut left = self.processes();
+        for _ in 0..100 {
+            if left.is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            left = self.processes();
+        }
+        kill_all(&left);
+        if !std::thread::panicking() {
+            panic!("processes left running by the test: {left:?}");
+        }
     }
 }
 
@@ -682,8 +722,14 @@ async fn a_crash_leaves_no_task_running() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     daemon.kill9();
-    // The crashed daemon's processes are orphans now; this test ends them itself, by pid.
-    let orphans = setup.pids();
+    // The crashed daemon's processes are orphans now (ending them at the restart is the next
+    // step of this work); this test ends them itself, found through /proc.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let orphans = setup.processes();
+    assert!(
+        !orphans.is_empty(),
+        "the crash left the attempts' processes"
+    );
     kill_all(&orphans);
     let left = wait_gone(&orphans).await;
     assert!(left.is_empty(), "{left:?}");
@@ -727,7 +773,44 @@ async fn a_crash_leaves_no_task_running() {
     let (status, _) = post(&api, &format!("/v1/tasks/{}/cancel", id(&hung))).await;
     assert_eq!(status, 200);
     wait_task(&api, &id(&hung), &["canceled"]).await;
-    let left = wait_gone(&setup.pids()).await;
+    let left = wait_gone(&setup.processes()).await;
     kill_all(&left);
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// An attempt that exits 0 but leaves an escapee behind (setsid, out of its group) does not
+/// leave it running: the escapee is re-parented to the daemon and ended with the attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_clean_exit_leaves_behind_is_ended() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "leave.sh",
+        r#"setsid sh -c 'echo "$$" >> "$PIDS"; exec sleep 1000' &
+sleep 0.2
+echo "$$" >> "$PIDS""#,
+    );
+    let config = setup.config();
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&format!(
+        "\n[tasks.leave]\ncommand = [\"{}\"]\nkill_grace = \"300ms\"\nenv = {{ PIDS = \"{}\" }}\n",
+        setup.path("leave.sh"),
+        setup.path("pids")
+    ));
+    std::fs::write(&config, text).expect("config");
+    let config = config.display().to_string();
+    let daemon = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &["--config", &config, "--task-cgroup", "off"],
+    )
+    .await;
+    let (_, task) = submit(&daemon.api, json!({"type": "leave", "idempotencyKey": "l"})).await;
+    let done = wait_task(&daemon.api, &id(&task), &["succeeded", "failed"]).await;
+    let pids = setup.pids();
+    let left = wait_gone(&pids).await;
+    kill_all(&left);
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert!(left.is_empty(), "left running after a clean exit: {left:?}");
 }
