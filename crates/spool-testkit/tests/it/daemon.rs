@@ -9,17 +9,18 @@ use spool_testkit::{DaemonOptions, DaemonProcess};
 use tempfile::TempDir;
 
 /// Logs its arguments and a `listening` line, then waits for SIGTERM. The `sleep` keeps no
-/// pipe open, so the script's exit closes them.
+/// pipe open, so the script's exit closes them. It is started, and the trap that ends it set,
+/// before `listening` is logged: a SIGTERM can only come after that line, and must find both.
 const FAKE_DAEMON: &str = r#"#!/bin/sh
+sleep 300 </dev/null >/dev/null 2>&1 &
+pid=$!
+trap 'echo "{\"fields\":{\"message\":\"shutting down\"}}" >&2; kill $pid; exit 0' TERM
 echo "args: $*" >&2
 echo "env: ${SPOOLD_TEST_VAR:-unset} ${RUST_LOG:-no-rust-log}" >&2
 echo "not json" >&2
 echo '{"fields":{"message":"store opened"}}' >&2
 echo '{"timestamp":"t","level":"INFO","fields":{"message":"listening","addr":"127.0.0.1:4567"},"target":"spoold"}' >&2
 echo "hello on stdout"
-trap 'echo "{\"fields\":{\"message\":\"shutting down\"}}" >&2; kill $pid; exit 0' TERM
-sleep 300 </dev/null >/dev/null 2>&1 &
-pid=$!
 wait $pid
 "#;
 
@@ -61,9 +62,11 @@ async fn start_reads_the_listening_line() -> anyhow::Result<()> {
     );
     assert!(stderr.contains("env: set no-rust-log"), "{stderr}");
 
+    let pgid = daemon.pid();
     let status = daemon.terminate().await?;
     assert_eq!(status.code(), Some(0));
     assert!(daemon.stderr().contains("shutting down"));
+    assert_group_gone(pgid).await;
     assert_eq!(daemon.stdout(), "hello on stdout\n");
     // Terminating again reports the same exit.
     assert_eq!(daemon.terminate().await?.code(), Some(0));
