@@ -328,9 +328,9 @@ impl Store {
         dispatch!(self, s => s.decide_task(id, to, reason, note).await)
     }
 
-    /// At start-up: every running task becomes `interrupted` (`daemon_restart`). Returns their
-    /// ids and types.
-    pub async fn recover_tasks(&self) -> Result<Vec<(String, String)>> {
+    /// At start-up: every running task becomes `interrupted` (`daemon_restart`). Returns them,
+    /// with the attempt that was cut short.
+    pub async fn recover_tasks(&self) -> Result<Vec<tasks::Interrupted>> {
         dispatch!(self, s => s.recover_tasks().await)
     }
 

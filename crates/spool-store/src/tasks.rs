@@ -242,6 +242,15 @@ pub struct TaskTransition {
     pub note: Option<String>,
 }
 
+/// A task whose attempt a dead daemon left running, as recovery found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    pub id: String,
+    pub task_type: String,
+    /// The attempt that was cut short.
+    pub attempt: u32,
+}
+
 /// What an operator's action on a task found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(

@@ -276,7 +276,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                   "cannot create the task results directory");
         }
     }
-    runner.settle_interrupted(interrupted_tasks).await;
+    // In the background: the interrupted tasks cannot be claimed until they are settled, and
+    // ending what a previous daemon left may take a type's kill_grace.
+    let settling = Arc::clone(&runner);
+    tokio::spawn(async move { settling.settle_interrupted(interrupted_tasks).await });
     let runner_task = tokio::spawn(Arc::clone(&runner).run(task_attempts.clone()));
     let retention_task = tokio::spawn(retention::run(
         store.clone(),

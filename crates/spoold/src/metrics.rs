@@ -74,6 +74,7 @@ pub struct Metrics {
     pub task_retries: Family<TypeLabel, Counter>,
     pub task_attempt_duration: HistogramFamily<TypeLabel>,
     pub task_queue_wait: HistogramFamily<TypeLabel>,
+    pub task_recovered_processes: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -126,6 +127,7 @@ impl Metrics {
             task_retries: Family::default(),
             task_attempt_duration: Family::new_with_constructor(task_histogram),
             task_queue_wait: Family::new_with_constructor(task_histogram),
+            task_recovered_processes: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -275,6 +277,12 @@ impl Metrics {
             "spoold_task_queue_wait_seconds",
             "Time from submission to the first attempt's start, by type",
             m.task_queue_wait.clone(),
+        );
+        registry.register(
+            "spoold_task_recovered_processes",
+            "Processes of interrupted task attempts that a previous daemon left running, ended at \
+             start-up",
+            m.task_recovered_processes.clone(),
         );
         m.db_max_bytes.set(config.max_db_bytes as i64);
         m.allow_private_targets

@@ -315,7 +315,7 @@ impl SqliteStore {
             .await
     }
 
-    pub async fn recover_tasks(&self) -> Result<Vec<(String, String)>> {
+    pub async fn recover_tasks(&self) -> Result<Vec<crate::tasks::Interrupted>> {
         self.inner.writer.write(tasks::recover).await
     }
 

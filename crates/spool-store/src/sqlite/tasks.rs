@@ -8,8 +8,8 @@ use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{clip_error, Millis};
 use crate::tasks::{
-    ClaimedTask, NewTask, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage,
-    TaskStatus, TaskTransition,
+    ClaimedTask, Interrupted, NewTask, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
+    TaskPage, TaskStatus, TaskTransition,
 };
 
 const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, attempts, \
@@ -481,7 +481,7 @@ pub(crate) fn decide(
 /// At start-up, when the previous owner is known to be dead: every running task becomes
 /// `interrupted` (`daemon_restart`); its attempt is closed as interrupted. Returns their ids
 /// and types, for the daemon to apply each type's `on_interrupt`.
-pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Vec<(String, String)>> {
+pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Vec<Interrupted>> {
     let running: Vec<(String, String, u32)> = conn
         .prepare_cached("SELECT id, task_type, attempts FROM tasks WHERE status = 'running'")
         .and_then(|mut st| {
@@ -510,7 +510,14 @@ pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Vec<(String, Str
             &[],
         )?;
     }
-    Ok(running.into_iter().map(|(id, ty, _)| (id, ty)).collect())
+    Ok(running
+        .into_iter()
+        .map(|(id, task_type, attempt)| Interrupted {
+            id,
+            task_type,
+            attempt,
+        })
+        .collect())
 }
 
 fn done(conn: &Connection, id: &str) -> Result<TaskAction> {

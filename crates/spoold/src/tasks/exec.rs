@@ -84,6 +84,40 @@ pub struct Finished {
     pub pid: Option<u32>,
 }
 
+/// The tag of attempt `attempt` of task `id` (what [`TAG_VAR`] holds in its processes).
+pub fn attempt_tag(id: &str, attempt: u32) -> String {
+    format!("{id}-{attempt}")
+}
+
+/// End what is still running of an attempt that a previous daemon started (found by its tag):
+/// SIGTERM, up to `grace`, then SIGKILL. Returns how many processes there were.
+pub async fn end_leftovers(tag: &str, grace: Duration) -> usize {
+    let found: Vec<i32> = tagged(tag).collect();
+    if found.is_empty() {
+        return 0;
+    }
+    let within = Within {
+        pgid: None,
+        tag,
+        cgroup: None,
+    };
+    signal_all(&within, rustix::process::Signal::TERM);
+    let until = Instant::now() + grace;
+    while Instant::now() < until && tagged(tag).next().is_some() {
+        reap_orphans();
+        tokio::time::sleep(POLL).await;
+    }
+    if tagged(tag).next().is_some() {
+        signal_all(&within, rustix::process::Signal::KILL);
+        let until = Instant::now() + AFTER_KILL;
+        while Instant::now() < until && tagged(tag).next().is_some() {
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    reap_orphans();
+    found.len()
+}
+
 /// Make this process a child subreaper, so that orphaned descendants of attempts are
 /// re-parented to it rather than to init. Once, at start-up, before any attempt runs.
 pub fn become_subreaper() -> std::io::Result<()> {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use spool_store::tasks::{ClaimedTask, TaskAttemptEnd, TaskStatus};
+use spool_store::tasks::{ClaimedTask, Interrupted, TaskAttemptEnd, TaskStatus};
 use spool_store::Store;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -105,13 +105,23 @@ pub struct Runner {
 
 impl Runner {
     /// Apply each type's `on_interrupt` to tasks interrupted by a previous process.
-    pub async fn settle_interrupted(&self, interrupted: Vec<(String, String)>) {
-        for (id, task_type) in interrupted {
-            let policy = self
-                .types
-                .get(&task_type)
-                .map_or(OnInterrupt::Review, |t| t.on_interrupt);
-            self.apply_on_interrupt(&id, policy).await;
+    ///
+    /// First, whatever of each interrupted attempt still runs on this host is ended (found by
+    /// its tag, so a reused pid is never mistaken for it): two copies of a deploy must never
+    /// run, so a task the policy re-runs is made pending only after that.
+    pub async fn settle_interrupted(&self, interrupted: Vec<Interrupted>) {
+        for task in interrupted {
+            let kind = self.types.get(&task.task_type);
+            let grace = kind.map_or(Duration::from_secs(10), |t| t.kill_grace);
+            let tag = exec::attempt_tag(&task.id, task.attempt);
+            let ended = exec::end_leftovers(&tag, grace).await;
+            if ended > 0 {
+                self.metrics.task_recovered_processes.inc_by(ended as u64);
+                warn!(task_id = %task.id, attempt = task.attempt, processes = ended,
+                      "ended processes a previous daemon left running for an interrupted task");
+            }
+            let policy = kind.map_or(OnInterrupt::Review, |t| t.on_interrupt);
+            self.apply_on_interrupt(&task.id, policy).await;
         }
     }
 
@@ -258,7 +268,7 @@ impl Runner {
             kill_grace: kind.kill_grace,
             cancel,
             shutdown: self.interrupt.clone(),
-            tag: format!("{}-{}", task.id, task.attempt),
+            tag: exec::attempt_tag(&task.id, task.attempt),
             cgroup: self.cgroup.as_ref(),
         })
         .await;

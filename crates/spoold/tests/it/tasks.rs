@@ -715,24 +715,20 @@ async fn a_crash_leaves_no_task_running() {
     let (_, rerun) = submit(&api, json!({"type": "rerun", "idempotencyKey": "crash"})).await;
     wait_task(&api, &id(&hung), &["running"]).await;
     wait_task(&api, &id(&rerun), &["running"]).await;
-    for _ in 0..100 {
+    // Three processes per attempt: the script, its background sleep, a setsid'ed sleep.
+    for _ in 0..500 {
         if setup.pids().len() >= 6 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     daemon.kill9();
-    // The crashed daemon's processes are orphans now (ending them at the restart is the next
-    // step of this work); this test ends them itself, found through /proc.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let orphans = setup.processes();
     assert!(
-        !orphans.is_empty(),
-        "the crash left the attempts' processes"
+        orphans.len() >= 6,
+        "the crash left the attempts running: {orphans:?}"
     );
-    kill_all(&orphans);
-    let left = wait_gone(&orphans).await;
-    assert!(left.is_empty(), "{left:?}");
 
     let daemon = spool_testkit::DaemonProcess::start(opts())
         .await
@@ -740,6 +736,14 @@ async fn a_crash_leaves_no_task_running() {
     let api = Api::new(daemon.base_url());
     let t = wait_task(&api, &id(&hung), &["manual_review"]).await;
     assert_eq!(t["errorCode"], "daemon_restart", "{t}");
+    // Ended by the new daemon before either task moved on: never two copies at once.
+    let left = wait_gone(&orphans).await;
+    kill_all(&left);
+    assert!(
+        left.is_empty(),
+        "the restart left a crashed attempt running: {left:?}"
+    );
+
     let log = get(&api, &format!("/v1/tasks/{}/transitions", id(&hung))).await;
     let reasons: Vec<_> = log["transitions"]
         .as_array()
@@ -759,6 +763,12 @@ async fn a_crash_leaves_no_task_running() {
     // The re-runnable one ran again by itself: cancel it (it hangs).
     let again = wait_task(&api, &id(&rerun), &["running"]).await;
     assert_eq!(again["attempt"], 2, "{again}");
+    // Both crashed attempts were ended (the re-run starts only after its old one is gone).
+    let recovered = api
+        .metric("spoold_task_recovered_processes_total")
+        .await
+        .expect("metrics");
+    assert!(recovered >= Some(6.0), "{recovered:?}");
     let (status, _) = post(&api, &format!("/v1/tasks/{}/cancel", id(&rerun))).await;
     assert_eq!(status, 200);
     wait_task(&api, &id(&rerun), &["canceled"]).await;

@@ -298,7 +298,11 @@ pub async fn recover_interrupts_running_tasks(store: Store) {
     claim_one(&store).await;
     assert_eq!(
         store.recover_tasks().await.expect("recover"),
-        [(id(1), "backup".to_owned())]
+        [spool_store::tasks::Interrupted {
+            id: id(1),
+            task_type: "backup".to_owned(),
+            attempt: 1,
+        }]
     );
     let t = task(&store, 1).await;
     assert_eq!(
