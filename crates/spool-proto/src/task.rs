@@ -44,6 +44,39 @@ pub enum TaskStatus {
     ManualReview,
 }
 
+impl TaskStatus {
+    pub const ALL: [TaskStatus; 8] = [
+        TaskStatus::Pending,
+        TaskStatus::Running,
+        TaskStatus::Succeeded,
+        TaskStatus::Failed,
+        TaskStatus::TimedOut,
+        TaskStatus::Interrupted,
+        TaskStatus::Canceled,
+        TaskStatus::ManualReview,
+    ];
+
+    /// The wire name (`timed_out`, `manual_review`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::TimedOut => "timed_out",
+            TaskStatus::Interrupted => "interrupted",
+            TaskStatus::Canceled => "canceled",
+            TaskStatus::ManualReview => "manual_review",
+        }
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A task as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -213,4 +246,17 @@ pub struct TaskTypeView {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TaskTypeList {
     pub types: Vec<TaskTypeView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_are_the_wire_names() {
+        for st in TaskStatus::ALL {
+            let json = serde_json::to_string(&st).expect("serializable");
+            assert_eq!(json, format!("\"{}\"", st.as_str()));
+        }
+    }
 }

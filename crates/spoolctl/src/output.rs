@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 use spool_proto::units::format_duration;
-use spool_proto::{AttemptView, DeliveryView, TaskStatus, TaskView};
+use spool_proto::{AttemptView, DeliveryView, TaskView};
 
 /// Spaces after every cell except a row's last one, on top of the column width.
 const PADDING: usize = 2;
@@ -219,7 +219,7 @@ pub fn task_row(action: Option<&str>, t: &TaskView) -> Vec<String> {
     }
     row.extend([
         t.id.clone(),
-        task_status_name(t.status).to_owned(),
+        t.status.as_str().to_owned(),
         format!("{}/{}", t.attempt, t.max_attempts),
         t.task_type.clone(),
     ]);
@@ -240,21 +240,6 @@ pub fn task_params(t: &TaskView) -> String {
     }
     let pairs: Vec<String> = t.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
     pairs.join(" ")
-}
-
-/// The wire name of a task status (`timed_out`), as tables print it. spool-proto gives task
-/// statuses no `Display`; this match is checked against their serde names in the tests.
-pub fn task_status_name(s: TaskStatus) -> &'static str {
-    match s {
-        TaskStatus::Pending => "pending",
-        TaskStatus::Running => "running",
-        TaskStatus::Succeeded => "succeeded",
-        TaskStatus::Failed => "failed",
-        TaskStatus::TimedOut => "timed_out",
-        TaskStatus::Interrupted => "interrupted",
-        TaskStatus::Canceled => "canceled",
-        TaskStatus::ManualReview => "manual_review",
-    }
 }
 
 /// The header of `attempts`.
@@ -486,23 +471,6 @@ mod tests {
             "wait  0190f3c2a1b27c4e9d0a5b6c7d8e9f01  timed_out  1/3  backup\n\
              last error: ran longer than its timeout of 500ms\n"
         );
-    }
-
-    #[test]
-    fn task_status_names_are_the_wire_names() {
-        for s in [
-            TaskStatus::Pending,
-            TaskStatus::Running,
-            TaskStatus::Succeeded,
-            TaskStatus::Failed,
-            TaskStatus::TimedOut,
-            TaskStatus::Interrupted,
-            TaskStatus::Canceled,
-            TaskStatus::ManualReview,
-        ] {
-            let wire = serde_json::to_value(s).expect("serializable");
-            assert_eq!(wire.as_str(), Some(task_status_name(s)));
-        }
     }
 
     #[test]

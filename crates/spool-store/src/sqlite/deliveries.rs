@@ -1246,12 +1246,7 @@ pub(crate) fn list(
             .collect()
         })
         .map_err(map_err)?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last().map(|d| d.id.clone())
-    } else {
-        None
-    };
+    let next_cursor = super::next_page(&mut rows, limit, |d| &d.id);
     Ok(Page {
         deliveries: rows,
         next_cursor,

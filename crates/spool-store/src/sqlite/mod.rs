@@ -658,6 +658,16 @@ impl SqliteStore {
     }
 }
 
+/// A listing fetched `limit + 1` rows: keep `limit`, and the cursor of the next page (the id of
+/// the last row kept) if there was one more.
+fn next_page<T>(rows: &mut Vec<T>, limit: u32, id: impl Fn(&T) -> &String) -> Option<String> {
+    if rows.len() <= limit as usize {
+        return None;
+    }
+    rows.truncate(limit as usize);
+    rows.last().map(|r| id(r).clone())
+}
+
 /// Wakes whoever waits for work, from a write's completion.
 struct Waker(Arc<Notify>);
 

@@ -520,6 +520,12 @@ pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Vec<Interrupted>
         .collect())
 }
 
+fn exists(conn: &Connection, id: &str) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM tasks WHERE id = ?1")
+        .and_then(|mut st| st.exists([id]))
+        .map_err(map_err)
+}
+
 fn done(conn: &Connection, id: &str) -> Result<TaskAction> {
     get(conn, id)?
         .map(TaskAction::Done)
@@ -558,12 +564,7 @@ pub(crate) fn list(
             .collect()
         })
         .map_err(map_err)?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last().map(|t| t.id.clone())
-    } else {
-        None
-    };
+    let next_cursor = super::next_page(&mut rows, limit, |t| &t.id);
     Ok(TaskPage {
         tasks: rows,
         next_cursor,
@@ -571,7 +572,7 @@ pub(crate) fn list(
 }
 
 pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<TaskAttempt>>> {
-    if get(conn, id)?.is_none() {
+    if !exists(conn, id)? {
         return Ok(None);
     }
     conn.prepare_cached(
@@ -604,7 +605,7 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<TaskAtt
 }
 
 pub(crate) fn transitions(conn: &Connection, id: &str) -> Result<Option<Vec<TaskTransition>>> {
-    if get(conn, id)?.is_none() {
+    if !exists(conn, id)? {
         return Ok(None);
     }
     conn.prepare_cached(

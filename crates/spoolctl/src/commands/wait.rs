@@ -41,12 +41,11 @@ pub fn check_poll(poll: &PollArgs) -> Result<(), UsageError> {
 }
 
 /// Polls `GET /v1/deliveries/{id}` until the status is terminal or `poll.timeout` has passed.
-/// There is always at least one poll, and one more at the deadline.
 pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<Waited> {
-    let deadline = Instant::now() + poll.timeout;
-    loop {
-        let delivery = client.get(id, false).await?;
-        let exit = match delivery.status {
+    let (delivery, exit) = poll_until(
+        poll,
+        || client.get(id, false),
+        |d: &spool_proto::DeliveryView| match d.status {
             DeliveryStatus::Succeeded => Some(Exit::Success),
             DeliveryStatus::Failed => Some(Exit::Failed),
             DeliveryStatus::Canceled => Some(Exit::Canceled),
@@ -55,21 +54,37 @@ pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<
             | DeliveryStatus::InFlight
             | DeliveryStatus::Unknown
             | DeliveryStatus::ManualReview => None,
-        };
+        },
+    )
+    .await?;
+    Ok(Waited {
+        delivery,
+        exit,
+        timeout: poll.timeout,
+    })
+}
+
+/// Fetch with `fetch` until `settled` names an exit for what came back, or `poll.timeout` has
+/// passed (then [`Exit::WaitTimedOut`]), every `poll.interval`. There is always at least one
+/// fetch, and one more at the deadline. Shared by `wait` and `task wait`.
+pub async fn poll_until<T, E, Fut>(
+    poll: &PollArgs,
+    mut fetch: impl FnMut() -> Fut,
+    settled: impl Fn(&T) -> Option<Exit>,
+) -> anyhow::Result<(T, Exit)>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+    anyhow::Error: From<E>,
+{
+    let deadline = Instant::now() + poll.timeout;
+    loop {
+        let current = fetch().await?;
         let now = Instant::now();
-        let exit = match exit {
-            Some(exit) => exit,
-            None if now >= deadline => Exit::WaitTimedOut,
-            None => {
-                tokio::time::sleep(poll.interval.min(deadline - now)).await;
-                continue;
-            }
-        };
-        return Ok(Waited {
-            delivery,
-            exit,
-            timeout: poll.timeout,
-        });
+        match settled(&current) {
+            Some(exit) => return Ok((current, exit)),
+            None if now >= deadline => return Ok((current, Exit::WaitTimedOut)),
+            None => tokio::time::sleep(poll.interval.min(deadline - now)).await,
+        }
     }
 }
 

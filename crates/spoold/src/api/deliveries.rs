@@ -17,7 +17,7 @@ use spool_proto::{
 };
 use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
 
-use super::{first_values, json, page_limit, ApiError, SharedState};
+use super::{first_values, json, page_cursor, page_limit, ApiError, SharedState};
 use crate::deliveries::submission;
 
 /// Shown instead of a secret header value.
@@ -128,16 +128,7 @@ pub async fn list(
         ),
     };
     let limit = page_limit(&params)?;
-    let cursor = match params.get("cursor").map(String::as_str) {
-        None | Some("") => None,
-        Some(c) if is_delivery_id(c) => Some(c.to_owned()),
-        Some(_) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidCursor,
-                "cursor must be the nextCursor of a previous page",
-            ))
-        }
-    };
+    let cursor = page_cursor(&params)?;
     let page = state.store.list(status, limit, cursor).await?;
     let deliveries: Vec<DeliveryView> = page
         .deliveries
@@ -500,11 +491,4 @@ fn reconcile_view(stored: Option<&str>, reveal: bool) -> Option<Reconcile> {
         spec.headers = None;
     }
     Some(spec)
-}
-
-/// 32 lowercase hex characters: a delivery's or a task's id.
-pub(crate) fn is_delivery_id(s: &str) -> bool {
-    s.len() == 32
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }

@@ -197,6 +197,26 @@ pub(crate) fn page_limit(params: &BTreeMap<String, String>) -> Result<u32, ApiEr
     }
 }
 
+/// The `cursor` of a listing: the id (32 lowercase hex) of the last row of the previous page;
+/// absent or empty for the first page.
+pub(crate) fn page_cursor(params: &BTreeMap<String, String>) -> Result<Option<String>, ApiError> {
+    match params.get("cursor").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(c) if is_id(c) => Ok(Some(c.to_owned())),
+        Some(_) => Err(ApiError::new(
+            ErrorCode::InvalidCursor,
+            "cursor must be the nextCursor of a previous page",
+        )),
+    }
+}
+
+/// 32 lowercase hex characters: a delivery's or a task's id.
+fn is_id(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// Routes that answer without a token: load balancers and supervisors probe them.
 const OPEN_ROUTES: [&str; 2] = ["/healthz", "/readyz"];
 

@@ -16,7 +16,7 @@ use spool_proto::{
 };
 use spool_store::tasks::{self as model, NewTask, TaskAction, TaskInsert};
 
-use super::{first_values, json, page_limit, ApiError, SharedState};
+use super::{first_values, json, page_cursor, page_limit, ApiError, SharedState};
 use crate::metrics::TypeLabel;
 use crate::tasks::types::render;
 
@@ -187,16 +187,7 @@ pub async fn list(
     };
     let task_type = params.get("type").filter(|t| !t.is_empty()).cloned();
     let limit = page_limit(&params)?;
-    let cursor = match params.get("cursor").map(String::as_str) {
-        None | Some("") => None,
-        Some(c) if super::deliveries::is_delivery_id(c) => Some(c.to_owned()),
-        Some(_) => {
-            return Err(ApiError::new(
-                ErrorCode::InvalidCursor,
-                "cursor must be the nextCursor of a previous page",
-            ))
-        }
-    };
+    let cursor = page_cursor(&params)?;
     let page = state
         .store
         .list_tasks(status, task_type, limit, cursor)
@@ -387,7 +378,7 @@ pub async fn types(State(state): State<SharedState>) -> Response {
                 .into_iter()
                 .map(|(code, class)| (code.to_string(), class.as_str().to_owned()))
                 .collect(),
-            on_interrupt: format!("{:?}", t.on_interrupt).to_ascii_lowercase(),
+            on_interrupt: t.on_interrupt.as_str().to_owned(),
             operator_retry: t.operator_retry,
             env: t.env.keys().cloned().collect(),
         })

@@ -58,6 +58,16 @@ pub enum OnInterrupt {
     Fail,
 }
 
+impl OnInterrupt {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnInterrupt::Review => "review",
+            OnInterrupt::Retry => "retry",
+            OnInterrupt::Fail => "fail",
+        }
+    }
+}
+
 /// One declared parameter, as written in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -7,7 +7,7 @@ use crate::cli::TaskIdArgs;
 use crate::client::Client;
 use crate::commands::task::task_id;
 use crate::commands::Exit;
-use crate::output::{task_row, task_status_name, Output, Table};
+use crate::output::{task_row, Output, Table};
 
 pub async fn run(client: &Client, args: TaskIdArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let id = task_id(&args.id)?;
@@ -35,7 +35,7 @@ fn render(t: &TaskView) -> String {
     };
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_owned();
     field("type", Some(t.task_type.clone()));
-    field("status", Some(task_status_name(t.status).to_owned()));
+    field("status", Some(t.status.as_str().to_owned()));
     field(
         "attempts",
         Some(format!("{} of {}", t.attempt, t.max_attempts)),

@@ -8,7 +8,7 @@ use crate::client::Client;
 use crate::commands::task::task_id;
 use crate::commands::transitions::HEADER;
 use crate::commands::Exit;
-use crate::output::{task_status_name, Output, Table};
+use crate::output::{Output, Table};
 
 pub async fn run(client: &Client, args: TaskIdArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let id = task_id(&args.id)?;
@@ -30,8 +30,8 @@ fn row(t: &TaskTransitionView) -> Vec<String> {
     let dash = || "-".to_owned();
     vec![
         t.at.clone(),
-        t.from.map_or_else(dash, |s| task_status_name(s).to_owned()),
-        task_status_name(t.to).to_owned(),
+        t.from.map_or_else(dash, |s| s.as_str().to_owned()),
+        t.to.as_str().to_owned(),
         t.attempt.to_string(),
         t.reason.clone(),
         t.note.clone().unwrap_or_else(dash),

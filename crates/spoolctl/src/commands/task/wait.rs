@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use spool_proto::units::format_duration;
 use spool_proto::{TaskStatus, TaskView};
-use tokio::time::Instant;
 
 use crate::cli::{PollArgs, TaskWaitArgs};
 use crate::client::Client;
 use crate::commands::task::task_id;
 use crate::commands::{wait as delivery_wait, Exit};
-use crate::output::{task_status_name, Output};
+use crate::output::Output;
 
 pub async fn run(
     client: &Client,
@@ -46,27 +45,19 @@ pub fn final_exit(status: TaskStatus) -> Option<Exit> {
     }
 }
 
-/// Polls `GET /v1/tasks/{id}` until the status is final or `poll.timeout` has passed. There is
-/// always at least one poll, and one more at the deadline.
+/// Polls `GET /v1/tasks/{id}` until the status is final or `poll.timeout` has passed.
 pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<Waited> {
-    let deadline = Instant::now() + poll.timeout;
-    loop {
-        let task = client.task(id).await?;
-        let now = Instant::now();
-        let exit = match final_exit(task.status) {
-            Some(exit) => exit,
-            None if now >= deadline => Exit::WaitTimedOut,
-            None => {
-                tokio::time::sleep(poll.interval.min(deadline - now)).await;
-                continue;
-            }
-        };
-        return Ok(Waited {
-            task,
-            exit,
-            timeout: poll.timeout,
-        });
-    }
+    let (task, exit) = crate::commands::wait::poll_until(
+        poll,
+        || client.task(id),
+        |t: &TaskView| final_exit(t.status),
+    )
+    .await?;
+    Ok(Waited {
+        task,
+        exit,
+        timeout: poll.timeout,
+    })
 }
 
 /// Prints the final state as a `wait` row (or JSON); a timeout also gets a line on stderr.
@@ -82,7 +73,7 @@ pub fn report(out: &mut Output<'_>, waited: &Waited) -> std::io::Result<Exit> {
             "spoolctl: timed out after {}: task {} is still {}",
             format_duration(waited.timeout),
             t.id,
-            task_status_name(t.status)
+            t.status.as_str()
         );
     }
     Ok(waited.exit)
