@@ -12,6 +12,11 @@ right start is replaced by a valid one; strings with a wrong start and non-strin
 alone. `reconcile.observationWindow` is a duration from 1s to 720h: a string is replaced by
 `1h`. Both rules are tested directly in the daemon's own tests.
 
+Header names are compared after trimming spaces and ignoring case, and two names that meet
+there are refused (`a` and ` A ` are one header); JSON Schema cannot compare property names with
+each other, so of such names only the first is kept, in `headers` and `reconcile.headers`. The
+refusal itself is tested in the daemon's own tests.
+
 Task types are the deployment's (the daemon's configuration file), not the schema's: the fuzzed
 daemon declares one, `fuzz` (`/bin/true`, no parameters). A submission's `type` string becomes
 `fuzz`, and a `params` object whose values are all strings becomes `{}`; anything else is left
@@ -52,6 +57,20 @@ def _fix_reconcile(body):
         reconcile["observationWindow"] = "1h"
 
 
+def _dedupe_headers(holder):
+    if not isinstance(holder, dict) or not isinstance(holder.get("headers"), dict):
+        return
+    seen = set()
+    kept = {}
+    for name, value in holder["headers"].items():
+        canonical = name.strip(" ").lower()
+        if canonical in seen:
+            continue
+        seen.add(canonical)
+        kept[name] = value
+    holder["headers"] = kept
+
+
 def _fix_task(body):
     if isinstance(body.get("type"), str):
         body["type"] = "fuzz"
@@ -69,6 +88,8 @@ def before_call(ctx, case, **kwargs):
         _fix_task(body)
         return
     _fix_reconcile(body)
+    _dedupe_headers(body)
+    _dedupe_headers(body.get("reconcile"))
     expires = _parse(body.get("expiresAt"))
     if expires is None:
         return
