@@ -48,10 +48,16 @@ pub enum ErrorCode {
     MissingParam,
     /// A task parameter is not a string, too long, or does not match its pattern.
     InvalidParams,
+    /// A step was reported by an attempt that is not the task's running attempt.
+    NotCurrentAttempt,
+    /// The attempt has no output kept (no such attempt, or its log is gone).
+    OutputNotFound,
+    /// The token is valid, but not for this route (a step token used beyond its task's steps).
+    Forbidden,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -72,6 +78,9 @@ impl ErrorCode {
         ErrorCode::UnknownParam,
         ErrorCode::MissingParam,
         ErrorCode::InvalidParams,
+        ErrorCode::NotCurrentAttempt,
+        ErrorCode::OutputNotFound,
+        ErrorCode::Forbidden,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -96,6 +105,9 @@ impl ErrorCode {
             ErrorCode::UnknownParam => "unknown_param",
             ErrorCode::MissingParam => "missing_param",
             ErrorCode::InvalidParams => "invalid_params",
+            ErrorCode::NotCurrentAttempt => "not_current_attempt",
+            ErrorCode::OutputNotFound => "output_not_found",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 
@@ -113,9 +125,12 @@ impl ErrorCode {
             | ErrorCode::MissingParam
             | ErrorCode::InvalidParams => 400,
             ErrorCode::Unauthorized => 401,
-            ErrorCode::NotFound => 404,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::NotFound | ErrorCode::OutputNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
-            ErrorCode::IdempotencyConflict | ErrorCode::InvalidTransition => 409,
+            ErrorCode::IdempotencyConflict
+            | ErrorCode::InvalidTransition
+            | ErrorCode::NotCurrentAttempt => 409,
             ErrorCode::PersistenceFailed | ErrorCode::InternalError => 500,
             ErrorCode::NotReady => 503,
             ErrorCode::JournalFull | ErrorCode::StorageFull => 507,

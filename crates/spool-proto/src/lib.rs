@@ -6,13 +6,17 @@
 //! - [`delivery`]: create request, delivery object, listings, attempt history.
 //! - [`error`]: the error envelope and its stable codes.
 //! - [`headers`]: header-name canonicalisation and token rules.
+//! - [`lock`]: resource locks held by tasks.
 //! - [`overview`]: the operator's overview (stats, targets).
+//! - [`step`]: the steps (checkpoints) a task's script reports done.
 //! - [`units`]: `1h30m`-style durations, `64KiB`-style sizes, RFC 3339 times.
 
 pub mod delivery;
 pub mod error;
 pub mod headers;
+pub mod lock;
 pub mod overview;
+pub mod step;
 pub mod task;
 pub mod units;
 
@@ -22,7 +26,11 @@ pub use delivery::{
     TransitionView,
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
+pub use lock::{LockList, LockView};
 pub use overview::{ActivityView, StatsView, TargetList, TargetView};
+pub use step::{
+    ReportStep, StepName, StepNameError, TaskStepList, TaskStepView, MAX_STEP_NAME_BYTES,
+};
 pub use task::{
     SubmitTask, TaskAttemptList, TaskAttemptView, TaskList, TaskParamView, TaskStatus,
     TaskTransitionList, TaskTransitionView, TaskTypeList, TaskTypeView, TaskView,

@@ -121,8 +121,11 @@ pub struct TaskView {
     /// What the script wrote to `SPOOLD_RESULT_FILE` (at most 4 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_summary: Option<String>,
-    /// Steps the script reported done (checkpoints).
+    /// Steps the script reported done (checkpoints), in the order they were reported.
     pub completed_steps: Vec<String>,
+    /// Resource locks each attempt holds (the type's templates, rendered).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locks: Vec<String>,
     /// An operator asked to cancel it while it ran; its attempt is being stopped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel_requested: bool,
@@ -168,6 +171,9 @@ pub struct TaskAttemptView {
     /// SIGKILL was needed to end it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub killed: Option<bool>,
+    /// Secrets and patterns replaced by `[REDACTED]` in its output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<u64>,
 }
 
 /// `GET /v1/tasks/{id}/attempts`
@@ -240,6 +246,29 @@ pub struct TaskTypeView {
     pub operator_retry: bool,
     /// Names of the variables the type sets (values not shown).
     pub env: Vec<String>,
+    /// Names of the variables read from secret files when an attempt starts (never shown,
+    /// redacted from output).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_env: Vec<String>,
+    /// How many patterns are redacted from output (the patterns are not shown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub redact_patterns: usize,
+    /// At most this many of its tasks run at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// Lock name templates; an attempt holds all of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locks: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold_locks_between_attempts: bool,
+    /// Output kept per attempt (head and tail), e.g. `1MiB`.
+    pub output_limit: String,
+    /// `review` or `retry`: what a failure after some steps were done leads to.
+    pub on_partial_failure: String,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// `GET /v1/task-types`

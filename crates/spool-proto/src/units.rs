@@ -131,6 +131,17 @@ pub fn parse_size(input: &str) -> Result<u64, ParseError> {
         .ok_or_else(|| parse_err(KIND, input, "too large"))
 }
 
+/// A size in the largest binary unit that divides it exactly (`1MiB`, `1536KiB`, `100B`): what
+/// [`parse_size`] reads back to the same number.
+pub fn format_size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes != 0 && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes}B")
+}
+
 /// Milliseconds since the epoch as RFC 3339 UTC, always with three fractional digits, so that
 /// times align in tables and sort as strings: `2026-07-18T12:00:00.250Z`. (spoold v0.1.0
 /// dropped trailing zeros; RFC 3339 parsers read both.)
@@ -168,6 +179,19 @@ pub fn parse_time(input: &str) -> Result<i64, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_format_to_what_parses_back() {
+        for (n, text) in [
+            (1 << 20, "1MiB"),
+            (1536 << 10, "1536KiB"),
+            (100, "100B"),
+            (0, "0B"),
+        ] {
+            assert_eq!(format_size(n), text);
+            assert_eq!(parse_size(text).ok(), Some(n));
+        }
+    }
 
     #[test]
     fn durations() {

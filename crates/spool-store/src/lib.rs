@@ -271,10 +271,10 @@ impl Store {
     pub async fn claim_tasks(
         &self,
         limit: u32,
-        types: Vec<String>,
+        types: Vec<tasks::ClaimType>,
         lease_ms: i64,
         executor_id: String,
-    ) -> Result<Vec<tasks::ClaimedTask>> {
+    ) -> Result<tasks::Claimed> {
         dispatch!(self, s => s.claim_tasks(limit, types, lease_ms, executor_id).await)
     }
 
@@ -293,7 +293,7 @@ impl Store {
     pub async fn finish_and_claim(
         &self,
         end: tasks::TaskAttemptEnd,
-        types: Vec<String>,
+        types: Vec<tasks::ClaimType>,
         lease_ms: i64,
         executor_id: String,
     ) -> Result<(Option<tasks::TaskStatus>, Option<tasks::ClaimedTask>)> {
@@ -332,6 +332,55 @@ impl Store {
     /// with the attempt that was cut short.
     pub async fn recover_tasks(&self) -> Result<Vec<tasks::Interrupted>> {
         dispatch!(self, s => s.recover_tasks().await)
+    }
+
+    /// Running tasks whose lease ran out under another executor (it stopped renewing: it died
+    /// or lost the store) become `interrupted` (`lease_expired`). Returns them, as
+    /// [`Store::recover_tasks`] does.
+    pub async fn expire_task_leases(&self, executor_id: String) -> Result<Vec<tasks::Interrupted>> {
+        dispatch!(self, s => s.expire_task_leases(executor_id).await)
+    }
+
+    /// Record the process that runs the current attempt of a task (for recovery after a crash).
+    pub async fn record_task_process(
+        &self,
+        id: String,
+        attempt: u32,
+        process: tasks::AttemptProcess,
+    ) -> Result<()> {
+        dispatch!(self, s => s.record_task_process(id, attempt, process).await)
+    }
+
+    /// Extend by `lease_ms` the leases of the attempts running here, given as (task id, claim).
+    /// Returns how many were still current.
+    pub async fn renew_task_leases(
+        &self,
+        running: Vec<(String, u32)>,
+        lease_ms: i64,
+    ) -> Result<u64> {
+        dispatch!(self, s => s.renew_task_leases(running, lease_ms).await)
+    }
+
+    /// Record that attempt `attempt` of task `id` finished step `name`: durable when this
+    /// returns `Recorded`. Only while that attempt runs; a step done before stays as it was.
+    pub async fn record_task_step(
+        &self,
+        id: String,
+        attempt: u32,
+        name: String,
+    ) -> Result<tasks::StepRecord> {
+        dispatch!(self, s => s.record_task_step(id, attempt, name).await)
+    }
+
+    /// The steps of a task, in the order they were done; `None`: no such task.
+    pub async fn task_steps(&self, id: String) -> Result<Option<Vec<tasks::TaskStep>>> {
+        dispatch!(self, s => s.task_steps(id).await)
+    }
+
+    /// Held resource locks and, for each, the pending tasks that want it (of at most
+    /// `max_waiting` pending tasks with locks).
+    pub async fn held_task_locks(&self, max_waiting: u32) -> Result<Vec<tasks::HeldLock>> {
+        dispatch!(self, s => s.held_task_locks(max_waiting).await)
     }
 
     pub async fn get_task(&self, id: String) -> Result<Option<tasks::Task>> {

@@ -124,6 +124,8 @@ pub struct NewTask {
     pub queue_timeout_ms: Option<Millis>,
     /// From submission: no attempt starts after it. Milliseconds after creation.
     pub retry_deadline_ms: Option<Millis>,
+    /// Resource locks (rendered names) an attempt must hold, all at once.
+    pub locks: Vec<String>,
 }
 
 /// A stored task.
@@ -157,6 +159,10 @@ pub struct Task {
     pub result_summary: Option<String>,
     /// An operator asked to cancel it while it was running.
     pub cancel_requested: bool,
+    /// Resource locks (rendered names) each attempt holds.
+    pub locks: Vec<String>,
+    /// Steps its attempts reported done, in the order they were reported.
+    pub completed_steps: Vec<String>,
 }
 
 /// The result of an idempotent submission.
@@ -192,6 +198,99 @@ pub struct ClaimedTask {
     pub idempotency_key: Option<String>,
 }
 
+/// A task type the runner may claim, and its quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimType {
+    pub name: String,
+    /// At most this many of its tasks run at once (across the whole store); `None`: no limit
+    /// of its own.
+    pub concurrency: Option<u32>,
+}
+
+impl From<&str> for ClaimType {
+    /// A type without a quota of its own.
+    fn from(name: &str) -> Self {
+        ClaimType {
+            name: name.to_owned(),
+            concurrency: None,
+        }
+    }
+}
+
+/// Why a due task was passed over by a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitReason {
+    /// Its type's `concurrency` is used up.
+    Quota,
+    /// One of its locks is held, or wanted by a task ahead of it.
+    Lock,
+}
+
+impl WaitReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitReason::Quota => "quota",
+            WaitReason::Lock => "lock",
+        }
+    }
+}
+
+/// What a claim took, and which due tasks it had to leave waiting.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimed {
+    pub tasks: Vec<ClaimedTask>,
+    /// (task type, why) of every due task passed over.
+    pub waiting: Vec<(String, WaitReason)>,
+}
+
+/// The process that runs an attempt, recorded once it started, so that after a crash it can
+/// be found again — and a reused pid is never taken for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptProcess {
+    /// The process group (the leader's pid).
+    pub pgid: i32,
+    /// The leader's start time (`/proc/PID/stat` field 22, clock ticks after boot).
+    pub leader_start: u64,
+    /// The kernel's boot id when it started.
+    pub boot_id: String,
+}
+
+/// One held resource lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLock {
+    pub name: String,
+    pub task_id: String,
+    pub task_type: String,
+    /// `running`, or `pending` while it keeps its locks through a retry's backoff.
+    pub task_status: TaskStatus,
+    pub since: Millis,
+    /// Pending tasks that want this lock, in the order they will get it.
+    pub waiting: Vec<String>,
+}
+
+/// A step a task's attempt reported done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStep {
+    pub name: String,
+    pub attempt: u32,
+    pub at: Millis,
+}
+
+/// What recording a step found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepRecord {
+    /// Recorded now.
+    Recorded(TaskStep),
+    /// It was done before (by this attempt or an earlier one); nothing changed.
+    AlreadyDone(TaskStep),
+    NotFound,
+    /// The task is not running that attempt (it ended, or another attempt runs).
+    NotCurrent {
+        status: TaskStatus,
+        attempt: u32,
+    },
+}
+
 /// How an attempt ended, as the runner recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskAttemptEnd {
@@ -211,6 +310,14 @@ pub struct TaskAttemptEnd {
     pub result_summary: Option<String>,
     /// Try again at this time (the task goes back to `pending`), or `None`: `outcome` is final.
     pub retry_at: Option<Millis>,
+    /// Keep its locks through the wait for `retry_at` (the type's
+    /// `hold_locks_between_attempts`).
+    pub hold_locks: bool,
+    /// A failure after some step was reported done goes to `manual_review`
+    /// (`partial_failure`) instead of being retried.
+    pub review_partial: bool,
+    /// Secrets and patterns replaced in its output.
+    pub redactions: u64,
 }
 
 /// One attempt of a task.
@@ -229,6 +336,7 @@ pub struct TaskAttempt {
     pub output_bytes: Option<u64>,
     pub output_truncated: Option<bool>,
     pub killed: Option<bool>,
+    pub redactions: Option<u64>,
 }
 
 /// One status change of a task.
@@ -249,6 +357,8 @@ pub struct Interrupted {
     pub task_type: String,
     /// The attempt that was cut short.
     pub attempt: u32,
+    /// Its process, if it was recorded.
+    pub process: Option<AttemptProcess>,
 }
 
 /// What an operator's action on a task found.

@@ -36,6 +36,21 @@ impl Api {
         Self { base, client }
     }
 
+    /// A client for the daemon at `base_url` that sends `Authorization: Bearer <token>` on
+    /// every request.
+    pub fn with_token(base_url: impl Into<String>, token: &str) -> Self {
+        let base = base_url.into().trim_end_matches('/').to_owned();
+        let mut headers = http::HeaderMap::new();
+        let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+            .expect("a test token is a valid header value");
+        headers.insert(http::header::AUTHORIZATION, value);
+        let client = builder()
+            .default_headers(headers)
+            .build()
+            .expect("a proxy-less, root-less reqwest client always builds");
+        Self { base, client }
+    }
+
     /// A client for the daemon listening on the unix socket at `path`. [`Self::base_url`] is
     /// then `http://spoold`, a name that is never resolved: every connection goes to `path`.
     pub fn unix(path: impl Into<PathBuf>) -> Self {

@@ -5,21 +5,26 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use spool_proto::{units, DeliveryStatus, TaskStatus, MAX_LIST_LIMIT, MAX_MAX_ATTEMPTS};
+use spool_proto::{units, DeliveryStatus, StepName, TaskStatus, MAX_LIST_LIMIT, MAX_MAX_ATTEMPTS};
 
 /// Where spoold listens unless `--server` or `SPOOLD_URL` says otherwise (its own default).
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success (for `wait`, `send --wait`, `task wait` and `task submit --wait`: it succeeded)
+  0  success (for `wait`, `send --wait`, `task wait` and `task submit --wait|--follow`: it
+     succeeded; for `step check`: the step is done)
   1  spoold returned an error, could not be reached, or a local file could not be read
-  2  usage error: bad arguments, bad --server, body that is not JSON, -p without '='
+     (for `step check`: the step is not done; its errors exit 9)
+  2  usage error: bad arguments, bad --server, body that is not JSON, -p without '=', a bad
+     step name, `step` outside a task (SPOOLD_TASK_ID or SPOOLD_ATTEMPT missing)
   3  `wait`, `task wait`: the delivery or task failed
   4  `wait`, `task wait`: the delivery or task was canceled
   5  `wait`, `task wait`: timed out waiting (still not in a final status)
   6  `task wait`: the task timed out (its type's timeout or queue_timeout)
-  7  `task wait`: the task is in manual review";
+  7  `task wait`: the task is in manual review
+  8  `step done`: the attempt is no longer the task's running attempt (stop the script)
+  9  `step check`: spoold returned an error or could not be reached";
 
 /// A mistake in the command line that clap cannot see (bad JSON body, bad header, bad
 /// `--server`). Exits 2 like clap's own errors, and is checked before any network call.
@@ -42,7 +47,8 @@ impl UsageError {
     long_about = "Submit and manage durable HTTP deliveries through a local spoold.\n\n\
         spoolctl talks to spoold's HTTP API over loopback TCP or a unix socket. Every \
         command prints a short aligned table, or the API's JSON with --json. `spoolctl task` \
-        runs and manages the ops tasks declared in spoold's configuration file.",
+        runs and manages the ops tasks declared in spoold's configuration file (`task logs` \
+        prints their output as it is); `spoolctl step` is called by their scripts.",
     after_long_help = EXIT_CODES
 )]
 pub struct Cli {
@@ -135,6 +141,28 @@ pub enum Command {
         #[command(subcommand)]
         command: TaskCommand,
     },
+    /// Show the resource locks tasks hold, and the tasks waiting for each
+    #[command(
+        long_about = "Show the resource locks tasks hold, and the tasks waiting for each.\n\n\
+            One row per held lock: its name, the task holding it (its type and status: \
+            `running`, or `pending` while it keeps its locks through a retry's backoff), since \
+            when, and the pending tasks that want it, in the order they will get it."
+    )]
+    Locks,
+    /// Inside a task's script: report a step done, or ask whether it is
+    #[command(
+        long_about = "Inside a task's script: report a step done, or ask whether it is.\n\n\
+            A step (a checkpoint) is done once per task: when a later attempt runs the \
+            script again, `step check` tells it what an earlier attempt already did. The \
+            task and attempt come from SPOOLD_TASK_ID and SPOOLD_ATTEMPT, spoold from \
+            SPOOLD_URL (or --server), and the bearer token from SPOOLD_STEP_TOKEN when it is \
+            set (before --token-file); spoold's executor sets all of them.",
+        after_long_help = STEP_EXAMPLE
+    )]
+    Step {
+        #[command(subcommand)]
+        command: StepCommand,
+    },
     /// Print version information
     Version,
     /// Print a shell completion script to stdout
@@ -144,6 +172,60 @@ pub enum Command {
         /// The shell to generate the script for
         shell: clap_complete::Shell,
     },
+}
+
+const STEP_EXAMPLE: &str = "\
+Example (sh):
+  if spoolctl step check dump; then
+      echo 'dump: done by an earlier attempt'
+  else
+      [ $? -eq 1 ] || exit 1          # 9: could not ask spoold, which is not \"not done\"
+      pg_dump mydb > /backup/mydb.sql
+      spoolctl step done dump         # exits 8 if this attempt was canceled meanwhile
+  fi";
+
+/// `spoolctl step …`: checkpoints, reported from inside a task's script.
+#[derive(Debug, Subcommand)]
+pub enum StepCommand {
+    /// Record a step of this task as done by this attempt (prints nothing; --json the record)
+    #[command(
+        long_about = "Record a step of this task as done by this attempt.\n\n\
+            Prints nothing (--json: the record). A step done before, by this attempt or an \
+            earlier one, stays as it was recorded and is not an error. spoold refuses (409 \
+            `not_current_attempt`, exit 8) when the attempt is no longer the task's running \
+            attempt: it was canceled or timed out, and the script should stop.",
+        after_long_help = STEP_DONE_EXIT_CODES
+    )]
+    Done(StepArgs),
+    /// Exit 0 if a step of this task is done (by any attempt), 1 if not
+    #[command(
+        long_about = "Exit 0 if a step of this task is done (by any attempt), 1 if not.\n\n\
+            Prints nothing (--json: the record of a step that is done). An error exits 9, not \
+            1, so that it is not taken for \"not done\".",
+        after_long_help = STEP_CHECK_EXIT_CODES
+    )]
+    Check(StepArgs),
+}
+
+const STEP_DONE_EXIT_CODES: &str = "\
+Exit codes:
+  0  the step is recorded as done (now, or before)
+  1  spoold returned an error (e.g. 404: no such task; 401: the token) or could not be reached
+  2  usage error: a bad step name, SPOOLD_TASK_ID or SPOOLD_ATTEMPT missing or invalid
+  8  the attempt is no longer the task's running attempt (canceled, timed out, …): stop";
+
+const STEP_CHECK_EXIT_CODES: &str = "\
+Exit codes:
+  0  the step is done (by this attempt or an earlier one)
+  1  the step is not done
+  2  usage error: a bad step name, SPOOLD_TASK_ID or SPOOLD_ATTEMPT missing or invalid
+  9  spoold returned an error or could not be reached: whether it is done is not known";
+
+#[derive(Debug, Args)]
+pub struct StepArgs {
+    /// The step: 1–128 characters of letters, digits, '.', '_', ':' and '-'
+    #[arg(value_name = "NAME", value_parser = parse_step_name)]
+    pub name: StepName,
 }
 
 const WAIT_EXIT_CODES: &str = "\
@@ -427,7 +509,10 @@ pub enum TaskCommand {
             against the type's declared parameters (`spoolctl task types --json` shows their \
             patterns). Prints `submitted <id> <status> <attempt>/<max> <type>`, or `existing …` \
             when the idempotency key (given, or derived by the type) names a task already \
-            submitted with the same parameters.",
+            submitted with the same parameters.\n\n\
+            --follow prints the output of each attempt as it runs (a `--- attempt N ---` \
+            line on stderr before each) and exits like --wait; stdout then carries only the \
+            output, and the `submitted` and final `wait` rows go to stderr.",
         after_long_help = TASK_WAIT_EXIT_CODES
     )]
     Submit(TaskSubmitArgs),
@@ -439,6 +524,17 @@ pub enum TaskCommand {
     Attempts(TaskIdArgs),
     /// Show every status change of a task, with its reason
     Transitions(TaskIdArgs),
+    /// Show the steps a task's script reported done: name, attempt, time
+    Steps(TaskIdArgs),
+    /// Print what an attempt of a task wrote to stdout and stderr
+    #[command(
+        long_about = "Print what an attempt of a task wrote to stdout and stderr.\n\n\
+            The output is printed byte for byte as spoold kept it (redacted, and cut in the \
+            middle when it was longer than the type's limit), as it arrives. Without \
+            --attempt, spoold picks the latest attempt. With --follow, printing goes on while \
+            the attempt runs and stops when it ends."
+    )]
+    Logs(TaskLogsArgs),
     /// Cancel a pending task, or stop a running one
     #[command(long_about = "Cancel a pending task, or stop a running one.\n\n\
             A pending task is canceled at once. A running task stays `running` with \
@@ -469,7 +565,7 @@ pub enum TaskCommand {
 
 const TASK_WAIT_EXIT_CODES: &str = "\
 Exit codes:
-  0  the task succeeded (`task submit` without --wait: it was submitted)
+  0  the task succeeded (`task submit` without --wait or --follow: it was submitted)
   1  spoold returned an error or could not be reached
   2  usage error (e.g. -p without '=')
   3  the task failed
@@ -479,6 +575,7 @@ Exit codes:
   7  the task is in manual review";
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("waiting").multiple(true).args(["wait", "follow"])))]
 pub struct TaskSubmitArgs {
     /// A task type declared in spoold's configuration (see `spoolctl task types`)
     #[arg(value_name = "TYPE")]
@@ -505,12 +602,22 @@ pub struct TaskSubmitArgs {
     #[arg(long)]
     pub wait: bool,
 
-    /// With --wait: give up after DURATION (exit 5)
-    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
+    /// After submitting, print each attempt's output as it runs, then exit like --wait
+    ///
+    /// stdout carries only the output, byte for byte; a `--- attempt N ---` line before each
+    /// attempt and the `submitted` and final `wait` rows go to stderr. Waits as long as the
+    /// task runs unless --timeout is given.
+    #[arg(long, conflicts_with = "json")]
+    pub follow: bool,
+
+    /// With --wait or --follow: give up after DURATION (exit 5)
+    ///
+    /// --wait gives up after 30s without it; --follow never does.
+    #[arg(long, value_name = "DURATION", requires = "waiting", value_parser = parse_duration_arg)]
     pub timeout: Option<Duration>,
 
-    /// With --wait: time between polls
-    #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
+    /// With --wait or --follow: time between polls of the task [default: 200ms]
+    #[arg(long, value_name = "DURATION", requires = "waiting", value_parser = parse_duration_arg)]
     pub interval: Option<Duration>,
 }
 
@@ -522,6 +629,23 @@ impl TaskSubmitArgs {
             interval: self.interval.unwrap_or(DEFAULT_WAIT_INTERVAL),
         }
     }
+
+    /// The options of `task submit --follow`: like [`Self::poll`], but no timeout unless one
+    /// was given (a followed task is watched as long as it runs).
+    pub fn follow_args(&self) -> FollowArgs {
+        FollowArgs {
+            timeout: self.timeout,
+            interval: self.interval.unwrap_or(DEFAULT_WAIT_INTERVAL),
+        }
+    }
+}
+
+/// How `task submit --follow` waits: polls every `interval` while no attempt runs, gives up
+/// after `timeout` if there is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowArgs {
+    pub timeout: Option<Duration>,
+    pub interval: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -542,6 +666,20 @@ pub struct TaskListArgs {
 pub struct TaskIdArgs {
     /// The task ID
     pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct TaskLogsArgs {
+    /// The task ID
+    pub id: String,
+
+    /// The attempt whose output to print (default: the latest)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
+
+    /// Keep printing while the attempt runs; stop when it ends
+    #[arg(short = 'f', long)]
+    pub follow: bool,
 }
 
 #[derive(Debug, Args)]
@@ -646,6 +784,10 @@ fn parse_duration_arg(s: &str) -> Result<Duration, String> {
     units::parse_duration(s).map_err(|e| e.to_string())
 }
 
+fn parse_step_name(s: &str) -> Result<StepName, String> {
+    StepName::parse(s).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -730,6 +872,97 @@ mod tests {
             let err = Cli::try_parse_from(args).expect_err("a usage error");
             assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn step_commands_parse_and_check_the_name() {
+        for (args, name) in [
+            (&["spoolctl", "step", "done", "dump"][..], "dump"),
+            (
+                &["spoolctl", "step", "check", "db1.part:2_of-3"],
+                "db1.part:2_of-3",
+            ),
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let Command::Step { command } = cli.command else {
+                panic!("parsed as step")
+            };
+            let (StepCommand::Done(a) | StepCommand::Check(a)) = command;
+            assert_eq!(a.name.as_str(), name);
+        }
+        let long = "a".repeat(spool_proto::MAX_STEP_NAME_BYTES + 1);
+        for args in [
+            &["spoolctl", "step", "done", ""][..],
+            &["spoolctl", "step", "done", "a b"],
+            &["spoolctl", "step", "check", "a/b"],
+            &["spoolctl", "step", "check", &long],
+            &["spoolctl", "step", "done"],
+            &["spoolctl", "step"],
+        ] {
+            let err = Cli::try_parse_from(args).expect_err("a usage error");
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn task_logs_and_follow_options() {
+        let cli = Cli::try_parse_from(["spoolctl", "task", "logs", "x", "--attempt", "2", "-f"])
+            .expect("valid");
+        let Command::Task {
+            command: TaskCommand::Logs(l),
+        } = cli.command
+        else {
+            panic!("parsed as task logs")
+        };
+        assert_eq!((l.id.as_str(), l.attempt, l.follow), ("x", Some(2), true));
+
+        let submit = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["spoolctl", "task", "submit", "t"].iter().chain(args))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let Command::Task {
+                command: TaskCommand::Submit(s),
+            } = cli.command
+            else {
+                panic!("parsed as task submit")
+            };
+            s
+        };
+        let s = submit(&["--follow"]);
+        assert!(s.follow && !s.wait);
+        // --follow waits as long as the task runs, unless told otherwise.
+        assert_eq!(
+            s.follow_args(),
+            FollowArgs {
+                timeout: None,
+                interval: DEFAULT_WAIT_INTERVAL
+            }
+        );
+        let s = submit(&["--follow", "--timeout", "1m", "--interval", "100ms"]);
+        assert_eq!(
+            s.follow_args(),
+            FollowArgs {
+                timeout: Some(Duration::from_secs(60)),
+                interval: Duration::from_millis(100)
+            }
+        );
+        submit(&["--wait", "--follow"]);
+        submit(&["--wait", "--interval", "1s"]);
+
+        for args in [
+            &["spoolctl", "task", "logs", "x", "--attempt", "0"][..],
+            &["spoolctl", "task", "logs"],
+            &["spoolctl", "task", "submit", "t", "--interval", "1s"],
+            &["spoolctl", "task", "submit", "t", "--follow", "--json"],
+            &["spoolctl", "locks", "x"],
+        ] {
+            let err = Cli::try_parse_from(args).expect_err("a usage error");
+            assert_eq!(err.exit_code(), 2, "{args:?}: {err}");
+        }
+        // clap does not see a global --json before the subcommand; `task submit` refuses it.
+        Cli::try_parse_from(["spoolctl", "--json", "task", "submit", "t", "--follow"])
+            .expect("parsed");
+        Cli::try_parse_from(["spoolctl", "locks", "--json"]).expect("valid");
+        Cli::try_parse_from(["spoolctl", "task", "steps", "x"]).expect("valid");
     }
 
     #[test]

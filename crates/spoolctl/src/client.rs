@@ -1,23 +1,30 @@
 //! The client of spoold's HTTP API, over loopback TCP or a unix socket (hyper's connection API,
-//! one connection per request, no TLS). Every request is bounded: 20 s in total and 4 MiB of
-//! response body, so a stuck or hostile server cannot hang or exhaust the CLI.
+//! one connection per request, no TLS). Every JSON request is bounded: 20 s in total and 4 MiB
+//! of response body, so a stuck or hostile server cannot hang or exhaust the CLI. A task's
+//! output is the exception: it is streamed to the caller as it arrives, never held whole, and
+//! only its head (and, unless it is followed, every pause between chunks) is bounded in time.
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::future::Future;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use spool_proto::{
-    AttemptList, CheckList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView,
-    ResolveRequest, StatsView, SubmitTask, TargetList, TaskAttemptList, TaskList, TaskStatus,
-    TaskTransitionList, TaskTypeList, TaskView, TransitionList,
+    AttemptList, CheckList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView, LockList,
+    ReportStep, ResolveRequest, StatsView, SubmitTask, TargetList, TaskAttemptList, TaskList,
+    TaskStatus, TaskStepList, TaskStepView, TaskTransitionList, TaskTypeList, TaskView,
+    TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
@@ -81,6 +88,21 @@ pub enum ClientError {
     Decode(String),
     #[error("build request: {0}")]
     Request(String),
+    /// Streamed output could not be written where it goes (stdout): a closed pipe, a full disk.
+    #[error("write output")]
+    Output(#[source] io::Error),
+}
+
+impl ClientError {
+    /// The HTTP status of spoold's (or another server's) answer, if there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. }
+            | ClientError::Http { status, .. }
+            | ClientError::NotSpoold { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
 }
 
 /// A parsed `--server`: where to connect and what to put in front of every path.
@@ -257,7 +279,9 @@ impl Token {
         })
     }
 
-    fn from_contents(text: &str) -> Option<Token> {
+    /// A token given as text (a file's contents, an environment variable); `None` if it is
+    /// empty or not allowed in an HTTP header.
+    pub fn from_contents(text: &str) -> Option<Token> {
         let token = text.strip_suffix('\n').unwrap_or(text);
         let token = token.strip_suffix('\r').unwrap_or(token);
         if token.is_empty() {
@@ -320,6 +344,15 @@ pub struct Created {
 pub struct Submitted {
     pub is_new: bool,
     pub task: TaskView,
+}
+
+/// Which output `GET /v1/tasks/{id}/output` streams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputQuery {
+    /// `None`: spoold picks the latest attempt.
+    pub attempt: Option<u32>,
+    /// Keep streaming while the attempt runs; the response ends when it ends.
+    pub follow: bool,
 }
 
 /// One spoold, reached by one `--server`. Cheap to keep; each request opens its own connection.
@@ -503,6 +536,96 @@ impl Client {
         decode(&self.send(Method::GET, "/v1/task-types", None).await?)
     }
 
+    /// `POST /v1/tasks/{id}/steps`: the record, whether spoold made it now (201) or the step
+    /// was done before (200, by the attempt the record names).
+    pub async fn report_step(
+        &self,
+        id: &str,
+        req: &ReportStep,
+    ) -> Result<TaskStepView, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        let path = format!("{}/steps", task_path(id));
+        decode(&self.send(Method::POST, &path, Some(body.into())).await?)
+    }
+
+    /// `GET /v1/tasks/{id}/steps`
+    pub async fn task_steps(&self, id: &str) -> Result<TaskStepList, ClientError> {
+        let path = format!("{}/steps", task_path(id));
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/locks`
+    pub async fn locks(&self) -> Result<LockList, ClientError> {
+        decode(&self.send(Method::GET, "/v1/locks", None).await?)
+    }
+
+    /// `GET /v1/tasks/{id}/output[?attempt=N][&follow=true]`: hands each chunk of the body to
+    /// `write` as it arrives, so output of any size passes through in bounded memory.
+    ///
+    /// The response head must come within the request timeout. Without `follow` every pause
+    /// between chunks is bounded the same way (spoold has the whole output); with it there is
+    /// no bound, since a quiet script may print nothing for hours: the stream ends when the
+    /// attempt does. The time `write` takes is never counted (a slow pager is not a stall).
+    pub async fn task_output(
+        &self,
+        id: &str,
+        query: OutputQuery,
+        mut write: impl FnMut(&[u8]) -> io::Result<()>,
+    ) -> Result<(), ClientError> {
+        let path = output_path(id, query);
+        let req = self.build_accepting(Method::GET, &path, None, OUTPUT_ACCEPT)?;
+        let opened = match tokio::time::timeout(self.timeout, self.open(req)).await {
+            Ok(result) => result?,
+            Err(_) => return Err(self.no_response_within()),
+        };
+        if !opened.status.is_success() {
+            let resp = match tokio::time::timeout(self.timeout, self.read_whole(opened)).await {
+                Ok(result) => result?,
+                Err(_) => return Err(self.no_response_within()),
+            };
+            return Err(status_error(&resp, &self.server));
+        }
+        if !is_output_type(&opened.content_type) {
+            return Err(ClientError::NotSpoold {
+                server: self.server.to_string(),
+                status: opened.status.as_u16(),
+                content_type: media_type(&opened.content_type),
+            });
+        }
+        let idle = (!query.follow).then_some(self.timeout);
+        let Opened {
+            mut body, mut conn, ..
+        } = opened;
+        loop {
+            let frame = conn
+                .run(async {
+                    match idle {
+                        Some(idle) => tokio::time::timeout(idle, body.frame()).await.ok(),
+                        None => Some(body.frame().await),
+                    }
+                })
+                .await;
+            let frame = match frame {
+                None => {
+                    return Err(
+                        self.unreachable(format!("output stalled for {}s", self.timeout.as_secs()))
+                    )
+                }
+                Some(None) => return Ok(()),
+                Some(Some(Err(e))) => {
+                    return Err(self.unreachable(format!("read output: {}", error_chain(&e))))
+                }
+                Some(Some(Ok(frame))) => frame,
+            };
+            // Trailers carry nothing for us.
+            if let Ok(data) = frame.into_data() {
+                if !data.is_empty() {
+                    write(&data).map_err(ClientError::Output)?;
+                }
+            }
+        }
+    }
+
     /// Sends one request and returns the response if it is a 2xx; anything else becomes an
     /// error carrying spoold's message.
     async fn send(
@@ -514,12 +637,7 @@ impl Client {
         let req = self.build(method, path_and_query, body)?;
         let resp = match tokio::time::timeout(self.timeout, self.exchange(req)).await {
             Ok(result) => result?,
-            Err(_) => {
-                return Err(self.unreachable(format!(
-                    "no complete response within {}s",
-                    self.timeout.as_secs()
-                )))
-            }
+            Err(_) => return Err(self.no_response_within()),
         };
         let json = resp.content_type.starts_with("application/json");
         if resp.status.is_success() && json {
@@ -537,6 +655,16 @@ impl Client {
         path_and_query: &str,
         body: Option<Bytes>,
     ) -> Result<Request<Full<Bytes>>, ClientError> {
+        self.build_accepting(method, path_and_query, body, "application/json")
+    }
+
+    fn build_accepting(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Bytes>,
+        accept: &'static str,
+    ) -> Result<Request<Full<Bytes>>, ClientError> {
         let (host, uri) = match &self.server.endpoint {
             Endpoint::Tcp {
                 authority,
@@ -549,7 +677,7 @@ impl Client {
             .method(method.clone())
             .uri(uri)
             .header(HOST, host)
-            .header(ACCEPT, "application/json")
+            .header(ACCEPT, accept)
             .header(USER_AGENT, USER_AGENT_VALUE);
         if body.is_some() {
             builder = builder.header(CONTENT_TYPE, "application/json");
@@ -565,69 +693,92 @@ impl Client {
             .map_err(|e| ClientError::Request(e.to_string()))
     }
 
+    /// One request and its whole response (at most [`MAX_RESPONSE_BYTES`] of body).
     async fn exchange(&self, req: Request<Full<Bytes>>) -> Result<RawResponse, ClientError> {
+        let opened = self.open(req).await?;
+        self.read_whole(opened).await
+    }
+
+    /// Connects, sends the request and waits for the response head; the body is left to read.
+    async fn open(&self, req: Request<Full<Bytes>>) -> Result<Opened, ClientError> {
         match &self.server.endpoint {
             Endpoint::Tcp { host, port, .. } => {
                 let stream = TcpStream::connect((host.as_str(), *port))
                     .await
                     .map_err(|e| self.unreachable(format!("connect: {e}")))?;
-                self.drive(TokioIo::new(stream), req).await
+                self.handshake(TokioIo::new(stream), req).await
             }
             Endpoint::Unix { path } => {
                 let stream = UnixStream::connect(path)
                     .await
                     .map_err(|e| self.unreachable(format!("connect: {e}")))?;
-                self.drive(TokioIo::new(stream), req).await
+                self.handshake(TokioIo::new(stream), req).await
             }
         }
     }
 
-    /// Runs the HTTP/1 exchange on one connection. The connection future is polled alongside
-    /// the request instead of being spawned, so nothing outlives the call.
-    async fn drive<T>(&self, io: T, req: Request<Full<Bytes>>) -> Result<RawResponse, ClientError>
+    /// Runs the HTTP/1 exchange on one connection up to the response head.
+    async fn handshake<T>(&self, io: T, req: Request<Full<Bytes>>) -> Result<Opened, ClientError>
     where
         T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
         let (mut sender, conn) = http1::handshake::<_, Full<Bytes>>(io)
             .await
             .map_err(|e| self.unreachable(error_chain(&e)))?;
-        let exchange = async move {
-            let resp = sender
-                .send_request(req)
-                .await
-                .map_err(|e| self.unreachable(error_chain(&e)))?;
-            let (parts, body) = resp.into_parts();
-            let collected = Limited::new(body, MAX_RESPONSE_BYTES)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.downcast_ref::<LengthLimitError>().is_some() {
-                        ClientError::ResponseTooLarge
-                    } else {
-                        self.unreachable(format!("read response: {}", error_chain(&*e)))
-                    }
-                })?;
-            Ok(RawResponse {
-                status: parts.status,
-                content_type: parts
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("no content type")
-                    .to_owned(),
-                body: collected.to_bytes(),
-            })
+        let mut conn = Connection {
+            future: Box::pin(conn),
+            done: false,
         };
-        let mut exchange = std::pin::pin!(exchange);
-        let mut conn = std::pin::pin!(conn);
-        let mut conn_done = false;
-        loop {
-            tokio::select! {
-                result = &mut exchange => return result,
-                // A finished connection also fails the pending request, which reports it.
-                _ = &mut conn, if !conn_done => conn_done = true,
-            }
-        }
+        let resp = conn
+            .run(sender.send_request(req))
+            .await
+            .map_err(|e| self.unreachable(error_chain(&e)))?;
+        let (parts, body) = resp.into_parts();
+        Ok(Opened {
+            status: parts.status,
+            content_type: parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("no content type")
+                .to_owned(),
+            body,
+            conn,
+            _sender: sender,
+        })
+    }
+
+    /// Reads the rest of a response, at most [`MAX_RESPONSE_BYTES`] of body.
+    async fn read_whole(&self, opened: Opened) -> Result<RawResponse, ClientError> {
+        let Opened {
+            status,
+            content_type,
+            body,
+            mut conn,
+            ..
+        } = opened;
+        let collected = conn
+            .run(Limited::new(body, MAX_RESPONSE_BYTES).collect())
+            .await
+            .map_err(|e| {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
+                    ClientError::ResponseTooLarge
+                } else {
+                    self.unreachable(format!("read response: {}", error_chain(&*e)))
+                }
+            })?;
+        Ok(RawResponse {
+            status,
+            content_type,
+            body: collected.to_bytes(),
+        })
+    }
+
+    fn no_response_within(&self) -> ClientError {
+        self.unreachable(format!(
+            "no complete response within {}s",
+            self.timeout.as_secs()
+        ))
     }
 
     fn unreachable(&self, reason: String) -> ClientError {
@@ -636,6 +787,76 @@ impl Client {
             reason,
         }
     }
+}
+
+/// What `task_output` asks for: the output is bytes (not necessarily UTF-8); errors are JSON.
+const OUTPUT_ACCEPT: &str = "text/plain, application/octet-stream, application/json";
+
+/// A response whose head has arrived, with its body still to read on its connection.
+struct Opened {
+    status: StatusCode,
+    content_type: String,
+    body: Incoming,
+    conn: Connection,
+    /// Kept until the body is read: the connection is not told it may close before then.
+    _sender: http1::SendRequest<Full<Bytes>>,
+}
+
+/// The connection of one exchange. It is polled alongside whatever waits on it (the request,
+/// then each read of the body) instead of being spawned, so nothing outlives the call.
+struct Connection {
+    future: Pin<Box<dyn Future<Output = hyper::Result<()>>>>,
+    done: bool,
+}
+
+impl Connection {
+    /// Runs `work` while driving the connection.
+    async fn run<F: Future>(&mut self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                // A finished connection also fails the pending request or read, which reports it.
+                _ = &mut self.future, if !self.done => self.done = true,
+            }
+        }
+    }
+}
+
+/// `/v1/tasks/{id}/output` with the attempt and `follow=true` when asked.
+fn output_path(id: &str, query: OutputQuery) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    if let Some(attempt) = query.attempt {
+        q.append_pair("attempt", &attempt.to_string());
+    }
+    if query.follow {
+        q.append_pair("follow", "true");
+    }
+    let q = q.finish();
+    if q.is_empty() {
+        format!("{}/output", task_path(id))
+    } else {
+        format!("{}/output?{q}", task_path(id))
+    }
+}
+
+/// Output comes as `text/plain` (any charset); `application/octet-stream` is taken too. Any
+/// other type of 2xx answer (HTML, JSON) is not spoold's output and is not printed.
+fn is_output_type(content_type: &str) -> bool {
+    matches!(
+        media_type(content_type).to_ascii_lowercase().as_str(),
+        "text/plain" | "application/octet-stream"
+    )
+}
+
+/// `text/plain; charset=utf-8` → `text/plain`.
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 /// `/v1/deliveries/{id}` with the id as one escaped path segment.
@@ -687,13 +908,7 @@ fn not_spoold(resp: &RawResponse, server: &Server) -> ClientError {
     ClientError::NotSpoold {
         server: server.to_string(),
         status: resp.status.as_u16(),
-        content_type: resp
-            .content_type
-            .split(';')
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_owned(),
+        content_type: media_type(&resp.content_type),
     }
 }
 
@@ -853,6 +1068,172 @@ mod tests {
         assert_eq!(delivery_path("abc123"), "/v1/deliveries/abc123");
         assert_eq!(delivery_path("a/b c?"), "/v1/deliveries/a%2Fb%20c%3F");
         assert_eq!(task_path("a/b"), "/v1/tasks/a%2Fb");
+    }
+
+    #[test]
+    fn output_paths() {
+        let path = |attempt, follow| output_path("a/b", OutputQuery { attempt, follow });
+        assert_eq!(path(None, false), "/v1/tasks/a%2Fb/output");
+        assert_eq!(path(Some(2), false), "/v1/tasks/a%2Fb/output?attempt=2");
+        assert_eq!(path(None, true), "/v1/tasks/a%2Fb/output?follow=true");
+        assert_eq!(
+            path(Some(3), true),
+            "/v1/tasks/a%2Fb/output?attempt=3&follow=true"
+        );
+    }
+
+    #[test]
+    fn output_content_types() {
+        for ok in [
+            "text/plain",
+            "text/plain; charset=utf-8",
+            "Text/Plain",
+            "application/octet-stream",
+        ] {
+            assert!(is_output_type(ok), "{ok}");
+        }
+        for bad in [
+            "application/json",
+            "text/html; charset=utf-8",
+            "no content type",
+        ] {
+            assert!(!is_output_type(bad), "{bad}");
+        }
+    }
+
+    /// A server for one connection on 127.0.0.1: reads the request head, hands its first line
+    /// to `respond` along with the socket, and lets it write whatever answer it likes.
+    async fn serve_once<F, Fut>(respond: F) -> (Client, tokio::task::JoinHandle<()>)
+    where
+        F: FnOnce(String, TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        use tokio::io::AsyncReadExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let addr = listener.local_addr().expect("bound address");
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("a connection");
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                socket.read_exact(&mut byte).await.expect("request head");
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8(head).expect("ASCII head");
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            respond(line, socket).await;
+        });
+        let client = Client::new(Server::parse(&addr.to_string()).expect("valid"), None);
+        (client, server)
+    }
+
+    #[tokio::test]
+    async fn output_is_handed_on_as_it_arrives() {
+        use tokio::io::AsyncWriteExt as _;
+        let (first_seen, seen) = tokio::sync::oneshot::channel::<()>();
+        let (client, server) = serve_once(move |line, mut socket| async move {
+            assert_eq!(
+                line,
+                "GET /v1/tasks/t1/output?attempt=2&follow=true HTTP/1.1"
+            );
+            socket
+                .write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n\
+                      transfer-encoding: chunked\r\n\r\n6\r\nhello\n\r\n",
+                )
+                .await
+                .expect("write");
+            // The rest only once the client has handed on the first chunk: a client that
+            // waited for the whole body would never get here.
+            seen.await.expect("the first chunk was handed on");
+            socket
+                .write_all(b"3\r\n\xff\xfe\n\r\n0\r\n\r\n")
+                .await
+                .expect("write");
+        })
+        .await;
+        let mut got = Vec::new();
+        let mut first_seen = Some(first_seen);
+        let query = OutputQuery {
+            attempt: Some(2),
+            follow: true,
+        };
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.task_output("t1", query, |chunk| {
+                got.extend_from_slice(chunk);
+                if let Some(tx) = first_seen.take() {
+                    let _ = tx.send(());
+                }
+                Ok(())
+            }),
+        )
+        .await
+        .expect("no deadlock");
+        result.expect("streamed");
+        assert_eq!(got, b"hello\n\xff\xfe\n");
+        server.await.expect("server done");
+    }
+
+    #[tokio::test]
+    async fn output_errors() {
+        use tokio::io::AsyncWriteExt as _;
+        let answer = |status: &'static str, content_type: &'static str, body: &'static [u8]| {
+            move |_line: String, mut socket: TcpStream| async move {
+                let head = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n\
+                     content-length: {}\r\n\r\n",
+                    body.len()
+                );
+                socket.write_all(head.as_bytes()).await.expect("write");
+                socket.write_all(body).await.expect("write");
+                socket.shutdown().await.expect("shutdown");
+            }
+        };
+        let query = OutputQuery::default();
+
+        let (client, server) = serve_once(answer(
+            "404 Not Found",
+            "application/json",
+            br#"{"error":{"code":"output_not_found","message":"no output kept"}}"#,
+        ))
+        .await;
+        let err = client
+            .task_output("t1", query, |_| Ok(()))
+            .await
+            .expect_err("a 404");
+        assert!(
+            matches!(&err, ClientError::Api { status: 404, code, .. } if code == "output_not_found"),
+            "{err:?}"
+        );
+        server.await.expect("server done");
+
+        let (client, server) = serve_once(answer("200 OK", "text/html", b"<html>")).await;
+        let err = client
+            .task_output("t1", query, |_| panic!("nothing is written"))
+            .await
+            .expect_err("not spoold");
+        assert!(
+            matches!(err, ClientError::NotSpoold { status: 200, .. }),
+            "{err:?}"
+        );
+        server.await.expect("server done");
+
+        let (client, server) = serve_once(answer("200 OK", "text/plain", b"ok")).await;
+        let err = client
+            .task_output("t1", query, |_| Err(io::ErrorKind::BrokenPipe.into()))
+            .await
+            .expect_err("stdout closed");
+        let ClientError::Output(io_err) = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(io_err.kind(), io::ErrorKind::BrokenPipe);
+        // `main` finds it in the chain and exits quietly.
+        let err = anyhow::Error::from(err);
+        assert!(err.chain().any(|e| e.downcast_ref::<io::Error>().is_some()));
+        server.await.expect("server done");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `spoolctl`: the command-line client of spoold. Parses the command line, runs one command,
 //! and maps the outcome to the documented exit codes (0 ok, 1 runtime, 2 usage, 3–7 `wait`
-//! and `task wait`).
+//! and `task wait`, 8 and 9 `step`; for `step check`, 1 is "not done").
 //!
 //! # Layout
 //! - [`cli`]: clap definitions and help texts; [`cli::UsageError`] for checks clap cannot do.

@@ -55,6 +55,12 @@ impl<'a> Output<'a> {
         self.out.write_all(bytes)
     }
 
+    /// Hands what was written on now, not at the next newline: streamed output (a task's,
+    /// which may be a progress bar without one) shows as it arrives.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
     pub fn line(&mut self, text: &str) -> io::Result<()> {
         writeln!(self.out, "{text}")
     }

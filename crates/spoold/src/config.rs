@@ -37,6 +37,11 @@ pub struct Args {
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub task_concurrency: u32,
 
+    /// How long a running task attempt is owned without a heartbeat; the daemon renews it every
+    /// third of this. A task whose lease lapsed under another executor becomes `interrupted`.
+    #[arg(long, default_value = "30s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub task_lease: Duration,
+
     /// Put each task attempt in a cgroup of its own below this cgroup v2 directory and end it
     /// with cgroup.kill; `auto`: the daemon's own cgroup when it is delegated (writable, not
     /// the root); `off`: process groups and tags only.
@@ -186,6 +191,7 @@ pub struct Config {
     /// The declared task types (`[tasks.*]` of `--config`).
     pub task_types: std::sync::Arc<TaskTypes>,
     pub task_concurrency: u32,
+    pub task_lease: Duration,
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
 }
 
@@ -253,6 +259,9 @@ impl Args {
         let task_types = load_task_types(self.config.as_deref())?;
         if self.task_concurrency == 0 {
             return err("--task-concurrency must be at least 1");
+        }
+        if self.task_lease < Duration::from_secs(3) {
+            return err("--task-lease must be at least 3s");
         }
         let listen = match self.unix_socket {
             Some(path) if !path.is_absolute() => {
@@ -344,6 +353,7 @@ impl Args {
             clock: spool_store::Clock::system(),
             task_types: std::sync::Arc::new(task_types),
             task_concurrency: self.task_concurrency,
+            task_lease: self.task_lease,
             task_cgroup: self.task_cgroup,
         })
     }

@@ -38,6 +38,17 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Listen};
 
+/// Create `dir` (and its parents) readable by this user only: task output may hold what a
+/// script printed.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Where the control API ended up listening.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Bound {
@@ -158,6 +169,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics = Arc::new(metrics::Metrics::new(&config));
     let activity = Arc::new(activity::Activity::default());
     store.observe_commits(metrics.clone());
+    // Next to the database: task results (while an attempt runs) and output logs.
+    let data_dir = config.db.parent().map_or_else(
+        || std::path::PathBuf::from("."),
+        std::path::Path::to_path_buf,
+    );
 
     let state = Arc::new(api::AppState {
         store: store.clone(),
@@ -172,6 +188,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         max_db_bytes: config.max_db_bytes,
         task_types: Arc::clone(&config.task_types),
         running_tasks: Arc::clone(&running_tasks),
+        task_output_dir: data_dir.join("task-output"),
     });
     let router = api::router(state);
 
@@ -255,15 +272,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         types: Arc::clone(&config.task_types),
         concurrency: config.task_concurrency,
         executor_id: executor_id(),
-        lease: config.lease,
-        results_dir: config
-            .db
-            .parent()
-            .map_or_else(
-                || std::path::PathBuf::from("."),
-                std::path::Path::to_path_buf,
-            )
-            .join("task-results"),
+        lease: config.task_lease,
+        results_dir: data_dir.join("task-results"),
+        output_dir: data_dir.join("task-output"),
+        api_url: match &bound {
+            Bound::Tcp(addr) => format!("http://{addr}"),
+            Bound::Unix(path) => format!("unix://{}", path.display()),
+        },
         running: Arc::clone(&running_tasks),
         stop: stop.clone(),
         interrupt: interrupt.clone(),
@@ -271,9 +286,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         cgroup: task_cgroup,
     });
     if !config.task_types.is_empty() {
-        if let Err(e) = std::fs::create_dir_all(&runner.results_dir) {
-            warn!(error = %e, dir = %runner.results_dir.display(),
-                  "cannot create the task results directory");
+        for dir in [&runner.results_dir, &runner.output_dir] {
+            if let Err(e) = create_private_dir(dir) {
+                warn!(error = %e, dir = %dir.display(), "cannot create a task directory");
+            }
         }
     }
     // In the background: the interrupted tasks cannot be claimed until they are settled, and

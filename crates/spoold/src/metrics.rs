@@ -39,6 +39,13 @@ pub struct TaskEndLabel {
     pub error_code: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskWaitLabel {
+    pub task_type: String,
+    /// `lock` or `quota`.
+    pub reason: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Every metric the daemon exports.
@@ -75,6 +82,9 @@ pub struct Metrics {
     pub task_attempt_duration: HistogramFamily<TypeLabel>,
     pub task_queue_wait: HistogramFamily<TypeLabel>,
     pub task_recovered_processes: Counter,
+    pub task_waits: Family<TaskWaitLabel, Counter>,
+    pub task_output_truncated_bytes: Family<TypeLabel, Counter>,
+    pub task_redactions: Family<TypeLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -128,6 +138,9 @@ impl Metrics {
             task_attempt_duration: Family::new_with_constructor(task_histogram),
             task_queue_wait: Family::new_with_constructor(task_histogram),
             task_recovered_processes: Counter::default(),
+            task_waits: Family::default(),
+            task_output_truncated_bytes: Family::default(),
+            task_redactions: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -283,6 +296,23 @@ impl Metrics {
             "Processes of interrupted task attempts that a previous daemon left running, ended at \
              start-up",
             m.task_recovered_processes.clone(),
+        );
+        registry.register(
+            "spoold_task_waits",
+            "Times a claim passed over a due task because its type's concurrency was used up \
+             (reason=quota) or a lock it needs was held or wanted by a task ahead of it \
+             (reason=lock), by type",
+            m.task_waits.clone(),
+        );
+        registry.register(
+            "spoold_task_output_truncated_bytes",
+            "Bytes of task output dropped between the kept head and tail, by type",
+            m.task_output_truncated_bytes.clone(),
+        );
+        registry.register(
+            "spoold_task_redactions",
+            "Secrets and patterns replaced by [REDACTED] in task output, by type",
+            m.task_redactions.clone(),
         );
         m.db_max_bytes.set(config.max_db_bytes as i64);
         m.allow_private_targets

@@ -30,8 +30,9 @@ use crate::model::{
     Resolution, StartOutcome, Stats, Transition, TransitionOutcome,
 };
 use crate::tasks::{
-    ClaimedTask, NewTask, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage,
-    TaskStatus, TaskTransition,
+    AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, NewTask, StepRecord, Task,
+    TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus, TaskStep,
+    TaskTransition,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -222,10 +223,10 @@ impl SqliteStore {
     pub async fn claim_tasks(
         &self,
         limit: u32,
-        types: Vec<String>,
+        types: Vec<ClaimType>,
         lease_ms: i64,
         executor_id: String,
-    ) -> Result<Vec<ClaimedTask>> {
+    ) -> Result<Claimed> {
         self.inner
             .writer
             .write(move |c, now| tasks::claim(c, now, limit, &types, lease_ms, &executor_id))
@@ -247,7 +248,7 @@ impl SqliteStore {
     pub async fn finish_and_claim(
         &self,
         end: TaskAttemptEnd,
-        types: Vec<String>,
+        types: Vec<ClaimType>,
         lease_ms: i64,
         executor_id: String,
     ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>)> {
@@ -258,7 +259,7 @@ impl SqliteStore {
                 move |c, now| {
                     let status = tasks::finish(c, &end, now)?;
                     let next = tasks::claim(c, now, 1, &types, lease_ms, &executor_id)?;
-                    Ok((status, next.into_iter().next()))
+                    Ok((status, next.tasks.into_iter().next()))
                 },
                 move |r| wake.when(matches!(r, Ok((Some(TaskStatus::Pending), _)))),
             )
@@ -317,6 +318,59 @@ impl SqliteStore {
 
     pub async fn recover_tasks(&self) -> Result<Vec<crate::tasks::Interrupted>> {
         self.inner.writer.write(tasks::recover).await
+    }
+
+    pub async fn expire_task_leases(
+        &self,
+        executor_id: String,
+    ) -> Result<Vec<crate::tasks::Interrupted>> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::expire_leases(c, now, &executor_id))
+            .await
+    }
+
+    pub async fn record_task_process(
+        &self,
+        id: String,
+        attempt: u32,
+        process: AttemptProcess,
+    ) -> Result<()> {
+        self.inner
+            .writer
+            .write(move |c, _| tasks::record_process(c, &id, attempt, &process))
+            .await
+    }
+
+    pub async fn renew_task_leases(
+        &self,
+        running: Vec<(String, u32)>,
+        lease_ms: i64,
+    ) -> Result<u64> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::renew_leases(c, now, &running, lease_ms))
+            .await
+    }
+
+    pub async fn record_task_step(
+        &self,
+        id: String,
+        attempt: u32,
+        name: String,
+    ) -> Result<StepRecord> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::record_step(c, &id, attempt, &name, now))
+            .await
+    }
+
+    pub async fn task_steps(&self, id: String) -> Result<Option<Vec<TaskStep>>> {
+        self.read(move |c| tasks::steps(c, &id)).await
+    }
+
+    pub async fn held_task_locks(&self, max_waiting: u32) -> Result<Vec<HeldLock>> {
+        self.read(move |c| tasks::held_locks(c, max_waiting)).await
     }
 
     pub async fn get_task(&self, id: String) -> Result<Option<Task>> {

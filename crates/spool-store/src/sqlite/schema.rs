@@ -255,6 +255,32 @@ const MIGRATIONS: &[&str] = &[
             ON CONFLICT (status) DO UPDATE SET n = n + 1;
     END;
     "#,
+    // 8: tasks, part 2. Resource locks: the rendered lock names of a task (JSON array) and the
+    // locks held, one row per lock (its name is the key: one holder at a time). Checkpoints:
+    // the steps a task's attempts reported done. Who ran an attempt: the process group and its
+    // leader's start time and boot, so that after a crash a reused pid is never taken for ours.
+    r#"
+    ALTER TABLE tasks ADD COLUMN locks TEXT;
+    CREATE INDEX tasks_locked ON tasks (next_run_at)
+        WHERE status = 'pending' AND locks IS NOT NULL;
+    CREATE TABLE task_locks (
+        name    TEXT    NOT NULL PRIMARY KEY,
+        task_id TEXT    NOT NULL,
+        since   INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX task_locks_task ON task_locks (task_id);
+    CREATE TABLE task_steps (
+        task_id TEXT    NOT NULL,
+        name    TEXT    NOT NULL,
+        attempt INTEGER NOT NULL,
+        at      INTEGER NOT NULL,
+        PRIMARY KEY (task_id, name)
+    ) WITHOUT ROWID;
+    ALTER TABLE task_attempts ADD COLUMN pgid INTEGER;
+    ALTER TABLE task_attempts ADD COLUMN leader_start INTEGER;
+    ALTER TABLE task_attempts ADD COLUMN boot_id TEXT;
+    ALTER TABLE task_attempts ADD COLUMN redactions INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

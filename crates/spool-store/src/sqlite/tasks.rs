@@ -8,14 +8,21 @@ use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{clip_error, Millis};
 use crate::tasks::{
-    ClaimedTask, Interrupted, NewTask, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
-    TaskPage, TaskStatus, TaskTransition,
+    AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, Interrupted, NewTask, StepRecord,
+    Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus, TaskStep,
+    TaskTransition, WaitReason,
 };
 
 const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, attempts, \
      max_attempts, created_at, updated_at, started_at, finished_at, next_run_at, not_before, \
      queue_deadline, retry_deadline, lease_until, executor_id, error_code, error, exit_code, \
-     signal, result_summary, cancel_requested";
+     signal, result_summary, cancel_requested, locks, \
+     (SELECT json_group_array(name) FROM (SELECT name FROM task_steps \
+      WHERE task_steps.task_id = tasks.id ORDER BY at, name))";
+
+/// How many due tasks one claim looks at, at most, when locks and quotas make it pass some
+/// over (the rest wait for the next claim).
+const CLAIM_SCAN: usize = 1024;
 
 pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<TaskInsert> {
     if let Some(key) = &new.idempotency_key {
@@ -40,11 +47,16 @@ pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<Ta
     let due = new.not_before.map_or(now, |nb| nb.max(now));
     let queue_deadline = new.queue_timeout_ms.map(|t| now + t);
     let retry_deadline = new.retry_deadline_ms.map(|t| now + t);
+    let locks = if new.locks.is_empty() {
+        None
+    } else {
+        Some(serde_json::to_string(&new.locks).map_err(|e| StoreError::Database(e.to_string()))?)
+    };
     conn.prepare_cached(
         "INSERT INTO tasks (id, task_type, scope, idempotency_key, params, digest, status, \
          max_attempts, created_at, updated_at, next_run_at, not_before, queue_deadline, \
-         retry_deadline, log_seq) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?8, ?9, ?10, ?11, ?12, 1)",
+         retry_deadline, log_seq, locks) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?8, ?9, ?10, ?11, ?12, 1, ?13)",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -60,6 +72,7 @@ pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<Ta
             new.not_before,
             queue_deadline,
             retry_deadline,
+            locks,
         ])
     })
     .map_err(map_err)?;
@@ -80,7 +93,8 @@ pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<Ta
 
 /// Change a task's status from `from` to `to`, with the state machine's permission, and log it.
 /// `set` is the rest of the UPDATE's SET clause: it may use `?2` (now) and `?3`, `?4`, … (the
-/// values of `extra`, in order).
+/// values of `extra`, in order). A task that leaves `running` for anything but `pending` gives
+/// its locks up here (see [`Locks`]).
 #[allow(
     clippy::too_many_arguments,
     reason = "one status change: where from and to, why, when, and what else the row gets"
@@ -90,6 +104,41 @@ fn change(
     id: &str,
     from: TaskStatus,
     to: TaskStatus,
+    now: Millis,
+    reason: &str,
+    note: Option<&str>,
+    set: &str,
+    extra: &[&dyn rusqlite::ToSql],
+) -> Result<()> {
+    change_with(
+        conn,
+        id,
+        (from, to, Locks::Release),
+        now,
+        reason,
+        note,
+        set,
+        extra,
+    )
+}
+
+/// What a status change does with the task's locks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Locks {
+    /// Give them up unless the task is (still) `running` or `pending`.
+    Release,
+    /// Keep them: the change is the first half of a retry that holds its locks.
+    Keep,
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one status change: where from and to, why, when, and what else the row gets"
+)]
+fn change_with(
+    conn: &Connection,
+    id: &str,
+    (from, to, locks): (TaskStatus, TaskStatus, Locks),
     now: Millis,
     reason: &str,
     note: Option<&str>,
@@ -109,25 +158,38 @@ fn change(
     // would be every call.
     let sql = format!(
         "UPDATE tasks SET status = '{to}', updated_at = ?2, log_seq = log_seq + 1{comma}{set} \
-         WHERE id = ?1 AND status = '{from}' RETURNING log_seq, attempts",
+         WHERE id = ?1 AND status = '{from}' RETURNING log_seq, attempts, locks IS NOT NULL",
         to = to.as_str(),
         from = from.as_str(),
     );
     let mut values: Vec<&dyn rusqlite::ToSql> = vec![&id, &now];
     values.extend(extra.iter().copied());
-    let step: Option<(u32, u32)> = conn
+    let step: Option<(u32, u32, bool)> = conn
         .prepare_cached(&sql)
         .and_then(|mut st| {
-            st.query_row(values.as_slice(), |r| Ok((r.get(0)?, r.get(1)?)))
+            st.query_row(values.as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()
         })
         .map_err(map_err)?;
-    let step = step.ok_or_else(|| {
+    let (seq, attempt, has_locks) = step.ok_or_else(|| {
         StoreError::Database(format!(
             "task {id} was not {from} when it was to become {to}"
         ))
     })?;
-    log(conn, id, Some(from), to, step, now, reason, note)
+    if has_locks
+        && locks == Locks::Release
+        && !matches!(to, TaskStatus::Running | TaskStatus::Pending)
+    {
+        release_locks(conn, id)?;
+    }
+    log(conn, id, Some(from), to, (seq, attempt), now, reason, note)
+}
+
+fn release_locks(conn: &Connection, id: &str) -> Result<()> {
+    conn.prepare_cached("DELETE FROM task_locks WHERE task_id = ?1")
+        .and_then(|mut st| st.execute([id]))
+        .map_err(map_err)?;
+    Ok(())
 }
 
 #[allow(
@@ -220,78 +282,188 @@ pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> 
 
 /// Claim up to `limit` due pending tasks of the given types (oldest due first, submission order
 /// among equals) for one attempt each: `running`, attempt counted and recorded, leased.
+///
+/// A task whose type's `concurrency` is used up, or that cannot take **all** its locks at once,
+/// is passed over and stays pending (all-or-nothing, so no two tasks each hold a lock the other
+/// waits for). The locks a passed-over task wants are reserved for the rest of the pass, so a
+/// later task never takes a lock ahead of an earlier one: waiting tasks start in order.
 pub(crate) fn claim(
     conn: &Connection,
     now: Millis,
     limit: u32,
-    types: &[String],
+    types: &[ClaimType],
     lease_ms: i64,
     executor_id: &str,
-) -> Result<Vec<ClaimedTask>> {
+) -> Result<Claimed> {
     expire(conn, now, 256)?;
-    let types = serde_json::to_string(types).map_err(|e| StoreError::Database(e.to_string()))?;
-    let ids: Vec<String> = conn
+    let mut out = Claimed::default();
+    if limit == 0 || types.is_empty() {
+        return Ok(out);
+    }
+    let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
+    let names = serde_json::to_string(&names).map_err(|e| StoreError::Database(e.to_string()))?;
+    let mut running = if types.iter().any(|t| t.concurrency.is_some()) {
+        running_by_type(conn)?
+    } else {
+        std::collections::HashMap::new()
+    };
+    let mut st = conn
         .prepare_cached(
-            "SELECT id FROM tasks INDEXED BY tasks_due WHERE status = 'pending' \
+            "SELECT id, task_type, locks FROM tasks INDEXED BY tasks_due WHERE status = 'pending' \
              AND next_run_at <= ?1 AND task_type IN (SELECT value FROM json_each(?2)) \
-             ORDER BY next_run_at, id LIMIT ?3",
+             ORDER BY next_run_at, id",
+        )
+        .map_err(map_err)?;
+    let mut rows = st.query(params![now, names]).map_err(map_err)?;
+    let mut reserved: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut take: Vec<(String, Vec<String>)> = Vec::new();
+    let mut scanned = 0;
+    while let Some(row) = rows.next().map_err(map_err)? {
+        scanned += 1;
+        let id: String = row.get(0).map_err(map_err)?;
+        let task_type: String = row.get(1).map_err(map_err)?;
+        let locks: Option<String> = row.get(2).map_err(map_err)?;
+        let quota = types
+            .iter()
+            .find(|t| t.name == task_type)
+            .and_then(|t| t.concurrency);
+        let busy = running.get(&task_type).copied().unwrap_or(0);
+        if quota.is_some_and(|q| busy >= q) {
+            out.waiting.push((task_type, WaitReason::Quota));
+        } else {
+            let locks: Vec<String> = match locks {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Database(format!("locks of task {id}: {e}")))?,
+                None => Vec::new(),
+            };
+            if !locks.is_empty() && !can_lock(conn, &id, &locks, &reserved)? {
+                reserved.extend(locks);
+                out.waiting.push((task_type, WaitReason::Lock));
+            } else {
+                reserved.extend(locks.iter().cloned());
+                *running.entry(task_type).or_insert(0) += 1;
+                take.push((id, locks));
+                if take.len() as u32 >= limit {
+                    break;
+                }
+            }
+        }
+        if scanned >= CLAIM_SCAN {
+            break;
+        }
+    }
+    drop(rows);
+    drop(st);
+    for (id, locks) in take {
+        for name in &locks {
+            conn.prepare_cached(
+                "INSERT INTO task_locks (name, task_id, since) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .and_then(|mut st| st.execute(params![name, id, now]))
+            .map_err(map_err)?;
+        }
+        out.tasks
+            .push(start(conn, &id, now, lease_ms, executor_id)?);
+    }
+    Ok(out)
+}
+
+/// Running tasks by type.
+fn running_by_type(conn: &Connection) -> Result<std::collections::HashMap<String, u32>> {
+    conn.prepare_cached(
+        "SELECT task_type, COUNT(*) FROM tasks INDEXED BY tasks_status \
+         WHERE status = 'running' GROUP BY task_type",
+    )
+    .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+    .map_err(map_err)
+}
+
+/// Whether task `id` can take all of `locks` now: each is held by it already (kept through a
+/// retry's backoff), or held by nobody and not reserved by a task ahead of it in this pass.
+fn can_lock(
+    conn: &Connection,
+    id: &str,
+    locks: &[String],
+    reserved: &std::collections::HashSet<String>,
+) -> Result<bool> {
+    let mut st = conn
+        .prepare_cached("SELECT task_id FROM task_locks WHERE name = ?1")
+        .map_err(map_err)?;
+    for name in locks {
+        let holder: Option<String> = st
+            .query_row([name], |r| r.get(0))
+            .optional()
+            .map_err(map_err)?;
+        let free = match holder {
+            Some(holder) => holder == id,
+            None => !reserved.contains(name),
+        };
+        if !free {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Start one attempt of a pending task: `running`, counted, leased, its attempt row written.
+fn start(
+    conn: &Connection,
+    id: &str,
+    now: Millis,
+    lease_ms: i64,
+    executor_id: &str,
+) -> Result<ClaimedTask> {
+    let lease_until = now + lease_ms;
+    change(
+        conn,
+        id,
+        TaskStatus::Pending,
+        TaskStatus::Running,
+        now,
+        "started",
+        None,
+        "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = ?3, \
+         executor_id = ?4, started_at = COALESCE(started_at, ?2), next_run_at = NULL",
+        &[&lease_until, &executor_id],
+    )?;
+    let task = conn
+        .prepare_cached(
+            "SELECT id, task_type, params, claim_seq, attempts, max_attempts, created_at, \
+             retry_deadline, idempotency_key FROM tasks WHERE id = ?1",
         )
         .and_then(|mut st| {
-            st.query_map(params![now, types, limit], |r| r.get(0))?
-                .collect()
-        })
-        .map_err(map_err)?;
-    let mut claimed = Vec::with_capacity(ids.len());
-    let lease_until = now + lease_ms;
-    for id in ids {
-        change(
-            conn,
-            &id,
-            TaskStatus::Pending,
-            TaskStatus::Running,
-            now,
-            "started",
-            None,
-            "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = ?3, \
-             executor_id = ?4, started_at = COALESCE(started_at, ?2), next_run_at = NULL",
-            &[&lease_until, &executor_id],
-        )?;
-        let task = conn
-            .prepare_cached(
-                "SELECT id, task_type, params, claim_seq, attempts, max_attempts, created_at, \
-                 retry_deadline, idempotency_key FROM tasks WHERE id = ?1",
-            )
-            .and_then(|mut st| {
-                st.query_row([&id], |r| {
-                    Ok(ClaimedTask {
-                        id: r.get(0)?,
-                        task_type: r.get(1)?,
-                        params: r.get(2)?,
-                        claim_seq: r.get(3)?,
-                        attempt: r.get(4)?,
-                        max_attempts: r.get(5)?,
-                        created_at: r.get(6)?,
-                        started_at: now,
-                        retry_deadline: r.get(7)?,
-                        idempotency_key: r.get(8)?,
-                    })
+            st.query_row([id], |r| {
+                Ok(ClaimedTask {
+                    id: r.get(0)?,
+                    task_type: r.get(1)?,
+                    params: r.get(2)?,
+                    claim_seq: r.get(3)?,
+                    attempt: r.get(4)?,
+                    max_attempts: r.get(5)?,
+                    created_at: r.get(6)?,
+                    started_at: now,
+                    retry_deadline: r.get(7)?,
+                    idempotency_key: r.get(8)?,
                 })
             })
-            .map_err(map_err)?;
-        conn.prepare_cached(
-            "INSERT INTO task_attempts (task_id, number, started_at, executor_id) \
-             VALUES (?1, ?2, ?3, ?4)",
-        )
-        .and_then(|mut st| st.execute(params![id, task.attempt, now, executor_id]))
+        })
         .map_err(map_err)?;
-        claimed.push(task);
-    }
-    Ok(claimed)
+    conn.prepare_cached(
+        "INSERT INTO task_attempts (task_id, number, started_at, executor_id) \
+         VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut st| st.execute(params![id, task.attempt, now, executor_id]))
+    .map_err(map_err)?;
+    Ok(task)
 }
 
 /// Record how an attempt ended. Fenced: only while the task is running under this claim
 /// (`None` otherwise; only the attempt row is then written). A retry is two logged changes:
-/// `running → failed | timed_out` with the attempt's reason, then `→ pending`.
+/// `running → failed | timed_out` with the attempt's reason, then `→ pending`; it keeps the
+/// task's locks only with `hold_locks`. A failure after a step was reported done is a partial
+/// failure: with `review_partial` it goes `running → failed → manual_review`
+/// (`partial_failure`) and is not retried, since redoing finished steps may not be safe.
 pub(crate) fn finish(
     conn: &Connection,
     end: &TaskAttemptEnd,
@@ -312,7 +484,7 @@ pub(crate) fn finish(
     conn.prepare_cached(
         "UPDATE task_attempts SET finished_at = ?3, outcome = ?4, exit_code = ?5, signal = ?6, \
          error_code = ?7, error = ?8, duration_ms = ?9, output_bytes = ?10, \
-         output_truncated = ?11, killed = ?12 \
+         output_truncated = ?11, killed = ?12, redactions = ?13 \
          WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
     )
     .and_then(|mut st| {
@@ -329,6 +501,7 @@ pub(crate) fn finish(
             end.output_bytes as i64,
             end.output_truncated,
             end.killed,
+            end.redactions as i64,
         ])
     })
     .map_err(map_err)?;
@@ -339,16 +512,27 @@ pub(crate) fn finish(
         .error_code
         .clone()
         .unwrap_or_else(|| end.outcome.as_str().to_owned());
-    let finished = if end.retry_at.is_some() {
-        None
+    let partial = end.review_partial
+        && matches!(end.outcome, TaskStatus::Failed | TaskStatus::TimedOut)
+        && has_steps(conn, &end.id)?;
+    let retry_at = if partial { None } else { end.retry_at };
+    let finished = if retry_at.is_some() { None } else { Some(now) };
+    // A partial failure is recorded as `failed` (a timed-out attempt too: the edge to
+    // `manual_review` is from `failed`), then goes to review.
+    let outcome = if partial {
+        TaskStatus::Failed
     } else {
-        Some(now)
+        end.outcome
     };
-    change(
+    let locks = if retry_at.is_some() && end.hold_locks {
+        Locks::Keep
+    } else {
+        Locks::Release
+    };
+    change_with(
         conn,
         &end.id,
-        TaskStatus::Running,
-        end.outcome,
+        (TaskStatus::Running, outcome, locks),
         now,
         &reason,
         None,
@@ -363,9 +547,26 @@ pub(crate) fn finish(
             &finished,
         ],
     )?;
-    let Some(at) = end.retry_at else {
-        return Ok(Some(end.outcome));
+    if partial {
+        change(
+            conn,
+            &end.id,
+            TaskStatus::Failed,
+            TaskStatus::ManualReview,
+            now,
+            "partial_failure",
+            Some("it failed after some of its steps were done"),
+            "error_code = 'partial_failure'",
+            &[],
+        )?;
+        return Ok(Some(TaskStatus::ManualReview));
+    }
+    let Some(at) = retry_at else {
+        return Ok(Some(outcome));
     };
+    if !end.hold_locks {
+        release_locks(conn, &end.id)?;
+    }
     let note = format!(
         "attempt {} of {}",
         attempt + 1,
@@ -374,7 +575,7 @@ pub(crate) fn finish(
     change(
         conn,
         &end.id,
-        end.outcome,
+        outcome,
         TaskStatus::Pending,
         now,
         "retry",
@@ -479,45 +680,271 @@ pub(crate) fn decide(
 }
 
 /// At start-up, when the previous owner is known to be dead: every running task becomes
-/// `interrupted` (`daemon_restart`); its attempt is closed as interrupted. Returns their ids
-/// and types, for the daemon to apply each type's `on_interrupt`.
+/// `interrupted` (`daemon_restart`); its attempt is closed as interrupted. Returns them, with
+/// their recorded processes, for the daemon to end what is left and apply `on_interrupt`.
 pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Vec<Interrupted>> {
+    interrupt(
+        conn,
+        now,
+        "SELECT id, task_type, attempts FROM tasks WHERE status = 'running'",
+        params![],
+        "daemon_restart",
+        "the daemon stopped while the attempt ran",
+    )
+}
+
+/// Running tasks whose lease ran out while another executor held them (its heartbeat stopped:
+/// it died, or lost the store) become `interrupted` (`lease_expired`), like [`recover`].
+pub(crate) fn expire_leases(
+    conn: &Connection,
+    now: Millis,
+    executor_id: &str,
+) -> Result<Vec<Interrupted>> {
+    interrupt(
+        conn,
+        now,
+        "SELECT id, task_type, attempts FROM tasks INDEXED BY tasks_status \
+         WHERE status = 'running' AND lease_until < ?1 AND executor_id <> ?2",
+        params![now, executor_id],
+        "lease_expired",
+        "its executor stopped renewing the lease while the attempt ran",
+    )
+}
+
+fn interrupt(
+    conn: &Connection,
+    now: Millis,
+    select: &str,
+    args: impl rusqlite::Params,
+    code: &str,
+    why: &str,
+) -> Result<Vec<Interrupted>> {
     let running: Vec<(String, String, u32)> = conn
-        .prepare_cached("SELECT id, task_type, attempts FROM tasks WHERE status = 'running'")
+        .prepare_cached(select)
         .and_then(|mut st| {
-            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            st.query_map(args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect()
         })
         .map_err(map_err)?;
-    for (id, _, attempt) in &running {
+    let mut out = Vec::with_capacity(running.len());
+    for (id, task_type, attempt) in running {
+        let process = conn
+            .prepare_cached(
+                "SELECT pgid, leader_start, boot_id FROM task_attempts \
+                 WHERE task_id = ?1 AND number = ?2 AND pgid IS NOT NULL",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![id, attempt], |r| {
+                    Ok(AttemptProcess {
+                        pgid: r.get(0)?,
+                        leader_start: r.get::<_, i64>(1)?.max(0) as u64,
+                        boot_id: r.get(2)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(map_err)?;
         conn.prepare_cached(
             "UPDATE task_attempts SET finished_at = ?3, outcome = 'interrupted', \
-             error_code = 'daemon_restart', duration_ms = ?3 - started_at \
+             error_code = ?4, duration_ms = ?3 - started_at \
              WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
         )
-        .and_then(|mut st| st.execute(params![id, attempt, now]))
+        .and_then(|mut st| st.execute(params![id, attempt, now, code]))
         .map_err(map_err)?;
+        let error = format!("interrupted: {why}");
         change(
             conn,
-            id,
+            &id,
             TaskStatus::Running,
             TaskStatus::Interrupted,
             now,
-            "daemon_restart",
-            Some("the daemon stopped while the attempt ran"),
-            "lease_until = NULL, error_code = 'daemon_restart', \
-             error = 'interrupted: the daemon stopped while the attempt ran'",
-            &[],
+            code,
+            Some(why),
+            "lease_until = NULL, error_code = ?3, error = ?4",
+            &[&code, &error],
         )?;
-    }
-    Ok(running
-        .into_iter()
-        .map(|(id, task_type, attempt)| Interrupted {
+        out.push(Interrupted {
             id,
             task_type,
             attempt,
+            process,
+        });
+    }
+    Ok(out)
+}
+
+/// Record the process of a running attempt. Only while that attempt is the task's current one.
+pub(crate) fn record_process(
+    conn: &Connection,
+    id: &str,
+    attempt: u32,
+    process: &AttemptProcess,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE task_attempts SET pgid = ?3, leader_start = ?4, boot_id = ?5 \
+         WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            id,
+            attempt,
+            process.pgid,
+            process.leader_start as i64,
+            process.boot_id
+        ])
+    })
+    .map_err(map_err)?;
+    Ok(())
+}
+
+/// Renew the leases of the attempts this executor runs (id, claim). Returns how many were
+/// renewed; an attempt whose claim moved on is not.
+pub(crate) fn renew_leases(
+    conn: &Connection,
+    now: Millis,
+    running: &[(String, u32)],
+    lease_ms: i64,
+) -> Result<u64> {
+    let mut st = conn
+        .prepare_cached(
+            "UPDATE tasks SET lease_until = ?3 \
+             WHERE id = ?1 AND claim_seq = ?2 AND status = 'running'",
+        )
+        .map_err(map_err)?;
+    let mut renewed = 0;
+    for (id, claim_seq) in running {
+        renewed += st
+            .execute(params![id, claim_seq, now + lease_ms])
+            .map_err(map_err)? as u64;
+    }
+    Ok(renewed)
+}
+
+fn has_steps(conn: &Connection, id: &str) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM task_steps WHERE task_id = ?1 LIMIT 1")
+        .and_then(|mut st| st.exists([id]))
+        .map_err(map_err)
+}
+
+/// Record that attempt `attempt` of task `id` finished step `name`. Fenced: only while that
+/// attempt runs. A step done before (in any attempt) stays as it was.
+pub(crate) fn record_step(
+    conn: &Connection,
+    id: &str,
+    attempt: u32,
+    name: &str,
+    now: Millis,
+) -> Result<StepRecord> {
+    let current: Option<(String, u32)> = conn
+        .prepare_cached("SELECT status, attempts FROM tasks WHERE id = ?1")
+        .and_then(|mut st| {
+            st.query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
         })
-        .collect())
+        .map_err(map_err)?;
+    let Some((status, current_attempt)) = current else {
+        return Ok(StepRecord::NotFound);
+    };
+    let status = parse_status(&status, 0).map_err(map_err)?;
+    if let Some(step) = step(conn, id, name)? {
+        return Ok(StepRecord::AlreadyDone(step));
+    }
+    if status != TaskStatus::Running || current_attempt != attempt {
+        return Ok(StepRecord::NotCurrent {
+            status,
+            attempt: current_attempt,
+        });
+    }
+    conn.prepare_cached(
+        "INSERT INTO task_steps (task_id, name, attempt, at) VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut st| st.execute(params![id, name, attempt, now]))
+    .map_err(map_err)?;
+    Ok(StepRecord::Recorded(TaskStep {
+        name: name.to_owned(),
+        attempt,
+        at: now,
+    }))
+}
+
+fn step(conn: &Connection, id: &str, name: &str) -> Result<Option<TaskStep>> {
+    conn.prepare_cached("SELECT name, attempt, at FROM task_steps WHERE task_id = ?1 AND name = ?2")
+        .and_then(|mut st| {
+            st.query_row([id, name], |r| {
+                Ok(TaskStep {
+                    name: r.get(0)?,
+                    attempt: r.get(1)?,
+                    at: r.get(2)?,
+                })
+            })
+            .optional()
+        })
+        .map_err(map_err)
+}
+
+/// The steps of task `id` in the order they were done; `None`: no such task.
+pub(crate) fn steps(conn: &Connection, id: &str) -> Result<Option<Vec<TaskStep>>> {
+    if !exists(conn, id)? {
+        return Ok(None);
+    }
+    conn.prepare_cached(
+        "SELECT name, attempt, at FROM task_steps WHERE task_id = ?1 ORDER BY at, name",
+    )
+    .and_then(|mut st| {
+        st.query_map([id], |r| {
+            Ok(TaskStep {
+                name: r.get(0)?,
+                attempt: r.get(1)?,
+                at: r.get(2)?,
+            })
+        })?
+        .collect()
+    })
+    .map(Some)
+    .map_err(map_err)
+}
+
+/// Every held lock, with the pending tasks that want it (at most `max_waiting` looked at).
+pub(crate) fn held_locks(conn: &Connection, max_waiting: u32) -> Result<Vec<HeldLock>> {
+    let mut held: Vec<HeldLock> = conn
+        .prepare_cached(
+            "SELECT l.name, l.task_id, t.task_type, t.status, l.since FROM task_locks l \
+             JOIN tasks t ON t.id = l.task_id ORDER BY l.name",
+        )
+        .and_then(|mut st| {
+            st.query_map([], |r| {
+                let status: String = r.get(3)?;
+                Ok(HeldLock {
+                    name: r.get(0)?,
+                    task_id: r.get(1)?,
+                    task_type: r.get(2)?,
+                    task_status: parse_status(&status, 3)?,
+                    since: r.get(4)?,
+                    waiting: Vec::new(),
+                })
+            })?
+            .collect()
+        })
+        .map_err(map_err)?;
+    let pending: Vec<(String, String)> = conn
+        .prepare_cached(
+            "SELECT id, locks FROM tasks INDEXED BY tasks_locked \
+             WHERE status = 'pending' AND locks IS NOT NULL ORDER BY next_run_at, id LIMIT ?1",
+        )
+        .and_then(|mut st| {
+            st.query_map([max_waiting], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(map_err)?;
+    for (id, locks) in pending {
+        let locks: Vec<String> = serde_json::from_str(&locks).unwrap_or_default();
+        for lock in held.iter_mut() {
+            if lock.task_id != id && locks.contains(&lock.name) {
+                lock.waiting.push(id.clone());
+            }
+        }
+    }
+    Ok(held)
 }
 
 fn exists(conn: &Connection, id: &str) -> Result<bool> {
@@ -577,7 +1004,7 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<TaskAtt
     }
     conn.prepare_cached(
         "SELECT number, started_at, finished_at, outcome, exit_code, signal, error_code, error, \
-         duration_ms, executor_id, output_bytes, output_truncated, killed \
+         duration_ms, executor_id, output_bytes, output_truncated, killed, redactions \
          FROM task_attempts WHERE task_id = ?1 ORDER BY number",
     )
     .and_then(|mut st| {
@@ -596,6 +1023,7 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<TaskAtt
                 output_bytes: r.get::<_, Option<i64>>(10)?.map(|n| n.max(0) as u64),
                 output_truncated: r.get(11)?,
                 killed: r.get(12)?,
+                redactions: r.get::<_, Option<i64>>(13)?.map(|n| n.max(0) as u64),
             })
         })?
         .collect()
@@ -710,5 +1138,22 @@ fn row_to_task(r: &Row<'_>) -> rusqlite::Result<Task> {
         signal: r.get(21)?,
         result_summary: r.get(22)?,
         cancel_requested: r.get(23)?,
+        locks: json_list(r, 24)?,
+        completed_steps: json_list(r, 25)?,
     })
+}
+
+/// A column holding a JSON array of strings (NULL: empty).
+fn json_list(r: &Row<'_>, column: usize) -> rusqlite::Result<Vec<String>> {
+    let text: Option<String> = r.get(column)?;
+    match text {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(
+                column,
+                rusqlite::types::Type::Text,
+                Box::new(e),
+            )
+        }),
+    }
 }

@@ -84,6 +84,11 @@ macro_rules! conformance_suite {
             recover_interrupts_running_tasks,
             every_task_transition_is_checked,
             finish_and_claim_hands_the_slot_on,
+            task_locks_are_all_or_nothing_and_in_order,
+            task_quota_limits_running_per_type,
+            task_locks_kept_through_backoff_only_when_asked,
+            task_steps_are_fenced_and_partial_failures_reviewed,
+            task_leases_renew_and_expire_only_for_others,
             ping_writes,
         );
 

@@ -401,7 +401,7 @@ async fn counts_are_built_when_an_older_database_is_upgraded() {
              DROP TRIGGER deliveries_counted_moved; DROP TABLE status_counts; \
              DROP TABLE origin_counts; DROP TABLE transitions; \
              DROP TABLE tasks; DROP TABLE task_attempts; DROP TABLE task_transitions; \
-             DROP TABLE task_counts; \
+             DROP TABLE task_counts; DROP TABLE task_locks; DROP TABLE task_steps; \
              ALTER TABLE deliveries DROP COLUMN log_seq; DROP INDEX deliveries_checks; \
              DROP TABLE checks; ALTER TABLE deliveries DROP COLUMN mode; \
              ALTER TABLE deliveries DROP COLUMN fingerprint; \

@@ -7,9 +7,11 @@ mod checks;
 mod completion;
 mod get;
 mod list;
+mod locks;
 mod resolve;
 mod send;
 mod stats;
+mod step;
 mod targets;
 mod task;
 mod transition;
@@ -27,7 +29,9 @@ use crate::client::{Client, Server, Token, Transition};
 use crate::output::Output;
 
 /// How a successful run ends. Errors end with 1 (runtime) or 2 (usage) instead; see `main`.
-/// The codes are documented in `cli` (help texts) and the README; scripts depend on them.
+/// The exception is `step check`, whose errors end as [`Exit::StepUnknown`] because 1 means
+/// "not done" there. The codes are documented in `cli` (help texts) and the README; scripts
+/// depend on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Done; for `wait` and `task wait`, the delivery or task succeeded.
@@ -42,6 +46,14 @@ pub enum Exit {
     TaskTimedOut,
     /// `task wait`: the task is in manual review; a person decides.
     ManualReview,
+    /// `step check`: the step is not done. 1, like a runtime error elsewhere.
+    NotDone,
+    /// `step done`: the attempt is no longer the task's running attempt; the script should
+    /// stop.
+    NotCurrentAttempt,
+    /// `step check`: spoold could not say whether the step is done (an error, reported on
+    /// stderr): not to be taken for "not done".
+    StepUnknown,
 }
 
 impl Exit {
@@ -53,6 +65,9 @@ impl Exit {
             Exit::WaitTimedOut => 5,
             Exit::TaskTimedOut => 6,
             Exit::ManualReview => 7,
+            Exit::NotDone => 1,
+            Exit::NotCurrentAttempt => 8,
+            Exit::StepUnknown => 9,
         }
     }
 }
@@ -91,6 +106,11 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::Stats => block_on(stats::run(&connect(global)?, out))?,
             Command::Targets(args) => block_on(targets::run(&connect(global)?, args, out))?,
             Command::Task { command } => block_on(task::run(&connect(global)?, command, out))?,
+            Command::Locks => block_on(locks::run(&connect(global)?, out))?,
+            Command::Step { command } => {
+                let (client, env) = step::connect(global)?;
+                block_on(step::run(&client, &env, command, out))?
+            }
         }
     };
     stdout.flush().context("write output")?;
@@ -109,12 +129,21 @@ fn block_on<F: Future<Output = anyhow::Result<Exit>>>(command: F) -> anyhow::Res
 /// The client for `--server` and `--token-file`. A bad server is a usage error; an unreadable
 /// token file is a runtime error, like an unreadable data file.
 fn connect(global: &GlobalArgs) -> anyhow::Result<Client> {
+    connect_with(global, None)
+}
+
+/// Like [`connect`], with `token` (when there is one) instead of `--token-file`'s, which is
+/// then not read at all.
+fn connect_with(global: &GlobalArgs, token: Option<Token>) -> anyhow::Result<Client> {
     let server = Server::parse(&global.server).map_err(|e| UsageError::new(e.to_string()))?;
-    let token = global
-        .token_file
-        .as_deref()
-        .map(Token::from_file)
-        .transpose()?;
+    let token = match token {
+        Some(token) => Some(token),
+        None => global
+            .token_file
+            .as_deref()
+            .map(Token::from_file)
+            .transpose()?,
+    };
     Ok(Client::new(server, token))
 }
 

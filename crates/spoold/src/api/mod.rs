@@ -6,10 +6,13 @@
 //! wire; [`deliveries`] converts them to `spool_proto` types.
 
 pub mod deliveries;
+pub mod locks;
 pub mod openapi;
 pub mod stats;
+pub mod steps;
 pub mod system;
 pub mod targets;
+pub mod task_output;
 pub mod tasks;
 
 use std::collections::BTreeMap;
@@ -45,8 +48,17 @@ pub struct AppState {
     pub max_db_bytes: u64,
     /// The declared task types.
     pub task_types: Arc<crate::tasks::TaskTypes>,
-    /// Attempts running here, to stop one whose task an operator canceled.
+    /// Attempts running here: to stop one whose task an operator canceled, to check a step
+    /// token, to follow an attempt's output.
     pub running_tasks: Arc<crate::tasks::runner::Running>,
+    /// Where attempts' output logs are.
+    pub task_output_dir: std::path::PathBuf,
+}
+
+/// A request to a task's steps route authenticated by a step token: the attempt it belongs to.
+#[derive(Debug, Clone, Copy)]
+pub struct StepAuth {
+    pub attempt: u32,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -78,6 +90,9 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/tasks/{id}/transitions", get(tasks::transitions))
         .route("/v1/tasks/{id}/cancel", post(tasks::cancel))
         .route("/v1/tasks/{id}/retry", post(tasks::retry))
+        .route("/v1/tasks/{id}/steps", post(steps::report).get(steps::list))
+        .route("/v1/tasks/{id}/output", get(task_output::output))
+        .route("/v1/locks", get(locks::list))
         .route("/v1/task-types", get(tasks::types))
         .route("/v1/stats", get(stats::stats))
         .route("/v1/targets", get(targets::targets))
@@ -222,7 +237,7 @@ const OPEN_ROUTES: [&str; 2] = ["/healthz", "/readyz"];
 
 async fn require_token(
     axum::extract::State(state): axum::extract::State<SharedState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let Some(token) = &state.auth_token else {
@@ -239,6 +254,13 @@ async fn require_token(
     if presented.is_some_and(|p| tokens_match(p, token.expose())) {
         return next.run(request).await;
     }
+    // A script's step token opens its own task's steps, while its attempt runs.
+    if let (Some(presented), Some(task_id)) = (presented, steps_task(request.uri().path())) {
+        if let Some(attempt) = state.running_tasks.step_token_attempt(task_id, presented) {
+            request.extensions_mut().insert(StepAuth { attempt });
+            return next.run(request).await;
+        }
+    }
     let mut response = ApiError::new(
         ErrorCode::Unauthorized,
         "a valid bearer token is required (Authorization: Bearer <token>)",
@@ -248,6 +270,13 @@ async fn require_token(
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
+}
+
+/// The task id of a `/v1/tasks/{id}/steps` path.
+fn steps_task(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/tasks/")?
+        .strip_suffix("/steps")
+        .filter(|id| !id.is_empty() && !id.contains('/'))
 }
 
 /// Constant-time comparison: both sides are hashed first, so neither the position of the first

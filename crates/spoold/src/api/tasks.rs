@@ -108,6 +108,7 @@ async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, A
         not_before,
         queue_timeout_ms: kind.queue_timeout.map(|d| d.as_millis() as i64),
         retry_deadline_ms: kind.retry_deadline.map(|d| d.as_millis() as i64),
+        locks: kind.locks(&params),
     };
     let label = TypeLabel {
         task_type: name.clone(),
@@ -252,6 +253,7 @@ pub async fn attempts(
             output_bytes: a.output_bytes,
             output_truncated: a.output_truncated,
             killed: a.killed,
+            redactions: a.redactions,
         })
         .collect();
     Ok(json(StatusCode::OK, &TaskAttemptList { attempts }))
@@ -381,6 +383,17 @@ pub async fn types(State(state): State<SharedState>) -> Response {
             on_interrupt: t.on_interrupt.as_str().to_owned(),
             operator_retry: t.operator_retry,
             env: t.env.keys().cloned().collect(),
+            secret_env: t.secret_env.keys().cloned().collect(),
+            redact_patterns: t.redact.len(),
+            concurrency: t.concurrency,
+            locks: t.locks.clone(),
+            hold_locks_between_attempts: t.hold_locks_between_attempts,
+            output_limit: spool_proto::units::format_size(t.output_limit),
+            on_partial_failure: match t.on_partial_failure {
+                crate::tasks::types::OnPartialFailure::Review => "review",
+                crate::tasks::types::OnPartialFailure::Retry => "retry",
+            }
+            .to_owned(),
         })
         .collect();
     json(StatusCode::OK, &TaskTypeList { types })
@@ -428,12 +441,13 @@ pub fn view(t: model::Task) -> TaskView {
         exit_code: t.exit_code,
         signal: t.signal,
         result_summary: t.result_summary,
-        completed_steps: Vec::new(),
+        completed_steps: t.completed_steps,
+        locks: t.locks,
         cancel_requested: t.cancel_requested,
     }
 }
 
-fn wire_status(s: model::TaskStatus) -> TaskStatus {
+pub(crate) fn wire_status(s: model::TaskStatus) -> TaskStatus {
     match s {
         model::TaskStatus::Pending => TaskStatus::Pending,
         model::TaskStatus::Running => TaskStatus::Running,

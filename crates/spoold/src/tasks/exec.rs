@@ -16,11 +16,14 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use spool_store::tasks::AttemptProcess;
 use tokio::io::AsyncReadExt;
 
 use super::cgroup::{AttemptCgroup, CgroupRoot};
+use super::output::{OutputLog, Stream};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +57,10 @@ pub struct Spawn<'a> {
     pub tag: String,
     /// Put the attempt in a cgroup of its own below this root, and end it with `cgroup.kill`.
     pub cgroup: Option<&'a CgroupRoot>,
+    /// Where its stdout and stderr go (redacted and bounded there); `None`: counted, dropped.
+    pub output: Option<Arc<Mutex<OutputLog>>>,
+    /// Told the process as soon as it runs.
+    pub started: Option<tokio::sync::oneshot::Sender<AttemptProcess>>,
 }
 
 /// Why an attempt was stopped by us.
@@ -65,7 +72,7 @@ pub enum Stopped {
 }
 
 /// How an attempt ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Finished {
     /// The exit code, if the leader exited.
     pub exit_code: Option<i32>,
@@ -89,33 +96,35 @@ pub fn attempt_tag(id: &str, attempt: u32) -> String {
     format!("{id}-{attempt}")
 }
 
-/// End what is still running of an attempt that a previous daemon started (found by its tag):
-/// SIGTERM, up to `grace`, then SIGKILL. Returns how many processes there were.
-pub async fn end_leftovers(tag: &str, grace: Duration) -> usize {
-    let found: Vec<i32> = tagged(tag).collect();
-    if found.is_empty() {
-        return 0;
-    }
+/// End what is still running of an attempt that a previous daemon started: the processes
+/// carrying its tag and, if its recorded leader still runs (same boot, pid and start time),
+/// its process group. SIGTERM, up to `grace`, then SIGKILL. Returns how many processes there
+/// were.
+pub async fn end_leftovers(tag: &str, process: Option<&AttemptProcess>, grace: Duration) -> usize {
     let within = Within {
-        pgid: None,
+        pgid: process.filter(|p| still_running(p)).map(|p| p.pgid),
         tag,
         cgroup: None,
     };
+    let found = leftovers(&within).count();
+    if found == 0 {
+        return 0;
+    }
     signal_all(&within, rustix::process::Signal::TERM);
     let until = Instant::now() + grace;
-    while Instant::now() < until && tagged(tag).next().is_some() {
+    while Instant::now() < until && leftovers(&within).next().is_some() {
         reap_orphans();
         tokio::time::sleep(POLL).await;
     }
-    if tagged(tag).next().is_some() {
+    if leftovers(&within).next().is_some() {
         signal_all(&within, rustix::process::Signal::KILL);
         let until = Instant::now() + AFTER_KILL;
-        while Instant::now() < until && tagged(tag).next().is_some() {
+        while Instant::now() < until && leftovers(&within).next().is_some() {
             tokio::time::sleep(POLL).await;
         }
     }
     reap_orphans();
-    found.len()
+    found
 }
 
 /// Make this process a child subreaper, so that orphaned descendants of attempts are
@@ -128,16 +137,7 @@ pub fn become_subreaper() -> std::io::Result<()> {
 /// Run one attempt to its end.
 pub async fn run(spawn: Spawn<'_>) -> Finished {
     let started = Instant::now();
-    let mut finished = Finished {
-        exit_code: None,
-        signal: None,
-        stopped: None,
-        killed: false,
-        duration: Duration::ZERO,
-        output_bytes: 0,
-        spawn_error: None,
-        pid: None,
-    };
+    let mut finished = Finished::default();
     let Some((program, args)) = spawn.argv.split_first() else {
         finished.spawn_error = Some("empty command".into());
         return finished;
@@ -195,6 +195,11 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     };
     let pid = child.id();
     finished.pid = pid;
+    if let (Some(pid), Some(started)) = (pid, spawn.started) {
+        if let Some(process) = describe(pid as i32) {
+            let _ = started.send(process);
+        }
+    }
     let pgid = pid.map(|p| p as i32);
     let within = Within {
         pgid,
@@ -203,10 +208,13 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     };
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
-    // Output is counted and dropped here; it is read to the end so a chatty script never
-    // blocks on a full pipe.
+    // Output is read to the end so a chatty script never blocks on a full pipe.
+    let output = spawn.output.clone();
     let drain = async {
-        let (a, b) = tokio::join!(count(stdout.as_mut()), count(stderr.as_mut()));
+        let (a, b) = tokio::join!(
+            read_into(stdout.as_mut(), Stream::Stdout, output.as_ref()),
+            read_into(stderr.as_mut(), Stream::Stderr, output.as_ref())
+        );
         a + b
     };
     tokio::pin!(drain);
@@ -253,16 +261,69 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     finished
 }
 
-async fn count<R: tokio::io::AsyncRead + Unpin>(reader: Option<&mut R>) -> u64 {
+/// Read one pipe to its end into `log` (if any); returns the bytes read. A log that cannot be
+/// written to is given up on (logged once), but the pipe is still read to the end.
+async fn read_into<R: tokio::io::AsyncRead + Unpin>(
+    reader: Option<&mut R>,
+    stream: Stream,
+    log: Option<&Arc<Mutex<OutputLog>>>,
+) -> u64 {
     let Some(reader) = reader else { return 0 };
-    let mut buf = vec![0u8; 16 * 1024];
+    let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
+    let mut log = log;
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => return total,
-            Ok(n) => total += n as u64,
+            Ok(n) => {
+                total += n as u64;
+                if let Some(l) = log {
+                    let written = l
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .write(stream, &buf[..n]);
+                    if let Err(e) = written {
+                        tracing::warn!(error = %e, "cannot write a task attempt's output log");
+                        log = None;
+                    }
+                }
+            }
         }
     }
+}
+
+/// The process group, start time and boot of a just-started leader, from `/proc`.
+fn describe(pid: i32) -> Option<AttemptProcess> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(AttemptProcess {
+        pgid: pid,
+        leader_start: start_time(&stat)?,
+        boot_id: boot_id()?,
+    })
+}
+
+/// Field 22 of `/proc/PID/stat`: when the process started, in clock ticks after boot.
+fn start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Fields after comm start with field 3 (state); starttime is field 22.
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// This boot's id: a pid and start time are only unique within one boot.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Whether the leader recorded in `process` is still running on this host: same boot, a
+/// process with that pid and the same start time (so a reused pid is never taken for it).
+pub fn still_running(process: &AttemptProcess) -> bool {
+    boot_id().is_some_and(|b| b == process.boot_id)
+        && std::fs::read_to_string(format!("/proc/{}/stat", process.pgid))
+            .ok()
+            .and_then(|stat| start_time(&stat))
+            .is_some_and(|t| t == process.leader_start)
 }
 
 /// What belongs to one attempt: its process group, its tag, its cgroup (if it has one).
@@ -459,6 +520,22 @@ fn parse_stat(pid: i32, stat: &str) -> Option<ProcStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_is_recognised_by_its_start_time() {
+        let me = describe(std::process::id() as i32).expect("this process");
+        assert!(still_running(&me));
+        let reused = AttemptProcess {
+            leader_start: me.leader_start + 1,
+            ..me.clone()
+        };
+        assert!(!still_running(&reused), "same pid, another start: not ours");
+        let other_boot = AttemptProcess {
+            boot_id: "another boot".into(),
+            ..me
+        };
+        assert!(!still_running(&other_boot));
+    }
 
     #[test]
     fn stat_lines_are_read_after_the_command_name() {

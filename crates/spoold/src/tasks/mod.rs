@@ -5,6 +5,7 @@
 
 pub mod cgroup;
 pub mod exec;
+pub mod output;
 pub mod runner;
 pub mod types;
 

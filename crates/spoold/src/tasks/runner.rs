@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use spool_store::tasks::{ClaimedTask, Interrupted, TaskAttemptEnd, TaskStatus};
+use sha2::{Digest, Sha256};
+use spool_store::tasks::{ClaimType, ClaimedTask, Interrupted, TaskAttemptEnd, TaskStatus};
 use spool_store::Store;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -21,10 +22,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use super::exec::{self, Finished, Stopped};
-use super::types::{ExitClass, OnInterrupt, TaskType};
+use super::output::{self, OutputLog, OutputSummary, RedactRules, Subscription};
+use super::types::{ExitClass, OnInterrupt, OnPartialFailure, TaskType};
 use super::TaskTypes;
 use crate::backoff::Backoff;
-use crate::metrics::{Metrics, TaskEndLabel, TypeLabel};
+use crate::metrics::{Metrics, TaskEndLabel, TaskWaitLabel, TypeLabel};
 
 /// The longest result summary kept (`SPOOLD_RESULT_FILE`).
 pub const MAX_SUMMARY_BYTES: u64 = 4096;
@@ -32,15 +34,34 @@ pub const MAX_SUMMARY_BYTES: u64 = 4096;
 /// The `PATH` of every attempt.
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Cancel tokens of the attempts running in this process, by task id.
+/// The attempts running in this process, by task id: what the API needs to cancel one, to
+/// check a step token, to follow its output; what the heartbeat renews.
 #[derive(Debug, Default)]
 pub struct Running(Mutex<RunningInner>);
 
 #[derive(Debug, Default)]
 struct RunningInner {
-    tokens: HashMap<String, CancellationToken>,
+    attempts: HashMap<String, Attempt>,
     /// Cancels that came between a task's claim and the start of its attempt here.
     early: std::collections::HashSet<String>,
+}
+
+struct Attempt {
+    number: u32,
+    claim_seq: u32,
+    cancel: CancellationToken,
+    /// SHA-256 of the attempt's step token (the token itself is only in its environment).
+    step_token: Option<[u8; 32]>,
+    output: Option<Arc<Mutex<OutputLog>>>,
+}
+
+impl std::fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempt")
+            .field("number", &self.number)
+            .field("claim_seq", &self.claim_seq)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Running {
@@ -48,8 +69,8 @@ impl Running {
     /// the request). If its attempt has not registered yet, it is canceled as it does.
     pub fn cancel(&self, task_id: &str) {
         let mut inner = self.lock();
-        match inner.tokens.get(task_id) {
-            Some(token) => token.cancel(),
+        match inner.attempts.get(task_id) {
+            Some(a) => a.cancel.cancel(),
             None => {
                 inner.early.insert(task_id.to_owned());
             }
@@ -57,25 +78,69 @@ impl Running {
     }
 
     /// Register the attempt of a claimed task: its cancel token.
-    fn start(&self, task_id: &str) -> CancellationToken {
+    fn start(&self, task: &ClaimedTask) -> CancellationToken {
         let token = CancellationToken::new();
         let mut inner = self.lock();
-        if inner.early.remove(task_id) {
+        if inner.early.remove(&task.id) {
             token.cancel();
         }
-        inner.tokens.insert(task_id.to_owned(), token.clone());
+        inner.attempts.insert(
+            task.id.clone(),
+            Attempt {
+                number: task.attempt,
+                claim_seq: task.claim_seq,
+                cancel: token.clone(),
+                step_token: None,
+                output: None,
+            },
+        );
         token
+    }
+
+    /// Give a registered attempt its step token's digest and its output log.
+    fn equip(&self, task_id: &str, step_token: [u8; 32], output: Option<Arc<Mutex<OutputLog>>>) {
+        if let Some(a) = self.lock().attempts.get_mut(task_id) {
+            a.step_token = Some(step_token);
+            a.output = output;
+        }
     }
 
     fn end(&self, task_id: &str) {
         let mut inner = self.lock();
-        inner.tokens.remove(task_id);
+        inner.attempts.remove(task_id);
         inner.early.remove(task_id);
     }
 
     /// How many attempts are running here.
     pub fn count(&self) -> usize {
-        self.lock().tokens.len()
+        self.lock().attempts.len()
+    }
+
+    /// The attempt of `task_id` whose step token this is, if it runs here.
+    pub fn step_token_attempt(&self, task_id: &str, token: &str) -> Option<u32> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let inner = self.lock();
+        let a = inner.attempts.get(task_id)?;
+        (a.step_token == Some(digest)).then_some(a.number)
+    }
+
+    /// Follow the output of attempt `number` of `task_id`, if it runs here: the log file (its
+    /// head, up to the subscription's start) and the live chunks from there.
+    pub fn follow(&self, task_id: &str, number: u32) -> Option<(std::path::PathBuf, Subscription)> {
+        let inner = self.lock();
+        let a = inner.attempts.get(task_id).filter(|a| a.number == number)?;
+        let log = a.output.as_ref()?;
+        let log = log.lock().unwrap_or_else(PoisonError::into_inner);
+        Some((log.path().to_path_buf(), log.subscribe()))
+    }
+
+    /// (task id, claim) of every attempt running here, for the heartbeat.
+    fn leases(&self) -> Vec<(String, u32)> {
+        self.lock()
+            .attempts
+            .iter()
+            .map(|(id, a)| (id.clone(), a.claim_seq))
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RunningInner> {
@@ -90,9 +155,14 @@ pub struct Runner {
     pub concurrency: u32,
     /// `host:pid`, recorded with every attempt.
     pub executor_id: String,
+    /// `--task-lease`: renewed every third of it while an attempt runs.
     pub lease: Duration,
     /// Where attempts write their result summaries (one file per attempt, removed after).
     pub results_dir: PathBuf,
+    /// Where attempts' output logs are kept (`<task id>-<attempt>.log`).
+    pub output_dir: PathBuf,
+    /// How attempts reach the API (`SPOOLD_URL`): `http://HOST:PORT` or `unix:///PATH`.
+    pub api_url: String,
     pub running: Arc<Running>,
     /// Graceful shutdown began: start nothing new.
     pub stop: CancellationToken,
@@ -114,7 +184,7 @@ impl Runner {
             let kind = self.types.get(&task.task_type);
             let grace = kind.map_or(Duration::from_secs(10), |t| t.kill_grace);
             let tag = exec::attempt_tag(&task.id, task.attempt);
-            let ended = exec::end_leftovers(&tag, grace).await;
+            let ended = exec::end_leftovers(&tag, task.process.as_ref(), grace).await;
             if ended > 0 {
                 self.metrics.task_recovered_processes.inc_by(ended as u64);
                 warn!(task_id = %task.id, attempt = task.attempt, processes = ended,
@@ -141,15 +211,28 @@ impl Runner {
         }
     }
 
+    /// What claims may take: every declared type with its quota.
+    fn claim_types(&self) -> Vec<ClaimType> {
+        self.types
+            .iter()
+            .map(|t| ClaimType {
+                name: t.name.clone(),
+                concurrency: t.concurrency,
+            })
+            .collect()
+    }
+
     /// Run until `stop`; attempts are spawned on `attempts`.
     pub async fn run(self: Arc<Self>, attempts: TaskTracker) {
         let wake = self.store.tasks_available();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
         let names = self.types.names();
+        let types = self.claim_types();
+        let heartbeat = tokio::spawn(Arc::clone(&self).heartbeat());
         loop {
             while done_rx.try_recv().is_ok() {}
             if self.stop.is_cancelled() {
-                return;
+                break;
             }
             let free = self.concurrency.saturating_sub(self.running.count() as u32);
             let mut wait = Duration::from_secs(60);
@@ -158,29 +241,41 @@ impl Runner {
                     .store
                     .claim_tasks(
                         free,
-                        names.clone(),
+                        types.clone(),
                         self.lease.as_millis() as i64,
                         self.executor_id.clone(),
                     )
                     .await
                 {
                     Ok(claimed) => {
-                        let n = claimed.len() as u32;
-                        for task in claimed {
+                        let n = claimed.tasks.len() as u32;
+                        for (task_type, why) in &claimed.waiting {
+                            self.metrics
+                                .task_waits
+                                .get_or_create(&TaskWaitLabel {
+                                    task_type: task_type.clone(),
+                                    reason: why.as_str(),
+                                })
+                                .inc();
+                        }
+                        for task in claimed.tasks {
                             // Counted as running at once, so the next pass sees the slot taken.
-                            let cancel = self.running.start(&task.id);
+                            let cancel = self.running.start(&task);
                             let me = Arc::clone(&self);
                             let done = done_tx.clone();
                             attempts.spawn(async move {
-                                me.slot(task, cancel).await;
-                                let _ = done.send(());
+                                me.slot(task, cancel, &done).await;
                             });
                         }
-                        if n == free {
-                            wait = Duration::from_secs(60);
+                        wait = if n == free {
+                            Duration::from_secs(60)
+                        } else if !claimed.waiting.is_empty() {
+                            // Due tasks wait for a lock or a quota: every attempt's end wakes
+                            // this loop; the poll is a safety net.
+                            WAITING_POLL
                         } else {
-                            wait = self.until_next_due(&names).await;
-                        }
+                            self.until_next_due(&names).await
+                        };
                     }
                     Err(e) => {
                         error!(error = %e, "claiming tasks failed");
@@ -189,10 +284,45 @@ impl Runner {
                 }
             }
             tokio::select! {
-                () = self.stop.cancelled() => return,
+                () = self.stop.cancelled() => break,
                 () = wake.notified() => {}
                 Some(()) = done_rx.recv() => {}
                 () = tokio::time::sleep(wait) => {}
+            }
+        }
+        heartbeat.abort();
+    }
+
+    /// Renew the leases of the attempts running here every third of `--task-lease`, and end
+    /// as `interrupted` the running tasks whose lease lapsed under another executor.
+    async fn heartbeat(self: Arc<Self>) {
+        let every = self.lease / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let running = self.running.leases();
+            if !running.is_empty() {
+                if let Err(e) = self
+                    .store
+                    .renew_task_leases(running, self.lease.as_millis() as i64)
+                    .await
+                {
+                    warn!(error = %e, "renewing task leases failed");
+                }
+            }
+            match self
+                .store
+                .expire_task_leases(self.executor_id.clone())
+                .await
+            {
+                Ok(lapsed) if !lapsed.is_empty() => {
+                    warn!(
+                        tasks = lapsed.len(),
+                        "running tasks whose executor stopped renewing their lease are interrupted"
+                    );
+                    self.settle_interrupted(lapsed).await;
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "looking for lapsed task leases failed"),
             }
         }
     }
@@ -211,18 +341,69 @@ impl Runner {
     }
 
     /// One slot: run `first`, and while the commit that records an attempt also claims a next
-    /// due task, run that one too.
-    async fn slot(&self, first: ClaimedTask, cancel: CancellationToken) {
+    /// due task, run that one too. Every attempt's end is told on `done` (it may have freed a
+    /// lock or a quota that other slots wait for).
+    async fn slot(
+        &self,
+        first: ClaimedTask,
+        cancel: CancellationToken,
+        done: &mpsc::UnboundedSender<()>,
+    ) {
         let mut current = Some((first, cancel));
         while let Some((task, cancel)) = current.take() {
             let id = task.id.clone();
             let next = self.attempt(task, cancel).await;
             self.running.end(&id);
             current = next.map(|t| {
-                let cancel = self.running.start(&t.id);
+                let cancel = self.running.start(&t);
                 (t, cancel)
             });
+            let _ = done.send(());
         }
+    }
+
+    /// The environment of an attempt: PATH, the type's env, its secrets, SPOOLD_*. The step
+    /// token is returned apart (only its digest is kept). `Err`: a secret file could not be read.
+    fn environment(
+        &self,
+        kind: &TaskType,
+        task: &ClaimedTask,
+        result_file: &std::path::Path,
+    ) -> Result<AttemptEnv, String> {
+        let mut env: Vec<(String, String)> = vec![("PATH".into(), CHILD_PATH.into())];
+        env.extend(kind.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut secrets = Vec::new();
+        for (name, file) in &kind.secret_env {
+            let value = std::fs::read_to_string(file).map_err(|e| {
+                format!(
+                    "cannot read the secret for {name} from {}: {e}",
+                    file.display()
+                )
+            })?;
+            // One trailing newline is not part of the secret (as for token files).
+            let value = value.strip_suffix('\n').unwrap_or(&value).to_owned();
+            if !value.is_empty() {
+                secrets.push(value.as_bytes().to_vec());
+            }
+            env.push((name.clone(), value));
+        }
+        let step_token = random_token()?;
+        env.extend([
+            ("SPOOLD_TASK_ID".into(), task.id.clone()),
+            ("SPOOLD_ATTEMPT".into(), task.attempt.to_string()),
+            ("SPOOLD_TASK_TYPE".into(), task.task_type.clone()),
+            (
+                "SPOOLD_RESULT_FILE".into(),
+                result_file.display().to_string(),
+            ),
+            ("SPOOLD_URL".into(), self.api_url.clone()),
+            ("SPOOLD_STEP_TOKEN".into(), step_token.clone()),
+        ]);
+        Ok(AttemptEnv {
+            env,
+            secrets,
+            step_token,
+        })
     }
 
     /// Run one attempt and record it; the next task claimed for this slot in the same commit.
@@ -249,36 +430,130 @@ impl Runner {
         let result_file = self
             .results_dir
             .join(format!("{}-{}", task.id, task.attempt));
-        let mut env: Vec<(String, String)> = vec![("PATH".into(), CHILD_PATH.into())];
-        env.extend(kind.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        env.extend([
-            ("SPOOLD_TASK_ID".into(), task.id.clone()),
-            ("SPOOLD_ATTEMPT".into(), task.attempt.to_string()),
-            ("SPOOLD_TASK_TYPE".into(), task.task_type.clone()),
-            (
-                "SPOOLD_RESULT_FILE".into(),
-                result_file.display().to_string(),
-            ),
-        ]);
-        let finished = exec::run(exec::Spawn {
-            argv: &argv,
-            env,
-            working_dir: kind.working_dir.as_deref(),
-            timeout: kind.timeout,
-            kill_grace: kind.kill_grace,
-            cancel,
-            shutdown: self.interrupt.clone(),
-            tag: exec::attempt_tag(&task.id, task.attempt),
-            cgroup: self.cgroup.as_ref(),
-        })
-        .await;
+        let mut rules = RedactRules::default();
+        let (finished, output) = match self.environment(kind, &task, &result_file) {
+            Err(why) => {
+                let finished = Finished {
+                    spawn_error: Some(why),
+                    ..Finished::default()
+                };
+                (finished, NO_OUTPUT)
+            }
+            Ok(AttemptEnv {
+                env,
+                secrets,
+                step_token,
+            }) => {
+                rules = match RedactRules::new(secrets, &kind.redact) {
+                    Ok(rules) => rules,
+                    Err(e) => {
+                        // Patterns are checked at start-up; a secret too large to redact is
+                        // not passed on.
+                        let finished = Finished {
+                            spawn_error: Some(format!("cannot redact this type's output: {e}")),
+                            ..Finished::default()
+                        };
+                        return self
+                            .record(kind, &task, finished, NO_OUTPUT, &rules, label)
+                            .await;
+                    }
+                };
+                let log_path = output_path(&self.output_dir, &task.id, task.attempt);
+                let log = match OutputLog::create(&log_path, kind.output_limit, &rules) {
+                    Ok(log) => Some(Arc::new(Mutex::new(log))),
+                    Err(e) => {
+                        warn!(task_id = %task.id, error = %e, path = %log_path.display(),
+                              "cannot create the attempt's output log; its output is dropped");
+                        None
+                    }
+                };
+                let digest: [u8; 32] = Sha256::digest(step_token.as_bytes()).into();
+                self.running.equip(&task.id, digest, log.clone());
+                let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+                let store = self.store.clone();
+                let (id, number) = (task.id.clone(), task.attempt);
+                // Recorded while the attempt runs; the tag still finds it if a crash comes first.
+                tokio::spawn(async move {
+                    if let Ok(process) = started_rx.await {
+                        if let Err(e) = store.record_task_process(id, number, process).await {
+                            warn!(error = %e, "cannot record a task attempt's process");
+                        }
+                    }
+                });
+                let finished = exec::run(exec::Spawn {
+                    argv: &argv,
+                    env,
+                    working_dir: kind.working_dir.as_deref(),
+                    timeout: kind.timeout,
+                    kill_grace: kind.kill_grace,
+                    cancel,
+                    shutdown: self.interrupt.clone(),
+                    tag: exec::attempt_tag(&task.id, task.attempt),
+                    cgroup: self.cgroup.as_ref(),
+                    output: log.clone(),
+                    started: Some(started_tx),
+                })
+                .await;
+                // The runner's copy is the last one once the registry lets go of it.
+                self.running.equip(&task.id, digest, None);
+                let output = match log.map(Arc::try_unwrap) {
+                    Some(Ok(log)) => {
+                        let log = log.into_inner().unwrap_or_else(PoisonError::into_inner);
+                        match tokio::task::spawn_blocking(move || log.finish()).await {
+                            Ok(Ok(summary)) => summary,
+                            Ok(Err(e)) => {
+                                warn!(task_id = %task.id, error = %e, "cannot finish the attempt's output log");
+                                NO_OUTPUT
+                            }
+                            Err(_) => NO_OUTPUT,
+                        }
+                    }
+                    _ => NO_OUTPUT,
+                };
+                (finished, output)
+            }
+        };
+        self.record(kind, &task, finished, output, &rules, label)
+            .await
+    }
+
+    /// Judge a finished attempt, log it, record it (claiming the slot's next task in the same
+    /// commit) and count it.
+    async fn record(
+        &self,
+        kind: &TaskType,
+        task: &ClaimedTask,
+        finished: Finished,
+        output: OutputSummary,
+        rules: &RedactRules,
+        label: TypeLabel,
+    ) -> Option<ClaimedTask> {
         self.metrics
             .task_attempt_duration
             .get_or_create(&label)
             .observe(finished.duration.as_secs_f64());
-        let summary = read_summary(&result_file);
+        if output.truncated_bytes > 0 {
+            self.metrics
+                .task_output_truncated_bytes
+                .get_or_create(&label)
+                .inc_by(output.truncated_bytes);
+        }
+        if output.redactions > 0 {
+            self.metrics
+                .task_redactions
+                .get_or_create(&label)
+                .inc_by(output.redactions);
+        }
+        let result_file = self
+            .results_dir
+            .join(format!("{}-{}", task.id, task.attempt));
+        let summary = read_summary(&result_file).map(|s| output::redact_all(rules, &s));
         let _ = std::fs::remove_file(&result_file);
-        let end = self.judge(kind, &task, &finished, summary);
+        let mut end = self.judge(kind, task, &finished, summary);
+        end.output_bytes = output.bytes;
+        end.output_truncated = output.truncated_bytes > 0;
+        end.redactions = output.redactions;
+        end.error = end.error.map(|e| output::redact_all(rules, &e));
         let outcome = end.outcome;
         let error_code = end.error_code.clone();
         let retry_at = end.retry_at;
@@ -296,6 +571,7 @@ impl Runner {
             exit_code = finished.exit_code,
             signal = finished.signal,
             killed = finished.killed,
+            output_bytes = output.bytes,
             retry_at = retry_at.map(spool_proto::units::format_time),
             "task attempt finished"
         );
@@ -303,7 +579,7 @@ impl Runner {
         let types = if self.stop.is_cancelled() {
             Vec::new()
         } else {
-            self.types.names()
+            self.claim_types()
         };
         let (recorded, next) = match self
             .store
@@ -323,12 +599,17 @@ impl Runner {
                 self.metrics.task_retries.get_or_create(&label).inc();
             }
             Ok(Some(status)) => {
+                let error_code = if *status == TaskStatus::ManualReview {
+                    Some("partial_failure".to_owned())
+                } else {
+                    error_code
+                };
                 self.metrics
                     .tasks_finished
                     .get_or_create(&TaskEndLabel {
                         task_type: task.task_type.clone(),
                         status: status.as_str(),
-                        error_code: error_code.clone().unwrap_or_else(|| "none".into()),
+                        error_code: error_code.unwrap_or_else(|| "none".into()),
                     })
                     .inc();
             }
@@ -366,6 +647,9 @@ impl Runner {
             killed: finished.killed,
             result_summary: summary,
             retry_at: None,
+            hold_locks: kind.hold_locks_between_attempts,
+            review_partial: kind.on_partial_failure == OnPartialFailure::Review,
+            redactions: 0,
         };
         let killed = if finished.killed {
             " (SIGKILL was needed)"
@@ -432,6 +716,45 @@ impl Runner {
         }
         end
     }
+}
+
+/// What an attempt is started with.
+struct AttemptEnv {
+    /// Its whole environment.
+    env: Vec<(String, String)>,
+    /// The values of its `secret_env`, to redact.
+    secrets: Vec<Vec<u8>>,
+    /// Its step token (only its digest is kept).
+    step_token: String,
+}
+
+const NO_OUTPUT: OutputSummary = OutputSummary {
+    bytes: 0,
+    truncated_bytes: 0,
+    redactions: 0,
+};
+
+/// How often the runner looks again while due tasks wait for a lock or a quota (attempts'
+/// ends wake it sooner).
+const WAITING_POLL: Duration = Duration::from_millis(250);
+
+/// The output log of attempt `attempt` of task `id`.
+pub fn output_path(dir: &std::path::Path, id: &str, attempt: u32) -> PathBuf {
+    dir.join(format!("{id}-{attempt}.log"))
+}
+
+/// A fresh random token (256 bits from the kernel, hex).
+fn random_token() -> Result<String, String> {
+    let mut bytes = [0u8; 32];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::rand::getrandom(&mut bytes[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("cannot make a step token: getrandom: {e}")),
+        }
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The first [`MAX_SUMMARY_BYTES`] of the attempt's result file, if it wrote one.

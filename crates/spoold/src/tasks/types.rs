@@ -68,6 +68,28 @@ impl OnInterrupt {
     }
 }
 
+/// What happens to a task that fails after some of its steps were reported done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnPartialFailure {
+    /// A person decides (`manual_review`, `partial_failure`): redoing a finished step may not
+    /// be safe.
+    #[default]
+    Review,
+    /// Retry by the usual rules (the script skips steps already done).
+    Retry,
+}
+
+/// A secret passed to attempts in their environment: the file is read when an attempt starts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecretSpec {
+    file: PathBuf,
+}
+
+/// The default `output_limit`.
+pub const DEFAULT_OUTPUT_LIMIT: u64 = 1 << 20;
+
 /// One declared parameter, as written in the file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -112,6 +134,16 @@ pub struct TypeSpec {
     /// Whether an operator may re-run a task of this type that ended (default true).
     operator_retry: Option<bool>,
     description: Option<String>,
+    concurrency: Option<u32>,
+    #[serde(default)]
+    locks: Vec<String>,
+    hold_locks_between_attempts: Option<bool>,
+    output_limit: Option<String>,
+    #[serde(default)]
+    secret_env: BTreeMap<String, SecretSpec>,
+    #[serde(default)]
+    redact: Vec<String>,
+    on_partial_failure: Option<OnPartialFailure>,
 }
 
 /// A declared parameter, checked.
@@ -146,6 +178,19 @@ pub struct TaskType {
     exit_codes: HashMap<i32, ExitClass>,
     pub on_interrupt: OnInterrupt,
     pub operator_retry: bool,
+    /// At most this many of its tasks run at once.
+    pub concurrency: Option<u32>,
+    /// Lock name templates: an attempt holds all of them.
+    pub locks: Vec<String>,
+    pub hold_locks_between_attempts: bool,
+    /// Output kept per attempt (head and tail), in bytes.
+    pub output_limit: u64,
+    /// Environment variables whose values are read from files when an attempt starts (name →
+    /// file); the values are redacted from its output.
+    pub secret_env: BTreeMap<String, PathBuf>,
+    /// Patterns redacted from its output (`regex` syntax).
+    pub redact: Vec<String>,
+    pub on_partial_failure: OnPartialFailure,
 }
 
 /// Why a submission's parameters are refused: a stable code and a sentence.
@@ -262,6 +307,59 @@ impl TaskType {
                 ));
             }
         }
+        let mut secret_env = BTreeMap::new();
+        for (key, secret) in spec.secret_env {
+            if key.is_empty() || key.contains('=') || key.starts_with("SPOOLD_") {
+                return Err(err(
+                    &format!("secret_env.{key}"),
+                    "not a name the daemon passes (no '=', not SPOOLD_*)".into(),
+                ));
+            }
+            if spec.env.contains_key(&key) {
+                return Err(err(
+                    &format!("secret_env.{key}"),
+                    "also set in env; a variable is either plain or secret".into(),
+                ));
+            }
+            if !secret.file.is_absolute() {
+                return Err(err(
+                    &format!("secret_env.{key}.file"),
+                    "must be an absolute path".into(),
+                ));
+            }
+            secret_env.insert(key, secret.file);
+        }
+        for (i, pattern) in spec.redact.iter().enumerate() {
+            if let Err(e) = regex::bytes::Regex::new(pattern) {
+                return Err(err(&format!("redact[{i}]"), e.to_string()));
+            }
+        }
+        for (i, lock) in spec.locks.iter().enumerate() {
+            if lock.is_empty() {
+                return Err(err(
+                    &format!("locks[{i}]"),
+                    "a lock name is not empty".into(),
+                ));
+            }
+            known(lock, &format!("locks[{i}]"))?;
+        }
+        if let Some(n) = spec.concurrency {
+            if !(1..=10_000).contains(&n) {
+                return Err(err("concurrency", "must be 1–10000".into()));
+            }
+        }
+        let output_limit = match &spec.output_limit {
+            None => DEFAULT_OUTPUT_LIMIT,
+            Some(text) => spool_proto::units::parse_size(text)
+                .ok()
+                .filter(|n| (1024..=1 << 40).contains(n))
+                .ok_or_else(|| {
+                    err(
+                        "output_limit",
+                        format!("{text:?} is not a size from 1KiB to 1TiB, e.g. 1MiB"),
+                    )
+                })?,
+        };
         if let Some(dir) = &spec.working_dir {
             if !dir.is_absolute() {
                 return Err(err("working_dir", "must be an absolute path".into()));
@@ -308,6 +406,13 @@ impl TaskType {
             exit_codes,
             on_interrupt: spec.on_interrupt.unwrap_or_default(),
             operator_retry: spec.operator_retry.unwrap_or(true),
+            concurrency: spec.concurrency,
+            locks: spec.locks,
+            hold_locks_between_attempts: spec.hold_locks_between_attempts.unwrap_or(false),
+            output_limit,
+            secret_env,
+            redact: spec.redact,
+            on_partial_failure: spec.on_partial_failure.unwrap_or_default(),
         })
     }
 
@@ -374,6 +479,17 @@ impl TaskType {
             out.insert(name.clone(), value);
         }
         Ok(out)
+    }
+
+    /// The locks of a task with these parameters: each template filled in, without repeats.
+    pub fn locks(&self, params: &BTreeMap<String, String>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::with_capacity(self.locks.len());
+        for lock in self.locks.iter().map(|l| render(l, params)) {
+            if !out.contains(&lock) {
+                out.push(lock);
+            }
+        }
+        out
     }
 
     /// The argv of an attempt: each element with its parameters filled in.
@@ -500,6 +616,19 @@ mod tests {
     }
 
     #[test]
+    fn locks_are_rendered_once_each() {
+        let t = parse(
+            "command = [\"/bin/x\"]\nparams.env = { pattern = \"[a-z]+\" }\n\
+             locks = [\"env:{env}\", \"global\", \"env:{env}\"]\nconcurrency = 2\n\
+             output_limit = \"64KiB\"",
+        )
+        .expect("valid");
+        let p = BTreeMap::from([("env".to_owned(), "prod".to_owned())]);
+        assert_eq!(t.locks(&p), ["env:prod", "global"]);
+        assert_eq!((t.concurrency, t.output_limit), (Some(2), 65536));
+    }
+
+    #[test]
     fn parameters_are_checked_whole() {
         let t = parse(BACKUP).expect("valid");
         let code = |pairs: &[(&str, &str)]| t.check_params(&params(pairs)).map_err(|e| e.code);
@@ -559,6 +688,26 @@ mod tests {
             (
                 "command = [\"/bin/x\"]\nmax_attempts = 0",
                 "[tasks.backup] max_attempts",
+            ),
+            (
+                "command = [\"/bin/x\"]\nlocks = [\"env:{env}\"]",
+                "[tasks.backup] locks[0]: {env} is not a declared parameter",
+            ),
+            (
+                "command = [\"/bin/x\"]\nredact = [\"(\"]",
+                "[tasks.backup] redact[0]:",
+            ),
+            (
+                "command = [\"/bin/x\"]\nsecret_env.T = { file = \"rel\" }",
+                "[tasks.backup] secret_env.T.file: must be an absolute path",
+            ),
+            (
+                "command = [\"/bin/x\"]\noutput_limit = \"10\"",
+                "[tasks.backup] output_limit:",
+            ),
+            (
+                "command = [\"/bin/x\"]\nconcurrency = 0",
+                "[tasks.backup] concurrency",
             ),
         ];
         for (text, want) in cases {

@@ -13,12 +13,12 @@ use tempfile::TempDir;
 use crate::{InProcess, Targets, WAIT};
 
 /// Scripts and the configuration that declares them, in `dir`.
-struct Setup {
-    dir: PathBuf,
+pub(crate) struct Setup {
+    pub(crate) dir: PathBuf,
 }
 
 impl Setup {
-    fn new(dir: &Path) -> Setup {
+    pub(crate) fn new(dir: &Path) -> Setup {
         let setup = Setup {
             dir: dir.to_path_buf(),
         };
@@ -48,7 +48,7 @@ sleep 1000"#,
         setup
     }
 
-    fn script(&self, name: &str, body: &str) {
+    pub(crate) fn script(&self, name: &str, body: &str) {
         use std::os::unix::fs::PermissionsExt;
         let path = self.dir.join(name);
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
@@ -56,12 +56,12 @@ sleep 1000"#,
             .expect("chmod script");
     }
 
-    fn path(&self, name: &str) -> String {
+    pub(crate) fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
 
     /// The configuration file declaring every test type.
-    fn config(&self) -> PathBuf {
+    pub(crate) fn config(&self) -> PathBuf {
         let d = |name: &str| self.path(name);
         let text = format!(
             r#"
@@ -107,7 +107,7 @@ env = {{ PIDS = "{pids}" }}
     /// Live processes whose environment names this setup's directory (every script's
     /// `PIDS`/`RUNS`/`COUNTER`), found through /proc: what a test started, whatever became of
     /// its bookkeeping.
-    fn processes(&self) -> Vec<i32> {
+    pub(crate) fn processes(&self) -> Vec<i32> {
         let needle = self.dir.display().to_string();
         let me = std::process::id() as i32;
         std::fs::read_dir("/proc")
@@ -163,14 +163,14 @@ impl Drop for Setup {
 }
 
 /// A daemon on a fresh database with `setup`'s task types.
-async fn boot(setup: &Setup, extra: &[&str]) -> InProcess {
+pub(crate) async fn boot(setup: &Setup, extra: &[&str]) -> InProcess {
     let config = setup.config().display().to_string();
     let mut flags = vec!["--config", config.as_str()];
     flags.extend_from_slice(extra);
     InProcess::boot_in(TempDir::new().expect("temp dir"), Targets::Loopback, &flags).await
 }
 
-async fn submit(api: &Api, body: Value) -> (u16, Value) {
+pub(crate) async fn submit(api: &Api, body: Value) -> (u16, Value) {
     let (status, _, bytes) = api
         .request(
             Method::POST,
@@ -185,13 +185,13 @@ async fn submit(api: &Api, body: Value) -> (u16, Value) {
     )
 }
 
-async fn get(api: &Api, path: &str) -> Value {
+pub(crate) async fn get(api: &Api, path: &str) -> Value {
     let (status, _, bytes) = api.request(Method::GET, path, None).await.expect("get");
     assert_eq!(status, 200, "GET {path}");
     serde_json::from_slice(&bytes).expect("JSON")
 }
 
-async fn post(api: &Api, path: &str) -> (u16, Value) {
+pub(crate) async fn post(api: &Api, path: &str) -> (u16, Value) {
     let (status, _, bytes) = api.request(Method::POST, path, None).await.expect("post");
     (
         status,
@@ -200,7 +200,7 @@ async fn post(api: &Api, path: &str) -> (u16, Value) {
 }
 
 /// Poll the task until its status is one of `want`.
-async fn wait_task(api: &Api, id: &str, want: &[&str]) -> Value {
+pub(crate) async fn wait_task(api: &Api, id: &str, want: &[&str]) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let t = get(api, &format!("/v1/tasks/{id}")).await;
@@ -215,12 +215,12 @@ async fn wait_task(api: &Api, id: &str, want: &[&str]) -> Value {
     }
 }
 
-fn id(v: &Value) -> String {
+pub(crate) fn id(v: &Value) -> String {
     v["id"].as_str().expect("task id").to_owned()
 }
 
 /// Whether `pid` is a live process (a zombie is not).
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
@@ -231,7 +231,7 @@ fn alive(pid: i32) -> bool {
 }
 
 /// Wait (bounded) until none of `pids` is alive; the ones still alive.
-async fn wait_gone(pids: &[i32]) -> Vec<i32> {
+pub(crate) async fn wait_gone(pids: &[i32]) -> Vec<i32> {
     for _ in 0..100 {
         if pids.iter().all(|p| !alive(*p)) {
             return Vec::new();
@@ -242,7 +242,7 @@ async fn wait_gone(pids: &[i32]) -> Vec<i32> {
 }
 
 /// End whatever a failed test left alive, by pid.
-fn kill_all(pids: &[i32]) {
+pub(crate) fn kill_all(pids: &[i32]) {
     for pid in pids {
         let _ = std::process::Command::new("kill")
             .args(["-9", &pid.to_string()])
@@ -823,4 +823,83 @@ echo "$$" >> "$PIDS""#,
     assert_eq!(done["status"], "succeeded", "{done}");
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert!(left.is_empty(), "left running after a clean exit: {left:?}");
+}
+
+/// The article's executor interruption: kill -9 the daemon while a script keeps writing to a
+/// file. The attempt's process group was recorded as it started; after the restart the old
+/// group is gone (the file stops growing), the task is `interrupted`, then follows
+/// `on_interrupt`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_attempt_stops_writing_after_the_restart() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "writer.sh",
+        r#"while :; do echo x >> "$GROW"; sleep 0.02; done"#,
+    );
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!(
+            "\n[tasks.writer]\ncommand = [\"{}\"]\ntimeout = \"60s\"\nenv = {{ GROW = \"{}\" }}\n",
+            setup.path("writer.sh"),
+            setup.path("grow")
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let opts = || crate::process_opts(&data).args(["--config", config.as_str()]);
+    let mut daemon = spool_testkit::DaemonProcess::start(opts())
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, task) = submit(&api, json!({"type": "writer", "idempotencyKey": "w"})).await;
+    wait_task(&api, &id(&task), &["running"]).await;
+    let size = || std::fs::metadata(dir.path().join("grow")).map_or(0, |m| m.len());
+    // Until it has written for a while, and its process is on record.
+    let db = crate::db_path(&data);
+    let mut recorded = None;
+    for _ in 0..200 {
+        recorded =
+            rusqlite::Connection::open(&db)
+                .and_then(|c| {
+                    c.query_row(
+                    "SELECT pgid, leader_start, boot_id FROM task_attempts WHERE pgid IS NOT NULL",
+                    [],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)),
+                )
+                })
+                .ok();
+        if recorded.is_some() && size() > 20 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (pgid, start, boot) = recorded.expect("the attempt's process group was recorded");
+    assert!(pgid > 1 && start > 0 && !boot.is_empty());
+    daemon.kill9();
+    let before = size();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        size() > before,
+        "the orphaned attempt keeps writing while no daemon runs"
+    );
+
+    let daemon = spool_testkit::DaemonProcess::start(opts())
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let t = wait_task(&api, &id(&task), &["manual_review"]).await;
+    assert_eq!(t["errorCode"], "daemon_restart", "{t}");
+    assert!(
+        !alive(pgid as i32),
+        "the old process group's leader still runs"
+    );
+    let stopped = size();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        size(),
+        stopped,
+        "the file still grows: the old attempt runs on"
+    );
+    let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
+    assert_eq!(attempts["attempts"][0]["outcome"], "interrupted");
 }

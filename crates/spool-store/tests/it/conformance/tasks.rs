@@ -2,7 +2,8 @@
 //! enforces it, attempts, retries, deadlines, cancel, recovery and the transition log.
 
 use spool_store::tasks::{
-    ClaimedTask, NewTask, Task, TaskAction, TaskAttemptEnd, TaskInsert, TaskStatus,
+    AttemptProcess, ClaimType, ClaimedTask, NewTask, StepRecord, Task, TaskAction, TaskAttemptEnd,
+    TaskInsert, TaskStatus, WaitReason,
 };
 use spool_store::{Store, StoreError};
 use tokio::task::JoinSet;
@@ -22,6 +23,7 @@ pub fn new_task(n: u32, key: Option<&str>, params: &str) -> NewTask {
         not_before: None,
         queue_timeout_ms: None,
         retry_deadline_ms: None,
+        locks: Vec::new(),
     }
 }
 
@@ -41,8 +43,8 @@ async fn claim_type(store: &Store, task_type: &str) -> ClaimedTask {
         .claim_tasks(1, vec![task_type.into()], 60_000, "host:1".into())
         .await
         .expect("claim tasks");
-    assert_eq!(claimed.len(), 1, "one task due");
-    claimed.remove(0)
+    assert_eq!(claimed.tasks.len(), 1, "one task due");
+    claimed.tasks.remove(0)
 }
 
 fn end(claimed: &ClaimedTask, outcome: TaskStatus, retry_at: Option<i64>) -> TaskAttemptEnd {
@@ -60,6 +62,9 @@ fn end(claimed: &ClaimedTask, outcome: TaskStatus, retry_at: Option<i64>) -> Tas
         killed: false,
         result_summary: (outcome == TaskStatus::Succeeded).then(|| "3 files".to_owned()),
         retry_at,
+        hold_locks: false,
+        review_partial: true,
+        redactions: 0,
     }
 }
 
@@ -147,7 +152,7 @@ pub async fn concurrent_task_submissions_create_one(store: Store) {
         .claim_tasks(64, vec!["backup".into()], 60_000, "h:1".into())
         .await
         .expect("claim");
-    assert_eq!(claimed.len(), 1, "one task, one execution");
+    assert_eq!(claimed.tasks.len(), 1, "one task, one execution");
 }
 
 pub async fn task_attempts_retry_then_succeed(store: Store) {
@@ -157,6 +162,7 @@ pub async fn task_attempts_retry_then_succeed(store: Store) {
         .claim_tasks(5, vec!["cleanup".into()], 60_000, "h:1".into())
         .await
         .expect("claim")
+        .tasks
         .is_empty());
     let first = claim_one(&store).await;
     assert_eq!((first.attempt, first.max_attempts), (1, 3));
@@ -302,6 +308,7 @@ pub async fn recover_interrupts_running_tasks(store: Store) {
             id: id(1),
             task_type: "backup".to_owned(),
             attempt: 1,
+            process: None,
         }]
     );
     let t = task(&store, 1).await;
@@ -458,4 +465,279 @@ pub async fn finish_and_claim_hands_the_slot_on(store: Store) {
         .await
         .expect("finish");
     assert_eq!(none, None);
+}
+
+fn locked(n: u32, locks: &[&str]) -> NewTask {
+    NewTask {
+        locks: locks.iter().map(|l| (*l).to_owned()).collect(),
+        ..new_task(n, None, "{}")
+    }
+}
+
+async fn claim_ids(store: &Store, limit: u32, types: Vec<ClaimType>) -> (Vec<String>, usize) {
+    let claimed = store
+        .claim_tasks(limit, types, 60_000, "host:1".into())
+        .await
+        .expect("claim");
+    (
+        claimed.tasks.into_iter().map(|t| t.id).collect(),
+        claimed.waiting.len(),
+    )
+}
+
+pub async fn task_locks_are_all_or_nothing_and_in_order(store: Store) {
+    submit(&store, locked(1, &["env:prod"])).await;
+    submit(&store, locked(2, &["env:prod", "host:a"])).await;
+    submit(&store, locked(3, &["host:a"])).await;
+    submit(&store, locked(4, &["env:dev"])).await;
+    // 1 takes env:prod; 2 waits for it and so reserves host:a, which 3 must not take ahead of
+    // it; 4 needs nothing held.
+    let (ids, waiting) = claim_ids(&store, 10, vec!["backup".into()]).await;
+    assert_eq!(ids, [id(1), id(4)]);
+    assert_eq!(waiting, 2);
+    let locks = store.held_task_locks(100).await.expect("locks");
+    let prod = locks
+        .iter()
+        .find(|l| l.name == "env:prod")
+        .expect("env:prod held");
+    assert_eq!(
+        (prod.task_id.as_str(), prod.task_status),
+        (id(1).as_str(), TaskStatus::Running)
+    );
+    assert_eq!(prod.waiting, [id(2)]);
+    assert_eq!(task(&store, 2).await.locks, ["env:prod", "host:a"]);
+    // 1 ends: 2 gets both of its locks, 3 still waits for host:a.
+    let first = store.get_task(id(1)).await.expect("get").expect("exists");
+    let claim = ClaimedTask {
+        id: first.id.clone(),
+        task_type: first.task_type.clone(),
+        params: first.params.clone(),
+        claim_seq: 1,
+        attempt: 1,
+        max_attempts: 3,
+        created_at: first.created_at,
+        started_at: first.created_at,
+        retry_deadline: None,
+        idempotency_key: None,
+    };
+    store
+        .finish_task(end(&claim, TaskStatus::Succeeded, None))
+        .await
+        .expect("finish");
+    let (ids, _) = claim_ids(&store, 10, vec!["backup".into()]).await;
+    assert_eq!(ids, [id(2)]);
+    let names: Vec<String> = store
+        .held_task_locks(100)
+        .await
+        .expect("locks")
+        .into_iter()
+        .filter(|l| l.task_id == id(2))
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(names, ["env:prod", "host:a"]);
+}
+
+pub async fn task_quota_limits_running_per_type(store: Store) {
+    for n in 1..=5 {
+        submit(&store, new_task(n, None, "{}")).await;
+    }
+    let quota = ClaimType {
+        name: "backup".into(),
+        concurrency: Some(2),
+    };
+    let (ids, waiting) = claim_ids(&store, 10, vec![quota.clone()]).await;
+    assert_eq!(ids, [id(1), id(2)]);
+    assert_eq!(waiting, 3, "every due task passed over is counted");
+    let (ids, _) = claim_ids(&store, 10, vec![quota.clone()]).await;
+    assert!(ids.is_empty(), "two are running: {ids:?}");
+    let claimed = store
+        .claim_tasks(10, vec![quota.clone()], 60_000, "h".into())
+        .await
+        .expect("claim");
+    assert!(claimed
+        .waiting
+        .iter()
+        .all(|(t, why)| t == "backup" && *why == WaitReason::Quota));
+}
+
+pub async fn task_locks_kept_through_backoff_only_when_asked(store: Store) {
+    submit(&store, locked(1, &["env:prod"])).await;
+    submit(&store, locked(2, &["env:prod"])).await;
+    let first = claim_one(&store).await;
+    let later = store.now_ms() + 60_000;
+    let mut failed = end(&first, TaskStatus::Failed, Some(later));
+    failed.hold_locks = true;
+    assert_eq!(
+        store.finish_task(failed).await.expect("finish"),
+        Some(TaskStatus::Pending)
+    );
+    let (ids, waiting) = claim_ids(&store, 10, vec!["backup".into()]).await;
+    assert!(
+        ids.is_empty(),
+        "1 keeps env:prod through its backoff: {ids:?}"
+    );
+    assert_eq!(waiting, 1);
+    let held = store.held_task_locks(10).await.expect("locks");
+    assert_eq!(
+        (held[0].task_id.as_str(), held[0].task_status),
+        (id(1).as_str(), TaskStatus::Pending)
+    );
+    // Canceled while it waits: the lock goes, 2 runs.
+    store.cancel_task(id(1)).await.expect("cancel");
+    let (ids, _) = claim_ids(&store, 10, vec!["backup".into()]).await;
+    assert_eq!(ids, [id(2)]);
+    // Without hold_locks a retry lets the lock go.
+    let second = store.get_task(id(2)).await.expect("get").expect("exists");
+    let claim = ClaimedTask {
+        id: second.id,
+        task_type: second.task_type,
+        params: second.params,
+        claim_seq: 1,
+        attempt: 1,
+        max_attempts: 3,
+        created_at: second.created_at,
+        started_at: second.created_at,
+        retry_deadline: None,
+        idempotency_key: None,
+    };
+    store
+        .finish_task(end(&claim, TaskStatus::Failed, Some(later)))
+        .await
+        .expect("finish");
+    assert!(store.held_task_locks(10).await.expect("locks").is_empty());
+}
+
+pub async fn task_steps_are_fenced_and_partial_failures_reviewed(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    let first = claim_one(&store).await;
+    let step = |attempt, name: &str| store.record_task_step(id(1), attempt, name.to_owned());
+    assert!(matches!(
+        step(1, "create-bucket").await.expect("step"),
+        StepRecord::Recorded(_)
+    ));
+    assert!(matches!(
+        step(1, "create-bucket").await.expect("again"),
+        StepRecord::AlreadyDone(ref s) if s.attempt == 1
+    ));
+    assert!(matches!(
+        step(2, "upload").await.expect("wrong attempt"),
+        StepRecord::NotCurrent {
+            status: TaskStatus::Running,
+            attempt: 1
+        }
+    ));
+    assert_eq!(
+        store
+            .record_task_step(id(9), 1, "x".into())
+            .await
+            .expect("unknown"),
+        StepRecord::NotFound
+    );
+    assert_eq!(task(&store, 1).await.completed_steps, ["create-bucket"]);
+    // It fails after a step: review, not a retry.
+    let later = store.now_ms() + 1000;
+    assert_eq!(
+        store
+            .finish_task(end(&first, TaskStatus::Failed, Some(later)))
+            .await
+            .expect("finish"),
+        Some(TaskStatus::ManualReview)
+    );
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.error_code.as_deref()),
+        (TaskStatus::ManualReview, Some("partial_failure"))
+    );
+    assert!(matches!(
+        step(1, "upload").await.expect("after the end"),
+        StepRecord::NotCurrent {
+            status: TaskStatus::ManualReview,
+            ..
+        }
+    ));
+    // An operator retries: the next attempt sees the step done and records the rest.
+    store.retry_task(id(1), 1).await.expect("retry");
+    let second = claim_one(&store).await;
+    assert!(matches!(
+        step(second.attempt, "create-bucket").await.expect("done before"),
+        StepRecord::AlreadyDone(ref s) if s.attempt == 1
+    ));
+    assert!(matches!(
+        step(second.attempt, "upload").await.expect("step"),
+        StepRecord::Recorded(_)
+    ));
+    let steps = store
+        .task_steps(id(1))
+        .await
+        .expect("steps")
+        .expect("known");
+    let names: Vec<(&str, u32)> = steps.iter().map(|s| (s.name.as_str(), s.attempt)).collect();
+    assert_eq!(names, [("create-bucket", 1), ("upload", 2)]);
+    assert_eq!(store.task_steps(id(9)).await.expect("steps"), None);
+}
+
+pub async fn task_leases_renew_and_expire_only_for_others(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    let claimed = store
+        .claim_tasks(1, vec!["backup".into()], 1, "host:dead".into())
+        .await
+        .expect("claim")
+        .tasks
+        .remove(0);
+    let process = AttemptProcess {
+        pgid: 4242,
+        leader_start: 99,
+        boot_id: "boot".into(),
+    };
+    store
+        .record_task_process(id(1), claimed.attempt, process.clone())
+        .await
+        .expect("record process");
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    // Its own executor never expires its lease; another one does once it lapsed.
+    assert!(store
+        .expire_task_leases("host:dead".into())
+        .await
+        .expect("expire")
+        .is_empty());
+    // A renewal under a stale claim does nothing.
+    assert_eq!(
+        store
+            .renew_task_leases(vec![(id(1), claimed.claim_seq + 1)], 60_000)
+            .await
+            .expect("renew"),
+        0
+    );
+    let expired = store
+        .expire_task_leases("host:alive".into())
+        .await
+        .expect("expire");
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].process, Some(process));
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.error_code.as_deref()),
+        (TaskStatus::Interrupted, Some("lease_expired"))
+    );
+    // A renewed lease does not lapse.
+    submit(&store, new_task(2, None, "{}")).await;
+    let second = store
+        .claim_tasks(1, vec!["backup".into()], 1, "host:b".into())
+        .await
+        .expect("claim")
+        .tasks
+        .remove(0);
+    assert_eq!(
+        store
+            .renew_task_leases(vec![(id(2), second.claim_seq)], 60_000)
+            .await
+            .expect("renew"),
+        1
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    assert!(store
+        .expire_task_leases("host:alive".into())
+        .await
+        .expect("expire")
+        .is_empty());
 }

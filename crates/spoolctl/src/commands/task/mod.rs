@@ -2,8 +2,11 @@
 //! per subcommand, as for deliveries; rows and statuses are printed by `output`.
 
 mod attempts;
+mod follow;
 mod get;
 mod list;
+mod logs;
+mod steps;
 mod submit;
 mod transition;
 mod transitions;
@@ -27,6 +30,8 @@ pub async fn run(
         TaskCommand::Get(args) => get::run(client, args, out).await,
         TaskCommand::Attempts(args) => attempts::run(client, args, out).await,
         TaskCommand::Transitions(args) => transitions::run(client, args, out).await,
+        TaskCommand::Steps(args) => steps::run(client, args, out).await,
+        TaskCommand::Logs(args) => logs::run(client, args, out).await,
         TaskCommand::Cancel(args) => transition::run(client, Transition::Cancel, args, out).await,
         TaskCommand::Retry(args) => transition::run(client, Transition::Retry, args, out).await,
         TaskCommand::Types => types::run(client, out).await,

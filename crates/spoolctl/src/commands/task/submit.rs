@@ -1,12 +1,15 @@
 //! `spoolctl task submit TYPE [-p KEY=VALUE]…`: submit a declared task type. The parameters
 //! and the time are checked for form here, before any request; spoold judges the names and
-//! values against the type's declaration.
+//! values against the type's declaration. `--wait` and `--follow` then wait for its final
+//! status and exit like `task wait`.
+
+use std::io;
 
 use spool_proto::{units, SubmitTask};
 
-use crate::cli::{TaskSubmitArgs, UsageError};
-use crate::client::Client;
-use crate::commands::task::wait;
+use crate::cli::{FollowArgs, TaskSubmitArgs, UsageError};
+use crate::client::{Client, Submitted};
+use crate::commands::task::{follow, wait};
 use crate::commands::{wait as delivery_wait, Exit};
 use crate::output::Output;
 
@@ -16,10 +19,19 @@ pub async fn run(
     out: &mut Output<'_>,
 ) -> anyhow::Result<Exit> {
     let poll = args.poll();
-    if args.wait {
+    if args.wait || args.follow {
         delivery_wait::check_poll(&poll)?;
     }
+    // clap catches `--follow --json`, but not a global --json given before the subcommand.
+    if args.follow && out.is_json() {
+        return Err(UsageError::new(
+            "--follow prints the task's output, not JSON: use --wait with --json",
+        )
+        .into());
+    }
     let wait_after = args.wait;
+    // --follow waits too; given both, it is the one that applies.
+    let follow_after = args.follow.then(|| args.follow_args());
     let request = build_request(args)?;
     let submitted = client.submit_task(&request).await?;
     let action = if submitted.is_new {
@@ -27,6 +39,9 @@ pub async fn run(
     } else {
         "existing"
     };
+    if let Some(follow_args) = follow_after {
+        return follow_output(client, &submitted, action, follow_args, out).await;
+    }
     if !wait_after {
         if out.is_json() {
             out.json(&submitted.task)?;
@@ -41,6 +56,26 @@ pub async fn run(
     }
     let waited = wait::wait(client, &submitted.task.id, &poll).await?;
     Ok(wait::report(out, &waited)?)
+}
+
+/// `--follow`: the task's output on `out`, the `submitted` and final `wait` rows on stderr, so
+/// that stdout is only what the script wrote. Exits like `--wait`.
+async fn follow_output(
+    client: &Client,
+    submitted: &Submitted,
+    action: &str,
+    args: FollowArgs,
+    out: &mut Output<'_>,
+) -> anyhow::Result<Exit> {
+    let mut stderr = io::stderr();
+    Output::new(&mut stderr, false).task(action, &submitted.task)?;
+    let (task, exit) = follow::follow(client, &submitted.task.id, args, out).await?;
+    let waited = wait::Waited {
+        task,
+        exit,
+        timeout: args.timeout.unwrap_or_default(),
+    };
+    Ok(wait::report(&mut Output::new(&mut stderr, false), &waited)?)
 }
 
 /// The submission: the type, the parameters as strings, the key and the time.
@@ -140,6 +175,7 @@ mod tests {
             idempotency_key: Some(String::new()),
             not_before: Some("2026-07-18T12:00:00Z".into()),
             wait: false,
+            follow: false,
             timeout: None,
             interval: None,
         };
@@ -154,6 +190,7 @@ mod tests {
             idempotency_key: None,
             not_before: Some("tomorrow".into()),
             wait: false,
+            follow: false,
             timeout: None,
             interval: None,
         };

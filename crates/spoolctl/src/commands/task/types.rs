@@ -75,11 +75,13 @@ mod tests {
                         "mode": {"pattern": "full|diff", "maxLength": 256, "default": "full"}},
              "scope": "{db}", "timeout": "1h", "maxAttempts": 3, "backoffBase": "2s",
              "backoffCap": "5m", "killGrace": "10s", "retryOnTimeout": false,
-             "exitCodes": {}, "onInterrupt": "review", "operatorRetry": true, "env": []},
+             "exitCodes": {}, "onInterrupt": "review", "operatorRetry": true, "env": [],
+             "outputLimit": "1MiB", "onPartialFailure": "review"},
             {"name": "noop", "command": ["/n"], "params": {}, "scope": "default",
              "timeout": "500ms", "maxAttempts": 1, "backoffBase": "2s", "backoffCap": "5m",
              "killGrace": "10s", "retryOnTimeout": false, "exitCodes": {},
-             "onInterrupt": "fail", "operatorRetry": false, "env": []}
+             "onInterrupt": "fail", "operatorRetry": false, "env": [],
+             "outputLimit": "1MiB", "onPartialFailure": "review"}
         ]}))
         .expect("valid types");
         assert_eq!(

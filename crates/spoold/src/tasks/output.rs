@@ -1,0 +1,854 @@
+//! Capture of one task attempt's output: stdout and stderr, redacted, into one bounded log file.
+//!
+//! **Invariants.** Secrets never reach disk nor a live follower: every byte passes through a
+//! [`Redactor`] before it is written or broadcast. Memory is bounded independent of output size:
+//! a redactor holds at most about one line ([`LINE_CAP`]) per stream, and the tail of a long
+//! output lives in a ring *file* written with positioned writes, not in memory.
+//!
+//! The stored file is the first `limit / 2` bytes of the (redacted) output, then — only if
+//! something was dropped — a marker line `\n[spoold: N bytes of output omitted]\n`, then the last
+//! `limit - limit / 2` bytes. While the attempt runs the file holds the head only; the tail is
+//! appended by [`OutputLog::finish`].
+//!
+//! Matching rules: a literal secret is caught wherever it appears, split across any number of
+//! reads. A regex is matched against whole lines (blocks of complete lines, in fact), so it is
+//! only guaranteed to see a match that lies within one line of up to [`LINE_CAP`] bytes; use
+//! `(?m)` for `^`/`$` to mean line starts and ends. Regexes run in Unicode mode (the `regex`
+//! crate's default), where `\S` does not match bytes that are not UTF-8: write `(?-u:\S)` to
+//! match any non-space byte.
+
+use std::fmt::{self, Write as _};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::mem;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use regex::bytes::Regex;
+use tokio::sync::broadcast;
+
+/// A line longer than this is redacted in pieces: literals are still caught across the cut,
+/// regexes may miss a match that crosses it.
+pub const LINE_CAP: usize = 64 * 1024;
+
+/// What a redacted match is replaced by.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Chunks a live follower may fall behind by before it sees `RecvError::Lagged`; also what a
+/// slow follower can cost in memory (times the size of a chunk: one read plus at most a line).
+const LIVE_CAPACITY: usize = 128;
+
+/// What to redact: literal secret values and patterns. Cheap to clone (shared, compiled once).
+///
+/// `Debug` prints counts only, never a secret.
+#[derive(Clone, Default)]
+pub struct RedactRules(Arc<Compiled>);
+
+/// A redaction rule that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    #[error("invalid redaction pattern {pattern:?}")]
+    InvalidPattern {
+        pattern: String,
+        #[source]
+        source: regex::Error,
+    },
+    #[error("redaction pattern {pattern:?} matches the empty string")]
+    MatchesEmpty { pattern: String },
+    /// The regex error is dropped on purpose: its text could quote a secret.
+    #[error("secret values too large to redact ({bytes} bytes in all)")]
+    SecretsTooLarge { bytes: usize },
+}
+
+/// Redacts one stream of bytes that arrives in arbitrary pieces.
+///
+/// Input is held until a line is complete (or [`LINE_CAP`] is exceeded), so a secret split
+/// across two reads is still found, and lines of two streams written to one place do not mix.
+pub struct Redactor {
+    rules: RedactRules,
+    /// Input not yet redacted: the start of an incomplete line.
+    pending: Vec<u8>,
+    /// Scratch: the merged matches of the block being redacted.
+    spans: Vec<(usize, usize)>,
+    redactions: u64,
+}
+
+/// Which pipe a chunk of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// The output log of one attempt: both streams, redacted, interleaved in arrival order, bounded
+/// to the type's output limit.
+///
+/// The file I/O is blocking (plain `std::fs`); drive it from a blocking thread.
+pub struct OutputLog {
+    path: PathBuf,
+    /// Opened with the first byte of output: an attempt that prints nothing costs no file.
+    file: Option<File>,
+    head_cap: u64,
+    tail_cap: u64,
+    /// Bytes written to `file` so far (at most `head_cap` until `finish`).
+    head_len: u64,
+    /// Bytes that went past the head, into the ring.
+    tail_len: u64,
+    /// The tail, created on first use and unlinked at once: nothing is left behind on a crash.
+    ring: Option<File>,
+    redactors: [Redactor; 2],
+    /// Scratch for redacted output, reused across writes.
+    buf: Vec<u8>,
+    live: broadcast::Sender<Bytes>,
+}
+
+/// A live follower's view of a running attempt's output.
+pub struct Subscription {
+    /// Offset (in the redacted output) of the first byte `chunks` will deliver. Bytes before it
+    /// are in the log file if `from` is within the head.
+    pub from: u64,
+    /// Every redacted chunk accepted from now on; closed when the log is finished or dropped.
+    pub chunks: broadcast::Receiver<Bytes>,
+}
+
+/// What an attempt's output came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputSummary {
+    /// Output produced, after redaction (stored or not).
+    pub bytes: u64,
+    /// Bytes dropped between head and tail.
+    pub truncated_bytes: u64,
+    /// Matches replaced by [`REDACTED`].
+    pub redactions: u64,
+}
+
+/// Redacts a short text in one go (an error message, a result summary).
+pub fn redact_all(rules: &RedactRules, text: &str) -> String {
+    if rules.is_empty() {
+        return text.to_owned();
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let mut spans = Vec::new();
+    redact_block(&rules.0, &mut spans, text.as_bytes(), text.len(), &mut out);
+    // A literal secret need not be valid UTF-8, so cutting it out can split a character.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+#[derive(Default)]
+struct Compiled {
+    /// All literals as one alternation, longest first, so at any position the longest secret
+    /// that starts there wins.
+    literals: Option<Regex>,
+    literal_count: usize,
+    /// One regex per pattern, each run on its own so that their matches may overlap.
+    regexes: Vec<Regex>,
+    longest_literal: usize,
+    /// The longest literal containing `\n`: one may straddle a line end.
+    longest_multiline_literal: usize,
+}
+
+impl RedactRules {
+    /// Compiles the rules. Empty literals are ignored, duplicates dropped.
+    pub fn new(literals: Vec<Vec<u8>>, regexes: &[String]) -> Result<Self, RuleError> {
+        let mut literals: Vec<Vec<u8>> = literals.into_iter().filter(|l| !l.is_empty()).collect();
+        literals.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        literals.dedup();
+        let literal_re = if literals.is_empty() {
+            None
+        } else {
+            let pattern = literals
+                .iter()
+                .map(|l| escape_literal(l))
+                .collect::<Vec<_>>()
+                .join("|");
+            let re = Regex::new(&pattern).map_err(|_| RuleError::SecretsTooLarge {
+                bytes: literals.iter().map(Vec::len).sum(),
+            })?;
+            Some(re)
+        };
+        let regexes = regexes
+            .iter()
+            .map(|pattern| {
+                let re = Regex::new(pattern).map_err(|source| RuleError::InvalidPattern {
+                    pattern: pattern.clone(),
+                    source,
+                })?;
+                if re.is_match(b"") {
+                    return Err(RuleError::MatchesEmpty {
+                        pattern: pattern.clone(),
+                    });
+                }
+                Ok(re)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RedactRules(Arc::new(Compiled {
+            literals: literal_re,
+            literal_count: literals.len(),
+            regexes,
+            longest_literal: literals.first().map_or(0, Vec::len),
+            longest_multiline_literal: literals
+                .iter()
+                .filter(|l| l.contains(&b'\n'))
+                .map(Vec::len)
+                .max()
+                .unwrap_or(0),
+        })))
+    }
+
+    /// No literals and no patterns: output passes through untouched.
+    pub fn is_empty(&self) -> bool {
+        self.0.literals.is_none() && self.0.regexes.is_empty()
+    }
+}
+
+impl fmt::Debug for RedactRules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedactRules")
+            .field("literals", &self.0.literal_count)
+            .field("regexes", &self.0.regexes.len())
+            .finish()
+    }
+}
+
+impl Compiled {
+    /// Fills `spans` with every match in `hay`, sorted and merged where they overlap.
+    fn find_spans(&self, hay: &[u8], spans: &mut Vec<(usize, usize)>) {
+        spans.clear();
+        if let Some(re) = &self.literals {
+            // Overlapping search: a secret that starts inside another one is covered too.
+            let mut at = 0;
+            while let Some(m) = re.find_at(hay, at) {
+                spans.push((m.start(), m.end()));
+                at = m.start() + 1;
+            }
+        }
+        for re in &self.regexes {
+            spans.extend(
+                re.find_iter(hay)
+                    .filter(|m| !m.is_empty())
+                    .map(|m| (m.start(), m.end())),
+            );
+        }
+        if spans.len() < 2 {
+            return;
+        }
+        spans.sort_unstable();
+        let mut kept = 0;
+        for i in 1..spans.len() {
+            let (start, end) = spans[i];
+            if start < spans[kept].1 {
+                spans[kept].1 = spans[kept].1.max(end);
+            } else {
+                kept += 1;
+                spans[kept] = (start, end);
+            }
+        }
+        spans.truncate(kept + 1);
+    }
+}
+
+impl Redactor {
+    /// A redactor for one stream.
+    pub fn new(rules: &RedactRules) -> Self {
+        Redactor {
+            rules: rules.clone(),
+            pending: Vec::new(),
+            spans: Vec::new(),
+            redactions: 0,
+        }
+    }
+
+    /// Takes the next piece of the stream and appends to `out` what can be released: complete
+    /// lines, or most of a line longer than [`LINE_CAP`].
+    pub fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        if self.rules.is_empty() {
+            out.extend_from_slice(input);
+            return;
+        }
+        if self.pending.is_empty() {
+            let cut = self.cut_point(input, 0);
+            let cut = self.release(input, cut, out);
+            self.pending.extend_from_slice(&input[cut..]);
+        } else {
+            let new_from = self.pending.len();
+            self.pending.extend_from_slice(input);
+            let data = mem::take(&mut self.pending);
+            let cut = self.cut_point(&data, new_from);
+            let cut = self.release(&data, cut, out);
+            self.pending = data;
+            self.pending.drain(..cut);
+        }
+    }
+
+    /// Ends the stream: appends the rest, redacted, to `out`.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        let data = mem::take(&mut self.pending);
+        self.release(&data, data.len(), out);
+        self.pending = data;
+        self.pending.clear();
+    }
+
+    /// Matches replaced so far.
+    pub fn redactions(&self) -> u64 {
+        self.redactions
+    }
+
+    /// How much of `data` can be released now; `data[new_from..]` is what just arrived (the
+    /// part before it holds no line end that matters).
+    fn cut_point(&self, data: &[u8], new_from: usize) -> usize {
+        let rules = &self.rules.0;
+        let len = data.len();
+        let mut cut = data[new_from..]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| new_from + i + 1);
+        if len - cut > LINE_CAP {
+            // A secret only partly arrived starts within its length minus one of the end.
+            cut = cut.max(len.saturating_sub(rules.longest_literal.saturating_sub(1)));
+        }
+        cut.min(len.saturating_sub(rules.longest_multiline_literal.saturating_sub(1)))
+    }
+
+    /// Appends `data[..cut]` redacted to `out` (the cut moved past any match straddling it) and
+    /// returns the cut. `data` is searched whole, so a match that straddles the cut is seen.
+    fn release(&mut self, data: &[u8], cut: usize, out: &mut Vec<u8>) -> usize {
+        if cut == 0 {
+            return 0;
+        }
+        let (cut, n) = redact_block(&self.rules.0, &mut self.spans, data, cut, out);
+        self.redactions += n;
+        cut
+    }
+}
+
+/// Appends `data[..cut]` to `out` with every match replaced, after moving `cut` to the end of
+/// a match that straddles it. Returns the cut and the number of replacements.
+fn redact_block(
+    rules: &Compiled,
+    spans: &mut Vec<(usize, usize)>,
+    data: &[u8],
+    mut cut: usize,
+    out: &mut Vec<u8>,
+) -> (usize, u64) {
+    rules.find_spans(data, spans);
+    if let Some(&(_, end)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
+        cut = end;
+    }
+    let mut done = 0;
+    let mut n = 0;
+    for &(start, end) in spans.iter().take_while(|&&(start, _)| start < cut) {
+        out.extend_from_slice(&data[done..start]);
+        out.extend_from_slice(REDACTED.as_bytes());
+        done = end;
+        n += 1;
+    }
+    out.extend_from_slice(&data[done..cut]);
+    (cut, n)
+}
+
+/// A literal as a pattern matching exactly its bytes (which need not be UTF-8).
+fn escape_literal(literal: &[u8]) -> String {
+    let mut pattern = String::with_capacity(literal.len() * 4 + 6);
+    pattern.push_str("(?-u:");
+    for &b in literal {
+        if b.is_ascii_alphanumeric() {
+            pattern.push(char::from(b));
+        } else {
+            // Writing to a String cannot fail.
+            let _ = write!(pattern, "\\x{b:02X}");
+        }
+    }
+    pattern.push(')');
+    pattern
+}
+
+impl Stream {
+    fn index(self) -> usize {
+        match self {
+            Stream::Stdout => 0,
+            Stream::Stderr => 1,
+        }
+    }
+}
+
+impl OutputLog {
+    /// The log of one attempt, at `path`: the file (mode 0600) is created with the first byte
+    /// of output, and that fails if it exists, so an attempt's log is never appended to or
+    /// replaced. No output, no file. `limit` bounds the stored output (plus the marker line).
+    pub fn create(path: &Path, limit: u64, rules: &RedactRules) -> io::Result<Self> {
+        let (live, _) = broadcast::channel(LIVE_CAPACITY);
+        Ok(OutputLog {
+            path: path.to_path_buf(),
+            file: None,
+            head_cap: limit / 2,
+            tail_cap: limit - limit / 2,
+            head_len: 0,
+            tail_len: 0,
+            ring: None,
+            redactors: [Redactor::new(rules), Redactor::new(rules)],
+            buf: Vec::new(),
+            live,
+        })
+    }
+
+    /// Takes a chunk read from `stream`: redacts it, sends what is released to live followers
+    /// and stores it (head in the file, the rest in the tail ring).
+    pub fn write(&mut self, stream: Stream, chunk: &[u8]) -> io::Result<()> {
+        let mut buf = mem::take(&mut self.buf);
+        buf.clear();
+        self.redactors[stream.index()].push(chunk, &mut buf);
+        let stored = self.accept(&buf);
+        self.buf = buf;
+        stored
+    }
+
+    /// Follows the output from now on.
+    pub fn subscribe(&self) -> Subscription {
+        Subscription {
+            from: self.bytes(),
+            chunks: self.live.subscribe(),
+        }
+    }
+
+    /// The log file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes in the log file so far: a reader may read this much of it while the attempt runs.
+    pub fn bytes_written_to_head(&self) -> u64 {
+        self.head_len
+    }
+
+    /// Redacted output accepted so far, stored or not.
+    pub fn bytes(&self) -> u64 {
+        self.head_len + self.tail_len
+    }
+
+    /// Ends the output: releases what the redactors still hold, then appends the marker (if
+    /// anything was dropped) and the tail to the file, and syncs it.
+    pub fn finish(mut self) -> io::Result<OutputSummary> {
+        let mut buf = mem::take(&mut self.buf);
+        for i in 0..self.redactors.len() {
+            buf.clear();
+            self.redactors[i].finish(&mut buf);
+            self.accept(&buf)?;
+        }
+        let omitted = self.tail_len.saturating_sub(self.tail_cap);
+        if let Some(file) = self.file.as_mut() {
+            if omitted > 0 {
+                write!(file, "\n[spoold: {omitted} bytes of output omitted]\n")?;
+            }
+            if let Some(ring) = &self.ring {
+                if omitted == 0 {
+                    copy_range(ring, 0, self.tail_len, file)?;
+                } else {
+                    // The oldest kept byte is where the next one would have gone.
+                    let start = self.tail_len % self.tail_cap;
+                    copy_range(ring, start, self.tail_cap - start, file)?;
+                    copy_range(ring, 0, start, file)?;
+                }
+            }
+            file.sync_data()?;
+        }
+        Ok(OutputSummary {
+            bytes: self.bytes(),
+            truncated_bytes: omitted,
+            redactions: self.redactors.iter().map(Redactor::redactions).sum(),
+        })
+    }
+
+    /// Sends redacted output to followers and stores it.
+    fn accept(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if self.live.receiver_count() > 0 {
+            // No receiver left in between is fine: nobody is following.
+            let _ = self.live.send(Bytes::copy_from_slice(data));
+        }
+        let room = usize::try_from(self.head_cap - self.head_len).unwrap_or(usize::MAX);
+        let (head, tail) = data.split_at(data.len().min(room));
+        if !head.is_empty() {
+            if self.file.is_none() {
+                self.file = Some(
+                    OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(&self.path)?,
+                );
+            }
+            if let Some(file) = self.file.as_mut() {
+                file.write_all(head)?;
+            }
+            self.head_len += head.len() as u64;
+        }
+        if !tail.is_empty() {
+            self.write_tail(tail)?;
+        }
+        Ok(())
+    }
+
+    /// Writes into the ring: the byte at tail offset `o` lives at `o % tail_cap`.
+    fn write_tail(&mut self, data: &[u8]) -> io::Result<()> {
+        let offset = self.tail_len;
+        self.tail_len += data.len() as u64;
+        let cap = self.tail_cap;
+        if cap == 0 {
+            return Ok(());
+        }
+        // Only the last `cap` bytes of `data` can survive.
+        let skip = data
+            .len()
+            .saturating_sub(usize::try_from(cap).unwrap_or(usize::MAX));
+        let data = &data[skip..];
+        let pos = (offset + skip as u64) % cap;
+        let first = data
+            .len()
+            .min(usize::try_from(cap - pos).unwrap_or(usize::MAX));
+        let ring = self.ring()?;
+        ring.write_all_at(&data[..first], pos)?;
+        ring.write_all_at(&data[first..], 0)
+    }
+
+    fn ring(&mut self) -> io::Result<&File> {
+        if self.ring.is_none() {
+            let mut name = self.path.clone().into_os_string();
+            name.push(".tail");
+            let path = PathBuf::from(name);
+            // Only a crash between create and unlink below leaves one behind.
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)?;
+            fs::remove_file(&path)?;
+            self.ring = Some(file);
+        }
+        Ok(self.ring.as_ref().expect("just set"))
+    }
+}
+
+/// Appends `len` bytes of `from`, starting at `start`, to `to`.
+fn copy_range(mut from: &File, start: u64, len: u64, to: &mut File) -> io::Result<()> {
+    from.seek(SeekFrom::Start(start))?;
+    let copied = io::copy(&mut from.take(len), to)?;
+    if copied != len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "output tail shorter than recorded",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn rules(literals: &[&str], regexes: &[&str]) -> RedactRules {
+        let regexes: Vec<String> = regexes.iter().map(|r| r.to_string()).collect();
+        RedactRules::new(
+            literals.iter().map(|l| l.as_bytes().to_vec()).collect(),
+            &regexes,
+        )
+        .expect("valid rules")
+    }
+
+    /// Feeds `pieces` through one redactor, returns the output and the redaction count.
+    fn stream(rules: &RedactRules, pieces: &[&[u8]]) -> (String, u64) {
+        let mut r = Redactor::new(rules);
+        let mut out = Vec::new();
+        for p in pieces {
+            r.push(p, &mut out);
+        }
+        r.finish(&mut out);
+        (String::from_utf8(out).expect("utf-8"), r.redactions())
+    }
+
+    #[test]
+    fn redacts_table() {
+        fn check(literals: &[&str], regexes: &[&str], input: &str, expected: &str) {
+            let (got, _) = stream(&rules(literals, regexes), &[input.as_bytes()]);
+            assert_eq!(got, expected, "input {input:?}");
+        }
+        check(&["s3cr3t"], &[], "a s3cr3t b\n", "a [REDACTED] b\n");
+        check(&["s3cr3t"], &[], "s3cr3ts3cr3t", "[REDACTED][REDACTED]");
+        check(
+            &[],
+            &["(?i)password=\\S+"],
+            "x PassWord=hunter2 y\n",
+            "x [REDACTED] y\n",
+        );
+        check(
+            &["tok"],
+            &["t[0-9]+"],
+            "t12 tok t3\n",
+            "[REDACTED] [REDACTED] [REDACTED]\n",
+        );
+        // One secret a prefix of another: the longer one is redacted whole.
+        check(
+            &["abc", "abcdef"],
+            &[],
+            "abcdef abc abcd\n",
+            "[REDACTED] [REDACTED] [REDACTED]d\n",
+        );
+        // Overlapping secrets: the union goes.
+        check(&["abcd", "cdef"], &[], "xabcdefx\n", "x[REDACTED]x\n");
+        check(&["aa"], &[], "aaa\n", "[REDACTED]\n");
+        // A regex match overlapping a literal one: the union goes.
+        check(&["key"], &["y=\\S+"], "key=v1 z\n", "[REDACTED] z\n");
+        check(&["x"], &[], "", "");
+        check(
+            &["multi\nline"],
+            &[],
+            "a multi\nline b\n",
+            "a [REDACTED] b\n",
+        );
+    }
+
+    #[test]
+    fn secret_split_at_every_position() {
+        let rules = rules(&["s3cr3t-value", "other"], &["(?i)password=\\S+"]);
+        let text = b"one s3cr3t-value two password=hunter2 three other\n";
+        for i in 0..=text.len() {
+            for j in i..=text.len() {
+                let (got, n) = stream(&rules, &[&text[..i], &text[i..j], &text[j..]]);
+                assert_eq!(
+                    got, "one [REDACTED] two [REDACTED] three [REDACTED]\n",
+                    "split at {i}, {j}"
+                );
+                assert_eq!(n, 3);
+            }
+        }
+    }
+
+    #[test]
+    fn one_byte_writes() {
+        let rules = rules(&["s3cr3t", "multi\nline"], &["(?i)password=\\S+"]);
+        let text = b"s3cr3t\nPASSWORD=x y\nmulti\nline\nend s3cr";
+        let pieces: Vec<&[u8]> = text.chunks(1).collect();
+        let (got, n) = stream(&rules, &pieces);
+        assert_eq!(got, "[REDACTED]\n[REDACTED] y\n[REDACTED]\nend s3cr");
+        assert_eq!(n, 3);
+    }
+
+    #[test]
+    fn long_line_secret_straddles_cut() {
+        let secret = "0123456789abcdef-secret";
+        let rules = rules(&[secret], &[]);
+        // A line well over the cap, the secret placed around where the first cut falls.
+        for at in (LINE_CAP - 40)..(LINE_CAP + 40) {
+            let mut line = vec![b'x'; LINE_CAP + 200];
+            line[at..at + secret.len()].copy_from_slice(secret.as_bytes());
+            let mut expected = line[..at].to_vec();
+            expected.extend_from_slice(REDACTED.as_bytes());
+            expected.extend_from_slice(&line[at + secret.len()..]);
+            for size in [1, 7, 4096, line.len()] {
+                let mut r = Redactor::new(&rules);
+                let mut out = Vec::new();
+                for piece in line.chunks(size) {
+                    r.push(piece, &mut out);
+                }
+                assert!(!out.is_empty(), "a line over the cap is released in part");
+                assert!(r.pending.len() < LINE_CAP + size + secret.len());
+                r.finish(&mut out);
+                assert!(out == expected, "secret at {at}, pieces of {size}");
+                assert_eq!(r.redactions(), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn empty_literal_ignored_and_bad_patterns_rejected() {
+        let empty = RedactRules::new(vec![Vec::new()], &[]).expect("valid");
+        assert!(empty.is_empty());
+        assert_eq!(stream(&empty, &[b"abc"]), ("abc".to_owned(), 0));
+        assert!(matches!(
+            RedactRules::new(Vec::new(), &["(".to_owned()]),
+            Err(RuleError::InvalidPattern { .. })
+        ));
+        assert!(matches!(
+            RedactRules::new(Vec::new(), &["x*".to_owned()]),
+            Err(RuleError::MatchesEmpty { .. })
+        ));
+    }
+
+    #[test]
+    fn non_utf8_literal_and_debug_hides_secrets() {
+        let rules = RedactRules::new(vec![b"\xff\x00(.*)".to_vec()], &[]).expect("valid");
+        let (got, n) = {
+            let mut r = Redactor::new(&rules);
+            let mut out = Vec::new();
+            r.push(b"a\xff\x00(.*)b \xff\x00(x)\n", &mut out);
+            r.finish(&mut out);
+            (out, r.redactions())
+        };
+        assert_eq!(got, b"a[REDACTED]b \xff\x00(x)\n");
+        assert_eq!(n, 1);
+        let shown = format!("{:?}", self::rules(&["hunter2"], &[]));
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn redact_all_short_text() {
+        let rules = rules(&["hunter2"], &["token=\\w+"]);
+        assert_eq!(
+            redact_all(&rules, "login with hunter2 failed; token=abc"),
+            "login with [REDACTED] failed; [REDACTED]"
+        );
+        assert_eq!(redact_all(&RedactRules::default(), "as is"), "as is");
+    }
+
+    /// `count` numbered lines, 12 bytes each.
+    fn numbered(count: usize) -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| format!("line {i:06}\n").into_bytes())
+            .collect()
+    }
+
+    fn log_of(
+        limit: u64,
+        rules: &RedactRules,
+        writes: &[(Stream, &[u8])],
+    ) -> (Vec<u8>, OutputSummary) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("attempt.log");
+        let mut log = OutputLog::create(&path, limit, rules).expect("create");
+        for (stream, chunk) in writes {
+            log.write(*stream, chunk).expect("write");
+        }
+        let summary = log.finish().expect("finish");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .expect("read dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        if summary.bytes == 0 {
+            assert!(names.is_empty(), "no output, no file: {names:?}");
+            return (Vec::new(), summary);
+        }
+        assert_eq!(names, ["attempt.log"], "the ring file is gone");
+        (fs::read(&path).expect("read log"), summary)
+    }
+
+    #[test]
+    fn head_and_tail_with_marker() {
+        let output = numbered(10_000);
+        for (limit, size) in [
+            (1000, 1),
+            (1000, 12),
+            (1000, 999),
+            (1000, 5000),
+            (1001, 4096),
+            (4, 100_000),
+        ] {
+            let writes: Vec<_> = output.chunks(size).map(|c| (Stream::Stdout, c)).collect();
+            let (stored, summary) = log_of(limit, &RedactRules::default(), &writes);
+            let head = (limit / 2) as usize;
+            let tail = limit as usize - head;
+            let omitted = output.len() - head - tail;
+            let mut expected = output[..head].to_vec();
+            expected.extend_from_slice(
+                format!("\n[spoold: {omitted} bytes of output omitted]\n").as_bytes(),
+            );
+            expected.extend_from_slice(&output[output.len() - tail..]);
+            assert!(stored == expected, "limit {limit}, writes of {size}");
+            assert_eq!(
+                summary,
+                OutputSummary {
+                    bytes: output.len() as u64,
+                    truncated_bytes: omitted as u64,
+                    redactions: 0
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn no_truncation_up_to_the_limit() {
+        let output = numbered(100);
+        for limit in [output.len() as u64, output.len() as u64 + 1, 1 << 20] {
+            let writes: Vec<_> = output.chunks(100).map(|c| (Stream::Stdout, c)).collect();
+            let (stored, summary) = log_of(limit, &RedactRules::default(), &writes);
+            assert!(stored == output, "limit {limit}");
+            assert_eq!(summary.truncated_bytes, 0);
+        }
+        let (stored, summary) = log_of(100, &RedactRules::default(), &[]);
+        assert!(stored.is_empty());
+        assert_eq!(summary.bytes, 0);
+    }
+
+    #[test]
+    fn redacted_before_truncation() {
+        let rules = rules(&["s3cr3t"], &[]);
+        let output = b"aaaa s3cr3t bbbb s3cr3t cccc\n".repeat(50);
+        let writes: Vec<_> = output.chunks(3).map(|c| (Stream::Stderr, c)).collect();
+        let (stored, summary) = log_of(200, &rules, &writes);
+        assert!(!stored.windows(6).any(|w| w == b"s3cr3t"));
+        assert_eq!(summary.redactions, 100);
+        assert_eq!(
+            summary.bytes,
+            output.len() as u64 + 100 * (REDACTED.len() as u64 - 6)
+        );
+    }
+
+    #[test]
+    fn streams_interleave_by_line_with_a_redactor_each() {
+        let rules = rules(&["s3cr3t"], &[]);
+        let writes: [(Stream, &[u8]); 5] = [
+            (Stream::Stdout, b"out s3c"),
+            (Stream::Stderr, b"err s3"),
+            (Stream::Stdout, b"r3t done\nout 2"),
+            (Stream::Stderr, b"cr3t done\n"),
+            (Stream::Stdout, b" end"),
+        ];
+        let (stored, summary) = log_of(1 << 20, &rules, &writes);
+        assert_eq!(
+            String::from_utf8(stored).expect("utf-8"),
+            "out [REDACTED] done\nerr [REDACTED] done\nout 2 end"
+        );
+        assert_eq!(summary.redactions, 2);
+    }
+
+    #[test]
+    fn file_mode_followers_and_no_clobbering() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("attempt.log");
+        let rules = rules(&["s3cr3t"], &[]);
+        let mut log = OutputLog::create(&path, 10, &rules).expect("create");
+        assert!(!path.exists(), "no file before the first byte of output");
+        log.write(Stream::Stdout, b"before\n").expect("write");
+        let mode = fs::metadata(&path).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut follow = log.subscribe();
+        assert_eq!(follow.from, 7);
+        log.write(Stream::Stdout, b"a s3cr3t").expect("write");
+        log.write(Stream::Stdout, b" b\n").expect("write");
+        assert_eq!(log.bytes_written_to_head(), 5);
+        assert_eq!(log.path(), path);
+        let mut clobber = OutputLog::create(&path, 10, &rules).expect("create");
+        assert!(
+            clobber.write(Stream::Stdout, b"x\n").is_err(),
+            "an existing log is never appended to"
+        );
+        log.finish().expect("finish");
+        assert_eq!(
+            follow.chunks.try_recv().expect("a chunk"),
+            Bytes::from_static(b"a [REDACTED] b\n")
+        );
+        assert!(matches!(
+            follow.chunks.try_recv(),
+            Err(broadcast::error::TryRecvError::Closed)
+        ));
+    }
+}

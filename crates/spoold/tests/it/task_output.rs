@@ -1,0 +1,220 @@
+//! Task output end to end, against a daemon process: a script prints 50 MiB with a secret from
+//! `secret_env` split across two writes and a password the `redact` patterns catch. What is kept
+//! is within the limit, with the marker; the secret is nowhere — output file, API, result
+//! summary, the daemon's log, the database file; and the daemon's memory does not grow with
+//! the output.
+
+use std::time::Duration;
+
+use serde_json::json;
+use spool_testkit::{Api, DaemonProcess};
+use tempfile::TempDir;
+
+use crate::task_locks::config_with;
+use crate::tasks::{get, id, submit, wait_task, Setup};
+
+const SECRET: &str = "s3cr3t-t0ken-abcdefgh-XYZ";
+const LIMIT: usize = 1 << 20;
+
+/// Resident memory of `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn output_is_bounded_and_redacted_everywhere() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    std::fs::write(setup.dir.join("token"), format!("{SECRET}\n")).expect("secret file");
+    setup.script(
+        "chatty.sh",
+        r#"first=${TOKEN%????????}
+rest=${TOKEN#"$first"}
+printf 'token=%s' "$first"; sleep 0.05; printf '%s\n' "$rest"
+echo "PASSWORD=hunter2 and password=swordfish"
+yes 'a line of output that goes on and on, 0123456789' | head -c 52428800
+printf 'closing token=%s' "$first"; sleep 0.05; printf '%s\n' "$rest"
+echo "summary with $TOKEN" > "$SPOOLD_RESULT_FILE""#,
+    );
+    let extra = format!(
+        r#"
+[tasks.chatty]
+command = ["{script}"]
+output_limit = "1MiB"
+secret_env.TOKEN = {{ file = "{token}" }}
+redact = ["(?i)password=\\S+"]
+"#,
+        script = setup.path("chatty.sh"),
+        token = setup.path("token"),
+    );
+    let config = config_with(&setup, &extra);
+    let data = TempDir::new().expect("data dir");
+    let mut daemon = DaemonProcess::start(crate::process_opts(&data).args(["--config", &config]))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let before = rss(daemon.pid());
+    let (status, task) = submit(&api, json!({"type": "chatty", "idempotencyKey": "c"})).await;
+    assert_eq!(status, 201, "{task}");
+    let task_id = id(&task);
+    let mut peak = before;
+    loop {
+        peak = peak.max(rss(daemon.pid()));
+        let t = get(&api, &format!("/v1/tasks/{task_id}")).await;
+        if t["status"] != "pending" && t["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let t = wait_task(&api, &task_id, &["succeeded"]).await;
+    assert!(
+        peak < before + (32 << 20),
+        "the daemon's memory grew with the output: {before} → {peak} bytes"
+    );
+    assert_eq!(t["resultSummary"], "summary with [REDACTED]", "{t}");
+
+    let attempts = get(&api, &format!("/v1/tasks/{task_id}/attempts")).await;
+    let a = &attempts["attempts"][0];
+    assert_eq!(a["outputTruncated"], true, "{a}");
+    assert!(
+        a["outputBytes"].as_u64().is_some_and(|n| n > 50 << 20),
+        "{a}"
+    );
+    assert!(a["redactions"].as_u64().is_some_and(|n| n >= 4), "{a}");
+
+    let (status, headers, body) = api
+        .request(
+            http::Method::GET,
+            &format!("/v1/tasks/{task_id}/output"),
+            None,
+        )
+        .await
+        .expect("output");
+    assert_eq!(status, 200);
+    assert!(headers[http::header::CONTENT_TYPE]
+        .to_str()
+        .is_ok_and(|t| t.starts_with("text/plain")));
+    assert!(body.len() <= LIMIT + 100, "{} bytes kept", body.len());
+    assert!(
+        body.starts_with(b"token=[REDACTED]\n[REDACTED] and [REDACTED]\n"),
+        "{:?}",
+        String::from_utf8_lossy(&body[..body.len().min(200)])
+    );
+    assert!(body.ends_with(b"closing token=[REDACTED]\n"));
+    assert!(contains(&body, "bytes of output omitted]"));
+    for leaked in [SECRET, "hunter2", "swordfish"] {
+        assert!(!contains(&body, leaked), "{leaked} in the API's output");
+    }
+
+    // Nowhere on disk either, nor in the daemon's log.
+    let file = data
+        .path()
+        .join(format!("data/task-output/{task_id}-1.log"));
+    let meta = std::fs::metadata(&file).expect("output file");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let stored = std::fs::read(&file).expect("output file");
+    assert_eq!(stored, body.to_vec());
+    let mut db = std::fs::read(data.path().join("data/spoold.db")).expect("db");
+    db.extend(std::fs::read(data.path().join("data/spoold.db-wal")).unwrap_or_default());
+    let metrics = api
+        .request(http::Method::GET, "/metrics", None)
+        .await
+        .expect("metrics")
+        .2;
+    daemon.terminate().await.expect("stop");
+    let log = daemon.stderr();
+    for (what, bytes) in [
+        ("database", &db[..]),
+        ("log", log.as_bytes()),
+        ("metrics", &metrics[..]),
+    ] {
+        assert!(!contains(bytes, SECRET), "the secret is in the {what}");
+    }
+    assert!(contains(
+        &metrics,
+        "spoold_task_redactions_total{task_type=\"chatty\"}"
+    ));
+}
+
+/// `follow=true` streams a running attempt's output as it is printed, and ends with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn following_streams_a_running_attempt() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "ticks.sh",
+        r#"for i in 1 2 3 4 5; do echo "tick $i"; sleep 0.1; done
+echo "done" >&2"#,
+    );
+    let extra = format!(
+        "\n[tasks.ticks]\ncommand = [\"{}\"]\n",
+        setup.path("ticks.sh")
+    );
+    let config = config_with(&setup, &extra);
+    let d = crate::InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        crate::Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let (_, task) = submit(&d.api, json!({"type": "ticks", "idempotencyKey": "t"})).await;
+    let task_id = id(&task);
+    wait_task(&d.api, &task_id, &["running"]).await;
+    let started = std::time::Instant::now();
+    let (status, _, body) = d
+        .api
+        .request(
+            http::Method::GET,
+            &format!("/v1/tasks/{task_id}/output?follow=true"),
+            None,
+        )
+        .await
+        .expect("follow");
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "the stream ended before the attempt did"
+    );
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.ends_with("tick 5\ndone\n"), "{text:?}");
+    wait_task(&d.api, &task_id, &["succeeded"]).await;
+    // Afterwards the stored log is the same output; an attempt that does not exist has none.
+    let (_, _, stored) = d
+        .api
+        .request(
+            http::Method::GET,
+            &format!("/v1/tasks/{task_id}/output?attempt=1"),
+            None,
+        )
+        .await
+        .expect("output");
+    assert_eq!(
+        String::from_utf8_lossy(&stored),
+        "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ndone\n"
+    );
+    let (status, _, body) = d
+        .api
+        .request(
+            http::Method::GET,
+            &format!("/v1/tasks/{task_id}/output?attempt=2"),
+            None,
+        )
+        .await
+        .expect("output");
+    assert_eq!(status, 404);
+    assert!(String::from_utf8_lossy(&body).contains("output_not_found"));
+}
