@@ -32,6 +32,8 @@ pub struct Plan {
     pub tasks: u64,
     /// Tasks: `--task-concurrency` values.
     pub task_concurrency: Vec<u32>,
+    /// Tasks: bytes one task prints through redaction (the output case).
+    pub task_output_bytes: u64,
     /// Backlog: pending deliveries in the database at start.
     pub backlog_pending: u64,
     /// Backlog: the fresh batch delivered on top.
@@ -60,6 +62,7 @@ impl Plan {
             e2e_deliveries: 100_000,
             tasks: 10_000,
             task_concurrency: vec![2, 16],
+            task_output_bytes: 1 << 30,
             e2e_enqueue_concurrency: 64,
             e2e_per_target: vec![None, Some(1), Some(64)],
             at_most_once: false,
@@ -83,6 +86,7 @@ impl Plan {
             e2e_deliveries: 2_000,
             tasks: 200,
             task_concurrency: vec![2, 16],
+            task_output_bytes: 8 << 20,
             e2e_enqueue_concurrency: 16,
             e2e_per_target: vec![None, Some(1), Some(64)],
             at_most_once: false,

@@ -143,7 +143,7 @@ pub struct Reconcile {
 }
 
 /// An integer, also when written with a zero fraction (`8.0`); `null` is absent.
-fn integral<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+pub(crate) fn integral<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     use serde::de::Error as _;
     match Option::<serde_json::Number>::deserialize(d)? {
         None => Ok(None),

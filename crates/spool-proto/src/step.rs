@@ -69,9 +69,19 @@ pub struct ReportStep {
     pub name: Option<String>,
     /// The attempt reporting it (`SPOOLD_ATTEMPT`); it must be the task's running attempt, or
     /// the answer is 409 `not_current_attempt`. Required.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(required = true, nullable = false, minimum = 1)]
-    pub attempt: Option<u32>,
+    /// A number with a zero fraction (`2.0`) is an integer too, as JSON Schema says.
+    #[serde(
+        default,
+        deserialize_with = "crate::delivery::integral",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(
+        required = true,
+        nullable = false,
+        minimum = 1,
+        maximum = 4294967295_i64
+    )]
+    pub attempt: Option<i64>,
 }
 
 /// One step done: 201 when recorded now, 200 when it was done before (`attempt` is then the

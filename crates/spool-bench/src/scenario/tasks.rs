@@ -1,6 +1,9 @@
 //! Tasks: `tasks` submissions of a type that runs `/bin/true` (each attempt in its own process
-//! group, every state change through group commit), at task concurrency 2 and 16. Time runs
-//! from the first submission to the daemon reporting the last task `succeeded`.
+//! group, every state change through group commit), at task concurrency 2 and 16; then the same
+//! spread over 4 types that share 2 locks, at the highest concurrency. Time runs from the first
+//! submission to the daemon reporting the last task `succeeded`. Last, one task that prints
+//! `task_output_bytes` through 3 secrets and 2 patterns: its output rate, the daemon's peak
+//! memory, and the output kept.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,19 +21,47 @@ const DONE_POLL: Duration = Duration::from_millis(10);
 /// Client concurrency of the submissions.
 const SUBMIT_CONCURRENCY: usize = 64;
 
+/// One type running `/bin/true`, no locks.
+const LOCK_FREE: &str = "[tasks.t0]\ncommand = [\"/bin/true\"]\n";
+
+/// Four types running `/bin/true`; two share lock `a`, two lock `b`.
+const LOCKED: &str = "[tasks.t0]\ncommand = [\"/bin/true\"]\nlocks = [\"a\"]\n\
+     [tasks.t1]\ncommand = [\"/bin/true\"]\nlocks = [\"a\"]\n\
+     [tasks.t2]\ncommand = [\"/bin/true\"]\nlocks = [\"b\"]\n\
+     [tasks.t3]\ncommand = [\"/bin/true\"]\nlocks = [\"b\"]\n";
+
 pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
     let n = bench.plan.tasks;
     bench.results.note(format!(
         "tasks: {n} submissions of a type running /bin/true, at client concurrency \
          {SUBMIT_CONCURRENCY}, while the daemon runs them; time runs from the first submission \
-         to the daemon reporting the last success"
+         to the daemon reporting the last success. 4-types-2-locks: the same spread over four \
+         types, two holding lock a and two lock b (at most two run at once)"
     ));
-    for concurrency in bench.plan.task_concurrency.clone() {
-        let case = format!("task-concurrency={concurrency}");
+    let highest = bench
+        .plan
+        .task_concurrency
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(2);
+    let mut cases: Vec<(String, u32, &str, u64)> = bench
+        .plan
+        .task_concurrency
+        .iter()
+        .map(|c| (format!("task-concurrency={c}"), *c, LOCK_FREE, 1))
+        .collect();
+    cases.push((
+        format!("4-types-2-locks task-concurrency={highest}"),
+        highest,
+        LOCKED,
+        4,
+    ));
+    for (case, concurrency, types, type_count) in cases {
         for run in 0..bench.plan.runs {
-            let dir = bench.fresh_dir(&format!("{SCENARIO}-c{concurrency}"))?;
+            let dir = bench.fresh_dir(&format!("{SCENARIO}-c{concurrency}-t{type_count}"))?;
             let config = dir.join("spoold.toml");
-            std::fs::write(&config, "[tasks.true]\ncommand = [\"/bin/true\"]\n")
+            std::fs::write(&config, types)
                 .with_context(|| format!("write {}", config.display()))?;
             let args = vec![
                 "--config".to_owned(),
@@ -48,8 +79,9 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
                 requests: n,
                 expect: StatusCode::CREATED,
                 time_limit: limit,
-                body: Arc::new(|i| {
-                    Bytes::from(format!(r#"{{"type":"true","idempotencyKey":"t-{i}"}}"#))
+                body: Arc::new(move |i| {
+                    let t = i % type_count;
+                    Bytes::from(format!(r#"{{"type":"t{t}","idempotencyKey":"t-{i}"}}"#))
                 }),
             };
             let submitted = closed_loop(&load).await?;
@@ -106,6 +138,124 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             daemon.stop().await?;
             bench.discard(&dir);
         }
+    }
+    output(bench).await
+}
+
+/// One task prints `task_output_bytes` of log-like lines (with secrets and passwords in them)
+/// as fast as it can, through 3 secrets and 2 patterns, into a 1 MiB log.
+async fn output(bench: &mut Bench) -> anyhow::Result<()> {
+    let bytes = bench.plan.task_output_bytes;
+    let case = "1 task printing, 3 secrets, 2 patterns";
+    bench.results.note(format!(
+        "tasks output: one task prints {} MiB of 60-byte lines holding secrets and passwords \
+         (`yes … | head -c`) with 3 secret_env values and 2 redact patterns and output_limit \
+         1MiB; rate = bytes / the attempt's duration; memory = the daemon's peak RSS (VmHWM)",
+        bytes >> 20
+    ));
+    for run in 0..bench.plan.runs {
+        let dir = bench.fresh_dir(&format!("{SCENARIO}-output"))?;
+        let mut secrets = String::new();
+        for (i, value) in [
+            "alpha-s3cret-0001",
+            "bravo-s3cret-0002",
+            "charlie-s3cret-03",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let file = dir.join(format!("secret{i}"));
+            std::fs::write(&file, value).with_context(|| format!("write {}", file.display()))?;
+            secrets.push_str(&format!(
+                "secret_env.S{i} = {{ file = \"{}\" }}\n",
+                file.display()
+            ));
+        }
+        let config = dir.join("spoold.toml");
+        let script = format!(
+            "yes \"line $S0 password=hunter2 Authorization: Bearer $S2 ok\" | head -c {bytes}"
+        );
+        std::fs::write(
+            &config,
+            format!(
+                "[tasks.chatty]\ncommand = [\"/bin/sh\", \"-c\", {script:?}]\ntimeout = \"10m\"\n\
+                 output_limit = \"1MiB\"\n{secrets}\
+                 redact = [\"(?i)password=\\\\S+\", \"(?i)authorization: bearer \\\\S+\"]\n"
+            ),
+        )
+        .with_context(|| format!("write {}", config.display()))?;
+        let args = vec!["--config".to_owned(), config.display().to_string()];
+        let daemon = bench.start_daemon(&dir, &args).await?;
+        let before = daemon.memory()?;
+        let mut api = daemon.connect().await?;
+        let (status, body) = api
+            .send(
+                http::Method::POST,
+                "/v1/tasks",
+                Some(Bytes::from_static(
+                    br#"{"type":"chatty","idempotencyKey":"o"}"#,
+                )),
+            )
+            .await?;
+        if status != StatusCode::CREATED {
+            bail!("submit: {status}");
+        }
+        let task: serde_json::Value = serde_json::from_slice(&body).context("task JSON")?;
+        let id = task["id"].as_str().context("task id")?.to_owned();
+        let limit = Duration::from_secs(600);
+        let started = Instant::now();
+        let attempt = loop {
+            let list = api.get_json(&format!("/v1/tasks/{id}/attempts")).await?;
+            let a = list["attempts"][0].clone();
+            if a["finishedAt"].is_string() {
+                break a;
+            }
+            if started.elapsed() > limit {
+                bail!("the output task did not end within {limit:?}");
+            }
+            tokio::time::sleep(DONE_POLL * 10).await;
+        };
+        if attempt["outcome"] != "succeeded" {
+            bail!("the output task ended {attempt}");
+        }
+        let memory = daemon.memory()?;
+        let (_, kept) = api
+            .send(http::Method::GET, &format!("/v1/tasks/{id}/output"), None)
+            .await?;
+        let seconds = attempt["durationMs"].as_f64().unwrap_or(0.0) / 1000.0;
+        let rate = bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9);
+        let leaked = ["alpha-s3cret-0001", "hunter2"]
+            .iter()
+            .any(|s| kept.windows(s.len()).any(|w| w == s.as_bytes()));
+        if leaked {
+            bail!("a secret is in the kept output");
+        }
+        eprintln!(
+            "{} {} MiB in {seconds:.2} s: {rate:.0} MiB/s; peak RSS {} MiB (before {} MiB); kept {} bytes",
+            bench.label(SCENARIO, case, run),
+            bytes >> 20,
+            memory.peak_bytes >> 20,
+            before.rss_bytes >> 20,
+            kept.len(),
+        );
+        let r = &mut bench.results;
+        r.record(
+            SCENARIO,
+            case,
+            "output rate through redaction",
+            "MiB/s",
+            rate,
+        );
+        r.record(
+            SCENARIO,
+            case,
+            "daemon peak RSS",
+            "MiB",
+            (memory.peak_bytes >> 20) as f64,
+        );
+        r.record(SCENARIO, case, "output kept", "bytes", kept.len() as f64);
+        daemon.stop().await?;
+        bench.discard(&dir);
     }
     Ok(())
 }

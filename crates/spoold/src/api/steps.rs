@@ -47,9 +47,13 @@ pub async fn report(
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
     let name = StepName::parse(req.name.as_deref().unwrap_or_default())
         .map_err(|e| invalid(e.to_string()))?;
-    let attempt = req.attempt.filter(|a| *a >= 1).ok_or_else(|| {
-        invalid("attempt is required: the attempt reporting it (SPOOLD_ATTEMPT)".into())
-    })?;
+    let attempt = req
+        .attempt
+        .and_then(|a| u32::try_from(a).ok())
+        .filter(|a| *a >= 1)
+        .ok_or_else(|| {
+            invalid("attempt is required: the attempt reporting it (SPOOLD_ATTEMPT)".into())
+        })?;
     if let Some(Extension(auth)) = auth {
         if auth.attempt != attempt {
             return Err(ApiError::new(

@@ -28,7 +28,7 @@ const SETTLE: Duration = Duration::from_secs(5);
     get, path = "/v1/tasks/{id}/output", tag = "tasks",
     params(
         ("id" = String, Path, description = "Task id"),
-        ("attempt" = Option<u32>, Query, description = "Attempt number (default: the latest)"),
+        ("attempt" = Option<u32>, Query, minimum = 1, description = "Attempt number, from 1 (default: the latest)"),
         ("follow" = Option<bool>, Query, description = "Stream a running attempt's output until it ends"),
     ),
     responses(

@@ -21,7 +21,7 @@ pub async fn run(
 ) -> anyhow::Result<Exit> {
     let req = ReportStep {
         name: Some(args.name.to_string()),
-        attempt: Some(env.attempt),
+        attempt: Some(i64::from(env.attempt)),
     };
     match client.report_step(&env.task_id, &req).await {
         Ok(step) => {
