@@ -34,6 +34,10 @@ pub enum ErrorCode {
     StorageFull,
     /// The create could not be made durable.
     PersistenceFailed,
+    /// The database server cannot be reached (PostgreSQL): nothing was written, or for a
+    /// create whose COMMIT was cut off, it is unknown — retry with the same idempotency key.
+    /// The daemon reconnects by itself.
+    StorageUnavailable,
     /// Any other server-side failure.
     InternalError,
     /// `/readyz`: the store cannot write.
@@ -57,7 +61,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -71,6 +75,7 @@ impl ErrorCode {
         ErrorCode::JournalFull,
         ErrorCode::StorageFull,
         ErrorCode::PersistenceFailed,
+        ErrorCode::StorageUnavailable,
         ErrorCode::InternalError,
         ErrorCode::NotReady,
         ErrorCode::Unauthorized,
@@ -98,6 +103,7 @@ impl ErrorCode {
             ErrorCode::JournalFull => "journal_full",
             ErrorCode::StorageFull => "storage_full",
             ErrorCode::PersistenceFailed => "persistence_failed",
+            ErrorCode::StorageUnavailable => "storage_unavailable",
             ErrorCode::InternalError => "internal_error",
             ErrorCode::NotReady => "not_ready",
             ErrorCode::Unauthorized => "unauthorized",
@@ -132,7 +138,7 @@ impl ErrorCode {
             | ErrorCode::InvalidTransition
             | ErrorCode::NotCurrentAttempt => 409,
             ErrorCode::PersistenceFailed | ErrorCode::InternalError => 500,
-            ErrorCode::NotReady => 503,
+            ErrorCode::NotReady | ErrorCode::StorageUnavailable => 503,
             ErrorCode::JournalFull | ErrorCode::StorageFull => 507,
         }
     }

@@ -38,6 +38,18 @@ pub enum StoreError {
     #[error("storage error: {0}")]
     Storage(String),
 
+    /// The database server cannot be reached right now (connection refused or lost, no pooled
+    /// connection within the wait): nothing was written, or — if the connection broke during
+    /// COMMIT — the outcome is unknown to us. The store reconnects by itself.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+
+    /// The transaction lost a race with another one (a serialization failure or a deadlock)
+    /// and was rolled back whole: it is safe to run again. The store retries it a few times
+    /// before giving up with this error.
+    #[error("database contention: {0}")]
+    Contention(String),
+
     /// Any other database error.
     #[error("database error: {0}")]
     Database(String),
@@ -72,6 +84,7 @@ impl StoreError {
         match self {
             StoreError::DiskFull(_) => "storage_full",
             StoreError::Corrupt { .. } => "storage_corrupt",
+            StoreError::Unavailable(_) => "storage_unavailable",
             _ => "storage_error",
         }
     }

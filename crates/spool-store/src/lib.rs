@@ -12,12 +12,15 @@
 //! - [`model`]: statuses, transitions and the records crossing the boundary (backend-neutral;
 //!   timestamps are integer milliseconds).
 //! - [`sqlite`]: the embedded backend — group-commit writer thread, read pool, migrations.
+//! - [`postgres`]: the shared backend — several hosts on one database, claims with
+//!   `FOR UPDATE SKIP LOCKED`, the database's clock, LISTEN/NOTIFY wake-ups.
 //! - [`clock`]: the one clock due times and leases are decided on.
 //! - [`error`]: [`StoreError`], in terms the daemon acts on.
 
 pub mod clock;
 pub mod error;
 pub mod model;
+pub mod postgres;
 pub mod sqlite;
 pub mod tasks;
 
@@ -35,12 +38,14 @@ use model::{
 #[derive(Debug, Clone)]
 pub enum Store {
     Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
 }
 
 macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {
         match $self {
             Store::Sqlite($s) => $call,
+            Store::Postgres($s) => $call,
         }
     };
 }

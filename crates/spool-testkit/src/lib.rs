@@ -13,6 +13,7 @@
 //!   reconciliation.
 //! - [`api`]: [`Api`] calls the daemon's HTTP API (TCP or unix socket) and returns
 //!   `(status, json)` pairs.
+//! - [`pg`]: [`TestDatabase`], a PostgreSQL database of a test's own (`SPOOLD_TEST_PG_URL`).
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
 //!   command runner, and the rule that skips such a test where it cannot run unless an
 //!   environment variable requires it.
@@ -41,6 +42,7 @@
 pub mod api;
 pub mod bin_path;
 pub mod daemon;
+pub mod pg;
 pub mod privileged;
 pub mod receiver;
 pub mod remote;
@@ -48,5 +50,6 @@ pub mod remote;
 pub use api::Api;
 pub use bin_path::cargo_bin;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
+pub use pg::TestDatabase;
 pub use receiver::{Receiver, Recorded, Reply};
 pub use remote::{CreateBehavior, Record, RemoteApi, SearchBehavior};

@@ -56,14 +56,20 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub unix_socket: Option<PathBuf>,
 
-    /// SQLite database file (created with its directory if missing).
+    /// The store: a SQLite file (a path or sqlite:PATH; created with its directory if missing),
+    /// or a PostgreSQL database shared by several hosts (postgres://user@host/db).
     #[arg(
         long,
         env = "SPOOLD_DB",
         default_value = "data/spoold.db",
-        value_name = "PATH"
+        value_name = "PATH|URL"
     )]
     pub db: PathBuf,
+
+    /// Where task results and output logs are kept. Default: the SQLite file's directory; with
+    /// PostgreSQL, ./data.
+    #[arg(long, env = "SPOOLD_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 
     /// Refuse new deliveries (507 journal_full) once the database is this large; 0 = no limit.
     #[arg(long, alias = "max-journal-bytes", default_value = "1GiB", value_parser = parse_size_arg, value_name = "SIZE")]
@@ -169,7 +175,9 @@ pub enum Listen {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: Listen,
-    pub db: PathBuf,
+    pub db: Database,
+    /// Task results and output logs (absolute).
+    pub data_dir: PathBuf,
     pub max_db_bytes: u64,
     pub concurrency: u32,
     pub per_target_concurrency: u32,
@@ -292,7 +300,17 @@ impl Args {
                 )));
             }
         }
-        let db = database_path(&self.db)?;
+        let db = database(&self.db)?;
+        let data_dir = match (&self.data_dir, &db) {
+            (Some(dir), _) => std::path::absolute(dir)
+                .map_err(|e| ConfigError(format!("--data-dir {}: {e}", dir.display())))?,
+            (None, Database::Sqlite(path)) => path
+                .parent()
+                .map_or_else(|| PathBuf::from("/"), Path::to_path_buf),
+            (None, Database::Postgres(_)) => {
+                std::path::absolute("data").map_err(|e| ConfigError(format!("--data-dir: {e}")))?
+            }
+        };
         if self.concurrency == 0 {
             return err("--concurrency must be at least 1");
         }
@@ -335,6 +353,7 @@ impl Args {
         Ok(Config {
             listen,
             db,
+            data_dir,
             max_db_bytes: self.max_db_bytes,
             concurrency: self.concurrency,
             per_target_concurrency,
@@ -359,10 +378,45 @@ impl Args {
     }
 }
 
-/// The SQLite file `--db` names: a path, or `sqlite:PATH` / `sqlite://PATH`. Any other URL is
-/// refused, so that `--db postgres://…` cannot quietly create a file called `postgres:`. A
-/// relative path is made absolute here, against the working directory: the daemon logs it, and
-/// a daemon started from cron or another shell shows at once which queue it has.
+/// The store `--db` names.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// A SQLite file (absolute path).
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL (`postgres://` or `postgresql://`).
+    Postgres(String),
+}
+
+impl std::fmt::Display for Database {
+    /// The path, or the URL without its password: fit for logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{}", path.display()),
+            Database::Postgres(url) => f.write_str(&spool_store::postgres::redact_url(url)),
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Database({self})")
+    }
+}
+
+/// The store `--db` names: a PostgreSQL URL, or a SQLite file — a path, or `sqlite:PATH` /
+/// `sqlite://PATH`. Any other URL is refused, so that a typo in a scheme cannot quietly create
+/// a file called `postgress:`.
+fn database(given: &Path) -> Result<Database, ConfigError> {
+    let text = given.to_string_lossy();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        return Ok(Database::Postgres(text.into_owned()));
+    }
+    database_path(given).map(Database::Sqlite)
+}
+
+/// The SQLite file `--db` names. A relative path is made absolute here, against the working
+/// directory: the daemon logs it, and a daemon started from cron or another shell shows at
+/// once which queue it has.
 fn database_path(given: &Path) -> Result<PathBuf, ConfigError> {
     let text = given.to_string_lossy();
     let path = if let Some(rest) = text.strip_prefix("sqlite://") {
@@ -371,12 +425,13 @@ fn database_path(given: &Path) -> Result<PathBuf, ConfigError> {
         rest.to_owned()
     } else if text.starts_with("postgres:") || text.starts_with("postgresql:") {
         return Err(ConfigError(
-            "--db: PostgreSQL is not supported by this build; give a file path (or sqlite:PATH)"
+            "--db: a PostgreSQL database is given as a URL: postgres://user@host:port/database"
                 .into(),
         ));
     } else if let Some((scheme, _)) = text.split_once("://") {
         return Err(ConfigError(format!(
-            "--db: unknown database URL scheme {scheme:?}; give a file path (or sqlite:PATH)"
+            "--db: unknown database URL scheme {scheme:?}; give a file path, sqlite:PATH or \
+             postgres://…"
         )));
     } else {
         return std::path::absolute(given)
@@ -564,7 +619,11 @@ mod tests {
             Listen::Tcp("127.0.0.1:8080".parse().expect("addr"))
         );
         let cwd = std::env::current_dir().expect("working directory");
-        assert_eq!(c.db, cwd.join("data/spoold.db"), "made absolute");
+        assert_eq!(
+            c.db,
+            Database::Sqlite(cwd.join("data/spoold.db")),
+            "made absolute"
+        );
         assert_eq!(c.max_db_bytes, 1 << 30);
         assert_eq!((c.concurrency, c.per_target_concurrency), (64, 8));
         assert_eq!(c.request_timeout, Duration::from_secs(10));
@@ -574,7 +633,10 @@ mod tests {
 
     #[test]
     fn sqlite_urls_name_files() {
-        let db = |given: &str| parse(&["--db", given]).expect("valid").db;
+        let db = |given: &str| match parse(&["--db", given]).expect("valid").db {
+            Database::Sqlite(path) => path,
+            other => panic!("expected a SQLite file, got {other:?}"),
+        };
         assert_eq!(
             db("sqlite:///var/lib/spoold/q.db"),
             PathBuf::from("/var/lib/spoold/q.db")
@@ -583,6 +645,25 @@ mod tests {
         assert_eq!(db("/abs/q.db"), PathBuf::from("/abs/q.db"));
         let cwd = std::env::current_dir().expect("working directory");
         assert_eq!(db("sqlite:rel.db"), cwd.join("rel.db"));
+    }
+
+    #[test]
+    fn postgres_urls_name_a_shared_database() {
+        let c = parse(&["--db", "postgres://spool:pw@db.internal:5432/spool"]).expect("valid");
+        assert_eq!(
+            c.db,
+            Database::Postgres("postgres://spool:pw@db.internal:5432/spool".into())
+        );
+        assert_eq!(
+            c.db.to_string(),
+            "postgres://spool:***@db.internal:5432/spool"
+        );
+        let cwd = std::env::current_dir().expect("working directory");
+        assert_eq!(c.data_dir, cwd.join("data"));
+        let c = parse(&["--db", "postgresql://h/db", "--data-dir", "/srv/spool"]).expect("valid");
+        assert_eq!(c.data_dir, PathBuf::from("/srv/spool"));
+        let c = parse(&["--db", "/var/lib/spoold/q.db"]).expect("valid");
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/spoold"));
     }
 
     #[test]
@@ -627,12 +708,12 @@ mod tests {
             ),
             (&["--concurrency", "0"], "at least 1"),
             (
-                &["--db", "postgres://localhost/spool"],
-                "PostgreSQL is not supported by this build",
+                &["--db", "postgres:localhost"],
+                "a PostgreSQL database is given as a URL",
             ),
             (
                 &["--db", "postgresql:dbname=x"],
-                "PostgreSQL is not supported",
+                "a PostgreSQL database is given as a URL",
             ),
             (
                 &["--db", "mysql://localhost/x"],

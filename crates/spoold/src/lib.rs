@@ -29,6 +29,7 @@ use deliveries::{activity, deliver, outbound, reconcile, retention, retry, sched
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use spool_store::postgres::{PgConfig, PgStore};
 use spool_store::sqlite::{SqliteConfig, SqliteStore};
 use spool_store::{Store, StoreError};
 use tokio::task::JoinHandle;
@@ -36,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use crate::config::{Config, Listen};
+use crate::config::{Config, Database, Listen};
 
 /// Create `dir` (and its parents) readable by this user only: task output may hold what a
 /// script printed.
@@ -111,23 +112,7 @@ impl Running {
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let store = open_store(&config).await?;
 
-    // We hold the exclusive lock, so whoever claimed these is dead: send them again now
-    // rather than waiting for their leases to run out (at-least-once). At-most-once requests
-    // that may have left become `unknown`: a restart never resends them.
-    let reclaimed = store
-        .recover(config.reconcile_base.as_millis() as i64)
-        .await?;
-    if reclaimed.total() > 0 {
-        info!(
-            interrupted = reclaimed.interrupted,
-            released = reclaimed.released,
-            unknown = reclaimed.unknown,
-            "reclaimed in-flight deliveries left by a previous process"
-        );
-    }
-
-    // Tasks: a crash left their attempts interrupted; each type's on_interrupt decides next.
-    let interrupted_tasks = store.recover_tasks().await?;
+    let interrupted_tasks = recover(&store, &config).await?;
     if !config.task_types.is_empty() {
         if let Err(e) = tasks::exec::become_subreaper() {
             warn!(error = %e, "cannot become a child subreaper: a task's descendants that leave \
@@ -169,11 +154,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics = Arc::new(metrics::Metrics::new(&config));
     let activity = Arc::new(activity::Activity::default());
     store.observe_commits(metrics.clone());
-    // Next to the database: task results (while an attempt runs) and output logs.
-    let data_dir = config.db.parent().map_or_else(
-        || std::path::PathBuf::from("."),
-        std::path::Path::to_path_buf,
-    );
+    // Task results (while an attempt runs) and output logs: next to a SQLite file.
+    let data_dir = config.data_dir.clone();
 
     let state = Arc::new(api::AppState {
         store: store.clone(),
@@ -219,8 +201,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             )
         }
     };
-    // `config.db` is absolute: a daemon started elsewhere shows at once which queue it has.
-    info!(addr = %bound, db = %config.db.display(), "listening");
+    // `config.db` is absolute (or a URL without its password): a daemon started elsewhere
+    // shows at once which queue it has.
+    info!(addr = %bound, db = %config.db, "listening");
 
     let deliverer_metrics = Arc::clone(&metrics);
     let unknown_entered = Arc::new(tokio::sync::Notify::new());
@@ -363,14 +346,55 @@ fn executor_id() -> String {
 }
 
 async fn open_store(config: &Config) -> Result<Store, StartError> {
-    let sqlite = SqliteConfig {
-        path: config.db.clone(),
-        max_db_bytes: config.max_db_bytes,
-        readers: 4,
-        clock: config.clock.clone(),
-    };
-    let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&sqlite))
-        .await
-        .map_err(|e| StoreError::Database(format!("store open task failed: {e}")))??;
-    Ok(Store::Sqlite(opened))
+    match &config.db {
+        Database::Sqlite(path) => {
+            let sqlite = SqliteConfig {
+                path: path.clone(),
+                max_db_bytes: config.max_db_bytes,
+                readers: 4,
+                clock: config.clock.clone(),
+            };
+            let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&sqlite))
+                .await
+                .map_err(|e| StoreError::Database(format!("store open task failed: {e}")))??;
+            Ok(Store::Sqlite(opened))
+        }
+        Database::Postgres(url) => {
+            let mut pg = PgConfig::new(url.clone());
+            pg.max_db_bytes = config.max_db_bytes;
+            // Enough for every attempt's result and the API besides.
+            pg.pool_size = (config.concurrency as usize / 4).clamp(4, 16);
+            Ok(Store::Postgres(PgStore::open(&pg).await?))
+        }
+    }
+}
+
+/// Take back what a previous process of this daemon left claimed; returns its interrupted
+/// tasks, whose type's `on_interrupt` decides what comes next.
+///
+/// With SQLite this process holds the file's lock, so whoever claimed anything is dead: its
+/// deliveries are sent again now rather than after their leases (at-least-once), at-most-once
+/// requests that may have left become `unknown` (a restart never resends them), and its
+/// running tasks are interrupted. With PostgreSQL other hosts' claims are alive and
+/// indistinguishable from a dead one's: nothing is taken back here, and what a dead process
+/// held is taken back by whichever host sees its lease run out (this one included).
+async fn recover(
+    store: &Store,
+    config: &Config,
+) -> Result<Vec<spool_store::tasks::Interrupted>, StoreError> {
+    if matches!(config.db, Database::Postgres(_)) {
+        return Ok(Vec::new());
+    }
+    let reclaimed = store
+        .recover(config.reconcile_base.as_millis() as i64)
+        .await?;
+    if reclaimed.total() > 0 {
+        info!(
+            interrupted = reclaimed.interrupted,
+            released = reclaimed.released,
+            unknown = reclaimed.unknown,
+            "reclaimed in-flight deliveries left by a previous process"
+        );
+    }
+    store.recover_tasks().await
 }

@@ -5,4 +5,5 @@
 //! make sense for that backend (files, locks, pragmas).
 
 mod conformance;
+mod postgres;
 mod sqlite;

@@ -20,11 +20,11 @@ pub struct SqliteBackend {
 }
 
 impl Backend for SqliteBackend {
-    async fn fresh() -> (Self, Store) {
+    async fn fresh() -> Option<(Self, Store)> {
         let dir = TempDir::new().expect("temp dir");
         let path = dir.path().join("spool.db");
         let store = open(&path, 0).expect("open a fresh store");
-        (SqliteBackend { path, _dir: dir }, store)
+        Some((SqliteBackend { path, _dir: dir }, store))
     }
 
     async fn reopen(&self, store: Store, max_db_bytes: u64) -> Store {

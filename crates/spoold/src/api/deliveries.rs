@@ -32,6 +32,7 @@ pub const MASK: &str = "[redacted]";
         (status = 400, description = "`invalid_request`, `invalid_delivery` or `target_blocked`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
         (status = 507, description = "`journal_full` or `storage_full`", body = ErrorBody),
     )
 )]
@@ -56,45 +57,53 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
                 return ApiError::new(r.code, r.message).into_response();
             }
         };
-    let (status, delivery) = match state.store.insert(new).await {
-        // The store wakes the scheduler itself, even if this client has gone.
-        Ok(InsertOutcome::Created(d)) => (StatusCode::CREATED, d),
-        Ok(InsertOutcome::Existing(d)) => {
-            state.metrics.duplicates.inc();
-            (StatusCode::OK, d)
-        }
-        Ok(InsertOutcome::Conflict { .. }) => {
-            state.metrics.conflicts.inc();
-            return ApiError::new(
-                ErrorCode::IdempotencyConflict,
-                "idempotency key was already used for a different request",
-            )
-            .into_response();
-        }
-        Ok(InsertOutcome::AlreadyExpired) => {
-            return ApiError::new(
-                ErrorCode::InvalidDelivery,
-                "expiresAt must be in the future",
-            )
-            .into_response();
-        }
-        Ok(InsertOutcome::Full { db_bytes, limit }) => {
-            state.metrics.admission_rejections.inc();
-            return ApiError::new(
-                ErrorCode::JournalFull,
-                format!("journal admission limit reached ({db_bytes} of {limit} bytes used)"),
-            )
-            .into_response();
-        }
-        Err(e) => {
-            let code = match e {
-                spool_store::StoreError::DiskFull(_) => ErrorCode::StorageFull,
-                _ => ErrorCode::PersistenceFailed,
+    let (status, delivery) =
+        match state.store.insert(new).await {
+            // The store wakes the scheduler itself, even if this client has gone.
+            Ok(InsertOutcome::Created(d)) => (StatusCode::CREATED, d),
+            Ok(InsertOutcome::Existing(d)) => {
+                state.metrics.duplicates.inc();
+                (StatusCode::OK, d)
+            }
+            Ok(InsertOutcome::Conflict { .. }) => {
+                state.metrics.conflicts.inc();
+                return ApiError::new(
+                    ErrorCode::IdempotencyConflict,
+                    "idempotency key was already used for a different request",
+                )
+                .into_response();
+            }
+            Ok(InsertOutcome::AlreadyExpired) => {
+                return ApiError::new(
+                    ErrorCode::InvalidDelivery,
+                    "expiresAt must be in the future",
+                )
+                .into_response();
+            }
+            Ok(InsertOutcome::Full { db_bytes, limit }) => {
+                state.metrics.admission_rejections.inc();
+                return ApiError::new(
+                    ErrorCode::JournalFull,
+                    format!("journal admission limit reached ({db_bytes} of {limit} bytes used)"),
+                )
+                .into_response();
+            }
+            Err(e) => {
+                let (code, message) = match e {
+                spool_store::StoreError::DiskFull(_) => {
+                    (ErrorCode::StorageFull, "delivery could not be persisted")
+                }
+                spool_store::StoreError::Unavailable(_) => (
+                    ErrorCode::StorageUnavailable,
+                    "the database cannot be reached; the delivery may not have been persisted: \
+                     retry with the same Idempotency-Key",
+                ),
+                _ => (ErrorCode::PersistenceFailed, "delivery could not be persisted"),
             };
-            tracing::error!(error = %e, "create could not be persisted");
-            return ApiError::new(code, "delivery could not be persisted").into_response();
-        }
-    };
+                tracing::error!(error = %e, "create could not be persisted");
+                return ApiError::new(code, message).into_response();
+            }
+        };
     let location = HeaderValue::from_str(&format!("/v1/deliveries/{}", delivery.id));
     let mut response = json(status, &view(delivery, false));
     if let Ok(loc) = location {

@@ -140,6 +140,10 @@ impl From<spool_store::StoreError> for ApiError {
                 ErrorCode::StorageFull,
                 "storage is full; nothing was written",
             ),
+            spool_store::StoreError::Unavailable(_) => ApiError::new(
+                ErrorCode::StorageUnavailable,
+                "the database cannot be reached; try again",
+            ),
             _ => ApiError::new(
                 ErrorCode::InternalError,
                 "delivery state could not be updated",

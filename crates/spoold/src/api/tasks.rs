@@ -32,6 +32,7 @@ const MAX_SUBMISSION_BYTES: usize = 64 * 1024;
         (status = 400, description = "`invalid_request`, `unknown_task_type`, `unknown_param`, `missing_param` or `invalid_params`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: same key, other parameters", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
     )
 )]
 pub async fn submit(State(state): State<SharedState>, body: HttpBody) -> Response {
@@ -128,6 +129,7 @@ async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, A
                 "idempotency key was already used for a task with other parameters",
             ))
         }
+        Err(e @ spool_store::StoreError::Unavailable(_)) => return Err(e.into()),
         Err(e) => {
             tracing::error!(error = %e, "task submission could not be persisted");
             return Err(ApiError::new(

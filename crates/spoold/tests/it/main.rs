@@ -17,6 +17,7 @@ mod overview;
 mod reservations;
 mod retention;
 mod security;
+mod shared_db;
 mod ssrf_netns;
 mod storage_faults;
 mod task_locks;

@@ -1,0 +1,223 @@
+//! Connecting to PostgreSQL: the URL, TLS (rustls, only when the URL asks for it), the session
+//! settings every connection carries (`synchronous_commit = on`), and the pool.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::config::SslMode;
+
+use super::map_err;
+use crate::error::{Result, StoreError};
+
+/// How long to wait for a connection: from the server, and from the pool.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connection settings parsed from a `postgres://` URL.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub(crate) config: tokio_postgres::Config,
+    /// `None`: plain TCP or a unix socket.
+    pub(crate) tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+}
+
+impl Target {
+    /// Parse `url`. `sslmode=require`, `verify-ca` and `verify-full` connect with TLS and verify
+    /// the server's certificate against the system's roots (rustls has no unverified mode);
+    /// without `sslmode`, or with `disable`/`prefer`, the connection is not encrypted.
+    pub(crate) fn parse(url: &str) -> Result<Target> {
+        let (url, verify) = strip_verify_mode(url);
+        let mut config = tokio_postgres::Config::from_str(&url).map_err(|e| {
+            StoreError::Database(format!(
+                "invalid PostgreSQL URL: {}",
+                redact_url(&e.to_string())
+            ))
+        })?;
+        let tls = if verify || config.get_ssl_mode() == SslMode::Require {
+            config.ssl_mode(SslMode::Require);
+            Some(rustls_connector()?)
+        } else {
+            config.ssl_mode(SslMode::Disable);
+            None
+        };
+        // Every session acknowledges a commit only once it is flushed to disk, whatever the
+        // server's default: our "acknowledged" means durable.
+        let mut options = config.get_options().unwrap_or_default().to_owned();
+        if !options.is_empty() {
+            options.push(' ');
+        }
+        options.push_str("-c synchronous_commit=on");
+        config.options(&options);
+        if config.get_application_name().is_none() {
+            config.application_name("spoold");
+        }
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(30));
+        Ok(Target { config, tls })
+    }
+
+    /// A pool of up to `size` connections.
+    pub(crate) fn pool(&self, size: usize) -> Result<Pool> {
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match &self.tls {
+            Some(tls) => Manager::from_config(self.config.clone(), tls.clone(), manager_config),
+            None => {
+                Manager::from_config(self.config.clone(), tokio_postgres::NoTls, manager_config)
+            }
+        };
+        Pool::builder(manager)
+            .max_size(size.max(2))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| StoreError::Database(format!("cannot build the connection pool: {e}")))
+    }
+
+    /// A connection of its own (not pooled), with the task that drives it. Notifications
+    /// arrive on `messages`.
+    pub(crate) async fn connect_dedicated(
+        &self,
+        messages: tokio::sync::mpsc::UnboundedSender<tokio_postgres::Notification>,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+        match &self.tls {
+            Some(tls) => {
+                let (client, connection) =
+                    self.config.connect(tls.clone()).await.map_err(map_err)?;
+                Ok((client, tokio::spawn(drive(connection, messages))))
+            }
+            None => {
+                let (client, connection) = self
+                    .config
+                    .connect(tokio_postgres::NoTls)
+                    .await
+                    .map_err(map_err)?;
+                Ok((client, tokio::spawn(drive(connection, messages))))
+            }
+        }
+    }
+}
+
+/// Poll a dedicated connection until it closes, forwarding notifications.
+async fn drive<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    messages: tokio::sync::mpsc::UnboundedSender<tokio_postgres::Notification>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
+        match message {
+            Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                if messages.send(n).is_err() {
+                    return;
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "PostgreSQL notification connection failed");
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
+/// tokio-postgres knows `disable`, `prefer` and `require`; libpq's verifying modes are
+/// `require` plus a certificate check, which rustls always makes.
+fn strip_verify_mode(url: &str) -> (String, bool) {
+    for mode in ["sslmode=verify-full", "sslmode=verify-ca"] {
+        if url.contains(mode) {
+            return (url.replace(mode, "sslmode=require"), true);
+        }
+    }
+    (url.to_owned(), false)
+}
+
+fn rustls_connector() -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
+    let mut roots = rustls::RootCertStore::empty();
+    let found = rustls_native_certs::load_native_certs();
+    for cert in found.certs {
+        // A certificate the store cannot parse is skipped, as browsers do.
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        return Err(StoreError::Database(
+            "sslmode asks for TLS, but no trusted root certificates were found on this system"
+                .into(),
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::Database(format!("TLS setup failed: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// A URL or a message that may quote one, with any password replaced.
+pub fn redact_url(text: &str) -> String {
+    // postgres://user:password@host → postgres://user:***@host
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("://") {
+        let (head, tail) = rest.split_at(start + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c == '/' || c == '?' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":***");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        for (input, expected) in [
+            (
+                "postgres://spool:s3cret@db.internal:5432/spool",
+                "postgres://spool:***@db.internal:5432/spool",
+            ),
+            ("postgres://spool@db/spool", "postgres://spool@db/spool"),
+            (
+                "postgres://db/spool?sslmode=require",
+                "postgres://db/spool?sslmode=require",
+            ),
+            ("no url here", "no url here"),
+        ] {
+            assert_eq!(redact_url(input), expected, "{input}");
+        }
+    }
+
+    #[test]
+    fn tls_only_when_asked() {
+        let plain = Target::parse("postgres://postgres@127.0.0.1:5432/test").expect("parse");
+        assert!(plain.tls.is_none());
+        assert_eq!(plain.config.get_ssl_mode(), SslMode::Disable);
+        assert_eq!(plain.config.get_options(), Some("-c synchronous_commit=on"));
+        let (url, verify) = strip_verify_mode("postgres://h/db?sslmode=verify-full");
+        assert!(verify);
+        assert_eq!(url, "postgres://h/db?sslmode=require");
+    }
+}

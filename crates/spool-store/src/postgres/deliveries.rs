@@ -1,0 +1,1705 @@
+//! Deliveries on PostgreSQL: the same rules as `sqlite/deliveries.rs`, for several hosts at once.
+//! Write functions run in one READ COMMITTED transaction each (see `in_tx!`); read functions
+//! run on a pooled connection. All state changes follow the rules in `model`: claims are fenced
+//! by `claim_seq`, terminal rows are never reopened except by retry or an operator's resend.
+//!
+//! **Invariant:** a delivery is in flight under at most one claim, whichever host took it.
+//! SQLite has one writer; here every host writes at once, so:
+//! - claims pick their rows with `FOR UPDATE SKIP LOCKED`: two hosts never take the same row,
+//!   and neither waits for the other;
+//! - every fenced read-modify-write locks the row it decides on (`SELECT … FOR UPDATE`) before
+//!   reading what it decides by, so no other host changes it between the read and the write;
+//! - an idempotency key is claimed by inserting its row first (`ON CONFLICT DO NOTHING` waits
+//!   for a concurrent inserter's outcome): one key creates one delivery, whoever races;
+//! - statements that wait for many row locks take them in id order (no deadlocks among us).
+
+use std::collections::HashSet;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::{exec, get as col, one, row, rows, Tx};
+use crate::error::{Result, StoreError};
+use crate::model::{
+    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, Check,
+    CheckResult, CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition,
+    InsertOutcome, Millis, Mode, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
+    Resolution, StartOutcome, Stats, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+};
+
+// No index hints: PostgreSQL's planner picks the partial indexes of `schema.sql` by itself
+// (`deliveries_due`, `deliveries_origin_due`, `deliveries_lease`, `deliveries_expiry`,
+// `deliveries_finished`, `deliveries_checks`) as long as a query repeats the index's predicate
+// literally (`status = 'pending'`, …), which every query here does, so that generic plans of
+// prepared statements can use them too. Ties in due order are broken by id (ids are
+// time-ordered): first come, first served.
+
+/// Columns of a delivery row without headers and body (listings), as `row_to_delivery` reads
+/// them (by name).
+macro_rules! list_columns {
+    () => {
+        "id, idempotency_key, target_url, origin, method, status, attempts, uncharged, \
+         max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
+         updated_at, next_attempt_at, not_before, expires_at, lease_until, mode, fingerprint, \
+         reconcile, remote_id_pointer, window_ms, remote_id, unknown_since, review_at, check_at, \
+         checks"
+    };
+}
+/// Columns of a full delivery row.
+macro_rules! full_columns {
+    () => {
+        concat!(list_columns!(), ", headers, body_kind, body")
+    };
+}
+
+const BODY_NONE: i64 = 0;
+const BODY_JSON: i64 = 1;
+const BODY_BINARY: i64 = 2;
+
+/// Create a delivery, unless its idempotency key is known (the existing delivery, or a
+/// conflict if the request differs), its deadline has passed, or the database is over its
+/// admission limit (`db_bytes`, measured by the caller, against `max_db_bytes`; 0 = none).
+///
+/// The key's row is inserted first: of several hosts racing on one key, exactly one inserts
+/// it, and the others wait for that transaction and then answer from what it committed,
+/// without writing anything. A delivery id that exists already is refused with an error, as
+/// SQLite refuses it (its primary key), and nothing of the refused insert is kept.
+pub(crate) async fn insert(
+    tx: &Tx<'_>,
+    new: &NewDelivery,
+    now: Millis,
+    db_bytes: u64,
+    max_db_bytes: u64,
+) -> Result<InsertOutcome> {
+    if let Some(key) = &new.idempotency_key {
+        let inserted = exec(
+            tx,
+            "INSERT INTO idempotency_keys (key, delivery_id, fingerprint) VALUES ($1, $2, $3) \
+             ON CONFLICT (key) DO NOTHING",
+            &[key, &new.id, &new.request_digest],
+        )
+        .await?;
+        if inserted == 0 {
+            return known_key(tx, key, &new.request_digest).await;
+        }
+    }
+    // Judged after the key: a retry of a create whose deadline has passed since finds the
+    // original above.
+    let refused = if new.expires_at.is_some_and(|exp| exp <= now) {
+        Some(InsertOutcome::AlreadyExpired)
+    } else if max_db_bytes > 0 && db_bytes >= max_db_bytes {
+        Some(InsertOutcome::Full {
+            db_bytes,
+            limit: max_db_bytes,
+        })
+    } else {
+        None
+    };
+    if let Some(refused) = refused {
+        // Nothing was written: give the key back (a host waiting on it then takes it).
+        if let Some(key) = &new.idempotency_key {
+            exec(tx, "DELETE FROM idempotency_keys WHERE key = $1", &[key]).await?;
+        }
+        return Ok(refused);
+    }
+    let (body_kind, body) = encode_body(&new.body);
+    let headers = encode_headers(&new.headers)?;
+    let due = new.not_before.map_or(now, |nb| nb.max(now));
+    let expires_at = new
+        .expires_at
+        .or_else(|| new.retry_window_ms.map(|w| due + w));
+    let inserted = exec(
+        tx,
+        "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
+         body_kind, body, status, max_attempts, created_at, updated_at, next_attempt_at, \
+         not_before, expires_at, log_seq, mode, fingerprint, reconcile, remote_id_pointer, \
+         window_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $10, $11, $12, $13, 1, $14, \
+         $15, $16, $17, $18) \
+         ON CONFLICT (id) DO NOTHING",
+        &[
+            &new.id,
+            &new.idempotency_key,
+            &new.target_url,
+            &new.origin,
+            &new.method,
+            &headers,
+            &body_kind,
+            &body,
+            &i64::from(new.max_attempts),
+            &now,
+            &due,
+            &new.not_before,
+            &expires_at,
+            &new.mode.as_str(),
+            &new.fingerprint,
+            &new.reconcile,
+            &new.remote_id_pointer,
+            &new.observation_window_ms,
+        ],
+    )
+    .await?;
+    if inserted == 0 {
+        // The error rolls the whole transaction back: the key inserted above goes with it.
+        return Err(StoreError::Database(format!(
+            "a delivery with id {} exists already (ids are never reused)",
+            new.id
+        )));
+    }
+    let first = Step { seq: 1, attempt: 0 };
+    log(
+        tx,
+        &new.id,
+        None,
+        DeliveryStatus::Pending,
+        first,
+        now,
+        "created",
+        None,
+    )
+    .await?;
+    // The row is exactly what was inserted: build it instead of reading it back.
+    Ok(InsertOutcome::Created(Delivery {
+        id: new.id.clone(),
+        idempotency_key: new.idempotency_key.clone(),
+        target_url: new.target_url.clone(),
+        origin: new.origin.clone(),
+        method: new.method.clone(),
+        headers: Some(new.headers.clone()),
+        body: Some(new.body.clone()),
+        status: DeliveryStatus::Pending,
+        attempts: 0,
+        uncharged: 0,
+        max_attempts: new.max_attempts,
+        cycle: 1,
+        last_error: None,
+        last_error_code: None,
+        last_response_code: None,
+        created_at: now,
+        updated_at: now,
+        next_attempt_at: Some(due),
+        not_before: new.not_before,
+        expires_at,
+        lease_until: None,
+        mode: new.mode,
+        fingerprint: new.fingerprint.clone(),
+        reconcile: new.reconcile.clone(),
+        remote_id_pointer: new.remote_id_pointer.clone(),
+        observation_window_ms: new.observation_window_ms,
+        remote_id: None,
+        unknown_since: None,
+        review_at: None,
+        check_at: None,
+        checks: 0,
+    }))
+}
+
+/// The answer to an insert whose idempotency key is taken: the delivery it names if the
+/// request is the same, a conflict if not.
+async fn known_key(tx: &Tx<'_>, key: &str, digest: &[u8]) -> Result<InsertOutcome> {
+    // A new statement, so a new snapshot: the key the insert above waited for is visible.
+    let Some(known) = row(
+        tx,
+        "SELECT delivery_id, fingerprint FROM idempotency_keys WHERE key = $1",
+        &[&key],
+    )
+    .await?
+    else {
+        // Purged between the two statements: run the insert again.
+        return Err(StoreError::Contention(format!(
+            "idempotency key {key} went away while it was read"
+        )));
+    };
+    let id: String = col(&known, "delivery_id")?;
+    let fingerprint: Vec<u8> = col(&known, "fingerprint")?;
+    if fingerprint != digest {
+        return Ok(InsertOutcome::Conflict { existing_id: id });
+    }
+    match get(tx, &id).await? {
+        Some(existing) => Ok(InsertOutcome::Existing(existing)),
+        None => Err(StoreError::Database(format!(
+            "idempotency key refers to missing delivery {id}"
+        ))),
+    }
+}
+
+/// Claim up to `limit` due deliveries, oldest due first, within `capacity`: each is in flight
+/// under a new claim with its attempt started. Due deliveries past their deadline are failed as
+/// `expired` instead. Rows another host is claiming at the same moment are skipped, not waited
+/// for.
+pub(crate) async fn claim(
+    tx: &Tx<'_>,
+    now: Millis,
+    limit: u32,
+    mut capacity: Capacity,
+    lease_ms: i64,
+) -> Result<ClaimBatch> {
+    let mut batch = ClaimBatch::default();
+    let lease_until = now + lease_ms;
+    let fetch = i64::from(limit) * 2 + 16;
+    let mut saturated: HashSet<String> = capacity.saturated().into_iter().collect();
+    while (batch.claimed.len() as u32) < limit {
+        let candidates = due_candidates(tx, now, &saturated, fetch, true).await?;
+        let exhausted_candidates = (candidates.len() as i64) < fetch;
+        let mut progressed = false;
+        for Candidate {
+            id,
+            origin,
+            expires_at,
+            ..
+        } in candidates
+        {
+            if (batch.claimed.len() as u32) >= limit {
+                break;
+            }
+            if saturated.contains(&origin) {
+                continue;
+            }
+            progressed = true;
+            if expires_at.is_some_and(|at| at <= now) {
+                expire(tx, &id, DeliveryStatus::Pending, now).await?;
+                batch.expired += 1;
+                continue;
+            }
+            let Some(claimed) = claim_one(tx, &id, &origin, now, lease_until).await? else {
+                continue;
+            };
+            batch.claimed.push(claimed);
+            let limit = capacity.limit(&origin);
+            let n = capacity.in_flight.entry(origin.clone()).or_insert(0);
+            *n += 1;
+            if *n >= limit {
+                saturated.insert(origin);
+            }
+        }
+        if exhausted_candidates || !progressed {
+            break;
+        }
+    }
+    Ok(batch)
+}
+
+/// A due pending delivery a claim may take.
+struct Candidate {
+    id: String,
+    origin: String,
+    expires_at: Option<Millis>,
+    due: Millis,
+}
+
+impl Candidate {
+    fn read(r: &Row) -> Result<Candidate> {
+        Ok(Candidate {
+            id: col(r, "id")?,
+            origin: col(r, "origin")?,
+            expires_at: col(r, "expires_at")?,
+            due: col(r, "next_attempt_at")?,
+        })
+    }
+}
+
+/// Above this many unsaturated origins with pending work, the due index is read from its head
+/// rather than origin by origin.
+const ORIGIN_SEEKS: usize = 64;
+
+/// One origin's due pending work, oldest due first.
+macro_rules! seek_sql {
+    () => {
+        "SELECT id, origin, expires_at, next_attempt_at FROM deliveries \
+         WHERE status = 'pending' AND origin = $1 AND next_attempt_at <= $2 \
+         ORDER BY next_attempt_at, id LIMIT $3"
+    };
+}
+/// Due pending work of every origin not excluded, oldest due first.
+macro_rules! scan_sql {
+    () => {
+        "SELECT id, origin, expires_at, next_attempt_at FROM deliveries \
+         WHERE status = 'pending' AND next_attempt_at <= $1 AND origin <> ALL($2::text[]) \
+         ORDER BY next_attempt_at, id LIMIT $3"
+    };
+}
+/// Up to `fetch` pending deliveries due by `before`, oldest due first, of origins not in
+/// `saturated`. With `lock`, each row returned is locked for this transaction, and rows another
+/// transaction has locked (another host claiming them) are skipped.
+///
+/// Reading the due index from its head and skipping saturated origins costs as many rows as
+/// those origins have due: with one busy target and a large backlog, every claim (and the
+/// scheduler asks at every enqueue) would read the whole backlog. So when origins are
+/// saturated, the origins that still have room are found first (from the kept counts) and, if
+/// they are few, each one's oldest due work is read from its own index: a few seeks, whatever
+/// the backlog.
+async fn due_candidates<C: GenericClient>(
+    c: &C,
+    before: Millis,
+    saturated: &HashSet<String>,
+    fetch: i64,
+    lock: bool,
+) -> Result<Vec<Candidate>> {
+    let excluded: Vec<String> = saturated.iter().cloned().collect();
+    if !saturated.is_empty() {
+        let open = open_origins(c, &excluded).await?;
+        if open.len() <= ORIGIN_SEEKS {
+            let sql = if lock {
+                concat!(seek_sql!(), " FOR UPDATE SKIP LOCKED")
+            } else {
+                seek_sql!()
+            };
+            let mut all = Vec::new();
+            for origin in &open {
+                for r in rows(c, sql, &[origin, &before, &fetch]).await? {
+                    all.push(Candidate::read(&r)?);
+                }
+            }
+            all.sort_by(|a, b| (a.due, &a.id).cmp(&(b.due, &b.id)));
+            all.truncate(usize::try_from(fetch).unwrap_or(0));
+            return Ok(all);
+        }
+    }
+    let sql = if lock {
+        concat!(scan_sql!(), " FOR UPDATE SKIP LOCKED")
+    } else {
+        scan_sql!()
+    };
+    rows(c, sql, &[&before, &excluded, &fetch])
+        .await?
+        .iter()
+        .map(Candidate::read)
+        .collect()
+}
+
+/// Origins with pending work that are not in `excluded`, at most [`ORIGIN_SEEKS`] + 1: from the
+/// kept counts (the deltas, summed), not from the deliveries.
+async fn open_origins<C: GenericClient>(c: &C, excluded: &[String]) -> Result<Vec<String>> {
+    rows(
+        c,
+        "SELECT origin FROM delivery_count_deltas \
+         WHERE status = 'pending' AND origin <> ALL($1::text[]) \
+         GROUP BY origin HAVING SUM(n) > 0 LIMIT $2",
+        &[&excluded, &(ORIGIN_SEEKS as i64 + 1)],
+    )
+    .await?
+    .iter()
+    .map(|r| col(r, "origin"))
+    .collect()
+}
+
+/// Fail up to `limit` pending deliveries whose `expires_at` has passed, whether or not they are
+/// due (work waiting behind a paused target is not claimed, so the claim cannot expire it).
+/// Rows another host holds right now are left for the next pass.
+pub(crate) async fn expire_overdue(tx: &Tx<'_>, now: Millis, limit: u32) -> Result<u64> {
+    let ids: Vec<String> = rows(
+        tx,
+        "SELECT id FROM deliveries WHERE status = 'pending' AND expires_at IS NOT NULL \
+         AND expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+        &[&now, &i64::from(limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| col(r, "id"))
+    .collect::<Result<_>>()?;
+    for id in &ids {
+        expire(tx, id, DeliveryStatus::Pending, now).await?;
+    }
+    Ok(ids.len() as u64)
+}
+
+/// Fail a delivery as `expired`. The caller holds the row's lock and has checked its status.
+async fn expire(tx: &Tx<'_>, id: &str, from: DeliveryStatus, now: Millis) -> Result<()> {
+    let step = Step::read(
+        &one(
+            tx,
+            "UPDATE deliveries SET status = 'failed', last_error_code = 'expired', \
+             last_error = 'expired before the next attempt could start', next_attempt_at = NULL, \
+             lease_until = NULL, updated_at = $2, log_seq = log_seq + 1 WHERE id = $1 \
+             RETURNING log_seq, attempts",
+            &[&id, &now],
+        )
+        .await?,
+    )?;
+    log(
+        tx,
+        id,
+        Some(from),
+        DeliveryStatus::Failed,
+        step,
+        now,
+        "expired",
+        None,
+    )
+    .await
+}
+
+/// Where a status change stands in its delivery's life: the log sequence number and the
+/// attempt count, as the statement that made the change returned them (`RETURNING log_seq,
+/// attempts`), so that logging it costs one insert and no lookup.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    seq: i64,
+    attempt: i64,
+}
+
+impl Step {
+    fn read(r: &Row) -> Result<Step> {
+        Ok(Step {
+            seq: col(r, "log_seq")?,
+            attempt: col(r, "attempts")?,
+        })
+    }
+}
+
+/// Append a status change to the delivery's transition log. Every write that changes a status
+/// bumps the row's `log_seq` and calls this in the same transaction.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one row of the log, written in one place; a struct would only rename the columns"
+)]
+async fn log(
+    tx: &Tx<'_>,
+    id: &str,
+    from: Option<DeliveryStatus>,
+    to: DeliveryStatus,
+    step: Step,
+    at: Millis,
+    reason: &str,
+    note: Option<&str>,
+) -> Result<()> {
+    exec(
+        tx,
+        "INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, \
+         reason, note) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &id,
+            &step.seq,
+            &from.map(DeliveryStatus::as_str),
+            &to.as_str(),
+            &step.attempt,
+            &at,
+            &reason,
+            &note,
+        ],
+    )
+    .await
+    .map(drop)
+}
+
+/// Reserve and start in one statement: the scheduler's claim, sent at once. The row is locked
+/// by the candidate query; `None` if it is somehow no longer pending.
+async fn claim_one(
+    tx: &Tx<'_>,
+    id: &str,
+    origin: &str,
+    now: Millis,
+    lease_until: Millis,
+) -> Result<Option<Claimed>> {
+    let Some(r) = row(
+        tx,
+        "UPDATE deliveries SET status = 'in_flight', attempts = attempts + 1, \
+         claim_seq = claim_seq + 1, lease_until = $2, updated_at = $3, \
+         log_seq = log_seq + 1 WHERE id = $1 AND status = 'pending' \
+         RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
+         mode, remote_id_pointer, log_seq",
+        &[&id, &lease_until, &now],
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let step = Step::read(&r)?;
+    let started = StartedRow::read(&r)?;
+    log(
+        tx,
+        id,
+        Some(DeliveryStatus::Pending),
+        DeliveryStatus::InFlight,
+        step,
+        now,
+        "claimed",
+        None,
+    )
+    .await?;
+    started
+        .into_claimed(tx, id, origin, now, lease_until)
+        .await
+        .map(Some)
+}
+
+/// What starting an attempt reads back from the delivery.
+struct StartedRow {
+    claim_seq: u32,
+    attempt: u32,
+    cycle: u32,
+    target_url: String,
+    method: String,
+    headers: String,
+    body_kind: i64,
+    body: Option<Vec<u8>>,
+    mode: String,
+    remote_id_pointer: Option<String>,
+}
+
+impl StartedRow {
+    fn read(r: &Row) -> Result<StartedRow> {
+        Ok(StartedRow {
+            claim_seq: int(r, "claim_seq")?,
+            attempt: int(r, "attempts")?,
+            cycle: int(r, "cycle")?,
+            target_url: col(r, "target_url")?,
+            method: col(r, "method")?,
+            headers: col(r, "headers")?,
+            body_kind: col(r, "body_kind")?,
+            body: col(r, "body")?,
+            mode: col(r, "mode")?,
+            remote_id_pointer: col(r, "remote_id_pointer")?,
+        })
+    }
+
+    /// Record the attempt as started (its row, with `started_at`) and hand out the request.
+    async fn into_claimed(
+        self,
+        tx: &Tx<'_>,
+        id: &str,
+        origin: &str,
+        now: Millis,
+        lease_until: Millis,
+    ) -> Result<Claimed> {
+        exec(
+            tx,
+            "INSERT INTO attempts (delivery_id, seq, cycle, number, started_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+            &[
+                &id,
+                &i64::from(self.claim_seq),
+                &i64::from(self.cycle),
+                &i64::from(self.attempt),
+                &now,
+            ],
+        )
+        .await?;
+        Ok(Claimed {
+            id: id.to_owned(),
+            claim_seq: self.claim_seq,
+            attempt: self.attempt,
+            target_url: self.target_url,
+            origin: origin.to_owned(),
+            method: self.method,
+            headers: decode_headers(&self.headers)?,
+            body: decode_body(self.body_kind, self.body),
+            started_at: now,
+            lease_until,
+            mode: parse_mode(&self.mode)?,
+            remote_id_pointer: self.remote_id_pointer,
+        })
+    }
+}
+
+/// Record an attempt's outcome (always, on its attempt row) and apply it to the delivery while
+/// the claim is current (in flight under `claim_seq`); otherwise the result is `Fenced`.
+pub(crate) async fn complete(tx: &Tx<'_>, result: &AttemptResult, now: Millis) -> Result<Applied> {
+    let error = result.error.as_deref().map(clip_error);
+    // Locked: a cancel or a reclaim by another host waits for this result, or this one for it.
+    let current = row(
+        tx,
+        "SELECT status, claim_seq, attempts, uncharged, max_attempts, expires_at \
+         FROM deliveries WHERE id = $1 FOR UPDATE",
+        &[&result.id],
+    )
+    .await?;
+    struct Current {
+        status: String,
+        claim_seq: u32,
+        attempts: u32,
+        uncharged: u32,
+        max_attempts: u32,
+        expires_at: Option<Millis>,
+    }
+    let current = current
+        .map(|r| -> Result<Current> {
+            Ok(Current {
+                status: col(&r, "status")?,
+                claim_seq: int(&r, "claim_seq")?,
+                attempts: int(&r, "attempts")?,
+                uncharged: int(&r, "uncharged")?,
+                max_attempts: int(&r, "max_attempts")?,
+                expires_at: col(&r, "expires_at")?,
+            })
+        })
+        .transpose()?;
+    // The claim is current only while the delivery is still in flight under this claim.
+    let current = current.filter(|c| {
+        c.status == DeliveryStatus::InFlight.as_str() && c.claim_seq == result.claim_seq
+    });
+    let exhausted = current
+        .as_ref()
+        .is_some_and(|c| c.attempts.saturating_sub(c.uncharged) >= c.max_attempts);
+    let outcome = match result.disposition {
+        Disposition::Succeeded => AttemptOutcome::Succeeded,
+        // The last allowed attempt did not end in a retry: it ended the delivery.
+        Disposition::Retry { .. } if exhausted => AttemptOutcome::Failed,
+        Disposition::Retry { .. } => AttemptOutcome::Retry,
+        Disposition::Failed => AttemptOutcome::Failed,
+        Disposition::Interrupted => AttemptOutcome::Interrupted,
+        Disposition::Unknown { .. } => AttemptOutcome::Unknown,
+    };
+    exec(
+        tx,
+        "UPDATE attempts SET finished_at = $3, outcome = $4, http_status = $5, error_code = $6, \
+         error = $7, duration_ms = $8 \
+         WHERE delivery_id = $1 AND seq = $2 AND outcome IS NULL",
+        &[
+            &result.id,
+            &i64::from(result.claim_seq),
+            &now,
+            &outcome.as_str(),
+            &result.http_status.map(i64::from),
+            &result.error_code,
+            &error,
+            &result.duration_ms,
+        ],
+    )
+    .await?;
+
+    let Some(Current {
+        uncharged,
+        expires_at,
+        ..
+    }) = current
+    else {
+        return Ok(Applied::Fenced);
+    };
+    let mut unknown = (None, None);
+    let (new_status, next_at, uncharged) = match result.disposition {
+        Disposition::Succeeded => (DeliveryStatus::Succeeded, None, uncharged),
+        Disposition::Failed => (DeliveryStatus::Failed, None, uncharged),
+        Disposition::Interrupted => (DeliveryStatus::Pending, Some(now), uncharged + 1),
+        Disposition::Unknown { check_in_ms } => {
+            unknown = (Some(now), Some(now + check_in_ms.max(0)));
+            (DeliveryStatus::Unknown, None, uncharged)
+        }
+        Disposition::Retry { delay_ms } => {
+            if exhausted {
+                (DeliveryStatus::Failed, None, uncharged)
+            } else {
+                let mut at = now + delay_ms.max(0);
+                if let Some(exp) = expires_at {
+                    // Wake at the deadline at the latest; the claim then fails it as expired.
+                    at = at.min(exp);
+                }
+                (DeliveryStatus::Pending, Some(at), uncharged)
+            }
+        }
+    };
+    let (last_error, last_error_code) = match result.disposition {
+        Disposition::Succeeded => (None, None),
+        _ => (error, result.error_code.clone()),
+    };
+    // Entering `unknown` starts its clock: the first check, and the end of the window.
+    let step = Step::read(
+        &one(
+            tx,
+            "UPDATE deliveries SET status = $2, next_attempt_at = $3, uncharged = $4, \
+             last_error = $5, last_error_code = $6, \
+             last_response_code = COALESCE($7, last_response_code), lease_until = NULL, \
+             updated_at = $8, log_seq = log_seq + 1, remote_id = COALESCE($9, remote_id), \
+             unknown_since = COALESCE($10::bigint, unknown_since), check_at = $11, \
+             review_at = CASE WHEN $10::bigint IS NULL THEN review_at \
+                         ELSE $10::bigint + COALESCE(window_ms, $12) END \
+             WHERE id = $1 RETURNING log_seq, attempts",
+            &[
+                &result.id,
+                &new_status.as_str(),
+                &next_at,
+                &i64::from(uncharged),
+                &last_error,
+                &last_error_code,
+                &result.http_status.map(i64::from),
+                &now,
+                &result.remote_id,
+                &unknown.0,
+                &unknown.1,
+                &DEFAULT_OBSERVATION_WINDOW_MS,
+            ],
+        )
+        .await?,
+    )?;
+    let reason = match (result.disposition, result.error_code.as_deref()) {
+        (Disposition::Succeeded, _) => "delivered",
+        (_, Some(code)) => code,
+        (Disposition::Failed, None) => "failed",
+        (Disposition::Unknown { .. }, None) => "unknown",
+        (_, None) => "retry",
+    };
+    let note = match (new_status, result.disposition) {
+        (DeliveryStatus::Failed, Disposition::Retry { .. }) => Some("no attempts left"),
+        (DeliveryStatus::Unknown, _) => Some("the request may have reached the target; not resent"),
+        _ => None,
+    };
+    log(
+        tx,
+        &result.id,
+        Some(DeliveryStatus::InFlight),
+        new_status,
+        step,
+        now,
+        reason,
+        note,
+    )
+    .await?;
+    Ok(Applied::Now(new_status))
+}
+
+/// Reserve the oldest due delivery of `origin`, if there is one (expired ones met on the way
+/// are failed as `expired`): in flight under a new claim, but no attempt started. A delivery
+/// another host is taking at the same moment is skipped.
+pub(crate) async fn reserve_next(
+    tx: &Tx<'_>,
+    origin: &str,
+    now: Millis,
+    lease_ms: i64,
+) -> Result<Option<Reservation>> {
+    // Bounded: at most this many expired deliveries are failed before giving up for now.
+    for _ in 0..64 {
+        let next = row(
+            tx,
+            "SELECT id, expires_at FROM deliveries \
+             WHERE status = 'pending' AND origin = $1 AND next_attempt_at <= $2 \
+             ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            &[&origin, &now],
+        )
+        .await?;
+        let Some(next) = next else {
+            return Ok(None);
+        };
+        let id: String = col(&next, "id")?;
+        let expires_at: Option<Millis> = col(&next, "expires_at")?;
+        if expires_at.is_some_and(|exp| exp <= now) {
+            expire(tx, &id, DeliveryStatus::Pending, now).await?;
+            continue;
+        }
+        let Some(r) = row(
+            tx,
+            "UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1, \
+             lease_until = $2, updated_at = $3, log_seq = log_seq + 1 \
+             WHERE id = $1 AND status = 'pending' RETURNING claim_seq, log_seq, attempts",
+            &[&id, &(now + lease_ms), &now],
+        )
+        .await?
+        else {
+            continue;
+        };
+        let claim_seq: u32 = int(&r, "claim_seq")?;
+        log(
+            tx,
+            &id,
+            Some(DeliveryStatus::Pending),
+            DeliveryStatus::InFlight,
+            Step::read(&r)?,
+            now,
+            "reserved",
+            None,
+        )
+        .await?;
+        return Ok(Some(Reservation {
+            id,
+            claim_seq,
+            origin: origin.to_owned(),
+        }));
+    }
+    Ok(None)
+}
+
+/// Start the attempt of a reservation, if it is still current and not expired: the check and
+/// the start are one step in the store (under the row's lock), so a cancel or a deadline that
+/// came first wins.
+pub(crate) async fn start(
+    tx: &Tx<'_>,
+    reservation: &Reservation,
+    now: Millis,
+    lease_ms: i64,
+) -> Result<StartOutcome> {
+    let current = row(
+        tx,
+        "SELECT status, claim_seq, expires_at FROM deliveries WHERE id = $1 FOR UPDATE",
+        &[&reservation.id],
+    )
+    .await?;
+    let mut held = false;
+    let mut expires_at: Option<Millis> = None;
+    if let Some(r) = &current {
+        let status: String = col(r, "status")?;
+        let claim_seq: i64 = col(r, "claim_seq")?;
+        held = status == DeliveryStatus::InFlight.as_str()
+            && claim_seq == i64::from(reservation.claim_seq);
+        expires_at = col(r, "expires_at")?;
+    }
+    if !held || started(tx, &reservation.id, reservation.claim_seq).await? {
+        return Ok(StartOutcome::NotCurrent);
+    }
+    if expires_at.is_some_and(|exp| exp <= now) {
+        expire(tx, &reservation.id, DeliveryStatus::InFlight, now).await?;
+        return Ok(StartOutcome::Expired);
+    }
+    let lease_until = now + lease_ms;
+    let r = one(
+        tx,
+        "UPDATE deliveries SET attempts = attempts + 1, lease_until = $2, updated_at = $3 \
+         WHERE id = $1 \
+         RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
+         mode, remote_id_pointer",
+        &[&reservation.id, &lease_until, &now],
+    )
+    .await?;
+    StartedRow::read(&r)?
+        .into_claimed(tx, &reservation.id, &reservation.origin, now, lease_until)
+        .await
+        .map(StartOutcome::Started)
+}
+
+/// Give back a reservation whose attempt never started: pending again, as if never reserved.
+/// `false` if the claim is no longer current or its attempt has started.
+pub(crate) async fn release(
+    tx: &Tx<'_>,
+    id: &str,
+    claim_seq: u32,
+    now: Millis,
+    reason: &str,
+) -> Result<bool> {
+    // Locked first, so that the statement below (a new snapshot) sees an attempt row that a
+    // concurrent `start` committed while we waited.
+    if row(
+        tx,
+        "SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE",
+        &[&id],
+    )
+    .await?
+    .is_none()
+    {
+        return Ok(false);
+    }
+    let step = row(
+        tx,
+        "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = $3, \
+         log_seq = log_seq + 1 \
+         WHERE id = $1 AND status = 'in_flight' AND claim_seq = $2 \
+         AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = $1 AND seq = $2) \
+         RETURNING log_seq, attempts",
+        &[&id, &i64::from(claim_seq), &now],
+    )
+    .await?;
+    let Some(step) = step else {
+        return Ok(false);
+    };
+    log(
+        tx,
+        id,
+        Some(DeliveryStatus::InFlight),
+        DeliveryStatus::Pending,
+        Step::read(&step)?,
+        now,
+        reason,
+        None,
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Whether the attempt of claim `claim_seq` has started (its attempt row exists).
+async fn started(tx: &Tx<'_>, id: &str, claim_seq: u32) -> Result<bool> {
+    Ok(row(
+        tx,
+        "SELECT 1 FROM attempts WHERE delivery_id = $1 AND seq = $2",
+        &[&id, &i64::from(claim_seq)],
+    )
+    .await?
+    .is_some())
+}
+
+/// At start-up, when the owner of every claim is known to be dead: every in-flight delivery
+/// is made pending again, due at once. A started attempt is recorded as interrupted
+/// (`daemon_restart`, not charged); a reservation is simply released.
+///
+/// On a shared database this takes back the claims of every host, running or not; a claim
+/// another transaction holds at this moment (its result being recorded) is left to it.
+pub(crate) async fn recover(tx: &Tx<'_>, now: Millis, check_in_ms: i64) -> Result<Reclaimed> {
+    let ids = in_flight_with_lease_until(tx, Millis::MAX).await?;
+    take_back(tx, &ids, now, "daemon_restart", check_in_ms).await
+}
+
+/// Renew the leases of `live` claims (held by attempts running in this process), then take back
+/// every other claim whose lease has run out (`lease_expired`), as [`recover`] does. Both in one
+/// step on one clock (the database's), so a step of a wall clock cannot make a live attempt look
+/// abandoned.
+pub(crate) async fn renew_and_reclaim(
+    tx: &Tx<'_>,
+    live: &[(String, u32)],
+    now: Millis,
+    lease_ms: i64,
+    check_in_ms: i64,
+) -> Result<Reclaimed> {
+    if !live.is_empty() {
+        let ids: Vec<String> = live.iter().map(|(id, _)| id.clone()).collect();
+        let seqs: Vec<i64> = live.iter().map(|(_, seq)| i64::from(*seq)).collect();
+        // Locked in id order first: the UPDATE below then waits for nothing.
+        rows(
+            tx,
+            "SELECT id FROM deliveries WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE",
+            &[&ids],
+        )
+        .await?;
+        exec(
+            tx,
+            "UPDATE deliveries AS d SET lease_until = $3 \
+             FROM unnest($1::text[], $2::bigint[]) AS l (id, claim_seq) \
+             WHERE d.id = l.id AND d.claim_seq = l.claim_seq AND d.status = 'in_flight'",
+            &[&ids, &seqs, &(now + lease_ms)],
+        )
+        .await?;
+    }
+    let ids = in_flight_with_lease_until(tx, now).await?;
+    take_back(tx, &ids, now, "lease_expired", check_in_ms).await
+}
+
+/// A claim to take back: id, claim sequence, mode.
+type Lapsed = (String, u32, String);
+
+/// Claims whose lease ends at or before `cutoff`, locked; claims another transaction holds
+/// right now (a result being recorded, another host taking it back) are skipped.
+async fn in_flight_with_lease_until(tx: &Tx<'_>, cutoff: Millis) -> Result<Vec<Lapsed>> {
+    rows(
+        tx,
+        "SELECT id, claim_seq, mode FROM deliveries \
+         WHERE status = 'in_flight' AND lease_until <= $1 ORDER BY id FOR UPDATE SKIP LOCKED",
+        &[&cutoff],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok((col(r, "id")?, int(r, "claim_seq")?, col(r, "mode")?)))
+    .collect()
+}
+
+/// Take back claims whose owner is gone. A reservation is released; a started attempt is
+/// interrupted: sent again (at least once), or, at most once, `unknown` — its request may have
+/// reached the target, so it is never resent by a restart.
+async fn take_back(
+    tx: &Tx<'_>,
+    claims: &[Lapsed],
+    now: Millis,
+    code: &str,
+    check_in_ms: i64,
+) -> Result<Reclaimed> {
+    let mut taken = Reclaimed::default();
+    for (id, claim_seq, mode) in claims {
+        if release(tx, id, *claim_seq, now, code).await? {
+            taken.released += 1;
+            continue;
+        }
+        let (disposition, error, counted) = match parse_mode(mode)? {
+            Mode::AtLeastOnce => (
+                Disposition::Interrupted,
+                "attempt interrupted; the outcome is unknown, so it will be sent again",
+                &mut taken.interrupted,
+            ),
+            Mode::AtMostOnce => (
+                Disposition::Unknown { check_in_ms },
+                "attempt interrupted while its request may have been on the wire; \
+                 at most once, so it is not sent again",
+                &mut taken.unknown,
+            ),
+        };
+        *counted += 1;
+        complete(
+            tx,
+            &AttemptResult {
+                id: id.clone(),
+                claim_seq: *claim_seq,
+                disposition,
+                http_status: None,
+                error_code: Some(code.to_owned()),
+                error: Some(error.into()),
+                duration_ms: 0,
+                remote_id: None,
+            },
+            now,
+        )
+        .await?;
+    }
+    Ok(taken)
+}
+
+/// An operator's cancel: pending or in-flight work (in-flight only at least once) is canceled.
+pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TransitionOutcome> {
+    let allowed = |d: &Delivery| {
+        if !d.status.can_cancel() {
+            Allowed::NotFromStatus
+        } else if !d.mode.can_cancel(d.status) {
+            Allowed::NotInMode
+        } else {
+            Allowed::Yes
+        }
+    };
+    let from = match lock_for_transition(tx, id, allowed).await? {
+        Ok(from) => from,
+        Err(refused) => return Ok(refused),
+    };
+    let step = Step::read(
+        &one(
+            tx,
+            "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
+             lease_until = NULL, updated_at = $2, log_seq = log_seq + 1 WHERE id = $1 \
+             RETURNING log_seq, attempts",
+            &[&id, &now],
+        )
+        .await?,
+    )?;
+    let to = DeliveryStatus::Canceled;
+    log(tx, id, Some(from), to, step, now, "canceled", None).await?;
+    transitioned(tx, id).await
+}
+
+/// An operator's retry of a failed delivery: a new cycle, with a fresh attempt budget, due at
+/// once (a deadline that has passed is dropped).
+pub(crate) async fn retry(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TransitionOutcome> {
+    let allowed = |d: &Delivery| Allowed::when(d.status.can_retry());
+    let from = match lock_for_transition(tx, id, allowed).await? {
+        Ok(from) => from,
+        Err(refused) => return Ok(refused),
+    };
+    let step = Step::read(
+        &one(
+            tx,
+            "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
+             cycle = cycle + 1, next_attempt_at = $2, lease_until = NULL, last_error = NULL, \
+             last_error_code = NULL, last_response_code = NULL, updated_at = $2, \
+             expires_at = CASE WHEN expires_at <= $2 THEN NULL ELSE expires_at END, \
+             log_seq = log_seq + 1 WHERE id = $1 RETURNING log_seq, attempts",
+            &[&id, &now],
+        )
+        .await?,
+    )?;
+    let to = DeliveryStatus::Pending;
+    log(tx, id, Some(from), to, step, now, "retried", None).await?;
+    transitioned(tx, id).await
+}
+
+/// An operator's decision on an `unknown` or `manual_review` delivery, with the note that
+/// explains it in the transition log.
+pub(crate) async fn resolve(
+    tx: &Tx<'_>,
+    id: &str,
+    resolution: &Resolution,
+    note: &str,
+    now: Millis,
+) -> Result<TransitionOutcome> {
+    let allowed = |d: &Delivery| Allowed::when(d.status.can_resolve());
+    let from = match lock_for_transition(tx, id, allowed).await? {
+        Ok(from) => from,
+        Err(refused) => return Ok(refused),
+    };
+    let (to, reason, remote_id) = match resolution {
+        Resolution::Succeeded { remote_id } => {
+            (DeliveryStatus::Succeeded, "resolved", remote_id.as_deref())
+        }
+        Resolution::Failed => (DeliveryStatus::Failed, "resolved", None),
+        Resolution::Resend => (DeliveryStatus::Pending, "resend", None),
+    };
+    let changed = match resolution {
+        // A new cycle, as an operator's retry: a fresh attempt budget, due at once.
+        Resolution::Resend => {
+            one(
+                tx,
+                "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
+                 cycle = cycle + 1, next_attempt_at = $2, lease_until = NULL, \
+                 last_error = NULL, last_error_code = NULL, last_response_code = NULL, \
+                 updated_at = $2, \
+                 expires_at = CASE WHEN expires_at <= $2 THEN NULL ELSE expires_at END, \
+                 check_at = NULL, review_at = NULL, unknown_since = NULL, remote_id = NULL, \
+                 log_seq = log_seq + 1 WHERE id = $1 RETURNING log_seq, attempts",
+                &[&id, &now],
+            )
+            .await?
+        }
+        _ => {
+            one(
+                tx,
+                "UPDATE deliveries SET status = $3, check_at = NULL, next_attempt_at = NULL, \
+                 remote_id = COALESCE($4, remote_id), updated_at = $2, \
+                 log_seq = log_seq + 1 WHERE id = $1 RETURNING log_seq, attempts",
+                &[&id, &now, &to.as_str(), &remote_id],
+            )
+            .await?
+        }
+    };
+    let step = Step::read(&changed)?;
+    log(tx, id, Some(from), to, step, now, reason, Some(note)).await?;
+    transitioned(tx, id).await
+}
+
+/// Record a reconciliation step for an `unknown` delivery: the check (always kept), and its
+/// verdict (applied only while the delivery is still `unknown`, so an operator's decision that
+/// came first wins).
+pub(crate) async fn record_check(
+    tx: &Tx<'_>,
+    result: &CheckResult,
+    now: Millis,
+) -> Result<Applied> {
+    let current = row(
+        tx,
+        "SELECT status, checks FROM deliveries WHERE id = $1 FOR UPDATE",
+        &[&result.id],
+    )
+    .await?;
+    let Some(current) = current else {
+        return Ok(Applied::Fenced);
+    };
+    let status: String = col(&current, "status")?;
+    let checks: i64 = col(&current, "checks")?;
+    if let Some(check) = &result.check {
+        exec(
+            tx,
+            "INSERT INTO checks (delivery_id, seq, at, http_status, matches, error_code, error, \
+             duration_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &result.id,
+                &(checks + 1),
+                &check.at,
+                &check.http_status.map(i64::from),
+                &check.matches.map(i64::from),
+                &check.error_code,
+                &check.error.as_deref().map(clip_error),
+                &check.duration_ms,
+            ],
+        )
+        .await?;
+        exec(
+            tx,
+            "UPDATE deliveries SET checks = checks + 1 WHERE id = $1",
+            &[&result.id],
+        )
+        .await?;
+    }
+    if status != DeliveryStatus::Unknown.as_str() {
+        return Ok(Applied::Fenced);
+    }
+    let (to, reason, note, remote_id) = match &result.verdict {
+        CheckVerdict::AskAgain { at } => {
+            exec(
+                tx,
+                "UPDATE deliveries SET check_at = $2 WHERE id = $1",
+                &[&result.id, at],
+            )
+            .await?;
+            return Ok(Applied::Now(DeliveryStatus::Unknown));
+        }
+        CheckVerdict::Succeeded { remote_id } => (
+            DeliveryStatus::Succeeded,
+            "reconciled",
+            Some(match remote_id {
+                Some(rid) => format!("the target has it, as {rid}"),
+                None => "the target has it".to_owned(),
+            }),
+            remote_id.as_deref(),
+        ),
+        CheckVerdict::ManualReview { reason, note } => (
+            DeliveryStatus::ManualReview,
+            reason.as_str(),
+            note.clone(),
+            None,
+        ),
+    };
+    let step = Step::read(
+        &one(
+            tx,
+            "UPDATE deliveries SET status = $2, check_at = NULL, updated_at = $3, \
+             remote_id = COALESCE($4, remote_id), log_seq = log_seq + 1 WHERE id = $1 \
+             RETURNING log_seq, attempts",
+            &[&result.id, &to.as_str(), &now, &remote_id],
+        )
+        .await?,
+    )?;
+    let from = Some(DeliveryStatus::Unknown);
+    log(tx, &result.id, from, to, step, now, reason, note.as_deref()).await?;
+    Ok(Applied::Now(to))
+}
+
+/// `unknown` deliveries whose next check is due at `now`, soonest first.
+pub(crate) async fn due_checks<C: GenericClient>(
+    c: &C,
+    now: Millis,
+    limit: u32,
+) -> Result<Vec<Delivery>> {
+    rows(
+        c,
+        concat!(
+            "SELECT ",
+            list_columns!(),
+            " FROM deliveries WHERE status = 'unknown' AND check_at <= $1 \
+             ORDER BY check_at, id LIMIT $2"
+        ),
+        &[&now, &i64::from(limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| row_to_delivery(r, false))
+    .collect()
+}
+
+/// When the next check of an `unknown` delivery is due.
+pub(crate) async fn next_check<C: GenericClient>(c: &C) -> Result<Option<Millis>> {
+    row(
+        c,
+        "SELECT check_at FROM deliveries \
+         WHERE status = 'unknown' AND check_at IS NOT NULL ORDER BY check_at LIMIT 1",
+        &[],
+    )
+    .await?
+    .map(|r| col(&r, "check_at"))
+    .transpose()
+}
+
+/// The reconciliation checks of one delivery, oldest first; `None` if the delivery is unknown.
+pub(crate) async fn checks<C: GenericClient>(c: &C, id: &str) -> Result<Option<Vec<Check>>> {
+    if !exists(c, id).await? {
+        return Ok(None);
+    }
+    rows(
+        c,
+        "SELECT at, http_status, matches, error_code, error, duration_ms FROM checks \
+         WHERE delivery_id = $1 ORDER BY seq",
+        &[&id],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Check {
+            at: col(r, "at")?,
+            http_status: opt_int(r, "http_status")?,
+            matches: opt_int(r, "matches")?,
+            error_code: col(r, "error_code")?,
+            error: col(r, "error")?,
+            duration_ms: col(r, "duration_ms")?,
+        })
+    })
+    .collect::<Result<_>>()
+    .map(Some)
+}
+
+async fn exists<C: GenericClient>(c: &C, id: &str) -> Result<bool> {
+    Ok(row(c, "SELECT 1 FROM deliveries WHERE id = $1", &[&id])
+        .await?
+        .is_some())
+}
+
+/// Whether an operator action applies to a delivery.
+enum Allowed {
+    Yes,
+    /// Not from its status.
+    NotFromStatus,
+    /// Not from its status in its mode.
+    NotInMode,
+}
+
+impl Allowed {
+    fn when(allowed: bool) -> Allowed {
+        if allowed {
+            Allowed::Yes
+        } else {
+            Allowed::NotFromStatus
+        }
+    }
+}
+
+/// The first half of an operator action: lock the delivery and judge it. `Ok(status)` to go
+/// ahead from `status`; `Err(outcome)` to answer `outcome` without changing anything.
+async fn lock_for_transition(
+    tx: &Tx<'_>,
+    id: &str,
+    allowed: impl FnOnce(&Delivery) -> Allowed,
+) -> Result<Result<DeliveryStatus, TransitionOutcome>> {
+    let current = row(
+        tx,
+        concat!(
+            "SELECT ",
+            full_columns!(),
+            " FROM deliveries WHERE id = $1 FOR UPDATE"
+        ),
+        &[&id],
+    )
+    .await?;
+    let Some(current) = current else {
+        return Ok(Err(TransitionOutcome::NotFound));
+    };
+    let current = row_to_delivery(&current, true)?;
+    Ok(match allowed(&current) {
+        Allowed::Yes => Ok(current.status),
+        Allowed::NotFromStatus => Err(TransitionOutcome::Invalid(current.status)),
+        Allowed::NotInMode => Err(TransitionOutcome::InvalidForMode(current.status)),
+    })
+}
+
+/// The second half of an operator action: the delivery as it now is.
+async fn transitioned(tx: &Tx<'_>, id: &str) -> Result<TransitionOutcome> {
+    let updated = get(tx, id)
+        .await?
+        .ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
+    Ok(TransitionOutcome::Done(updated))
+}
+
+/// Remove up to `limit` finished deliveries last updated at or before `cutoff`, with their
+/// attempts, transitions, checks and idempotency keys. Pending and in-flight work is never
+/// touched; rows another transaction holds right now are left for the next pass.
+pub(crate) async fn purge_finished(tx: &Tx<'_>, cutoff: Millis, limit: u32) -> Result<u64> {
+    let found = rows(
+        tx,
+        "SELECT id, idempotency_key FROM deliveries \
+         WHERE status IN ('succeeded', 'failed', 'canceled') AND updated_at <= $1 \
+         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+        &[&cutoff, &i64::from(limit)],
+    )
+    .await?;
+    if found.is_empty() {
+        return Ok(0);
+    }
+    let mut ids: Vec<String> = Vec::with_capacity(found.len());
+    let mut keys: Vec<String> = Vec::new();
+    let mut keyed: Vec<String> = Vec::new();
+    for r in &found {
+        let id: String = col(r, "id")?;
+        if let Some(key) = col::<Option<String>>(r, "idempotency_key")? {
+            keys.push(key);
+            keyed.push(id.clone());
+        }
+        ids.push(id);
+    }
+    for sql in [
+        "DELETE FROM attempts WHERE delivery_id = ANY($1::text[])",
+        "DELETE FROM transitions WHERE delivery_id = ANY($1::text[])",
+        "DELETE FROM checks WHERE delivery_id = ANY($1::text[])",
+    ] {
+        exec(tx, sql, &[&ids]).await?;
+    }
+    if !keys.is_empty() {
+        exec(
+            tx,
+            "DELETE FROM idempotency_keys AS k \
+             USING unnest($1::text[], $2::text[]) AS p (key, delivery_id) \
+             WHERE k.key = p.key AND k.delivery_id = p.delivery_id",
+            &[&keys, &keyed],
+        )
+        .await?;
+    }
+    exec(
+        tx,
+        "DELETE FROM deliveries WHERE id = ANY($1::text[])",
+        &[&ids],
+    )
+    .await?;
+    Ok(ids.len() as u64)
+}
+
+pub(crate) async fn get<C: GenericClient>(c: &C, id: &str) -> Result<Option<Delivery>> {
+    row(
+        c,
+        concat!("SELECT ", full_columns!(), " FROM deliveries WHERE id = $1"),
+        &[&id],
+    )
+    .await?
+    .map(|r| row_to_delivery(&r, true))
+    .transpose()
+}
+
+/// Oldest first (ids are time-ordered); `after` is the id of the last row of the previous page.
+pub(crate) async fn list<C: GenericClient>(
+    c: &C,
+    status: Option<DeliveryStatus>,
+    limit: u32,
+    after: Option<&str>,
+) -> Result<Page> {
+    let status = status.map(DeliveryStatus::as_str);
+    let fetch = i64::from(limit) + 1;
+    // Only the parameters a query uses are sent (PostgreSQL must know each one's type): one
+    // statement per combination of filters.
+    let (sql, params): (&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>) =
+        match (&status, &after) {
+            (None, None) => (
+                concat!(
+                    "SELECT ",
+                    list_columns!(),
+                    " FROM deliveries ORDER BY id LIMIT $1"
+                ),
+                vec![&fetch],
+            ),
+            (Some(status), None) => (
+                concat!(
+                    "SELECT ",
+                    list_columns!(),
+                    " FROM deliveries WHERE status = $1 ORDER BY id LIMIT $2"
+                ),
+                vec![status, &fetch],
+            ),
+            (None, Some(after)) => (
+                concat!(
+                    "SELECT ",
+                    list_columns!(),
+                    " FROM deliveries WHERE id > $1 ORDER BY id LIMIT $2"
+                ),
+                vec![after, &fetch],
+            ),
+            (Some(status), Some(after)) => (
+                concat!(
+                    "SELECT ",
+                    list_columns!(),
+                    " FROM deliveries WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
+                ),
+                vec![status, after, &fetch],
+            ),
+        };
+    let mut deliveries = rows(c, sql, &params)
+        .await?
+        .iter()
+        .map(|r| row_to_delivery(r, false))
+        .collect::<Result<Vec<_>>>()?;
+    let next_cursor = if deliveries.len() > limit as usize {
+        deliveries.truncate(limit as usize);
+        deliveries.last().map(|d| d.id.clone())
+    } else {
+        None
+    };
+    Ok(Page {
+        deliveries,
+        next_cursor,
+    })
+}
+
+/// The attempts of one delivery, oldest first; `None` if the delivery is unknown.
+pub(crate) async fn attempts<C: GenericClient>(c: &C, id: &str) -> Result<Option<Vec<Attempt>>> {
+    if !exists(c, id).await? {
+        return Ok(None);
+    }
+    rows(
+        c,
+        "SELECT cycle, number, started_at, finished_at, outcome, http_status, error_code, error, \
+         duration_ms FROM attempts WHERE delivery_id = $1 ORDER BY seq",
+        &[&id],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Attempt {
+            cycle: int(r, "cycle")?,
+            number: int(r, "number")?,
+            started_at: col(r, "started_at")?,
+            finished_at: col(r, "finished_at")?,
+            outcome: col(r, "outcome")?,
+            http_status: opt_int(r, "http_status")?,
+            error_code: col(r, "error_code")?,
+            error: col(r, "error")?,
+            duration_ms: col(r, "duration_ms")?,
+        })
+    })
+    .collect::<Result<_>>()
+    .map(Some)
+}
+
+/// The transition log of one delivery, oldest first; `None` if the delivery is unknown.
+pub(crate) async fn transitions<C: GenericClient>(
+    c: &C,
+    id: &str,
+) -> Result<Option<Vec<Transition>>> {
+    if !exists(c, id).await? {
+        return Ok(None);
+    }
+    rows(
+        c,
+        "SELECT from_status, to_status, attempt, at, reason, note FROM transitions \
+         WHERE delivery_id = $1 ORDER BY seq",
+        &[&id],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        let from: Option<String> = col(r, "from_status")?;
+        let to: String = col(r, "to_status")?;
+        Ok(Transition {
+            from: from.as_deref().map(parse_status).transpose()?,
+            to: parse_status(&to)?,
+            attempt: int(r, "attempt")?,
+            at: col(r, "at")?,
+            reason: col(r, "reason")?,
+            note: col(r, "note")?,
+        })
+    })
+    .collect::<Result<_>>()
+    .map(Some)
+}
+
+/// The earliest due time of pending work whose origin is not saturated.
+pub(crate) async fn next_due<C: GenericClient>(
+    c: &C,
+    saturated: &[String],
+) -> Result<Option<Millis>> {
+    let saturated: HashSet<String> = saturated.iter().cloned().collect();
+    Ok(due_candidates(c, Millis::MAX, &saturated, 1, false)
+        .await?
+        .first()
+        .map(|c| c.due))
+}
+
+/// Counts by status (from the kept deltas: no deliveries are counted here), the oldest due
+/// time, and the database size the caller measured.
+pub(crate) async fn stats<C: GenericClient>(c: &C, now: Millis, db_bytes: u64) -> Result<Stats> {
+    let by_status = rows(
+        c,
+        "SELECT status, SUM(n)::bigint AS n FROM delivery_count_deltas \
+         GROUP BY status HAVING SUM(n) > 0",
+        &[],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok((col::<String>(r, "status")?, int::<u64>(r, "n")?)))
+    .collect::<Result<Vec<_>>>()?;
+    let oldest_due_at = row(
+        c,
+        "SELECT next_attempt_at FROM deliveries WHERE status = 'pending' \
+         AND next_attempt_at <= $1 ORDER BY next_attempt_at LIMIT 1",
+        &[&now],
+    )
+    .await?
+    .map(|r| col(&r, "next_attempt_at"))
+    .transpose()?;
+    Ok(Stats {
+        by_status: by_status
+            .into_iter()
+            .filter_map(|(s, n)| s.parse().ok().map(|st| (st, n)))
+            .collect(),
+        oldest_due_at,
+        db_bytes,
+    })
+}
+
+/// Origins with pending or in-flight work, in origin order after `after`, at most `limit`:
+/// from the kept deltas.
+pub(crate) async fn origins<C: GenericClient>(
+    c: &C,
+    limit: u32,
+    after: Option<&str>,
+) -> Result<Vec<OriginCounts>> {
+    rows(
+        c,
+        "SELECT origin, \
+                COALESCE(SUM(n) FILTER (WHERE status = 'pending'), 0)::bigint AS pending, \
+                COALESCE(SUM(n) FILTER (WHERE status = 'in_flight'), 0)::bigint AS in_flight \
+         FROM delivery_count_deltas \
+         WHERE origin > $1 AND status IN ('pending', 'in_flight') \
+         GROUP BY origin HAVING SUM(n) > 0 ORDER BY origin LIMIT $2",
+        &[&after.unwrap_or(""), &i64::from(limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(OriginCounts {
+            origin: col(r, "origin")?,
+            pending: int(r, "pending")?,
+            in_flight: int(r, "in_flight")?,
+        })
+    })
+    .collect()
+}
+
+/// A BIGINT column as the narrower integer the model uses.
+fn int<T: TryFrom<i64>>(r: &Row, column: &str) -> Result<T> {
+    let value: i64 = col(r, column)?;
+    T::try_from(value).map_err(|_| out_of_range(column, value))
+}
+
+/// A nullable BIGINT column as the narrower integer the model uses.
+fn opt_int<T: TryFrom<i64>>(r: &Row, column: &str) -> Result<Option<T>> {
+    let value: Option<i64> = col(r, column)?;
+    value
+        .map(|v| T::try_from(v).map_err(|_| out_of_range(column, v)))
+        .transpose()
+}
+
+fn out_of_range(column: &str, value: i64) -> StoreError {
+    StoreError::Database(format!("column {column}: {value} is out of range"))
+}
+
+fn row_to_delivery(r: &Row, full: bool) -> Result<Delivery> {
+    let status: String = col(r, "status")?;
+    let mode: String = col(r, "mode")?;
+    let (headers, body) = if full {
+        let headers: String = col(r, "headers")?;
+        (
+            Some(decode_headers(&headers)?),
+            Some(decode_body(col(r, "body_kind")?, col(r, "body")?)),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(Delivery {
+        id: col(r, "id")?,
+        idempotency_key: col(r, "idempotency_key")?,
+        target_url: col(r, "target_url")?,
+        origin: col(r, "origin")?,
+        method: col(r, "method")?,
+        status: parse_status(&status)?,
+        attempts: int(r, "attempts")?,
+        uncharged: int(r, "uncharged")?,
+        max_attempts: int(r, "max_attempts")?,
+        cycle: int(r, "cycle")?,
+        last_error: col(r, "last_error")?,
+        last_error_code: col(r, "last_error_code")?,
+        last_response_code: opt_int(r, "last_response_code")?,
+        created_at: col(r, "created_at")?,
+        updated_at: col(r, "updated_at")?,
+        next_attempt_at: col(r, "next_attempt_at")?,
+        not_before: col(r, "not_before")?,
+        expires_at: col(r, "expires_at")?,
+        lease_until: col(r, "lease_until")?,
+        mode: parse_mode(&mode)?,
+        fingerprint: col(r, "fingerprint")?,
+        reconcile: col(r, "reconcile")?,
+        remote_id_pointer: col(r, "remote_id_pointer")?,
+        observation_window_ms: col(r, "window_ms")?,
+        remote_id: col(r, "remote_id")?,
+        unknown_since: col(r, "unknown_since")?,
+        review_at: col(r, "review_at")?,
+        check_at: col(r, "check_at")?,
+        checks: int(r, "checks")?,
+        headers,
+        body,
+    })
+}
+
+fn parse_status(text: &str) -> Result<DeliveryStatus> {
+    text.parse()
+        .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
+}
+
+fn parse_mode(text: &str) -> Result<Mode> {
+    text.parse()
+        .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
+}
+
+fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {
+    match body {
+        Body::None => (BODY_NONE, None),
+        Body::Json(b) => (BODY_JSON, Some(b)),
+        Body::Binary(b) => (BODY_BINARY, Some(b)),
+    }
+}
+
+fn decode_body(kind: i64, bytes: Option<Vec<u8>>) -> Body {
+    match (kind, bytes) {
+        (BODY_JSON, Some(b)) => Body::Json(b),
+        (BODY_BINARY, Some(b)) => Body::Binary(b),
+        (BODY_BINARY, None) => Body::Binary(Vec::new()),
+        _ => Body::None,
+    }
+}
+
+fn encode_headers(headers: &[(String, String)]) -> Result<String> {
+    serde_json::to_string(headers).map_err(|e| StoreError::Database(e.to_string()))
+}
+
+fn decode_headers(text: &str) -> Result<Vec<(String, String)>> {
+    serde_json::from_str(text).map_err(|e| StoreError::Database(format!("stored headers: {e}")))
+}

@@ -1,0 +1,781 @@
+//! The shared backend: one PostgreSQL database that several spoold hosts use at once.
+//!
+//! **Invariants:**
+//! - Correctness rests on rows, transactions and `FOR UPDATE SKIP LOCKED` alone. LISTEN/NOTIFY
+//!   only wakes other hosts sooner (a slow poll stands in when it is down); the advisory lock
+//!   only serialises migrations.
+//! - A write returns `Ok` only after its COMMIT was answered, on a session with
+//!   `synchronous_commit = on` (read back at open): acknowledged means flushed to disk.
+//! - Due times, leases and timestamps are read from the database's clock (`clock_timestamp()`
+//!   at the start of each transaction), never from a host's: hosts may disagree on the time.
+//! - No transaction stays open across an HTTP request or a child process: claims commit at once.
+
+mod connect;
+mod deliveries;
+mod notify;
+mod schema;
+mod tasks;
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{GenericClient, Pool};
+use tokio::sync::Notify;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+pub use connect::redact_url;
+
+use crate::error::{Result, StoreError};
+use crate::model::{
+    Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
+    DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
+    Resolution, StartOutcome, Stats, Transition, TransitionOutcome,
+};
+use crate::sqlite::WriterStats;
+use crate::tasks::{
+    AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, Interrupted, NewTask, StepRecord,
+    Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus, TaskStep,
+    TaskTransition,
+};
+
+/// A transaction on a pooled connection.
+pub(crate) type Tx<'a> = deadpool_postgres::Transaction<'a>;
+
+/// How a transaction that lost a race (serialization failure, deadlock) is retried.
+const CONTENTION_RETRIES: u32 = 5;
+
+/// A clock reading whose round trip took longer than this does not move the offset.
+const MAX_CLOCK_ROUND_TRIP_US: i64 = 2_000;
+
+/// How long a database size read is reused (it lists the database's files).
+const DB_SIZE_TTL: Duration = Duration::from_secs(1);
+
+/// How to open the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgConfig {
+    /// `postgres://user@host:port/database?sslmode=…`
+    pub url: String,
+    /// Refuse new deliveries once the database uses this many bytes; 0 = no limit.
+    pub max_db_bytes: u64,
+    /// Connections kept in the pool.
+    pub pool_size: usize,
+    /// How often, without any notification, waiters are woken to look for work another host
+    /// made due (the safety net under LISTEN/NOTIFY).
+    pub poll_interval: Duration,
+}
+
+impl PgConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        PgConfig {
+            url: url.into(),
+            max_db_bytes: 0,
+            pool_size: 16,
+            poll_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A handle to the PostgreSQL store. Cheap to clone.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    max_db_bytes: u64,
+    /// Database clock minus this host's clock, in microseconds, from a recent transaction with
+    /// a short round trip; `i64::MIN` until the first.
+    clock_offset: AtomicI64,
+    db_size: Mutex<Option<(Instant, u64)>>,
+    stats: WriterStats,
+    wake: notify::Wakeups,
+    _listener: notify::Listener,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+/// Run `$body` (an expression that may use `$tx: &Tx` and `$now: Millis`, the database clock
+/// at the start of the transaction) in one transaction and commit it. A transaction that lost
+/// a race is run again, from the start.
+macro_rules! in_tx {
+    ($store:expr, |$tx:ident, $now:ident| $body:expr) => {{
+        let store: &PgStore = $store;
+        let mut tries = 0;
+        loop {
+            let started = std::time::Instant::now();
+            let out: Result<_> = async {
+                let mut client = store.client().await?;
+                let $tx = client.transaction().await.map_err(map_err)?;
+                #[allow(unused_variables)]
+                let $now = store.db_now(&$tx).await?;
+                let out = $body.await?;
+                $tx.commit().await.map_err(map_err)?;
+                Ok(out)
+            }
+            .await;
+            store.observe(started, out.is_ok());
+            match out {
+                Err(StoreError::Contention(_)) if tries < CONTENTION_RETRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(u64::from(tries) * 3)).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+/// Run `$body` (using `$c`, a pooled connection) outside any explicit transaction.
+macro_rules! read {
+    ($store:expr, |$c:ident| $body:expr) => {{
+        let store: &PgStore = $store;
+        let client = store.client().await?;
+        let $c: &deadpool_postgres::Client = &client;
+        $body.await
+    }};
+}
+
+impl PgStore {
+    /// Connect, check that commits are durable, and migrate the schema (under an advisory
+    /// lock: two hosts starting together apply each migration once).
+    pub async fn open(config: &PgConfig) -> Result<PgStore> {
+        let target = connect::Target::parse(&config.url)?;
+        let pool = target.pool(config.pool_size)?;
+        let client = pool.get().await.map_err(map_pool_err)?;
+        let sync: String = client
+            .query_one("SHOW synchronous_commit", &[])
+            .await
+            .map_err(map_err)?
+            .get(0);
+        if sync != "on" {
+            return Err(StoreError::Durability(format!(
+                "synchronous_commit is {sync}, expected on"
+            )));
+        }
+        schema::migrate(&client).await?;
+        drop(client);
+        let wake = notify::Wakeups::default();
+        let listener = notify::Listener::spawn(target, wake.clone(), config.poll_interval);
+        let store = PgStore {
+            inner: Arc::new(Inner {
+                pool,
+                max_db_bytes: config.max_db_bytes,
+                clock_offset: AtomicI64::new(i64::MIN),
+                db_size: Mutex::new(None),
+                stats: WriterStats::default(),
+                wake,
+                _listener: listener,
+            }),
+        };
+        // Learn the database clock before anyone asks for it.
+        in_tx!(&store, |tx, now| async { Ok(()) })?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client> {
+        self.inner.pool.get().await.map_err(map_pool_err)
+    }
+
+    /// The database's clock, in milliseconds; also refreshes [`PgStore::now_ms`]'s offset from
+    /// this reading when the round trip was short (the midpoint of the round trip stands for
+    /// the moment the database read its clock, so the offset is off by at most half of it).
+    async fn db_now(&self, tx: &Tx<'_>) -> Result<Millis> {
+        let sent = host_micros();
+        let db: i64 = one(
+            tx,
+            "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+            &[],
+        )
+        .await?
+        .get(0);
+        let received = host_micros();
+        let round_trip = received - sent;
+        let offsets = &self.inner.clock_offset;
+        if round_trip <= MAX_CLOCK_ROUND_TRIP_US || offsets.load(Ordering::Relaxed) == i64::MIN {
+            offsets.store(db - (sent + round_trip / 2), Ordering::Relaxed);
+        }
+        Ok(db.div_euclid(1000))
+    }
+
+    fn observe(&self, started: Instant, ok: bool) {
+        if !ok {
+            self.inner.stats.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(observer) = self.inner.stats.observer.get() {
+            observer.committed(1, started.elapsed().as_secs_f64(), ok);
+        }
+    }
+
+    /// The database clock as this host estimates it (its own clock plus the offset measured
+    /// at the latest transaction). Decisions are made on the database clock itself.
+    pub fn now_ms(&self) -> Millis {
+        let offset = match self.inner.clock_offset.load(Ordering::Relaxed) {
+            i64::MIN => 0,
+            known => known,
+        };
+        (host_micros() + offset).div_euclid(1000)
+    }
+
+    pub fn writer_stats(&self) -> &WriterStats {
+        &self.inner.stats
+    }
+
+    /// Notified when work may be due: a write here made some, another host announced some,
+    /// the notification connection came back, or the slow poll ticked.
+    pub fn work_available(&self) -> Arc<Notify> {
+        self.inner.wake.deliveries()
+    }
+
+    /// As [`PgStore::work_available`], for tasks.
+    pub fn tasks_available(&self) -> Arc<Notify> {
+        self.inner.wake.tasks()
+    }
+
+    /// The database's size, read at most once per [`DB_SIZE_TTL`].
+    async fn db_bytes(&self) -> Result<u64> {
+        if let Ok(cached) = self.inner.db_size.lock() {
+            if let Some((at, bytes)) = *cached {
+                if at.elapsed() < DB_SIZE_TTL {
+                    return Ok(bytes);
+                }
+            }
+        }
+        let client = self.client().await?;
+        let bytes: i64 = one(&client, "SELECT pg_database_size(current_database())", &[])
+            .await?
+            .get(0);
+        let bytes = bytes.max(0) as u64;
+        if let Ok(mut cached) = self.inner.db_size.lock() {
+            *cached = Some((Instant::now(), bytes));
+        }
+        Ok(bytes)
+    }
+
+    pub async fn insert(&self, new: NewDelivery) -> Result<InsertOutcome> {
+        let limit = self.inner.max_db_bytes;
+        let used = if limit > 0 { self.db_bytes().await? } else { 0 };
+        let out = in_tx!(self, |tx, now| deliveries::insert(
+            &tx, &new, now, used, limit
+        ));
+        self.inner
+            .wake
+            .deliveries_when(matches!(out, Ok(InsertOutcome::Created(_))));
+        out
+    }
+
+    pub async fn claim_due(
+        &self,
+        limit: u32,
+        capacity: Capacity,
+        lease_ms: i64,
+    ) -> Result<ClaimBatch> {
+        in_tx!(self, |tx, now| deliveries::claim(
+            &tx,
+            now,
+            limit,
+            capacity.clone(),
+            lease_ms
+        ))
+    }
+
+    pub async fn complete(&self, result: AttemptResult) -> Result<Applied> {
+        let out = in_tx!(self, |tx, now| deliveries::complete(&tx, &result, now));
+        // A retry another host may be due for sooner than this one.
+        self.inner.wake.deliveries_when(out.is_ok());
+        out
+    }
+
+    pub async fn reserve_next(&self, origin: String, lease_ms: i64) -> Result<Option<Reservation>> {
+        in_tx!(self, |tx, now| deliveries::reserve_next(
+            &tx, &origin, now, lease_ms
+        ))
+    }
+
+    pub async fn start(&self, reservation: Reservation, lease_ms: i64) -> Result<StartOutcome> {
+        in_tx!(self, |tx, now| deliveries::start(
+            &tx,
+            &reservation,
+            now,
+            lease_ms
+        ))
+    }
+
+    pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
+        let out = in_tx!(self, |tx, now| deliveries::release(
+            &tx, &id, claim_seq, now, "released"
+        ));
+        self.inner.wake.deliveries_when(matches!(out, Ok(true)));
+        out
+    }
+
+    pub async fn recover(&self, check_in_ms: i64) -> Result<Reclaimed> {
+        let out = in_tx!(self, |tx, now| deliveries::recover(&tx, now, check_in_ms));
+        self.inner
+            .wake
+            .deliveries_when(matches!(&out, Ok(taken) if taken.total() > 0));
+        out
+    }
+
+    pub async fn renew_and_reclaim(
+        &self,
+        live: Vec<(String, u32)>,
+        lease_ms: i64,
+        check_in_ms: i64,
+    ) -> Result<Reclaimed> {
+        let out = in_tx!(self, |tx, now| deliveries::renew_and_reclaim(
+            &tx,
+            &live,
+            now,
+            lease_ms,
+            check_in_ms
+        ));
+        self.inner
+            .wake
+            .deliveries_when(matches!(&out, Ok(taken) if taken.total() > 0));
+        // Every host sweeps a few times per lease: a good moment to fold the count deltas,
+        // which claims past saturated targets read.
+        if out.is_ok() {
+            in_tx!(self, |tx, now| compact_counts(&tx))?;
+        }
+        out
+    }
+
+    pub async fn expire_overdue(&self, limit: u32) -> Result<u64> {
+        in_tx!(self, |tx, now| deliveries::expire_overdue(&tx, now, limit))
+    }
+
+    pub async fn cancel(&self, id: String) -> Result<TransitionOutcome> {
+        in_tx!(self, |tx, now| deliveries::cancel(&tx, &id, now))
+    }
+
+    pub async fn retry(&self, id: String) -> Result<TransitionOutcome> {
+        let out = in_tx!(self, |tx, now| deliveries::retry(&tx, &id, now));
+        self.inner
+            .wake
+            .deliveries_when(matches!(out, Ok(TransitionOutcome::Done(_))));
+        out
+    }
+
+    pub async fn resolve(
+        &self,
+        id: String,
+        resolution: Resolution,
+        note: String,
+    ) -> Result<TransitionOutcome> {
+        let out = in_tx!(self, |tx, now| deliveries::resolve(
+            &tx,
+            &id,
+            &resolution,
+            &note,
+            now
+        ));
+        self.inner.wake.deliveries_when(
+            matches!(&out, Ok(TransitionOutcome::Done(d)) if d.status == DeliveryStatus::Pending),
+        );
+        out
+    }
+
+    pub async fn record_check(&self, result: CheckResult) -> Result<Applied> {
+        in_tx!(self, |tx, now| deliveries::record_check(&tx, &result, now))
+    }
+
+    pub async fn due_checks(&self, limit: u32) -> Result<Vec<Delivery>> {
+        let now = self.now_ms();
+        read!(self, |c| deliveries::due_checks(c, now, limit))
+    }
+
+    pub async fn next_check(&self) -> Result<Option<Millis>> {
+        read!(self, |c| deliveries::next_check(c))
+    }
+
+    pub async fn checks(&self, id: String) -> Result<Option<Vec<Check>>> {
+        read!(self, |c| deliveries::checks(c, &id))
+    }
+
+    pub async fn purge_finished(&self, older_than_ms: i64, limit: u32) -> Result<u64> {
+        in_tx!(self, |tx, now| deliveries::purge_finished(
+            &tx,
+            now - older_than_ms,
+            limit
+        ))
+    }
+
+    /// A small real write, committed durably: proves the database can be written right now.
+    pub async fn ping(&self) -> Result<()> {
+        in_tx!(self, |tx, now| async {
+            exec(
+                &tx,
+                "INSERT INTO meta (key, value) VALUES ('last_ping', $1) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[&now.to_string()],
+            )
+            .await
+            .map(drop)
+        })
+    }
+
+    /// `synchronous_commit` as a pooled session reports it (always `on`: checked at open).
+    pub async fn synchronous_commit(&self) -> Result<String> {
+        read!(self, |c| async {
+            Ok(one(c, "SHOW synchronous_commit", &[]).await?.get(0))
+        })
+    }
+
+    pub async fn get(&self, id: String) -> Result<Option<Delivery>> {
+        read!(self, |c| deliveries::get(c, &id))
+    }
+
+    pub async fn list(
+        &self,
+        status: Option<DeliveryStatus>,
+        limit: u32,
+        after: Option<String>,
+    ) -> Result<Page> {
+        read!(self, |c| deliveries::list(
+            c,
+            status,
+            limit,
+            after.as_deref()
+        ))
+    }
+
+    pub async fn attempts(&self, id: String) -> Result<Option<Vec<Attempt>>> {
+        read!(self, |c| deliveries::attempts(c, &id))
+    }
+
+    pub async fn transitions(&self, id: String) -> Result<Option<Vec<Transition>>> {
+        read!(self, |c| deliveries::transitions(c, &id))
+    }
+
+    pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {
+        read!(self, |c| deliveries::next_due(c, &saturated))
+    }
+
+    pub async fn origins(&self, limit: u32, after: Option<String>) -> Result<Vec<OriginCounts>> {
+        read!(self, |c| deliveries::origins(c, limit, after.as_deref()))
+    }
+
+    /// Counts by status (summed from the kept deltas, which this folds first), the oldest due
+    /// time and the database size.
+    pub async fn stats(&self) -> Result<Stats> {
+        in_tx!(self, |tx, now| compact_counts(&tx))?;
+        let db_bytes = self.db_bytes().await?;
+        let now = self.now_ms();
+        read!(self, |c| deliveries::stats(c, now, db_bytes))
+    }
+
+    pub async fn insert_task(&self, new: NewTask) -> Result<TaskInsert> {
+        let out = in_tx!(self, |tx, now| tasks::insert(&tx, &new, now));
+        self.inner
+            .wake
+            .tasks_when(matches!(out, Ok(TaskInsert::Created(_))));
+        out
+    }
+
+    pub async fn claim_tasks(
+        &self,
+        limit: u32,
+        types: Vec<ClaimType>,
+        lease_ms: i64,
+        executor_id: String,
+    ) -> Result<Claimed> {
+        in_tx!(self, |tx, now| tasks::claim(
+            &tx,
+            now,
+            limit,
+            &types,
+            lease_ms,
+            &executor_id
+        ))
+    }
+
+    pub async fn finish_task(&self, end: TaskAttemptEnd) -> Result<Option<TaskStatus>> {
+        let out = in_tx!(self, |tx, now| tasks::finish(&tx, &end, now));
+        // Locks or a quota slot may have come free for another host's tasks.
+        self.inner.wake.tasks_when(out.is_ok());
+        out
+    }
+
+    pub async fn finish_and_claim(
+        &self,
+        end: TaskAttemptEnd,
+        types: Vec<ClaimType>,
+        lease_ms: i64,
+        executor_id: String,
+    ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>)> {
+        let out = in_tx!(self, |tx, now| async {
+            let status = tasks::finish(&tx, &end, now).await?;
+            let next = tasks::claim(&tx, now, 1, &types, lease_ms, &executor_id).await?;
+            Ok((status, next.tasks.into_iter().next()))
+        });
+        self.inner.wake.tasks_when(out.is_ok());
+        out
+    }
+
+    pub async fn expire_tasks(&self, limit: u32) -> Result<u64> {
+        in_tx!(self, |tx, now| tasks::expire(&tx, now, limit))
+    }
+
+    pub async fn cancel_task(&self, id: String) -> Result<TaskAction> {
+        let out = in_tx!(self, |tx, now| tasks::cancel(&tx, &id, now));
+        self.inner
+            .wake
+            .tasks_when(matches!(out, Ok(TaskAction::CancelRequested(_))));
+        out
+    }
+
+    pub async fn retry_task(&self, id: String, extra_attempts: u32) -> Result<TaskAction> {
+        let out = in_tx!(self, |tx, now| tasks::retry(&tx, &id, extra_attempts, now));
+        self.inner
+            .wake
+            .tasks_when(matches!(out, Ok(TaskAction::Done(_))));
+        out
+    }
+
+    pub async fn decide_task(
+        &self,
+        id: String,
+        to: TaskStatus,
+        reason: String,
+        note: Option<String>,
+    ) -> Result<TaskAction> {
+        let out = in_tx!(self, |tx, now| tasks::decide(
+            &tx,
+            &id,
+            to,
+            &reason,
+            note.as_deref(),
+            now
+        ));
+        self.inner
+            .wake
+            .tasks_when(matches!(&out, Ok(TaskAction::Done(t)) if t.status == TaskStatus::Pending));
+        out
+    }
+
+    pub async fn recover_tasks(&self) -> Result<Vec<Interrupted>> {
+        in_tx!(self, |tx, now| tasks::recover(&tx, now))
+    }
+
+    pub async fn expire_task_leases(&self, executor_id: String) -> Result<Vec<Interrupted>> {
+        let out = in_tx!(self, |tx, now| tasks::expire_leases(&tx, now, &executor_id));
+        self.inner
+            .wake
+            .tasks_when(matches!(&out, Ok(taken) if !taken.is_empty()));
+        out
+    }
+
+    pub async fn record_task_process(
+        &self,
+        id: String,
+        attempt: u32,
+        process: AttemptProcess,
+    ) -> Result<()> {
+        in_tx!(self, |tx, now| tasks::record_process(
+            &tx, &id, attempt, &process
+        ))
+    }
+
+    pub async fn renew_task_leases(
+        &self,
+        running: Vec<(String, u32)>,
+        lease_ms: i64,
+    ) -> Result<u64> {
+        in_tx!(self, |tx, now| tasks::renew_leases(
+            &tx, now, &running, lease_ms
+        ))
+    }
+
+    pub async fn record_task_step(
+        &self,
+        id: String,
+        attempt: u32,
+        name: String,
+    ) -> Result<StepRecord> {
+        in_tx!(self, |tx, now| tasks::record_step(
+            &tx, &id, attempt, &name, now
+        ))
+    }
+
+    pub async fn task_steps(&self, id: String) -> Result<Option<Vec<TaskStep>>> {
+        read!(self, |c| tasks::steps(c, &id))
+    }
+
+    pub async fn held_task_locks(&self, max_waiting: u32) -> Result<Vec<HeldLock>> {
+        read!(self, |c| tasks::held_locks(c, max_waiting))
+    }
+
+    pub async fn get_task(&self, id: String) -> Result<Option<Task>> {
+        read!(self, |c| tasks::get(c, &id))
+    }
+
+    pub async fn list_tasks(
+        &self,
+        status: Option<TaskStatus>,
+        task_type: Option<String>,
+        limit: u32,
+        after: Option<String>,
+    ) -> Result<TaskPage> {
+        read!(self, |c| tasks::list(
+            c,
+            status,
+            task_type.as_deref(),
+            limit,
+            after.as_deref()
+        ))
+    }
+
+    pub async fn task_attempts(&self, id: String) -> Result<Option<Vec<TaskAttempt>>> {
+        read!(self, |c| tasks::attempts(c, &id))
+    }
+
+    pub async fn task_transitions(&self, id: String) -> Result<Option<Vec<TaskTransition>>> {
+        read!(self, |c| tasks::transitions(c, &id))
+    }
+
+    pub async fn next_task_due(&self, types: Vec<String>) -> Result<Option<Millis>> {
+        read!(self, |c| tasks::next_due(c, &types))
+    }
+
+    pub async fn task_counts(&self) -> Result<Vec<(TaskStatus, u64)>> {
+        in_tx!(self, |tx, now| compact_counts(&tx))?;
+        read!(self, |c| tasks::counts(c))
+    }
+}
+
+/// This host's wall clock, in microseconds since the epoch.
+fn host_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Fold the count deltas into one row per count. Concurrent writers keep appending meanwhile
+/// (their rows are not in this transaction's snapshot); a concurrent fold waits for this one
+/// and then finds the rows it would delete gone.
+async fn compact_counts(tx: &Tx<'_>) -> Result<()> {
+    exec(
+        tx,
+        "WITH gone AS (DELETE FROM delivery_count_deltas RETURNING origin, status, n) \
+         INSERT INTO delivery_count_deltas (origin, status, n) \
+         SELECT origin, status, SUM(n) FROM gone GROUP BY origin, status HAVING SUM(n) <> 0",
+        &[],
+    )
+    .await?;
+    exec(
+        tx,
+        "WITH gone AS (DELETE FROM task_count_deltas RETURNING status, n) \
+         INSERT INTO task_count_deltas (status, n) \
+         SELECT status, SUM(n) FROM gone GROUP BY status HAVING SUM(n) <> 0",
+        &[],
+    )
+    .await
+    .map(drop)
+}
+
+/// Rows of a statement prepared once per connection.
+pub(crate) async fn rows<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>> {
+    let statement = c.prepare_cached(sql).await.map_err(map_err)?;
+    c.query(&statement, params).await.map_err(map_err)
+}
+
+/// The one row of a statement, or `None`.
+pub(crate) async fn row<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<Row>> {
+    let statement = c.prepare_cached(sql).await.map_err(map_err)?;
+    c.query_opt(&statement, params).await.map_err(map_err)
+}
+
+/// The one row of a statement that always returns exactly one.
+pub(crate) async fn one<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Row> {
+    let statement = c.prepare_cached(sql).await.map_err(map_err)?;
+    c.query_one(&statement, params).await.map_err(map_err)
+}
+
+/// Run a statement; the number of rows it changed.
+pub(crate) async fn exec<C: GenericClient>(
+    c: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64> {
+    let statement = c.prepare_cached(sql).await.map_err(map_err)?;
+    c.execute(&statement, params).await.map_err(map_err)
+}
+
+/// Read a column, naming it if the row does not hold what we expect.
+pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    r: &'a Row,
+    column: &str,
+) -> Result<T> {
+    r.try_get(column)
+        .map_err(|e| StoreError::Database(format!("column {column}: {e}")))
+}
+
+/// Not getting a connection — refused, timed out, or the server turning it away — means the
+/// database is unavailable: nothing was written.
+fn map_pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => {
+            StoreError::Unavailable(format!("cannot connect: {}", describe(&e)))
+        }
+        other => StoreError::Unavailable(format!("no database connection: {other}")),
+    }
+}
+
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => redact_url(&e.to_string()),
+    }
+}
+
+/// Classify a PostgreSQL error into the store's terms.
+pub(crate) fn map_err(e: tokio_postgres::Error) -> StoreError {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        let message = format!("{}: {}", db.severity(), db.message());
+        return if *code == SqlState::DISK_FULL {
+            StoreError::DiskFull(message)
+        } else if *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+        {
+            StoreError::Contention(message)
+        } else if code.code().starts_with("08")
+            || *code == SqlState::ADMIN_SHUTDOWN
+            || *code == SqlState::CRASH_SHUTDOWN
+            || *code == SqlState::CANNOT_CONNECT_NOW
+            || *code == SqlState::TOO_MANY_CONNECTIONS
+        {
+            StoreError::Unavailable(message)
+        } else if *code == SqlState::IO_ERROR || *code == SqlState::OUT_OF_MEMORY {
+            StoreError::Storage(message)
+        } else {
+            StoreError::Database(message)
+        };
+    }
+    let text = describe(&e);
+    if e.is_closed() || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>()) {
+        StoreError::Unavailable(text)
+    } else {
+        StoreError::Database(text)
+    }
+}

@@ -1,0 +1,98 @@
+//! The PostgreSQL backend: the conformance suite on a database of each test's own, plus what
+//! only a shared server has to get right — durable commits read back, migrations raced by two
+//! openers, a schema from a newer spoold refused, and two stores (two hosts) on one database.
+
+use spool_store::postgres::{PgConfig, PgStore};
+use spool_store::{Store, StoreError};
+use spool_testkit::TestDatabase;
+
+use crate::conformance::Backend;
+
+/// A database of the test's own, dropped when the test ends.
+pub struct PgBackend {
+    db: TestDatabase,
+}
+
+impl Backend for PgBackend {
+    async fn fresh() -> Option<(Self, Store)> {
+        let db = TestDatabase::create()
+            .await
+            .expect("create a test database")?;
+        let store = open(db.url(), 0).await.expect("open a fresh store");
+        Some((PgBackend { db }, store))
+    }
+
+    async fn reopen(&self, store: Store, max_db_bytes: u64) -> Store {
+        drop(store);
+        open(self.db.url(), max_db_bytes).await.expect("reopen")
+    }
+}
+
+mod suite {
+    crate::conformance::conformance_suite!(super::PgBackend);
+}
+
+async fn open(url: &str, max_db_bytes: u64) -> Result<Store, StoreError> {
+    let mut config = PgConfig::new(url);
+    config.max_db_bytes = max_db_bytes;
+    PgStore::open(&config).await.map(Store::Postgres)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commits_are_synchronous() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    // Even when the server's default says otherwise, our sessions commit durably.
+    db.execute(&format!(
+        "ALTER DATABASE {} SET synchronous_commit = off",
+        db.url().rsplit('/').next().unwrap_or_default()
+    ))
+    .await
+    .expect("alter database");
+    let store = PgStore::open(&PgConfig::new(db.url())).await.expect("open");
+    assert_eq!(store.synchronous_commit().await.expect("show"), "on");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hosts_starting_together_migrate_once() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let opens = (0..4).map(|_| open(db.url(), 0));
+    for opened in futures_util::future::join_all(opens).await {
+        opened.expect("every opener gets a migrated store");
+    }
+    assert_eq!(
+        db.scalar("SELECT string_agg(version::text, ',') FROM spoold_schema")
+            .await
+            .expect("version"),
+        Some("1".into())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_schema_is_refused() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    drop(open(db.url(), 0).await.expect("first open"));
+    db.execute("UPDATE spoold_schema SET version = 99")
+        .await
+        .expect("bump the version");
+    match open(db.url(), 0).await {
+        Err(StoreError::TooNew { found: 99, .. }) => {}
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_server_is_unavailable() {
+    // Port 1 on loopback: nothing listens there.
+    match open("postgres://postgres@127.0.0.1:1/none", 0).await {
+        Err(StoreError::Unavailable(message)) => {
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}

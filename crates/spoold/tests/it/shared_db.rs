@@ -1,0 +1,374 @@
+//! Several hosts on one PostgreSQL database: real `spoold` processes sharing a database of the
+//! test's own, one receiver. Work is shared, an idempotency key makes one row whichever host
+//! takes it, a host killed mid-run loses nothing, a task lock holds across hosts, and the
+//! daemons ride out the database dropping their connections.
+//!
+//! Skipped (with a message) without `SPOOLD_TEST_PG_URL`; `.ci/run` sets it, so there they
+//! are mandatory.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply, TestDatabase};
+use tempfile::TempDir;
+
+use crate::tasks::{get, id, submit, wait_task, Setup};
+use crate::{id_of, FAST_RETRIES, WAIT};
+
+/// A request timeout and lease short enough that a dead host's claims come back in seconds.
+const SHORT_LEASE: &[&str] = &["--request-timeout", "1s", "--lease", "3s"];
+
+/// A `spoold` process on `db`, keeping its task files in a directory of its own.
+async fn host(db: &TestDatabase, data: &TempDir, extra: &[&str]) -> DaemonProcess {
+    let opts = DaemonOptions::new(PathBuf::from(db.url()))
+        .args(FAST_RETRIES.iter().copied())
+        .args(SHORT_LEASE.iter().copied())
+        .args(["--data-dir".to_owned(), data.path().display().to_string()])
+        .args(extra.iter().copied());
+    DaemonProcess::start(opts).await.expect("host starts")
+}
+
+/// The delivery ids the receiver saw, with how many requests each.
+fn seen(receiver: &Receiver) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for r in receiver.requests() {
+        if let Some(id) = r.header("x-spoold-delivery-id") {
+            *seen.entry(id.to_owned()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+async fn wait_for<F: Fn() -> bool>(what: &str, timeout: Duration, done: F) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn attempts_made(api: &Api) -> f64 {
+    api.metric("spoold_delivery_attempts_total")
+        .await
+        .expect("metrics")
+        .unwrap_or(0.0)
+}
+
+/// 20,000 deliveries enqueued through two hosts: each delivered, both hosts did work, and a
+/// delivery reached the receiver twice only if its first claim was taken back.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hosts_share_one_queue() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    const N: usize = 20_000;
+    let receiver = Receiver::start().await.expect("receiver");
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let a = host(&db, &data_a, &[]).await;
+    let b = host(&db, &data_b, &[]).await;
+    let apis = Arc::new([Api::new(a.base_url()), Api::new(b.base_url())]);
+    let url = receiver.url("/hook");
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..32 {
+        let apis = Arc::clone(&apis);
+        let url = url.clone();
+        writers.spawn(async move {
+            let mut ids = Vec::new();
+            for n in (w..N).step_by(32) {
+                let (status, d) = apis[n % 2]
+                    .create(json!({"targetUrl": url, "body": {"n": n}}))
+                    .await
+                    .expect("create");
+                assert_eq!(status, 201, "{d}");
+                ids.push(id_of(&d));
+            }
+            ids
+        });
+    }
+    let mut ids = HashSet::new();
+    while let Some(batch) = writers.join_next().await {
+        ids.extend(batch.expect("writer"));
+    }
+    assert_eq!(ids.len(), N, "every create made its own delivery");
+    wait_for("every delivery to arrive", Duration::from_secs(180), || {
+        seen(&receiver).len() >= N
+    })
+    .await;
+    let seen = seen(&receiver);
+    assert!(ids.iter().all(|id| seen.contains_key(id)));
+    for (id, times) in seen.iter().filter(|(_, n)| **n > 1) {
+        let (_, attempts) = apis[0].attempts(id).await.expect("attempts");
+        assert!(
+            attempts["attempts"]
+                .as_array()
+                .expect("attempts")
+                .iter()
+                .any(|a| a["errorCode"] == "lease_expired"),
+            "{id} arrived {times} times without a lease taken back: {attempts}"
+        );
+    }
+    for api in apis.iter() {
+        assert!(attempts_made(api).await > 0.0, "both hosts delivered");
+    }
+    let (_, page) = apis[1]
+        .list("?status=succeeded&limit=1")
+        .await
+        .expect("list");
+    assert_eq!(page["deliveries"].as_array().map(Vec::len), Some(1));
+}
+
+/// A host killed with deliveries in flight: the other one sends them once their lease has run
+/// out; none is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_hosts_deliveries_are_sent_by_the_other() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    // Slow answers: the requests are on the wire when the host dies.
+    receiver.respond_with(Reply::status(200).delay(Duration::from_secs(30)));
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let mut a = host(&db, &data_a, &[]).await;
+    let api_a = Api::new(a.base_url());
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        let (status, d) = api_a
+            .create(
+                json!({"targetUrl": receiver.url("/hook"), "body": {"n": n}, "maxAttempts": 100}),
+            )
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{d}");
+        ids.push(id_of(&d));
+    }
+    // A's per-target limit (8) is on the wire.
+    receiver
+        .wait_for_requests(8, WAIT)
+        .await
+        .expect("host A sends");
+    let b = host(&db, &data_b, &[]).await;
+    let api_b = Api::new(b.base_url());
+    a.kill9();
+    receiver.respond_with(Reply::status(200));
+    for id in &ids {
+        api_b
+            .wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered by host B");
+    }
+    // Host A's claims at its death were taken back, not waited out forever.
+    let mut taken_back = 0;
+    for id in &ids {
+        let (_, attempts) = api_b.attempts(id).await.expect("attempts");
+        taken_back += attempts["attempts"]
+            .as_array()
+            .expect("attempts")
+            .iter()
+            .filter(|a| a["errorCode"] == "lease_expired")
+            .count();
+    }
+    assert!(taken_back > 0, "no claim of the dead host was taken back");
+    assert!(attempts_made(&api_b).await > 0.0);
+}
+
+/// 32 creates with one idempotency key, spread over two hosts at once: one delivery.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_key_on_two_hosts_makes_one_delivery() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let a = host(&db, &data_a, &[]).await;
+    let b = host(&db, &data_b, &[]).await;
+    let apis = Arc::new([Api::new(a.base_url()), Api::new(b.base_url())]);
+    let mut racers = tokio::task::JoinSet::new();
+    for n in 0..32 {
+        let apis = Arc::clone(&apis);
+        let url = receiver.url("/hook");
+        racers.spawn(async move {
+            apis[n % 2]
+                .create(json!({"targetUrl": url, "idempotencyKey": "once", "body": {"x": 1}}))
+                .await
+                .expect("create")
+        });
+    }
+    let mut created = 0;
+    let mut ids = HashSet::new();
+    while let Some(answer) = racers.join_next().await {
+        let (status, d) = answer.expect("racer");
+        assert!(status == 201 || status == 200, "{status} {d}");
+        created += usize::from(status == 201);
+        ids.insert(id_of(&d));
+    }
+    assert_eq!((created, ids.len()), (1, 1));
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM deliveries")
+            .await
+            .expect("count"),
+        Some("1".into())
+    );
+}
+
+/// A task holding `env:prod` on host A keeps host B's task for `env:prod` waiting; the two
+/// scripts never overlap.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_lock_holds_across_hosts() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "span.sh",
+        r#"echo "start $1 $(date +%s%N)" >> "$LOG"
+sleep 1
+echo "end $1 $(date +%s%N)" >> "$LOG""#,
+    );
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!(
+            r#"
+[tasks.deploy]
+command = ["{span}", "{{env}}{{n}}"]
+params.env = {{ pattern = "prod|dev" }}
+params.n = {{ pattern = "[0-9]+" }}
+idempotency_key = "{{env}}{{n}}"
+locks = ["env:{{env}}"]
+env = {{ LOG = "{log}" }}
+"#,
+            span = setup.path("span.sh"),
+            log = setup.path("deploy.log"),
+        ),
+    );
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let a = host(&db, &data_a, &["--config", &config]).await;
+    let b = host(&db, &data_b, &["--config", &config]).await;
+    let (api_a, api_b) = (Api::new(a.base_url()), Api::new(b.base_url()));
+    let (status, first) = submit(
+        &api_a,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{first}");
+    wait_task(&api_a, &id(&first), &["running"]).await;
+    let (status, second) = submit(
+        &api_b,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{second}");
+    // Seen from host B: A's task holds the lock and B's waits for it.
+    let locks = get(&api_b, "/v1/locks").await;
+    let prod = locks["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .find(|l| l["name"] == "env:prod")
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(prod["taskId"], first["id"], "{locks}");
+    assert_eq!(
+        get(&api_b, &format!("/v1/tasks/{}", id(&second))).await["status"],
+        "pending"
+    );
+    for t in [&first, &second] {
+        let done = wait_task(&api_b, &id(t), &["succeeded", "failed"]).await;
+        assert_eq!(done["status"], "succeeded", "{done}");
+    }
+    let log = std::fs::read_to_string(setup.dir.join("deploy.log")).expect("log");
+    let times: Vec<u128> = log
+        .lines()
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|t| t.parse().ok())
+                .expect("time")
+        })
+        .collect();
+    let kinds: Vec<&str> = log
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["start", "end", "start", "end"], "{log}");
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{log}");
+}
+
+/// The database drops every connection of the daemons and refuses new ones for a while, as a
+/// restarting server does: creates are refused with 503 `storage_unavailable`, `/readyz` says
+/// not ready, and once the database is back the daemons serve again without a restart of their
+/// own; everything acknowledged before is delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn hosts_ride_out_a_database_outage() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    let data = TempDir::new().expect("dir");
+    let daemon = host(&db, &data, &[]).await;
+    let api = Api::new(daemon.base_url());
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let (status, d) = api
+            .create(json!({"targetUrl": receiver.url("/hook"), "body": {"n": n}}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{d}");
+        ids.push(id_of(&d));
+    }
+    let name = db.name().to_owned();
+    db.admin(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))
+        .await
+        .expect("refuse connections");
+    db.admin(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+    ))
+    .await
+    .expect("drop connections");
+    let (status, refused) = api
+        .create(json!({"targetUrl": receiver.url("/hook")}))
+        .await
+        .expect("create during the outage");
+    assert_eq!(status, 503, "{refused}");
+    assert_eq!(refused["error"]["code"], "storage_unavailable");
+    let (ready, _, _) = api
+        .request(http::Method::GET, "/readyz", None)
+        .await
+        .expect("readyz");
+    assert_eq!(ready, 503);
+    db.admin(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+        .await
+        .expect("allow connections");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, d) = api
+            .create(json!({"targetUrl": receiver.url("/hook"), "body": {"after": true}}))
+            .await
+            .expect("create after the outage");
+        if status == 201 {
+            ids.push(id_of(&d));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never served again: {status} {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for id in &ids {
+        api.wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered after the outage");
+    }
+    let (ready, _, _) = api
+        .request(http::Method::GET, "/readyz", None)
+        .await
+        .expect("readyz");
+    assert_eq!(ready, 200);
+}
