@@ -1,5 +1,6 @@
-//! Command-line flags: which scenario to run, how big, and where the daemon, the data and the
-//! results live. Sizes come from [`crate::plan::Plan`]; the flags here only override them.
+//! Command-line flags: which scenario to run, how big, where the daemon, the data and the
+//! results live, and which store the daemons use. Sizes come from [`crate::plan::Plan`]; the
+//! flags here only override them.
 
 use std::path::PathBuf;
 
@@ -40,6 +41,34 @@ pub enum Command {
     Idle,
     /// Enqueue-ack to receiver-sees-request latency at a steady enqueue rate.
     Latency,
+}
+
+/// The most daemons `--hosts` starts on one database.
+pub const MAX_HOSTS: i64 = 2;
+
+impl Cli {
+    /// What clap cannot check alone: the `--db` URL's form, `--hosts` only with `--db`, and
+    /// `--db` only with scenarios that can run on PostgreSQL. The message says what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let Some(db) = &self.options.db else {
+            if self.options.hosts > 1 {
+                return Err(format!(
+                    "--hosts {} needs --db postgres://…: several hosts share one PostgreSQL \
+                     database",
+                    self.options.hosts
+                ));
+            }
+            return Ok(());
+        };
+        crate::postgres::PgServer::parse(db).map_err(|e| format!("{e:#}"))?;
+        if self.command != Command::All && self.command.sqlite_only() {
+            return Err(format!(
+                "--db applies to enqueue and e2e; {} runs on SQLite only",
+                self.command.name()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Flags shared by every scenario.
@@ -83,6 +112,24 @@ pub struct Options {
     /// Keep the databases and daemon logs' summaries after the run.
     #[arg(long, global = true)]
     pub keep_data: bool,
+
+    /// Run enqueue and e2e on PostgreSQL: each run on a fresh database created on the server
+    /// this URL names (postgres://user@host:port/db; the benchmark connects to that database to
+    /// create and drop them). Default: a fresh SQLite file per run. With `all`, the scenarios
+    /// that run on SQLite only (backlog, idle, latency, tasks) are skipped.
+    #[arg(long, global = true, value_name = "URL")]
+    pub db: Option<String>,
+
+    /// Daemons sharing each run's database (with --db postgres://…): the load is spread over
+    /// all of them and all of them deliver.
+    #[arg(
+        long,
+        global = true,
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u8).range(1..=MAX_HOSTS),
+        value_name = "N"
+    )]
+    pub hosts: u8,
 
     #[command(flatten)]
     pub sizes: SizeOverrides,
@@ -150,6 +197,15 @@ impl Command {
         }
     }
 
+    /// Scenarios that start daemons on SQLite whatever `--db` says (they seed or read the
+    /// database file, or have not been extended to PostgreSQL); skipped under `all --db`.
+    pub fn sqlite_only(self) -> bool {
+        matches!(
+            self,
+            Command::Backlog | Command::Idle | Command::Latency | Command::Tasks
+        )
+    }
+
     /// The scenario's name in the table and the JSON document.
     pub fn name(self) -> &'static str {
         match self {
@@ -162,6 +218,43 @@ impl Command {
             Command::Backlog => "backlog",
             Command::Idle => "idle",
             Command::Latency => "latency",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn check(args: &[&str]) -> Result<(), String> {
+        let cli = Cli::try_parse_from(std::iter::once("spool-bench").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.check()
+    }
+
+    #[test]
+    fn hosts_need_a_postgres_database() {
+        let pg = "postgres://postgres@127.0.0.1:5432/test";
+        assert!(check(&["e2e"]).is_ok());
+        assert!(check(&["e2e", "--hosts", "1"]).is_ok());
+        assert!(check(&["e2e", "--hosts", "2"]).is_err());
+        assert!(check(&["e2e", "--db", pg, "--hosts", "2"]).is_ok());
+        assert!(check(&["enqueue", "--db", pg, "--hosts", "3"]).is_err());
+        assert!(check(&["enqueue", "--db", pg, "--hosts", "0"]).is_err());
+        assert!(check(&["enqueue", "--db", "data/spoold.db"]).is_err());
+    }
+
+    #[test]
+    fn sqlite_only_scenarios_refuse_a_database() {
+        let pg = "postgres://postgres@127.0.0.1:5432/test";
+        for scenario in ["backlog", "idle", "latency", "tasks"] {
+            assert!(check(&[scenario, "--db", pg]).is_err(), "{scenario}");
+            assert!(check(&[scenario]).is_ok(), "{scenario}");
+        }
+        for scenario in ["all", "fsync", "http-ceiling", "enqueue", "e2e"] {
+            assert!(check(&[scenario, "--db", pg]).is_ok(), "{scenario}");
         }
     }
 }

@@ -30,12 +30,15 @@ const READY_POLL: Duration = Duration::from_millis(2);
 /// Log lines kept for error messages.
 const KEPT_LINES: usize = 30;
 
-/// How to start the daemon: `spoold --listen 127.0.0.1:0 --db <db> --allow-private-targets
-/// --log-format json <args…>`, logging at its default level (`info`).
+/// How to start the daemon: `spoold --listen 127.0.0.1:0 --db <db> [--data-dir <dir>]
+/// --allow-private-targets --log-format json <args…>`, logging at its default level (`info`).
 #[derive(Debug, Clone)]
 pub struct DaemonSpec {
     pub program: PathBuf,
+    /// A SQLite file, or a `postgres://` URL.
     pub db: PathBuf,
+    /// `--data-dir` (task files); spoold's default (the SQLite file's directory) when `None`.
+    pub data_dir: Option<PathBuf>,
     pub args: Vec<String>,
 }
 
@@ -81,7 +84,11 @@ impl Daemon {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--db")
-            .arg(&spec.db)
+            .arg(&spec.db);
+        if let Some(dir) = &spec.data_dir {
+            command.arg("--data-dir").arg(dir);
+        }
+        command
             .args(["--allow-private-targets", "--log-format", "json"])
             .args(&spec.args)
             // The default level, whatever the shell running the benchmark has set.
@@ -302,6 +309,17 @@ impl Metrics {
         Metrics(samples)
     }
 
+    /// The samples of several daemons added up (for counters: what they did together).
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a Metrics>) -> Metrics {
+        let mut total: HashMap<String, f64> = HashMap::new();
+        for part in parts {
+            for (sample, value) in &part.0 {
+                *total.entry(sample.clone()).or_insert(0.0) += value;
+            }
+        }
+        Metrics(total)
+    }
+
     /// One sample by its exact `name{labels}`; 0 when absent.
     pub fn get(&self, sample: &str) -> f64 {
         self.0.get(sample).copied().unwrap_or(0.0)
@@ -326,6 +344,16 @@ impl Metrics {
     pub fn committed_writes(&self) -> f64 {
         self.get("spoold_store_commit_batch_size_sum")
     }
+}
+
+/// `GET /metrics` of every daemon, one after another: each one's, and their sum.
+pub async fn metrics_of(daemons: &[Daemon]) -> anyhow::Result<(Vec<Metrics>, Metrics)> {
+    let mut each = Vec::with_capacity(daemons.len());
+    for daemon in daemons {
+        each.push(daemon.metrics().await?);
+    }
+    let total = Metrics::sum(&each);
+    Ok((each, total))
 }
 
 /// Read stderr line by line until it closes: count, keep the last lines and the problems, and
@@ -454,5 +482,12 @@ mod tests {
         assert_eq!(m.attempts(), 13.0);
         assert_eq!(m.committed_writes(), 7.5);
         assert_eq!(m.commits(), 0.0);
+        let other = Metrics::parse(
+            "spoold_delivery_attempts_total 2\nspoold_store_commit_batch_size_count 4\n",
+        );
+        let both = Metrics::sum([&m, &other]);
+        assert_eq!(both.attempts(), 15.0);
+        assert_eq!(both.commits(), 4.0);
+        assert_eq!(both.succeeded(), 12.0);
     }
 }

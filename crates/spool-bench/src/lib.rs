@@ -2,6 +2,8 @@
 //! process on a fresh database on disk, driven by this crate's own keep-alive HTTP/1.1 load
 //! generator and delivering to this crate's own fast receiver, everything on 127.0.0.1. Every
 //! scenario runs several times and is reported as median and spread, as a table and as JSON.
+//! `enqueue` and `e2e` can also run on PostgreSQL (`--db postgres://…`), with one or more
+//! daemons sharing each run's database (`--hosts`).
 //!
 //! # Layout
 //! - [`cli`]: flags; [`plan`]: the sizes (full, smoke, overrides).
@@ -9,11 +11,14 @@
 //! - [`daemon`]: the `spoold` child process and what is observed of it (`/proc`, `/metrics`).
 //! - [`load`]: the closed- and open-loop load generator, on [`connection`]s.
 //! - [`receiver`]: the delivery target; [`seed`]: large backlogs written straight to SQLite.
+//! - [`postgres`]: a fresh PostgreSQL database per run, with `--db`.
 //! - [`summary`]: exact percentiles, median and spread; [`report`]: table and JSON;
 //!   [`machine`]: what it ran on.
 //!
 //! **Invariant:** nothing here dials or binds anything but loopback, and every request loop
-//! is bounded by a count and a time limit.
+//! is bounded by a count and a time limit. The one exception is the PostgreSQL server that
+//! `--db` names, which the benchmark (to create and drop databases) and the daemons connect
+//! to wherever it is.
 
 pub mod cli;
 pub mod connection;
@@ -21,6 +26,7 @@ pub mod daemon;
 pub mod load;
 pub mod machine;
 pub mod plan;
+pub mod postgres;
 pub mod receiver;
 pub mod report;
 pub mod scenario;
@@ -34,8 +40,9 @@ use anyhow::{bail, Context as _};
 
 use crate::cli::{Cli, Command};
 use crate::plan::Plan;
-use crate::report::Context;
-use crate::scenario::Bench;
+use crate::postgres::PgServer;
+use crate::report::{BackendContext, Context};
+use crate::scenario::{Backend, Bench};
 
 /// Run the scenarios `cli` asks for, print the table and write the JSON document. Fails if any
 /// scenario failed (the others still run and are reported).
@@ -44,6 +51,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let plan = Plan::from_options(&cli.options);
     let spoold = find_spoold(cli.options.spoold.as_deref())?;
     let spoold_version = daemon::version(&spoold)?;
+    let (backend, server_version) = match &cli.options.db {
+        None => (Backend::Sqlite, None),
+        Some(url) => {
+            let server = PgServer::parse(url)?;
+            let version = server.version().await?;
+            let hosts = usize::from(cli.options.hosts);
+            (Backend::Postgres { server, hosts }, Some(version))
+        }
+    };
     let stamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -67,6 +83,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         data_filesystem,
         spoold_path: spoold.clone(),
         spoold_version,
+        backend: BackendContext {
+            kind: backend.kind(),
+            hosts: backend.hosts(),
+            server: match &backend {
+                Backend::Sqlite => None,
+                Backend::Postgres { server, .. } => Some(server.shown()),
+            },
+            server_version: server_version.clone(),
+        },
         bench_profile: if cfg!(debug_assertions) {
             "debug"
         } else {
@@ -91,7 +116,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         if plan.smoke { ", smoke sizes" } else { "" }
     );
 
-    let mut bench = Bench::new(plan, spoold, root.clone(), cli.options.keep_data);
+    if let Backend::Postgres { server, hosts } = &backend {
+        eprintln!(
+            "spool-bench: enqueue and e2e on PostgreSQL {} at {}: a fresh database per run, \
+             {hosts} spoold host(s) on it",
+            server_version.as_deref().unwrap_or("?"),
+            server.shown(),
+        );
+    }
+
+    let mut bench = Bench::new(
+        plan,
+        spoold,
+        root.clone(),
+        cli.options.keep_data,
+        backend.clone(),
+    );
     if context.data_filesystem.in_memory {
         let warning = format!(
             "the data directory is on {} (in memory): fsync costs nothing there, so durable \
@@ -107,9 +147,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             .note("spoold is a debug build: build it with --release for real numbers");
     }
     bench.note_common();
+    if let Backend::Postgres { server, hosts } = &backend {
+        bench.results.note(format!(
+            "postgres: every run of enqueue and e2e gets a fresh database on {} \
+             (PostgreSQL {}), shared by {hosts} spoold host(s) on this machine, each with \
+             its own --data-dir; requests go to the hosts in turn; store commits are the \
+             daemons' PostgreSQL transactions (one per store operation, so one write per \
+             commit), summed over the hosts",
+            server.shown(),
+            server_version.as_deref().unwrap_or("?"),
+        ));
+    }
 
     for &scenario in cli.command.scenarios() {
         let name = scenario.name();
+        if scenario.sqlite_only() {
+            if let Backend::Postgres { .. } = backend {
+                eprintln!("== {name} skipped: it runs on SQLite only (--db)");
+                bench
+                    .results
+                    .note(format!("{name}: skipped, it runs on SQLite only (--db)"));
+                continue;
+            }
+            bench.results.describe(name, "sqlite", 1);
+        }
         eprintln!("== {name}");
         let outcome = match scenario {
             Command::Fsync => scenario::fsync::run(&mut bench).await,

@@ -1,7 +1,8 @@
 //! The load generator. Closed loop ([`closed_loop`]): a fixed number of requests shared by
-//! `concurrency` workers, each with its own keep-alive connection, every latency kept so the
-//! percentiles are exact. Open loop ([`paced`]): requests started on a fixed schedule whatever
-//! the responses do, each one's send and ack time kept.
+//! `concurrency` workers, each with its own keep-alive connection (one to each address, when
+//! several daemons share the load: request `i` goes to address `i mod n`), every latency kept
+//! so the percentiles are exact. Open loop ([`paced`]): requests started on a fixed schedule
+//! whatever the responses do, each one's send and ack time kept.
 //!
 //! Both are bounded: by their request count, and by a time limit after which they fail.
 
@@ -25,7 +26,8 @@ pub type BodyFn = Arc<dyn Fn(u64) -> Bytes + Send + Sync>;
 /// A fixed-count, closed-loop load.
 #[derive(Clone)]
 pub struct ClosedLoop {
-    pub addr: SocketAddr,
+    /// Where the requests go, round-robin by request number (one address: all of them).
+    pub addrs: Vec<SocketAddr>,
     pub path: String,
     pub concurrency: usize,
     pub requests: u64,
@@ -52,15 +54,22 @@ impl ClosedLoopReport {
 
 /// Run the load to the end; the first unexpected response or transport error fails it.
 pub async fn closed_loop(load: &ClosedLoop) -> anyhow::Result<ClosedLoopReport> {
+    if load.addrs.is_empty() {
+        bail!("a load needs at least one address");
+    }
     let mut connections = Vec::with_capacity(load.concurrency);
     for _ in 0..load.concurrency.max(1) {
-        connections.push(Connection::open(load.addr).await?);
+        let mut per_addr = Vec::with_capacity(load.addrs.len());
+        for &addr in &load.addrs {
+            per_addr.push(Connection::open(addr).await?);
+        }
+        connections.push(per_addr);
     }
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + load.time_limit;
     let mut workers = JoinSet::new();
-    for mut conn in connections {
+    for mut conns in connections {
         let next = Arc::clone(&next);
         let load = load.clone();
         workers.spawn(async move {
@@ -71,6 +80,10 @@ pub async fn closed_loop(load: &ClosedLoop) -> anyhow::Result<ClosedLoopReport> 
                     return anyhow::Ok(latencies);
                 }
                 let body = (load.body)(i);
+                let n = conns.len() as u64;
+                let conn = conns
+                    .get_mut((i % n) as usize)
+                    .context("a connection per address")?;
                 let sent = Instant::now();
                 if sent > deadline {
                     bail!(

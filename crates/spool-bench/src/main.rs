@@ -4,11 +4,16 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 use spool_bench::cli::Cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(message) = cli.check() {
+        Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, message)
+            .exit();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("spool-bench")

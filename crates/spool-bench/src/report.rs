@@ -16,8 +16,18 @@ use crate::summary::Spread;
 #[derive(Debug, Default)]
 pub struct Results {
     entries: Vec<Entry>,
+    /// The store backend and daemon count of each scenario that runs daemons.
+    backends: Vec<Backend>,
     notes: Vec<String>,
     errors: Vec<String>,
+}
+
+/// What a scenario's daemons ran on.
+#[derive(Debug, Clone)]
+struct Backend {
+    scenario: String,
+    kind: &'static str,
+    hosts: usize,
 }
 
 /// One measurement (scenario, case, metric) and its value in each run.
@@ -34,6 +44,12 @@ struct Entry {
 #[derive(Debug, Serialize)]
 pub struct EntryJson<'a> {
     pub scenario: &'a str,
+    /// `sqlite` or `postgres`, for scenarios that run daemons.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<&'a str>,
+    /// Daemons sharing the store, for scenarios that run daemons.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<usize>,
     pub case: &'a str,
     pub metric: &'a str,
     pub unit: &'a str,
@@ -54,9 +70,25 @@ pub struct Context {
     pub data_filesystem: Filesystem,
     pub spoold_path: PathBuf,
     pub spoold_version: String,
+    /// The store `enqueue` and `e2e` ran on.
+    pub backend: BackendContext,
     /// The build profile of this benchmark binary (`release` or `debug`).
     pub bench_profile: &'static str,
     pub plan: Plan,
+}
+
+/// The store backend of an invocation, for the JSON document.
+#[derive(Debug, Serialize)]
+pub struct BackendContext {
+    /// `sqlite` or `postgres`.
+    pub kind: &'static str,
+    /// Daemons per run, sharing one database.
+    pub hosts: usize,
+    /// The PostgreSQL URL given (password hidden); each run used a fresh database on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_version: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -86,6 +118,17 @@ impl Results {
                 runs: vec![value],
             }),
         }
+    }
+
+    /// Name the store backend and daemon count of `scenario`'s daemons: each of its entries
+    /// carries them in the JSON document.
+    pub fn describe(&mut self, scenario: &str, kind: &'static str, hosts: usize) {
+        self.backends.retain(|b| b.scenario != scenario);
+        self.backends.push(Backend {
+            scenario: scenario.to_owned(),
+            kind,
+            hosts,
+        });
     }
 
     /// A remark printed under the table and kept in the JSON document.
@@ -165,13 +208,18 @@ impl Results {
             results: self
                 .entries
                 .iter()
-                .map(|e| EntryJson {
-                    scenario: &e.scenario,
-                    case: &e.case,
-                    metric: &e.metric,
-                    unit: &e.unit,
-                    summary: Spread::of(&e.runs),
-                    runs: &e.runs,
+                .map(|e| {
+                    let backend = self.backends.iter().find(|b| b.scenario == e.scenario);
+                    EntryJson {
+                        scenario: &e.scenario,
+                        backend: backend.map(|b| b.kind),
+                        hosts: backend.map(|b| b.hosts),
+                        case: &e.case,
+                        metric: &e.metric,
+                        unit: &e.unit,
+                        summary: Spread::of(&e.runs),
+                        runs: &e.runs,
+                    }
                 })
                 .collect(),
             notes: &self.notes,

@@ -90,7 +90,7 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
             );
         }
         let receiver = Receiver::start().await?;
-        let report = deliver_batch(&daemon, &receiver, batch).await?;
+        let report = deliver_batch(std::slice::from_ref(&daemon), &receiver, batch).await?;
         let at_end = daemon.memory()?;
         eprintln!(
             "{} ready in {:.0} ms, RSS {:.1} MiB, {:.0} MiB on disk; fresh batch of {}: {:.0}/s",
@@ -123,7 +123,7 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
             bench,
             SCENARIO,
             &batch_case,
-            &daemon,
+            std::slice::from_ref(&daemon),
             &report,
             batch.deliveries,
         );

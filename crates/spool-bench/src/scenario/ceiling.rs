@@ -23,7 +23,7 @@ async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
         let case = format!("c={concurrency}");
         for run in 0..bench.plan.runs {
             let load = ClosedLoop {
-                addr: receiver.addr(),
+                addrs: vec![receiver.addr()],
                 path: "/hook".into(),
                 concurrency,
                 requests,

@@ -5,6 +5,10 @@
 //! "Succeeded" is read from the daemon, not assumed from the receiver: once the receiver has
 //! seen every delivery id, the daemon is asked until nothing is in flight and its count of
 //! recorded successes has grown by the batch size.
+//!
+//! With `--db postgres://… --hosts N`, N daemons share one fresh database: the batch is
+//! enqueued through all of them in turn, all of them deliver, and the successes counted are
+//! their sum.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +16,7 @@ use anyhow::{bail, Context as _};
 use http::StatusCode;
 
 use super::{create_body, ms, time_limit, Bench, DaemonCosts};
-use crate::daemon::{Daemon, Metrics};
+use crate::daemon::{metrics_of, Daemon, Metrics};
 use crate::load::{closed_loop, ClosedLoop, ClosedLoopReport};
 use crate::receiver::Receiver;
 
@@ -38,8 +42,11 @@ pub struct BatchReport {
     pub enqueue: ClosedLoopReport,
     /// Requests the receiver got beyond one per delivery (at-least-once redeliveries).
     pub duplicates: u64,
+    /// Summed over the daemons.
     pub before: Metrics,
     pub after: Metrics,
+    /// Attempts each daemon made during the batch, in host order.
+    pub attempts_by_host: Vec<f64>,
 }
 
 impl BatchReport {
@@ -64,6 +71,15 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             ""
         }
     ));
+    let host_count = bench.backend().hosts();
+    if host_count > 1 {
+        bench.results.note(format!(
+            "e2e on {host_count} hosts: the batch is enqueued through every host in turn and \
+             every host delivers; per-target concurrency is each host's own limit, so up to \
+             {host_count} times as many requests reach the receiver at once"
+        ));
+    }
+    let scenario = bench.scenario_name(SCENARIO);
     let mode = if batch.at_most_once {
         " at-most-once"
     } else {
@@ -78,22 +94,38 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             ),
         };
         for run in 0..bench.plan.runs {
-            let dir = bench.fresh_dir(&format!("{SCENARIO}-pt{}", per_target.unwrap_or(8)))?;
             let receiver = Receiver::start().await?;
-            let daemon = bench.start_daemon(&dir, &args).await?;
-            let report = deliver_batch(&daemon, &receiver, batch).await?;
+            let label = format!("{SCENARIO}-pt{}", per_target.unwrap_or(8));
+            let hosts = bench.start_hosts(&label, &args).await?;
+            let report = deliver_batch(&hosts.daemons, &receiver, batch).await?;
             eprintln!(
-                "{} {} deliveries in {:.2} s: {:.0}/s (enqueue {:.0} req/s)",
-                bench.label(SCENARIO, &case, run),
+                "{} {} deliveries in {:.2} s: {:.0}/s (enqueue {:.0} req/s){}",
+                bench.label(&scenario, &case, run),
                 batch.deliveries,
                 report.total.as_secs_f64(),
                 report.rate(),
                 report.enqueue.throughput(),
+                if report.attempts_by_host.len() > 1 {
+                    let each: Vec<String> = report
+                        .attempts_by_host
+                        .iter()
+                        .map(|a| format!("{a:.0}"))
+                        .collect();
+                    format!("; attempts by host {}", each.join(" / "))
+                } else {
+                    String::new()
+                },
             );
-            record_batch(bench, SCENARIO, &case, &daemon, &report, batch.deliveries);
-            daemon.stop().await?;
+            record_batch(
+                bench,
+                &scenario,
+                &case,
+                &hosts.daemons,
+                &report,
+                batch.deliveries,
+            );
+            bench.stop_hosts(hosts).await?;
             receiver.stop().await;
-            bench.discard(&dir);
         }
     }
     Ok(())
@@ -104,7 +136,7 @@ pub fn record_batch(
     bench: &mut Bench,
     scenario: &str,
     case: &str,
-    daemon: &Daemon,
+    daemons: &[Daemon],
     report: &BatchReport,
     deliveries: u64,
 ) {
@@ -159,33 +191,48 @@ pub fn record_batch(
         "requests",
         report.duplicates as f64,
     );
+    if report.attempts_by_host.len() > 1 && attempts > 0.0 {
+        let least = report
+            .attempts_by_host
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        r.record(
+            scenario,
+            case,
+            "least busy host's share of attempts",
+            "%",
+            least / attempts * 100.0,
+        );
+    }
     bench.record_daemon_costs(
         scenario,
         case,
         &DaemonCosts {
             before: &report.before,
             after: &report.after,
-            daemon,
+            daemons,
             units: deliveries,
             unit: "delivery",
         },
     );
 }
 
-/// Enqueue `batch` (due at once) to `receiver` and wait until the daemon has recorded every one
-/// as succeeded.
+/// Enqueue `batch` (due at once) to `receiver` through the daemons in turn and wait until they
+/// have recorded every one as succeeded.
 pub async fn deliver_batch(
-    daemon: &Daemon,
+    daemons: &[Daemon],
     receiver: &Receiver,
     batch: Batch,
 ) -> anyhow::Result<BatchReport> {
     let n = batch.deliveries;
-    let before = daemon.metrics().await?;
+    let daemon = daemons.first().context("no daemon to deliver through")?;
+    let (before_each, before) = metrics_of(daemons).await?;
     let seen_before = receiver.unique();
     let requests_before = receiver.requests();
     let limit = time_limit(n);
     let load = ClosedLoop {
-        addr: daemon.addr(),
+        addrs: daemons.iter().map(Daemon::addr).collect(),
         path: "/v1/deliveries".into(),
         concurrency: batch.concurrency,
         requests: n,
@@ -210,6 +257,7 @@ pub async fn deliver_batch(
         || started.elapsed(),
         |t| t.saturating_duration_since(started),
     );
+    // The listing reads the store, which the daemons share: one of them can tell.
     let mut conn = daemon.connect().await?;
     loop {
         let page = conn
@@ -220,7 +268,7 @@ pub async fn deliver_batch(
             .and_then(serde_json::Value::as_u64)
             .context("listing without count")?;
         if in_flight == 0 {
-            let now = daemon.metrics().await?;
+            let (_, now) = metrics_of(daemons).await?;
             if now.succeeded() - before.succeeded() >= n as f64 {
                 break;
             }
@@ -234,8 +282,13 @@ pub async fn deliver_batch(
         tokio::time::sleep(DONE_POLL).await;
     }
     let total = started.elapsed();
-    let after = daemon.metrics().await?;
+    let (after_each, after) = metrics_of(daemons).await?;
     let requests = receiver.requests() - requests_before;
+    let attempts_by_host = before_each
+        .iter()
+        .zip(&after_each)
+        .map(|(b, a)| a.attempts() - b.attempts())
+        .collect();
     Ok(BatchReport {
         total,
         received,
@@ -243,5 +296,6 @@ pub async fn deliver_batch(
         duplicates: requests.saturating_sub(n),
         before,
         after,
+        attempts_by_host,
     })
 }

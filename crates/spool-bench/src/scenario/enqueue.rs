@@ -1,6 +1,10 @@
 //! Durable enqueue: `POST /v1/deliveries` at a fixed request count and several client
 //! concurrencies, each run on a fresh daemon and database. Every 201 means the delivery was
-//! committed with `synchronous=FULL`.
+//! committed with `synchronous=FULL` (on PostgreSQL: `synchronous_commit=on`).
+//!
+//! With `--db postgres://… --hosts N` each run starts N daemons on one fresh database, and
+//! each client connection sends its requests to the hosts in turn (request `i` to host
+//! `i mod N`), so every host takes an equal share at any concurrency.
 //!
 //! The deliveries are created with a `notBefore` far in the future, so the daemon does not
 //! deliver them during the run: this measures accepting work, not sending it (the end-to-end
@@ -9,6 +13,7 @@
 use http::StatusCode;
 
 use super::{create_body, record_load, time_limit, Bench, DaemonCosts};
+use crate::daemon::metrics_of;
 use crate::load::{closed_loop, ClosedLoop};
 use crate::receiver::Receiver;
 
@@ -29,15 +34,17 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
 }
 
 async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
+    let scenario = bench.scenario_name(SCENARIO);
     let requests = bench.plan.requests;
     for concurrency in bench.plan.concurrencies.clone() {
         let case = format!("c={concurrency}");
         for run in 0..bench.plan.runs {
-            let dir = bench.fresh_dir(&format!("{SCENARIO}-c{concurrency}"))?;
-            let daemon = bench.start_daemon(&dir, &[]).await?;
-            let before = daemon.metrics().await?;
+            let hosts = bench
+                .start_hosts(&format!("{SCENARIO}-c{concurrency}"), &[])
+                .await?;
+            let (_, before) = metrics_of(&hosts.daemons).await?;
             let load = ClosedLoop {
-                addr: daemon.addr(),
+                addrs: hosts.addrs(),
                 path: "/v1/deliveries".into(),
                 concurrency,
                 requests,
@@ -46,22 +53,21 @@ async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
                 body: create_body(receiver.url("/hook"), Some(FAR_FUTURE), None),
             };
             let report = closed_loop(&load).await?;
-            let after = daemon.metrics().await?;
-            let line = record_load(&mut bench.results, SCENARIO, &case, &report);
-            eprintln!("{} {line}", bench.label(SCENARIO, &case, run));
+            let (_, after) = metrics_of(&hosts.daemons).await?;
+            let line = record_load(&mut bench.results, &scenario, &case, &report);
+            eprintln!("{} {line}", bench.label(&scenario, &case, run));
             bench.record_daemon_costs(
-                SCENARIO,
+                &scenario,
                 &case,
                 &DaemonCosts {
                     before: &before,
                     after: &after,
-                    daemon: &daemon,
+                    daemons: &hosts.daemons,
                     units: requests,
                     unit: "request",
                 },
             );
-            daemon.stop().await?;
-            bench.discard(&dir);
+            bench.stop_hosts(hosts).await?;
         }
     }
     Ok(())

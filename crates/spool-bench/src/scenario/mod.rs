@@ -1,5 +1,9 @@
 //! The scenarios, one file each, and what they share: the [`Bench`] (plan, daemon binary, data
-//! directory, results) and the pieces every daemon run uses.
+//! directory, store backend, results) and the pieces every daemon run uses.
+//!
+//! `enqueue` and `e2e` start their daemons through [`Bench::start_hosts`], which follows
+//! `--db` and `--hosts`: one daemon on a fresh SQLite file, or N daemons sharing a fresh
+//! PostgreSQL database. The other scenarios run on SQLite only ([`Bench::start_daemon`]).
 
 pub mod backlog;
 pub mod ceiling;
@@ -10,6 +14,7 @@ pub mod idle;
 pub mod latency;
 pub mod tasks;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +25,38 @@ use bytes::Bytes;
 use crate::daemon::{Daemon, DaemonSpec, Metrics};
 use crate::load::{BodyFn, ClosedLoopReport};
 use crate::plan::Plan;
+use crate::postgres::{PgDatabase, PgServer};
 use crate::report::Results;
 
 /// Where the SQLite file lives inside a run's directory.
 pub const DB_FILE: &str = "spoold.db";
+
+/// The store the daemons of `enqueue` and `e2e` run on.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// A fresh SQLite file per run, one daemon (the default).
+    Sqlite,
+    /// A fresh database per run on this server, shared by `hosts` daemons.
+    Postgres { server: PgServer, hosts: usize },
+}
+
+impl Backend {
+    /// `sqlite` or `postgres`, as the results name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// Daemons per run.
+    pub fn hosts(&self) -> usize {
+        match self {
+            Backend::Sqlite => 1,
+            Backend::Postgres { hosts, .. } => *hosts,
+        }
+    }
+}
 
 /// State shared by the scenarios of one invocation.
 pub struct Bench {
@@ -33,19 +66,63 @@ pub struct Bench {
     root: PathBuf,
     keep_data: bool,
     next_dir: u32,
+    backend: Backend,
     pub results: Results,
 }
 
+/// The daemons of one run: one on a SQLite file, or `--hosts` sharing a PostgreSQL database
+/// of the run's own. Stop them with [`Bench::stop_hosts`]; dropped, they are killed (the
+/// daemons first, then the database is dropped).
+pub struct Hosts {
+    pub daemons: Vec<Daemon>,
+    dir: PathBuf,
+    database: Option<PgDatabase>,
+}
+
+impl Hosts {
+    /// The daemons' API addresses, in host order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.daemons.iter().map(Daemon::addr).collect()
+    }
+}
+
 impl Bench {
-    pub fn new(plan: Plan, spoold: PathBuf, root: PathBuf, keep_data: bool) -> Bench {
+    pub fn new(
+        plan: Plan,
+        spoold: PathBuf,
+        root: PathBuf,
+        keep_data: bool,
+        backend: Backend,
+    ) -> Bench {
         Bench {
             plan,
             spoold,
             root,
             keep_data,
             next_dir: 0,
+            backend,
             results: Results::default(),
         }
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The name `enqueue` and `e2e` record under: the plain name on SQLite (as always), the
+    /// backend and host count added on PostgreSQL, e.g. `e2e (postgres, 2 hosts)`. Either way
+    /// the JSON entries carry `backend` and `hosts`.
+    pub fn scenario_name(&mut self, base: &str) -> String {
+        let name = match &self.backend {
+            Backend::Sqlite => base.to_owned(),
+            Backend::Postgres { hosts, .. } => format!(
+                "{base} (postgres, {hosts} host{})",
+                if *hosts == 1 { "" } else { "s" }
+            ),
+        };
+        self.results
+            .describe(&name, self.backend.kind(), self.backend.hosts());
+        name
     }
 
     /// A new, empty directory for one run.
@@ -68,15 +145,85 @@ impl Bench {
         DaemonSpec {
             program: self.spoold.clone(),
             db: dir.join(DB_FILE),
+            data_dir: None,
             args: args.to_vec(),
         }
     }
 
-    /// Start the daemon and wait until `/readyz` answers 200.
+    /// Start the daemon on `dir`'s SQLite file and wait until `/readyz` answers 200.
     pub async fn start_daemon(&self, dir: &Path, args: &[String]) -> anyhow::Result<Daemon> {
         let mut daemon = Daemon::start(&self.spec(dir, args)).await?;
         daemon.wait_ready().await?;
         Ok(daemon)
+    }
+
+    /// Start a run's daemons, with extra flags, on the backend `--db` and `--hosts` ask for,
+    /// each ready (`/readyz` 200) before the next starts: on SQLite one daemon on a fresh file
+    /// in a fresh directory `label`; on PostgreSQL a fresh database and the hosts on it, each
+    /// with `--data-dir` in a directory of its own under the fresh one.
+    pub async fn start_hosts(&mut self, label: &str, args: &[String]) -> anyhow::Result<Hosts> {
+        let dir = self.fresh_dir(label)?;
+        let Backend::Postgres { server, hosts } = &self.backend else {
+            let daemon = self.start_daemon(&dir, args).await?;
+            return Ok(Hosts {
+                daemons: vec![daemon],
+                dir,
+                database: None,
+            });
+        };
+        let hosts = *hosts;
+        let database = server.create_database(self.keep_data).await?;
+        // Declared after the database, so dropped (killed) before it on an early return.
+        let mut daemons = Vec::with_capacity(hosts);
+        for host in 1..=hosts {
+            let data_dir = dir.join(format!("host-{host}"));
+            std::fs::create_dir_all(&data_dir)
+                .with_context(|| format!("create {}", data_dir.display()))?;
+            let spec = DaemonSpec {
+                program: self.spoold.clone(),
+                db: PathBuf::from(database.url()),
+                data_dir: Some(data_dir),
+                args: args.to_vec(),
+            };
+            let mut daemon = Daemon::start(&spec)
+                .await
+                .with_context(|| format!("host {host} of {hosts} on {}", database.name()))?;
+            daemon
+                .wait_ready()
+                .await
+                .with_context(|| format!("host {host} of {hosts} on {}", database.name()))?;
+            daemons.push(daemon);
+        }
+        Ok(Hosts {
+            daemons,
+            dir,
+            database: Some(database),
+        })
+    }
+
+    /// Stop a run's daemons (each one, even after another failed to stop cleanly), then drop
+    /// its database and remove its directory, unless the data is to be kept.
+    pub async fn stop_hosts(&self, hosts: Hosts) -> anyhow::Result<()> {
+        let Hosts {
+            daemons,
+            dir,
+            database,
+        } = hosts;
+        let mut outcome = Ok(());
+        for daemon in daemons {
+            let stopped = daemon.stop().await;
+            if outcome.is_ok() {
+                outcome = stopped.map(|_| ());
+            }
+        }
+        if let Some(database) = database {
+            let removed = database.remove().await;
+            if outcome.is_ok() {
+                outcome = removed;
+            }
+        }
+        self.discard(&dir);
+        outcome
     }
 
     /// `[scenario case run i/n]`, for progress lines.
@@ -98,12 +245,13 @@ impl Bench {
         );
     }
 
-    /// Record what a daemon run cost per unit of work: commits, writes per commit, log volume.
+    /// Record what a daemon run cost per unit of work: commits, writes per commit, log volume
+    /// (summed over the run's daemons).
     pub fn record_daemon_costs(&mut self, scenario: &str, case: &str, costs: &DaemonCosts<'_>) {
         let DaemonCosts {
             before,
             after,
-            daemon,
+            daemons,
             units,
             unit,
         } = *costs;
@@ -126,7 +274,7 @@ impl Bench {
                 writes / commits,
             );
         }
-        let (_, log_bytes) = daemon.log_volume();
+        let log_bytes: u64 = daemons.iter().map(|d| d.log_volume().1).sum();
         self.results.record(
             scenario,
             case,
@@ -137,13 +285,14 @@ impl Bench {
     }
 }
 
-/// What a daemon run did, for [`Bench::record_daemon_costs`]: metrics at its start and end,
-/// and how many units of work (requests, deliveries) it did in between.
+/// What a daemon run did, for [`Bench::record_daemon_costs`]: metrics at its start and end
+/// (summed over its daemons), and how many units of work (requests, deliveries) it did in
+/// between.
 #[derive(Clone, Copy)]
 pub struct DaemonCosts<'a> {
     pub before: &'a Metrics,
     pub after: &'a Metrics,
-    pub daemon: &'a Daemon,
+    pub daemons: &'a [Daemon],
     pub units: u64,
     pub unit: &'a str,
 }

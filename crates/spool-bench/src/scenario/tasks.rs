@@ -73,7 +73,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             let before = daemon.metrics().await?;
             let limit = time_limit(n);
             let load = ClosedLoop {
-                addr: daemon.addr(),
+                addrs: vec![daemon.addr()],
                 path: "/v1/tasks".into(),
                 concurrency: SUBMIT_CONCURRENCY,
                 requests: n,
@@ -130,7 +130,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
                 &DaemonCosts {
                     before: &before,
                     after: &after,
-                    daemon: &daemon,
+                    daemons: std::slice::from_ref(&daemon),
                     units: n,
                     unit: "task",
                 },

@@ -37,16 +37,18 @@ CREATE TABLE deliveries (
     check_at           BIGINT,
     checks             BIGINT  NOT NULL DEFAULT 0
 );
--- The claim path: due pending work in due order (partial, so it holds only pending rows).
-CREATE INDEX deliveries_due ON deliveries (next_attempt_at, origin) WHERE status = 'pending';
-CREATE INDEX deliveries_origin_due ON deliveries (origin, next_attempt_at) WHERE status = 'pending';
+-- The claim path: due pending work in due order, ties by id (partial, so it holds only
+-- pending rows and a claim reads only what it takes, however large the backlog).
+CREATE INDEX deliveries_due ON deliveries (next_attempt_at, id) WHERE status = 'pending';
+CREATE INDEX deliveries_origin_due ON deliveries (origin, next_attempt_at, id)
+    WHERE status = 'pending';
 CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight';
 CREATE INDEX deliveries_status ON deliveries (status, id);
 CREATE INDEX deliveries_finished ON deliveries (updated_at)
     WHERE status IN ('succeeded', 'failed', 'canceled');
 CREATE INDEX deliveries_expiry ON deliveries (expires_at)
     WHERE status = 'pending' AND expires_at IS NOT NULL;
-CREATE INDEX deliveries_checks ON deliveries (check_at) WHERE status = 'unknown';
+CREATE INDEX deliveries_checks ON deliveries (check_at, id) WHERE status = 'unknown';
 
 CREATE TABLE attempts (
     delivery_id TEXT   NOT NULL,
@@ -159,7 +161,7 @@ CREATE TABLE tasks (
     locks            TEXT,
     UNIQUE (scope, idempotency_key)
 );
-CREATE INDEX tasks_due ON tasks (next_run_at) WHERE status = 'pending';
+CREATE INDEX tasks_due ON tasks (next_run_at, id) WHERE status = 'pending';
 CREATE INDEX tasks_queued ON tasks (queue_deadline)
     WHERE status = 'pending' AND attempts = 0 AND queue_deadline IS NOT NULL;
 CREATE INDEX tasks_retry_deadline ON tasks (retry_deadline)
@@ -167,7 +169,7 @@ CREATE INDEX tasks_retry_deadline ON tasks (retry_deadline)
 CREATE INDEX tasks_status ON tasks (status, id);
 CREATE INDEX tasks_type ON tasks (task_type, id);
 CREATE INDEX tasks_running ON tasks (lease_until) WHERE status = 'running';
-CREATE INDEX tasks_locked ON tasks (next_run_at) WHERE status = 'pending' AND locks IS NOT NULL;
+CREATE INDEX tasks_locked ON tasks (next_run_at, id) WHERE status = 'pending' AND locks IS NOT NULL;
 
 CREATE TABLE task_attempts (
     task_id          TEXT    NOT NULL,

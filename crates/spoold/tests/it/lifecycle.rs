@@ -72,19 +72,37 @@ async fn invalid_flags_exit_2() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--lease"), "{stderr}");
 
-    // A database URL this build cannot serve is refused, and no file is created for it.
+    // A database URL in an unknown scheme is refused, and no file is created for it.
     let (status, stderr) = DaemonProcess::run_to_exit(
-        DaemonOptions::new("postgres://spool@127.0.0.1/spool").args(["--concurrency", "4"]),
+        DaemonOptions::new("postgress://spool@127.0.0.1/spool").args(["--concurrency", "4"]),
     )
     .await
     .expect("runs");
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert_eq!(
         stderr.trim(),
-        "spoold: --db: PostgreSQL is not supported by this build; give a file path (or \
-         sqlite:PATH)"
+        "spoold: --db: unknown database URL scheme \"postgress\"; give a file path, \
+         sqlite:PATH or postgres://…"
     );
-    assert!(!std::path::Path::new("postgres:").exists());
+    assert!(!std::path::Path::new("postgress:").exists());
+}
+
+/// A PostgreSQL server that cannot be reached stops the start with exit 1 and one line that
+/// says so, without the URL's password.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_database_server_exits_1() {
+    let port = spool_testkit::Receiver::refusing_port();
+    let (status, stderr) = DaemonProcess::run_to_exit(DaemonOptions::new(format!(
+        "postgres://spool:hunter2@127.0.0.1:{port}/spool"
+    )))
+    .await
+    .expect("runs");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("database unavailable: cannot connect"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
 }
 
 /// The database path in the `listening` line is absolute, and a start-up error is told once.
