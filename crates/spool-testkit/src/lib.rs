@@ -13,7 +13,8 @@
 //!   reconciliation.
 //! - [`api`]: [`Api`] calls the daemon's HTTP API (TCP or unix socket) and returns
 //!   `(status, json)` pairs.
-//! - [`pg`]: [`TestDatabase`], a PostgreSQL database of a test's own (`SPOOLD_TEST_PG_URL`).
+//! - [`pg`]: [`TestDatabase`], a PostgreSQL database of a test's own (`SPOOLD_TEST_PG_URL`);
+//!   [`PrivateServer`], a PostgreSQL server of a test's own, to restart.
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
 //!   command runner, and the rule that skips such a test where it cannot run unless an
 //!   environment variable requires it.
@@ -50,6 +51,6 @@ pub mod remote;
 pub use api::Api;
 pub use bin_path::cargo_bin;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
-pub use pg::TestDatabase;
+pub use pg::{PrivateServer, TestDatabase};
 pub use receiver::{Receiver, Recorded, Reply};
 pub use remote::{CreateBehavior, Record, RemoteApi, SearchBehavior};

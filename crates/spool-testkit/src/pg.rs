@@ -150,3 +150,109 @@ mod tests {
         }
     }
 }
+
+/// A PostgreSQL server of a test's own (initdb in a temporary directory, on a loopback port),
+/// for what must not touch the shared server: restarting it. Runs as the `postgres` user
+/// (PostgreSQL refuses root), so it needs root to start; stopped (by its postmaster's pid,
+/// through `pg_ctl`) when dropped.
+#[derive(Debug)]
+pub struct PrivateServer {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    port: u16,
+}
+
+impl PrivateServer {
+    /// Create and start a server. Fails when not root or without PostgreSQL's binaries; pass
+    /// the result to [`crate::privileged::available`].
+    pub fn start() -> anyhow::Result<PrivateServer> {
+        crate::privileged::require_root()?;
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .context("no PostgreSQL server binaries under /usr/lib/postgresql")?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|b| b.join("initdb").exists())
+            .context("no initdb under /usr/lib/postgresql/*/bin")?;
+        let dir = tempfile::Builder::new()
+            .prefix("spoold-pg-")
+            .tempdir_in("/tmp")
+            .context("temp dir")?;
+        crate::privileged::run("chown", ["postgres:", &dir.path().display().to_string()])?;
+        let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port();
+        let server = PrivateServer { dir, bin, port };
+        server.as_postgres(
+            "initdb",
+            &[
+                "-D",
+                &server.data(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+        )?;
+        server.pg_ctl("start")?;
+        Ok(server)
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Restart the server (`pg_ctl restart -m fast`): every connection is dropped, the server
+    /// is down for a moment, then accepts connections again.
+    pub fn restart(&self) -> anyhow::Result<()> {
+        self.pg_ctl("restart")
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn pg_ctl(&self, action: &str) -> anyhow::Result<()> {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("server.log").display().to_string();
+        self.as_postgres(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                &log,
+                "-o",
+                &options,
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "30",
+                action,
+            ],
+        )
+    }
+
+    fn as_postgres(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {
+        let program = self.bin.join(program).display().to_string();
+        let mut all = vec!["-u", "postgres", "--", program.as_str()];
+        all.extend_from_slice(args);
+        crate::privileged::run("runuser", all).map(drop)
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let data = self.data();
+        let stopped = self.as_postgres("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        if let Err(e) = stopped {
+            eprintln!("could not stop the private PostgreSQL server in {data}: {e:#}");
+        }
+    }
+}

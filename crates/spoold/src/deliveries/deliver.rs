@@ -18,7 +18,7 @@ use http::HeaderValue;
 use spool_store::model::{
     Applied, AttemptResult, Body, Claimed, Disposition, Mode, Reservation, StartOutcome,
 };
-use spool_store::Store;
+use spool_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -224,13 +224,16 @@ impl Deliverer {
                 }
                 released(health);
                 if let Some(unsent) = ahead {
-                    self.release(unsent).await;
+                    self.release(unsent.id, unsent.claim_seq).await;
                 }
             } else {
                 released(health);
                 match ahead {
                     Some(unsent) => {
-                        tokio::join!(self.release(unsent), self.record(&origin, result));
+                        tokio::join!(
+                            self.release(unsent.id, unsent.claim_seq),
+                            self.record(&origin, result)
+                        );
                     }
                     None => self.record(&origin, result).await,
                 }
@@ -277,6 +280,12 @@ impl Deliverer {
                 info!(delivery_id = %id, claim_seq,
                       "reserved delivery expired before it was sent; not sent");
             }
+            Err(StoreError::Unavailable(e)) => {
+                warn!(delivery_id = %id, claim_seq, error = %e,
+                      "could not start a reserved delivery; giving it back");
+                self.release(id.clone(), claim_seq).await;
+                return None;
+            }
             Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
                             "could not start a reserved delivery; it is taken back after its lease"),
         }
@@ -285,16 +294,15 @@ impl Deliverer {
     }
 
     /// Give back a reservation that will not be sent now: pending again, as if never reserved.
-    async fn release(&self, unsent: Reservation) {
+    async fn release(&self, id: String, claim_seq: u32) {
         if let Err(e) = self
-            .store
-            .release(unsent.id.clone(), unsent.claim_seq)
+            .patiently(&id, || self.store.release(id.clone(), claim_seq))
             .await
         {
-            warn!(delivery_id = %unsent.id, error = %e,
+            warn!(delivery_id = %id, error = %e,
                   "could not give back a reservation; it is taken back after its lease");
         }
-        self.live.forget(&unsent.id, unsent.claim_seq);
+        self.live.forget(&id, claim_seq);
     }
 
     fn lease_ms(&self) -> i64 {
@@ -308,7 +316,9 @@ impl Deliverer {
         let (id, claim_seq, disposition) =
             (result.id.clone(), result.claim_seq, result.disposition);
         let error_code = result.error_code.clone();
-        let recorded = self.store.complete(result).await;
+        let recorded = self
+            .patiently(&id, || self.store.complete(result.clone()))
+            .await;
         self.live.forget(&id, claim_seq);
         match recorded {
             Ok(Applied::Now(status)) => {
@@ -337,6 +347,33 @@ impl Deliverer {
             }
             Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
                             "could not record attempt result; it will be retried after the lease"),
+        }
+    }
+
+    /// Run a store write again while the database is out of reach (a PostgreSQL server
+    /// restarting, a connection cut), for up to half a lease: the claim it is about stays live
+    /// meanwhile, so the sweep renews its lease once the database is back and nobody takes it
+    /// back. Past that, or while stopping, the lease decides. A write whose first COMMIT did land
+    /// before its answer was lost finds the claim changed when it runs again, and leaves it so.
+    async fn patiently<T, F, Fut>(&self, id: &str, mut write: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let deadline = Instant::now() + self.lease / 2;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match write().await {
+                Err(StoreError::Unavailable(e))
+                    if Instant::now() + pause < deadline && !self.stop.is_cancelled() =>
+                {
+                    info!(delivery_id = %id, error = %e,
+                          "database out of reach; writing again shortly");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                done => return done,
+            }
         }
     }
 

@@ -581,16 +581,7 @@ impl Runner {
         } else {
             self.claim_types()
         };
-        let (recorded, next) = match self
-            .store
-            .finish_and_claim(
-                end,
-                types,
-                self.lease.as_millis() as i64,
-                self.executor_id.clone(),
-            )
-            .await
-        {
+        let (recorded, next) = match self.finish_patiently(end, types).await {
             Ok((status, next)) => (Ok(status), next),
             Err(e) => (Err(e), None),
         };
@@ -623,6 +614,42 @@ impl Runner {
             Err(e) => error!(task_id = %task.id, error = %e, "could not record a task attempt"),
         }
         next
+    }
+
+    /// Record how an attempt ended (and claim the next task for the slot), riding out a
+    /// database that is out of reach for a moment (a PostgreSQL server restarting): the
+    /// attempt is still registered as running here, so its lease is renewed once the database
+    /// is back. After half a lease of trying, the lease decides (the task is then
+    /// `interrupted`: how it ended is in the log line above, not in the store).
+    async fn finish_patiently(
+        &self,
+        end: TaskAttemptEnd,
+        types: Vec<ClaimType>,
+    ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>), spool_store::StoreError> {
+        let deadline = std::time::Instant::now() + self.lease / 2;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let recorded = self
+                .store
+                .finish_and_claim(
+                    end.clone(),
+                    types.clone(),
+                    self.lease.as_millis() as i64,
+                    self.executor_id.clone(),
+                )
+                .await;
+            match recorded {
+                Err(spool_store::StoreError::Unavailable(e))
+                    if std::time::Instant::now() + pause < deadline =>
+                {
+                    info!(task_id = %end.id, error = %e,
+                          "database out of reach; recording the attempt again shortly");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Classify how an attempt ended, and whether and when the task runs again.

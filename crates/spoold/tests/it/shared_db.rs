@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply, TestDatabase};
+use spool_testkit::{
+    Api, DaemonOptions, DaemonProcess, PrivateServer, Receiver, Reply, TestDatabase,
+};
 use tempfile::TempDir;
 
 use crate::tasks::{get, id, submit, wait_task, Setup};
@@ -371,4 +373,74 @@ async fn hosts_ride_out_a_database_outage() {
         .await
         .expect("readyz");
     assert_eq!(ready, 200);
+}
+
+/// The PostgreSQL server itself restarts while creates keep coming: the daemon reconnects by
+/// itself, every create it acknowledged (201) is delivered, and it serves again afterwards.
+/// On a server of the test's own (restarting the shared one would cut off other tests).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_restart_is_ridden_out() {
+    let Some(server) =
+        spool_testkit::privileged::available("SPOOLD_REQUIRE_TOOLS", PrivateServer::start())
+    else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    let data = TempDir::new().expect("dir");
+    let opts = DaemonOptions::new(PathBuf::from(server.url()))
+        .args(FAST_RETRIES.iter().copied())
+        .args(["--data-dir".to_owned(), data.path().display().to_string()]);
+    let daemon = DaemonProcess::start(opts)
+        .await
+        .expect("daemon on the private server");
+    let api = Arc::new(Api::new(daemon.base_url()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut writers = tokio::task::JoinSet::new();
+    for w in 0..4 {
+        let (api, stop, url) = (Arc::clone(&api), stop.clone(), receiver.url("/hook"));
+        writers.spawn(async move {
+            let (mut acked, mut refused) = (Vec::new(), 0);
+            let mut n = 0;
+            while !stop.is_cancelled() {
+                n += 1;
+                let (status, d) = api
+                    .create(json!({"targetUrl": url, "body": {"w": w, "n": n}}))
+                    .await
+                    .expect("create");
+                match status {
+                    201 => acked.push(id_of(&d)),
+                    503 => {
+                        assert_eq!(d["error"]["code"], "storage_unavailable", "{d}");
+                        refused += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    other => panic!("create answered {other}: {d}"),
+                }
+            }
+            (acked, refused)
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart().expect("restart the server");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.cancel();
+    let mut acked = Vec::new();
+    while let Some(done) = writers.join_next().await {
+        let (ids, _refused) = done.expect("writer");
+        acked.extend(ids);
+    }
+    assert!(!acked.is_empty());
+    for id in &acked {
+        if let Err(e) = api.wait_status(id, &["succeeded"], WAIT).await {
+            panic!(
+                "an acknowledged create was not delivered: {e:#}\ndaemon log:\n{}",
+                daemon.stderr()
+            );
+        }
+    }
+    let (status, d) = api
+        .create(json!({"targetUrl": receiver.url("/hook")}))
+        .await
+        .expect("create after the restart");
+    assert_eq!(status, 201, "{d}");
 }
