@@ -159,7 +159,17 @@ pub(crate) async fn insert(
     )
     .await?;
     // The row is exactly what was inserted: build it instead of reading it back.
-    Ok(InsertOutcome::Created(Delivery {
+    Ok(InsertOutcome::Created(created(new, now, due, expires_at)))
+}
+
+/// The delivery row an insert of `new` at `now` writes, due at `due`.
+pub(super) fn created(
+    new: &NewDelivery,
+    now: Millis,
+    due: Millis,
+    expires_at: Option<Millis>,
+) -> Delivery {
+    Delivery {
         id: new.id.clone(),
         idempotency_key: new.idempotency_key.clone(),
         target_url: new.target_url.clone(),
@@ -191,12 +201,12 @@ pub(crate) async fn insert(
         review_at: None,
         check_at: None,
         checks: 0,
-    }))
+    }
 }
 
 /// The answer to an insert whose idempotency key is taken: the delivery it names if the
 /// request is the same, a conflict if not.
-async fn known_key(tx: &Tx<'_>, key: &str, digest: &[u8]) -> Result<InsertOutcome> {
+pub(super) async fn known_key(tx: &Tx<'_>, key: &str, digest: &[u8]) -> Result<InsertOutcome> {
     // A new statement, so a new snapshot: the key the insert above waited for is visible.
     let Some(known) = row(
         tx,
@@ -367,14 +377,23 @@ async fn due_candidates<C: GenericClient>(
         .collect()
 }
 
-/// Origins with pending work that are not in `excluded`, at most [`ORIGIN_SEEKS`] + 1: from the
-/// kept counts (the deltas, summed), not from the deliveries.
+/// Origins with pending work that are not in `excluded`, at most [`ORIGIN_SEEKS`] + 1.
+///
+/// Walked along `deliveries_origin_due` one origin at a time (a loose index scan: each step is
+/// one probe for the next origin after the last), so the cost grows with the number of
+/// origins walked, not with the backlog nor with the count deltas not folded yet.
 async fn open_origins<C: GenericClient>(c: &C, excluded: &[String]) -> Result<Vec<String>> {
     rows(
         c,
-        "SELECT origin FROM delivery_count_deltas \
-         WHERE status = 'pending' AND origin <> ALL($1::text[]) \
-         GROUP BY origin HAVING SUM(n) > 0 LIMIT $2",
+        "WITH RECURSIVE walk(origin) AS ( \
+             (SELECT origin FROM deliveries WHERE status = 'pending' ORDER BY origin LIMIT 1) \
+             UNION ALL \
+             SELECT (SELECT d.origin FROM deliveries d \
+                     WHERE d.status = 'pending' AND d.origin > walk.origin \
+                     ORDER BY d.origin LIMIT 1) \
+             FROM walk WHERE walk.origin IS NOT NULL) \
+         SELECT origin FROM walk \
+         WHERE origin IS NOT NULL AND origin <> ALL($1::text[]) LIMIT $2",
         &[&excluded, &(ORIGIN_SEEKS as i64 + 1)],
     )
     .await?
@@ -1679,7 +1698,7 @@ fn parse_mode(text: &str) -> Result<Mode> {
         .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
 }
 
-fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {
+pub(super) fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {
     match body {
         Body::None => (BODY_NONE, None),
         Body::Json(b) => (BODY_JSON, Some(b)),
@@ -1696,7 +1715,7 @@ fn decode_body(kind: i64, bytes: Option<Vec<u8>>) -> Body {
     }
 }
 
-fn encode_headers(headers: &[(String, String)]) -> Result<String> {
+pub(super) fn encode_headers(headers: &[(String, String)]) -> Result<String> {
     serde_json::to_string(headers).map_err(|e| StoreError::Database(e.to_string()))
 }
 

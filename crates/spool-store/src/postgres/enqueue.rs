@@ -1,0 +1,331 @@
+//! Group commit for creates on PostgreSQL: concurrent creates are queued and written a batch at
+//! a time, each batch in one transaction with one statement per table (keys, deliveries,
+//! transitions, each over arrays), so a burst pays one COMMIT — one WAL flush — for many
+//! deliveries instead of one each.
+//!
+//! **Invariant:** a create is answered only after the transaction that wrote it committed, and
+//! with exactly what the one-by-one insert (`deliveries::insert`) would have answered: a key is
+//! resolved before time and space are judged, a key already taken gives the delivery it names
+//! (or a conflict), and a batch that fails for any reason but an unreachable database is run
+//! again one create at a time, so one bad create never sinks the others.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use super::deliveries::{created, encode_body, encode_headers, known_key};
+use super::{exec, rows, PgStore, Tx};
+use crate::error::{Result, StoreError};
+use crate::model::{InsertOutcome, Millis, NewDelivery};
+
+/// Creates written in one transaction at most.
+const MAX_BATCH: usize = 256;
+
+/// Batches being written at once: while one commits, the next is being built.
+const WRITERS: usize = 3;
+
+struct Job {
+    new: NewDelivery,
+    answer: oneshot::Sender<Result<InsertOutcome>>,
+}
+
+/// The queue creates wait in; its writers stop when the store is dropped.
+pub(super) struct Enqueuer {
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+impl Enqueuer {
+    /// Start the writers. They hold only a weak reference to the store, so that dropping the
+    /// last handle stops them.
+    pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Enqueuer {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        let queue = Arc::new(Mutex::new(queue));
+        for _ in 0..WRITERS {
+            tokio::spawn(write_batches(store.clone(), Arc::clone(&queue)));
+        }
+        Enqueuer { jobs }
+    }
+
+    /// Queue a create and wait for its answer.
+    pub(super) async fn insert(&self, new: NewDelivery) -> Result<InsertOutcome> {
+        let (answer, answered) = oneshot::channel();
+        self.jobs
+            .send(Job { new, answer })
+            .map_err(|_| StoreError::WriterGone)?;
+        answered.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+/// One writer: take what is queued (up to a batch), write it, answer, again.
+async fn write_batches(
+    store: std::sync::Weak<super::Inner>,
+    queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
+) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut queue = queue.lock().await;
+            match queue.recv().await {
+                Some(job) => batch.push(job),
+                None => return,
+            }
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        let store = PgStore { inner };
+        store.write_batch(batch).await;
+    }
+}
+
+impl PgStore {
+    async fn write_batch(&self, batch: Vec<Job>) {
+        // A key twice in one batch: the later create must see the earlier one's row, so it
+        // waits for the batch to commit and then goes one by one.
+        let mut seen = HashSet::new();
+        let (first, again): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|job| {
+            job.new
+                .idempotency_key
+                .as_ref()
+                .is_none_or(|key| seen.insert(key.clone()))
+        });
+        let limit = self.inner.max_db_bytes;
+        let written = match if limit > 0 {
+            self.db_bytes().await
+        } else {
+            Ok(0)
+        } {
+            Ok(used) => {
+                let news: Vec<&NewDelivery> = first.iter().map(|j| &j.new).collect();
+                in_tx!(self, |tx, now| insert_batch(&tx, &news, now, used, limit))
+            }
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(outcomes) => {
+                let any_created = outcomes
+                    .iter()
+                    .any(|o| matches!(o, InsertOutcome::Created(_)));
+                self.inner.wake.deliveries_when(any_created);
+                for (job, outcome) in first.into_iter().zip(outcomes) {
+                    let _ = job.answer.send(Ok(outcome));
+                }
+            }
+            Err(StoreError::Unavailable(message)) => {
+                for job in first {
+                    let _ = job
+                        .answer
+                        .send(Err(StoreError::Unavailable(message.clone())));
+                }
+            }
+            // Something in the batch was refused (a duplicate id): each on its own, so only
+            // that one gets the error.
+            Err(_) => self.one_by_one(first).await,
+        }
+        self.one_by_one(again).await;
+    }
+
+    async fn one_by_one(&self, jobs: Vec<Job>) {
+        for job in jobs {
+            let answer = self.insert_one(job.new).await;
+            let _ = job.answer.send(answer);
+        }
+    }
+}
+
+/// Write `news` (no key twice) in `tx`: the answers, in order.
+async fn insert_batch(
+    tx: &Tx<'_>,
+    news: &[&NewDelivery],
+    now: Millis,
+    db_bytes: u64,
+    max_db_bytes: u64,
+) -> Result<Vec<InsertOutcome>> {
+    // Keys first: of hosts racing on one key, exactly one inserts it; the others wait for its
+    // transaction and then see what it committed.
+    let keyed: Vec<&NewDelivery> = news
+        .iter()
+        .copied()
+        .filter(|n| n.idempotency_key.is_some())
+        .collect();
+    let mut taken_here = HashSet::new();
+    if !keyed.is_empty() {
+        let keys: Vec<&str> = keyed
+            .iter()
+            .filter_map(|n| n.idempotency_key.as_deref())
+            .collect();
+        let ids: Vec<&str> = keyed.iter().map(|n| n.id.as_str()).collect();
+        let digests: Vec<&[u8]> = keyed.iter().map(|n| n.request_digest.as_slice()).collect();
+        for row in rows(
+            tx,
+            "INSERT INTO idempotency_keys (key, delivery_id, fingerprint) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[]) \
+             ON CONFLICT (key) DO NOTHING RETURNING key",
+            &[&keys, &ids, &digests],
+        )
+        .await?
+        {
+            taken_here.insert(super::get::<String>(&row, "key")?);
+        }
+    }
+    let mut outcomes = Vec::with_capacity(news.len());
+    let mut accepted = Vec::new();
+    let mut given_back = Vec::new();
+    for new in news {
+        if let Some(key) = &new.idempotency_key {
+            if !taken_here.contains(key) {
+                outcomes.push(Some(known_key(tx, key, &new.request_digest).await?));
+                continue;
+            }
+        }
+        // Judged after the key, as one by one.
+        let refused = if new.expires_at.is_some_and(|exp| exp <= now) {
+            Some(InsertOutcome::AlreadyExpired)
+        } else if max_db_bytes > 0 && db_bytes >= max_db_bytes {
+            Some(InsertOutcome::Full {
+                db_bytes,
+                limit: max_db_bytes,
+            })
+        } else {
+            None
+        };
+        match refused {
+            Some(refused) => {
+                given_back.extend(new.idempotency_key.as_deref());
+                outcomes.push(Some(refused));
+            }
+            None => {
+                accepted.push(*new);
+                outcomes.push(None);
+            }
+        }
+    }
+    if !given_back.is_empty() {
+        exec(
+            tx,
+            "DELETE FROM idempotency_keys WHERE key = ANY($1::text[])",
+            &[&given_back],
+        )
+        .await?;
+    }
+    let mut written = write_rows(tx, &accepted, now).await?.into_iter();
+    let mut answers = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        answers.push(match outcome {
+            Some(outcome) => outcome,
+            None => InsertOutcome::Created(written.next().ok_or_else(|| {
+                StoreError::Database("fewer deliveries written than accepted".into())
+            })?),
+        });
+    }
+    Ok(answers)
+}
+
+/// Insert the delivery rows of `accepted` and their first transition; the rows written, in
+/// order. A duplicate id fails the whole batch (the caller then goes one by one).
+async fn write_rows(
+    tx: &Tx<'_>,
+    accepted: &[&NewDelivery],
+    now: Millis,
+) -> Result<Vec<crate::model::Delivery>> {
+    if accepted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = accepted.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut keys = Vec::with_capacity(n);
+    let mut urls = Vec::with_capacity(n);
+    let mut origins = Vec::with_capacity(n);
+    let mut methods = Vec::with_capacity(n);
+    let mut headers = Vec::with_capacity(n);
+    let mut body_kinds = Vec::with_capacity(n);
+    let mut bodies = Vec::with_capacity(n);
+    let mut max_attempts = Vec::with_capacity(n);
+    let mut dues = Vec::with_capacity(n);
+    let mut not_befores = Vec::with_capacity(n);
+    let mut expiries = Vec::with_capacity(n);
+    let mut modes = Vec::with_capacity(n);
+    let mut fingerprints = Vec::with_capacity(n);
+    let mut reconciles = Vec::with_capacity(n);
+    let mut pointers = Vec::with_capacity(n);
+    let mut windows = Vec::with_capacity(n);
+    let mut written = Vec::with_capacity(n);
+    for new in accepted {
+        let (kind, body) = encode_body(&new.body);
+        let due = new.not_before.map_or(now, |nb| nb.max(now));
+        let expires_at = new
+            .expires_at
+            .or_else(|| new.retry_window_ms.map(|w| due + w));
+        ids.push(new.id.as_str());
+        keys.push(new.idempotency_key.as_deref());
+        urls.push(new.target_url.as_str());
+        origins.push(new.origin.as_str());
+        methods.push(new.method.as_str());
+        headers.push(encode_headers(&new.headers)?);
+        body_kinds.push(kind);
+        bodies.push(body);
+        max_attempts.push(i64::from(new.max_attempts));
+        dues.push(due);
+        not_befores.push(new.not_before);
+        expiries.push(expires_at);
+        modes.push(new.mode.as_str());
+        fingerprints.push(new.fingerprint.as_deref());
+        reconciles.push(new.reconcile.as_deref());
+        pointers.push(new.remote_id_pointer.as_deref());
+        windows.push(new.observation_window_ms);
+        written.push(created(new, now, due, expires_at));
+    }
+    let inserted = exec(
+        tx,
+        "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
+         body_kind, body, max_attempts, next_attempt_at, not_before, expires_at, mode, \
+         fingerprint, reconcile, remote_id_pointer, window_ms, status, created_at, updated_at, \
+         log_seq) \
+         SELECT *, 'pending', $18::bigint, $18::bigint, 1 FROM UNNEST($1::text[], $2::text[], \
+         $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bytea[], \
+         $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
+         $15::text[], $16::text[], $17::bigint[]) \
+         ON CONFLICT (id) DO NOTHING",
+        &[
+            &ids,
+            &keys,
+            &urls,
+            &origins,
+            &methods,
+            &headers,
+            &body_kinds,
+            &bodies,
+            &max_attempts,
+            &dues,
+            &not_befores,
+            &expiries,
+            &modes,
+            &fingerprints,
+            &reconciles,
+            &pointers,
+            &windows,
+            &now,
+        ],
+    )
+    .await?;
+    if inserted as usize != n {
+        return Err(StoreError::Database(
+            "a delivery id in the batch exists already".into(),
+        ));
+    }
+    exec(
+        tx,
+        "INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, reason) \
+         SELECT id, 1, NULL, 'pending', 0, $2, 'created' FROM UNNEST($1::text[]) AS id",
+        &[&ids, &now],
+    )
+    .await?;
+    Ok(written)
+}
