@@ -4,9 +4,9 @@
 //! or processes: it keeps deliveries, their attempt history and idempotency keys, and applies
 //! the state machine in [`model`].
 //!
-//! **Invariant:** every write method returns only after the change is durable (committed with
-//! a full fsync). A caller that acknowledges a client after `Ok` can never lose that write to a
-//! crash.
+//! **Invariant:** every write method returns only after the change is durable (SQLite: committed
+//! with a full fsync; PostgreSQL: COMMIT answered on a session with `synchronous_commit = on`).
+//! A caller that acknowledges a client after `Ok` can never lose that write to a crash.
 //!
 //! # Layout
 //! - [`model`]: statuses, transitions and the records crossing the boundary (backend-neutral;
@@ -110,8 +110,9 @@ impl Store {
         dispatch!(self, s => s.release(id, claim_seq).await)
     }
 
-    /// At start-up, when the previous owner of every claim is known to be dead: make every
-    /// in-flight delivery pending again, due at once. Started attempts are recorded as
+    /// At start-up, when the previous owner of every claim is known to be dead (SQLite, whose
+    /// file lock proves it; never on a database other hosts share): make every in-flight
+    /// delivery pending again, due at once. Started attempts are recorded as
     /// interrupted (`daemon_restart`, not charged); reservations are released.
     ///
     /// At-most-once attempts that had started become `unknown` instead (their request may have
@@ -333,8 +334,9 @@ impl Store {
         dispatch!(self, s => s.decide_task(id, to, reason, note).await)
     }
 
-    /// At start-up: every running task becomes `interrupted` (`daemon_restart`). Returns them,
-    /// with the attempt that was cut short.
+    /// At start-up, when the previous owner of every claim is known to be dead (as for
+    /// [`Store::recover`]): every running task becomes `interrupted` (`daemon_restart`).
+    /// Returns them, with the attempt that was cut short.
     pub async fn recover_tasks(&self) -> Result<Vec<tasks::Interrupted>> {
         dispatch!(self, s => s.recover_tasks().await)
     }
