@@ -152,8 +152,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             "postgres: every run of enqueue and e2e gets a fresh database on {} \
              (PostgreSQL {}), shared by {hosts} spoold host(s) on this machine, each with \
              its own --data-dir; requests go to the hosts in turn; store commits are the \
-             daemons' PostgreSQL transactions (one per store operation, so one write per \
-             commit), summed over the hosts",
+             daemons' PostgreSQL transactions, summed over the hosts (spoold counts each as \
+             one write, a batch of creates too, so writes per commit is 1 there)",
             server.shown(),
             server_version.as_deref().unwrap_or("?"),
         ));

@@ -23,7 +23,7 @@ use crate::model::{InsertOutcome, Millis, NewDelivery};
 const MAX_BATCH: usize = 256;
 
 /// Batches being written at once: while one commits, the next is being built.
-const WRITERS: usize = 3;
+pub(super) const WRITERS: usize = 3;
 
 struct Job {
     new: NewDelivery,
@@ -104,7 +104,9 @@ impl PgStore {
         } {
             Ok(used) => {
                 let news: Vec<&NewDelivery> = first.iter().map(|j| &j.new).collect();
-                in_tx!(self, |tx, now| insert_batch(&tx, &news, now, used, limit))
+                in_tx!(self, &self.inner.enqueue_pool, |tx, now| insert_batch(
+                    &tx, &news, now, used, limit
+                ))
             }
             Err(e) => Err(e),
         };

@@ -97,8 +97,9 @@ struct Inner {
     stats: WriterStats,
     wake: notify::Wakeups,
     _listener: notify::Listener,
-    /// Creates, written in batches (group commit).
+    /// Creates, written in batches (group commit), on connections of their own.
     enqueuer: enqueue::Enqueuer,
+    enqueue_pool: Pool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -111,13 +112,17 @@ impl std::fmt::Debug for PgStore {
 /// at the start of the transaction) in one transaction and commit it. A transaction that lost
 /// a race is run again, from the start.
 macro_rules! in_tx {
-    ($store:expr, |$tx:ident, $now:ident| $body:expr) => {{
+    ($store:expr, |$tx:ident, $now:ident| $body:expr) => {
+        in_tx!($store, &$store.inner.pool, |$tx, $now| $body)
+    };
+    // On a connection of `$pool`.
+    ($store:expr, $pool:expr, |$tx:ident, $now:ident| $body:expr) => {{
         let store: &PgStore = $store;
         let mut tries = 0;
         loop {
             let started = std::time::Instant::now();
             let out: $crate::error::Result<_> = async {
-                let mut client = store.client().await?;
+                let mut client = $pool.get().await.map_err($crate::postgres::map_pool_err)?;
                 let $tx = client
                     .transaction()
                     .await
@@ -163,6 +168,9 @@ impl PgStore {
     pub async fn open(config: &PgConfig) -> Result<PgStore> {
         let target = connect::Target::parse(&config.url)?;
         let pool = target.pool(config.pool_size)?;
+        // Creates have connections of their own: a client waiting for its acknowledgement
+        // never queues behind delivery work.
+        let enqueue_pool = target.pool(enqueue::WRITERS)?;
         let client = pool.get().await.map_err(map_pool_err)?;
         let sync: String = client
             .query_one("SHOW synchronous_commit", &[])
@@ -188,6 +196,7 @@ impl PgStore {
                 wake,
                 _listener: listener,
                 enqueuer: enqueue::Enqueuer::spawn(inner.clone()),
+                enqueue_pool,
             }),
         };
         store.learn_clock().await?;
@@ -766,7 +775,7 @@ pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 
 /// Not getting a connection — refused, timed out, or the server turning it away — means the
 /// database is unavailable: nothing was written.
-fn map_pool_err(e: deadpool_postgres::PoolError) -> StoreError {
+pub(crate) fn map_pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => {
             StoreError::Unavailable(format!("cannot connect: {}", describe(&e)))
