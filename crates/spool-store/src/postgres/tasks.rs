@@ -584,6 +584,11 @@ pub(crate) async fn finish(
     let status: String = column(&current, "status")?;
     let claim_seq: i64 = column(&current, "claim_seq")?;
     let attempt: i64 = column(&current, "attempts")?;
+    // Fenced before anything is written: a late end (its claim taken back, the task since
+    // claimed again, perhaps by another host) must not close the attempt that runs now.
+    if status != TaskStatus::Running.as_str() || claim_seq != i64::from(end.claim_seq) {
+        return Ok(None);
+    }
     let error = end.error.as_deref().map(clip_error);
     let summary = end.result_summary.as_deref().map(clip_error);
     let exit_code = end.exit_code.map(i64::from);
@@ -611,9 +616,6 @@ pub(crate) async fn finish(
         ],
     )
     .await?;
-    if status != TaskStatus::Running.as_str() || claim_seq != i64::from(end.claim_seq) {
-        return Ok(None);
-    }
     let reason = end
         .error_code
         .clone()

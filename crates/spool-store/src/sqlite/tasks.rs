@@ -479,6 +479,11 @@ pub(crate) fn finish(
     let Some((status, claim_seq, attempt)) = current else {
         return Ok(None);
     };
+    // Fenced before anything is written: a late end (its claim taken back, the task since
+    // claimed again) must not close the attempt that runs now.
+    if status != TaskStatus::Running.as_str() || claim_seq != end.claim_seq {
+        return Ok(None);
+    }
     let error = end.error.as_deref().map(clip_error);
     let summary = end.result_summary.as_deref().map(clip_error);
     conn.prepare_cached(
@@ -505,9 +510,6 @@ pub(crate) fn finish(
         ])
     })
     .map_err(map_err)?;
-    if status != TaskStatus::Running.as_str() || claim_seq != end.claim_seq {
-        return Ok(None);
-    }
     let reason = end
         .error_code
         .clone()
