@@ -159,49 +159,9 @@ pub(crate) async fn insert(
     )
     .await?;
     // The row is exactly what was inserted: build it instead of reading it back.
-    Ok(InsertOutcome::Created(created(new, now, due, expires_at)))
-}
-
-/// The delivery row an insert of `new` at `now` writes, due at `due`.
-pub(super) fn created(
-    new: &NewDelivery,
-    now: Millis,
-    due: Millis,
-    expires_at: Option<Millis>,
-) -> Delivery {
-    Delivery {
-        id: new.id.clone(),
-        idempotency_key: new.idempotency_key.clone(),
-        target_url: new.target_url.clone(),
-        origin: new.origin.clone(),
-        method: new.method.clone(),
-        headers: Some(new.headers.clone()),
-        body: Some(new.body.clone()),
-        status: DeliveryStatus::Pending,
-        attempts: 0,
-        uncharged: 0,
-        max_attempts: new.max_attempts,
-        cycle: 1,
-        last_error: None,
-        last_error_code: None,
-        last_response_code: None,
-        created_at: now,
-        updated_at: now,
-        next_attempt_at: Some(due),
-        not_before: new.not_before,
-        expires_at,
-        lease_until: None,
-        mode: new.mode,
-        fingerprint: new.fingerprint.clone(),
-        reconcile: new.reconcile.clone(),
-        remote_id_pointer: new.remote_id_pointer.clone(),
-        observation_window_ms: new.observation_window_ms,
-        remote_id: None,
-        unknown_since: None,
-        review_at: None,
-        check_at: None,
-        checks: 0,
-    }
+    Ok(InsertOutcome::Created(Delivery::created(
+        new, now, due, expires_at,
+    )))
 }
 
 /// The answer to an insert whose idempotency key is taken: the delivery it names if the

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::deliveries::{created, encode_body, encode_headers, known_key};
+use super::deliveries::{encode_body, encode_headers, known_key};
 use super::{exec, rows, PgStore, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{InsertOutcome, Millis, NewDelivery};
@@ -282,7 +282,7 @@ async fn write_rows(
         reconciles.push(new.reconcile.as_deref());
         pointers.push(new.remote_id_pointer.as_deref());
         windows.push(new.observation_window_ms);
-        written.push(created(new, now, due, expires_at));
+        written.push(crate::model::Delivery::created(new, now, due, expires_at));
     }
     let inserted = exec(
         tx,
