@@ -50,8 +50,8 @@ const CONTENTION_RETRIES: u32 = 5;
 /// The database's clock, in microseconds since the epoch.
 const CLOCK_SQL: &str = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
-/// A clock reading whose round trip took longer than this does not move the offset.
-const MAX_CLOCK_ROUND_TRIP_US: i64 = 2_000;
+/// How long the shortest clock round trip seen is kept as the bar a new reading must meet.
+const CLOCK_SAMPLE_TTL: Duration = Duration::from_secs(60);
 
 /// How long a database size read is reused (it lists the database's files).
 const DB_SIZE_TTL: Duration = Duration::from_secs(1);
@@ -93,6 +93,8 @@ struct Inner {
     /// Database clock minus this host's clock, in microseconds, from a recent transaction with
     /// a short round trip; `i64::MIN` until the first.
     clock_offset: AtomicI64,
+    /// The round trip (µs) of the reading the offset came from, and when it was taken.
+    clock_best: Mutex<(i64, Option<Instant>)>,
     db_size: Mutex<Option<(Instant, u64)>>,
     stats: WriterStats,
     wake: notify::Wakeups,
@@ -191,6 +193,7 @@ impl PgStore {
                 pool,
                 max_db_bytes: config.max_db_bytes,
                 clock_offset: AtomicI64::new(i64::MIN),
+                clock_best: Mutex::new((i64::MAX, None)),
                 db_size: Mutex::new(None),
                 stats: WriterStats::default(),
                 wake,
@@ -207,36 +210,42 @@ impl PgStore {
         self.inner.pool.get().await.map_err(map_pool_err)
     }
 
-    /// The database's clock, in milliseconds; also refreshes [`PgStore::now_ms`]'s offset from
-    /// this reading when the round trip was short (the midpoint of the round trip stands for
-    /// the moment the database read its clock, so the offset is off by at most half of it).
+    /// The database's clock, in milliseconds; also refines [`PgStore::now_ms`]'s offset (see
+    /// [`PgStore::clock_sample`]).
     async fn db_now(&self, tx: &Tx<'_>) -> Result<Millis> {
         let sent = host_micros();
         let db: i64 = one(tx, CLOCK_SQL, &[]).await?.get(0);
-        let received = host_micros();
-        let round_trip = received - sent;
-        let offsets = &self.inner.clock_offset;
-        if round_trip <= MAX_CLOCK_ROUND_TRIP_US || offsets.load(Ordering::Relaxed) == i64::MIN {
-            offsets.store(db - (sent + round_trip / 2), Ordering::Relaxed);
-        }
+        self.clock_sample(sent, db, host_micros());
         Ok(db.div_euclid(1000))
+    }
+
+    /// Take a clock reading into the offset if its round trip was the shortest seen lately: the
+    /// midpoint of the round trip stands for the moment the database read its clock, so the
+    /// offset is off by at most half the round trip, and the shortest one bounds that best
+    /// (as NTP filters its samples). The best is forgotten after a minute, so the offset
+    /// follows a clock that drifts.
+    fn clock_sample(&self, sent: i64, db: i64, received: i64) {
+        let round_trip = received - sent;
+        let Ok(mut best) = self.inner.clock_best.lock() else {
+            return;
+        };
+        let stale = best.1.is_none_or(|at| at.elapsed() > CLOCK_SAMPLE_TTL);
+        if stale || round_trip <= best.0 {
+            *best = (round_trip, Some(Instant::now()));
+            self.inner
+                .clock_offset
+                .store(db - (sent + round_trip / 2), Ordering::Relaxed);
+        }
     }
 
     /// Learn the database clock before anyone asks for it: of a few readings, the one with the
     /// shortest round trip (the first also prepares the statement).
     async fn learn_clock(&self) -> Result<()> {
         let client = self.client().await?;
-        let mut best = i64::MAX;
         for _ in 0..8 {
             let sent = host_micros();
             let db: i64 = one(&client, CLOCK_SQL, &[]).await?.get(0);
-            let received = host_micros();
-            if received - sent < best {
-                best = received - sent;
-                self.inner
-                    .clock_offset
-                    .store(db - (sent + best / 2), Ordering::Relaxed);
-            }
+            self.clock_sample(sent, db, host_micros());
         }
         Ok(())
     }
