@@ -142,8 +142,8 @@ mod tests {
             ),
             ("postgres://127.0.0.1", "postgres://127.0.0.1/x"),
             (
-                "postgres://h:1/test?sslmode=disable",
-                "postgres://h:1/x?sslmode=disable",
+                "postgres://127.0.0.1:1/test?sslmode=disable",
+                "postgres://127.0.0.1:1/x?sslmode=disable",
             ),
         ] {
             assert_eq!(with_database(url, "x").expect("url"), expected);

@@ -649,18 +649,24 @@ mod tests {
 
     #[test]
     fn postgres_urls_name_a_shared_database() {
-        let c = parse(&["--db", "postgres://spool:pw@db.internal:5432/spool"]).expect("valid");
+        let c = parse(&["--db", "postgres://spool:pw@127.0.0.1:5432/spool"]).expect("valid");
         assert_eq!(
             c.db,
-            Database::Postgres("postgres://spool:pw@db.internal:5432/spool".into())
+            Database::Postgres("postgres://spool:pw@127.0.0.1:5432/spool".into())
         );
         assert_eq!(
             c.db.to_string(),
-            "postgres://spool:***@db.internal:5432/spool"
+            "postgres://spool:***@127.0.0.1:5432/spool"
         );
         let cwd = std::env::current_dir().expect("working directory");
         assert_eq!(c.data_dir, cwd.join("data"));
-        let c = parse(&["--db", "postgresql://h/db", "--data-dir", "/srv/spool"]).expect("valid");
+        let c = parse(&[
+            "--db",
+            "postgresql://127.0.0.1/db",
+            "--data-dir",
+            "/srv/spool",
+        ])
+        .expect("valid");
         assert_eq!(c.data_dir, PathBuf::from("/srv/spool"));
         let c = parse(&["--db", "/var/lib/spoold/q.db"]).expect("valid");
         assert_eq!(c.data_dir, PathBuf::from("/var/lib/spoold"));

@@ -196,13 +196,16 @@ mod tests {
     fn passwords_are_redacted() {
         for (input, expected) in [
             (
-                "postgres://spool:s3cret@db.internal:5432/spool",
-                "postgres://spool:***@db.internal:5432/spool",
+                "postgres://spool:s3cret@127.0.0.1:5432/spool",
+                "postgres://spool:***@127.0.0.1:5432/spool",
             ),
-            ("postgres://spool@db/spool", "postgres://spool@db/spool"),
             (
-                "postgres://db/spool?sslmode=require",
-                "postgres://db/spool?sslmode=require",
+                "postgres://spool@127.0.0.1/spool",
+                "postgres://spool@127.0.0.1/spool",
+            ),
+            (
+                "postgres://127.0.0.1/spool?sslmode=require",
+                "postgres://127.0.0.1/spool?sslmode=require",
             ),
             ("no url here", "no url here"),
         ] {
@@ -216,8 +219,8 @@ mod tests {
         assert!(plain.tls.is_none());
         assert_eq!(plain.config.get_ssl_mode(), SslMode::Disable);
         assert_eq!(plain.config.get_options(), Some("-c synchronous_commit=on"));
-        let (url, verify) = strip_verify_mode("postgres://h/db?sslmode=verify-full");
+        let (url, verify) = strip_verify_mode("postgres://127.0.0.1/db?sslmode=verify-full");
         assert!(verify);
-        assert_eq!(url, "postgres://h/db?sslmode=require");
+        assert_eq!(url, "postgres://127.0.0.1/db?sslmode=require");
     }
 }
