@@ -69,6 +69,20 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// This error again, for another step of a transaction that failed as a whole: the same
+    /// variant where the caller acts on it (unavailable, contention, full, storage), its text
+    /// otherwise.
+    pub fn duplicate(&self) -> StoreError {
+        match self {
+            StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
+            StoreError::Contention(m) => StoreError::Contention(m.clone()),
+            StoreError::DiskFull(m) => StoreError::DiskFull(m.clone()),
+            StoreError::Storage(m) => StoreError::Storage(m.clone()),
+            StoreError::WriterGone => StoreError::WriterGone,
+            other => StoreError::Database(other.to_string()),
+        }
+    }
+
     /// Whether, after this error inside a transaction, the transaction can no longer be
     /// trusted: SQLite documents that it "may or may not" have rolled it back, and advises a
     /// full ROLLBACK.

@@ -103,6 +103,35 @@ impl Store {
         dispatch!(self, s => s.start(reservation, lease_ms).await)
     }
 
+    /// The three steps of a slot whose target has answered, as one: record `result`, start the
+    /// reserved `next` (as [`Store::start`]) and reserve the delivery after it for the same
+    /// origin (as [`Store::reserve_next`]). Each step is durable before its part of the answer
+    /// is `Ok`. On PostgreSQL they are one transaction in one round trip, and fail together;
+    /// on SQLite they are written together by the group commit.
+    pub async fn advance(
+        &self,
+        result: AttemptResult,
+        next: model::Reservation,
+        lease_ms: i64,
+    ) -> model::Advanced {
+        match self {
+            Store::Sqlite(s) => {
+                let origin = next.origin.clone();
+                let (applied, started, reserved) = tokio::join!(
+                    s.complete(result),
+                    s.start(next, lease_ms),
+                    s.reserve_next(origin, lease_ms)
+                );
+                model::Advanced {
+                    applied,
+                    started,
+                    reserved,
+                }
+            }
+            Store::Postgres(s) => s.advance(result, next, lease_ms).await,
+        }
+    }
+
     /// Give back a reservation whose attempt never started: the delivery is pending again, its
     /// attempt count and history as before. `false` if the claim was no longer current or its
     /// attempt had started.

@@ -352,6 +352,15 @@ pub enum StartOutcome {
     Expired,
 }
 
+/// What [`crate::Store::advance`] did, step by step: the result recorded, the reserved
+/// delivery started, the one after it reserved.
+#[derive(Debug)]
+pub struct Advanced {
+    pub applied: crate::error::Result<Applied>,
+    pub started: crate::error::Result<StartOutcome>,
+    pub reserved: crate::error::Result<Option<Reservation>>,
+}
+
 /// Claims taken back from owners that are gone.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reclaimed {

@@ -18,13 +18,13 @@ use std::collections::HashSet;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::{exec, get as col, one, row, rows, Tx};
+use super::{exec, get as col, one, row, rows, Call, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, Check,
-    CheckResult, CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition,
-    InsertOutcome, Millis, Mode, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
-    Resolution, StartOutcome, Stats, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+    clip_error, Applied, Attempt, AttemptResult, Body, Capacity, Check, CheckResult, CheckVerdict,
+    ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, Mode,
+    NewDelivery, OriginCounts, Page, Reclaimed, Reservation, Resolution, StartOutcome, Stats,
+    Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
 // No index hints: PostgreSQL's planner picks the partial indexes of `schema.sql` by itself
@@ -382,30 +382,16 @@ pub(crate) async fn expire_overdue(tx: &Tx<'_>, now: Millis, limit: u32) -> Resu
     Ok(ids.len() as u64)
 }
 
-/// Fail a delivery as `expired`. The caller holds the row's lock and has checked its status.
+/// Fail a delivery as `expired` (`spoold_expire` in `steps.sql`). The caller holds the row's
+/// lock and has checked its status.
 async fn expire(tx: &Tx<'_>, id: &str, from: DeliveryStatus, now: Millis) -> Result<()> {
-    let step = Step::read(
-        &one(
-            tx,
-            "UPDATE deliveries SET status = 'failed', last_error_code = 'expired', \
-             last_error = 'expired before the next attempt could start', next_attempt_at = NULL, \
-             lease_until = NULL, updated_at = $2, log_seq = log_seq + 1 WHERE id = $1 \
-             RETURNING log_seq, attempts",
-            &[&id, &now],
-        )
-        .await?,
-    )?;
-    log(
+    exec(
         tx,
-        id,
-        Some(from),
-        DeliveryStatus::Failed,
-        step,
-        now,
-        "expired",
-        None,
+        "SELECT spoold_expire($1, $2, $3)",
+        &[&id, &from.as_str(), &now],
     )
     .await
+    .map(drop)
 }
 
 /// Where a status change stands in its delivery's life: the log sequence number and the
@@ -572,265 +558,130 @@ impl StartedRow {
 }
 
 /// Record an attempt's outcome (always, on its attempt row) and apply it to the delivery while
-/// the claim is current (in flight under `claim_seq`); otherwise the result is `Fenced`.
-pub(crate) async fn complete(tx: &Tx<'_>, result: &AttemptResult, now: Millis) -> Result<Applied> {
-    let error = result.error.as_deref().map(clip_error);
-    // Locked: a cancel or a reclaim by another host waits for this result, or this one for it.
-    let current = row(
-        tx,
-        "SELECT status, claim_seq, attempts, uncharged, max_attempts, expires_at \
-         FROM deliveries WHERE id = $1 FOR UPDATE",
-        &[&result.id],
-    )
-    .await?;
-    struct Current {
-        status: String,
-        claim_seq: u32,
-        attempts: u32,
-        uncharged: u32,
-        max_attempts: u32,
-        expires_at: Option<Millis>,
-    }
-    let current = current
-        .map(|r| -> Result<Current> {
-            Ok(Current {
-                status: col(&r, "status")?,
-                claim_seq: int(&r, "claim_seq")?,
-                attempts: int(&r, "attempts")?,
-                uncharged: int(&r, "uncharged")?,
-                max_attempts: int(&r, "max_attempts")?,
-                expires_at: col(&r, "expires_at")?,
-            })
-        })
-        .transpose()?;
-    // The claim is current only while the delivery is still in flight under this claim.
-    let current = current.filter(|c| {
-        c.status == DeliveryStatus::InFlight.as_str() && c.claim_seq == result.claim_seq
-    });
-    let exhausted = current
-        .as_ref()
-        .is_some_and(|c| c.attempts.saturating_sub(c.uncharged) >= c.max_attempts);
-    let outcome = match result.disposition {
-        Disposition::Succeeded => AttemptOutcome::Succeeded,
-        // The last allowed attempt did not end in a retry: it ended the delivery.
-        Disposition::Retry { .. } if exhausted => AttemptOutcome::Failed,
-        Disposition::Retry { .. } => AttemptOutcome::Retry,
-        Disposition::Failed => AttemptOutcome::Failed,
-        Disposition::Interrupted => AttemptOutcome::Interrupted,
-        Disposition::Unknown { .. } => AttemptOutcome::Unknown,
+/// the claim is current (in flight under `claim_seq`); otherwise the result is `Fenced`
+/// (`spoold_complete` in `steps.sql`; read its answer with [`applied`]).
+pub(crate) fn complete(result: &AttemptResult) -> Call {
+    let (disposition, delay_ms, check_in_ms) = match result.disposition {
+        Disposition::Succeeded => ("succeeded", 0, 0),
+        Disposition::Retry { delay_ms } => ("retry", delay_ms, 0),
+        Disposition::Failed => ("failed", 0, 0),
+        Disposition::Interrupted => ("interrupted", 0, 0),
+        Disposition::Unknown { check_in_ms } => ("unknown", 0, check_in_ms),
     };
-    exec(
-        tx,
-        "UPDATE attempts SET finished_at = $3, outcome = $4, http_status = $5, error_code = $6, \
-         error = $7, duration_ms = $8 \
-         WHERE delivery_id = $1 AND seq = $2 AND outcome IS NULL",
-        &[
-            &result.id,
-            &i64::from(result.claim_seq),
-            &now,
-            &outcome.as_str(),
-            &result.http_status.map(i64::from),
-            &result.error_code,
-            &error,
-            &result.duration_ms,
+    Call {
+        sql: "SELECT spoold_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        params: vec![
+            Box::new(result.id.clone()),
+            Box::new(i64::from(result.claim_seq)),
+            Box::new(disposition),
+            Box::new(delay_ms),
+            Box::new(check_in_ms),
+            Box::new(result.http_status.map(i64::from)),
+            Box::new(result.error_code.clone()),
+            Box::new(result.error.as_deref().map(clip_error)),
+            Box::new(result.duration_ms),
+            Box::new(result.remote_id.clone()),
+            Box::new(DEFAULT_OBSERVATION_WINDOW_MS),
         ],
-    )
-    .await?;
+    }
+}
 
-    let Some(Current {
-        uncharged,
-        expires_at,
-        ..
-    }) = current
-    else {
-        return Ok(Applied::Fenced);
-    };
-    let mut unknown = (None, None);
-    let (new_status, next_at, uncharged) = match result.disposition {
-        Disposition::Succeeded => (DeliveryStatus::Succeeded, None, uncharged),
-        Disposition::Failed => (DeliveryStatus::Failed, None, uncharged),
-        Disposition::Interrupted => (DeliveryStatus::Pending, Some(now), uncharged + 1),
-        Disposition::Unknown { check_in_ms } => {
-            unknown = (Some(now), Some(now + check_in_ms.max(0)));
-            (DeliveryStatus::Unknown, None, uncharged)
-        }
-        Disposition::Retry { delay_ms } => {
-            if exhausted {
-                (DeliveryStatus::Failed, None, uncharged)
-            } else {
-                let mut at = now + delay_ms.max(0);
-                if let Some(exp) = expires_at {
-                    // Wake at the deadline at the latest; the claim then fails it as expired.
-                    at = at.min(exp);
-                }
-                (DeliveryStatus::Pending, Some(at), uncharged)
-            }
-        }
-    };
-    let (last_error, last_error_code) = match result.disposition {
-        Disposition::Succeeded => (None, None),
-        _ => (error, result.error_code.clone()),
-    };
-    // Entering `unknown` starts its clock: the first check, and the end of the window.
-    let step = Step::read(
-        &one(
-            tx,
-            "UPDATE deliveries SET status = $2, next_attempt_at = $3, uncharged = $4, \
-             last_error = $5, last_error_code = $6, \
-             last_response_code = COALESCE($7, last_response_code), lease_until = NULL, \
-             updated_at = $8, log_seq = log_seq + 1, remote_id = COALESCE($9, remote_id), \
-             unknown_since = COALESCE($10::bigint, unknown_since), check_at = $11, \
-             review_at = CASE WHEN $10::bigint IS NULL THEN review_at \
-                         ELSE $10::bigint + COALESCE(window_ms, $12) END \
-             WHERE id = $1 RETURNING log_seq, attempts",
-            &[
-                &result.id,
-                &new_status.as_str(),
-                &next_at,
-                &i64::from(uncharged),
-                &last_error,
-                &last_error_code,
-                &result.http_status.map(i64::from),
-                &now,
-                &result.remote_id,
-                &unknown.0,
-                &unknown.1,
-                &DEFAULT_OBSERVATION_WINDOW_MS,
-            ],
-        )
-        .await?,
-    )?;
-    let reason = match (result.disposition, result.error_code.as_deref()) {
-        (Disposition::Succeeded, _) => "delivered",
-        (_, Some(code)) => code,
-        (Disposition::Failed, None) => "failed",
-        (Disposition::Unknown { .. }, None) => "unknown",
-        (_, None) => "retry",
-    };
-    let note = match (new_status, result.disposition) {
-        (DeliveryStatus::Failed, Disposition::Retry { .. }) => Some("no attempts left"),
-        (DeliveryStatus::Unknown, _) => Some("the request may have reached the target; not resent"),
-        _ => None,
-    };
-    log(
-        tx,
-        &result.id,
-        Some(DeliveryStatus::InFlight),
-        new_status,
-        step,
-        now,
-        reason,
-        note,
-    )
-    .await?;
-    Ok(Applied::Now(new_status))
+/// What [`complete`] did: the new status, or `Fenced` (NULL).
+pub(crate) fn applied(rows: &[Row]) -> Result<Applied> {
+    let status: Option<String> = single(rows)?.try_get(0).map_err(db_err)?;
+    match status {
+        Some(text) => Ok(Applied::Now(parse_status(&text)?)),
+        None => Ok(Applied::Fenced),
+    }
 }
 
 /// Reserve the oldest due delivery of `origin`, if there is one (expired ones met on the way
 /// are failed as `expired`): in flight under a new claim, but no attempt started. A delivery
-/// another host is taking at the same moment is skipped.
-pub(crate) async fn reserve_next(
-    tx: &Tx<'_>,
-    origin: &str,
-    now: Millis,
-    lease_ms: i64,
-) -> Result<Option<Reservation>> {
-    // Bounded: at most this many expired deliveries are failed before giving up for now.
-    for _ in 0..64 {
-        let next = row(
-            tx,
-            "SELECT id, expires_at FROM deliveries \
-             WHERE status = 'pending' AND origin = $1 AND next_attempt_at <= $2 \
-             ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-            &[&origin, &now],
-        )
-        .await?;
-        let Some(next) = next else {
-            return Ok(None);
-        };
-        let id: String = col(&next, "id")?;
-        let expires_at: Option<Millis> = col(&next, "expires_at")?;
-        if expires_at.is_some_and(|exp| exp <= now) {
-            expire(tx, &id, DeliveryStatus::Pending, now).await?;
-            continue;
-        }
-        let Some(r) = row(
-            tx,
-            "UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1, \
-             lease_until = $2, updated_at = $3, log_seq = log_seq + 1 \
-             WHERE id = $1 AND status = 'pending' RETURNING claim_seq, log_seq, attempts",
-            &[&id, &(now + lease_ms), &now],
-        )
-        .await?
-        else {
-            continue;
-        };
-        let claim_seq: u32 = int(&r, "claim_seq")?;
-        log(
-            tx,
-            &id,
-            Some(DeliveryStatus::Pending),
-            DeliveryStatus::InFlight,
-            Step::read(&r)?,
-            now,
-            "reserved",
-            None,
-        )
-        .await?;
-        return Ok(Some(Reservation {
-            id,
-            claim_seq,
-            origin: origin.to_owned(),
-        }));
+/// another host is taking at the same moment is skipped (`spoold_reserve`; read its answer
+/// with [`reserved`]).
+pub(crate) fn reserve_next(origin: &str, lease_ms: i64) -> Call {
+    Call {
+        sql: "SELECT o_id, o_claim_seq FROM spoold_reserve($1, $2)",
+        params: vec![Box::new(origin.to_owned()), Box::new(lease_ms)],
     }
-    Ok(None)
+}
+
+/// The reservation [`reserve_next`] made, if any.
+pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<Reservation>> {
+    rows.first()
+        .map(|r| {
+            Ok(Reservation {
+                id: col(r, "o_id")?,
+                claim_seq: int(r, "o_claim_seq")?,
+                origin: origin.to_owned(),
+            })
+        })
+        .transpose()
 }
 
 /// Start the attempt of a reservation, if it is still current and not expired: the check and
 /// the start are one step in the store (under the row's lock), so a cancel or a deadline that
-/// came first wins.
-pub(crate) async fn start(
-    tx: &Tx<'_>,
+/// came first wins (`spoold_start`; read its answer with [`started`]).
+pub(crate) fn start(reservation: &Reservation, lease_ms: i64) -> Call {
+    Call {
+        sql: "SELECT * FROM spoold_start($1, $2, $3)",
+        params: vec![
+            Box::new(reservation.id.clone()),
+            Box::new(i64::from(reservation.claim_seq)),
+            Box::new(lease_ms),
+        ],
+    }
+}
+
+/// What [`start`] found; the request to send when it started the attempt.
+pub(crate) fn started(
+    rows: &[Row],
     reservation: &Reservation,
-    now: Millis,
     lease_ms: i64,
 ) -> Result<StartOutcome> {
-    let current = row(
-        tx,
-        "SELECT status, claim_seq, expires_at FROM deliveries WHERE id = $1 FOR UPDATE",
-        &[&reservation.id],
-    )
-    .await?;
-    let mut held = false;
-    let mut expires_at: Option<Millis> = None;
-    if let Some(r) = &current {
-        let status: String = col(r, "status")?;
-        let claim_seq: i64 = col(r, "claim_seq")?;
-        held = status == DeliveryStatus::InFlight.as_str()
-            && claim_seq == i64::from(reservation.claim_seq);
-        expires_at = col(r, "expires_at")?;
+    let r = single(rows)?;
+    let outcome: String = col(r, "o_outcome")?;
+    match outcome.as_str() {
+        "started" => {
+            let now: Millis = col(r, "o_now")?;
+            let headers: String = col(r, "o_headers")?;
+            let mode: String = col(r, "o_mode")?;
+            Ok(StartOutcome::Started(Claimed {
+                id: reservation.id.clone(),
+                claim_seq: reservation.claim_seq,
+                attempt: int(r, "o_attempts")?,
+                target_url: col(r, "o_target_url")?,
+                origin: reservation.origin.clone(),
+                method: col(r, "o_method")?,
+                headers: decode_headers(&headers)?,
+                body: decode_body(col(r, "o_body_kind")?, col(r, "o_body")?),
+                started_at: now,
+                lease_until: now + lease_ms,
+                mode: parse_mode(&mode)?,
+                remote_id_pointer: col(r, "o_remote_id_pointer")?,
+            }))
+        }
+        "not_current" => Ok(StartOutcome::NotCurrent),
+        "expired" => Ok(StartOutcome::Expired),
+        other => Err(StoreError::Database(format!(
+            "spoold_start answered {other:?}"
+        ))),
     }
-    if !held || started(tx, &reservation.id, reservation.claim_seq).await? {
-        return Ok(StartOutcome::NotCurrent);
+}
+
+/// The one row a step function returns.
+fn single(rows: &[Row]) -> Result<&Row> {
+    match rows {
+        [r] => Ok(r),
+        _ => Err(StoreError::Database(format!(
+            "a step returned {} rows, expected one",
+            rows.len()
+        ))),
     }
-    if expires_at.is_some_and(|exp| exp <= now) {
-        expire(tx, &reservation.id, DeliveryStatus::InFlight, now).await?;
-        return Ok(StartOutcome::Expired);
-    }
-    let lease_until = now + lease_ms;
-    let r = one(
-        tx,
-        "UPDATE deliveries SET attempts = attempts + 1, lease_until = $2, updated_at = $3 \
-         WHERE id = $1 \
-         RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
-         mode, remote_id_pointer",
-        &[&reservation.id, &lease_until, &now],
-    )
-    .await?;
-    StartedRow::read(&r)?
-        .into_claimed(tx, &reservation.id, &reservation.origin, now, lease_until)
-        .await
-        .map(StartOutcome::Started)
+}
+
+fn db_err(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Database(e.to_string())
 }
 
 /// Give back a reservation whose attempt never started: pending again, as if never reserved.
@@ -879,17 +730,6 @@ pub(crate) async fn release(
     )
     .await?;
     Ok(true)
-}
-
-/// Whether the attempt of claim `claim_seq` has started (its attempt row exists).
-async fn started(tx: &Tx<'_>, id: &str, claim_seq: u32) -> Result<bool> {
-    Ok(row(
-        tx,
-        "SELECT 1 FROM attempts WHERE delivery_id = $1 AND seq = $2",
-        &[&id, &i64::from(claim_seq)],
-    )
-    .await?
-    .is_some())
 }
 
 /// At start-up, when the owner of every claim is known to be dead: every in-flight delivery
@@ -985,21 +825,18 @@ async fn take_back(
             ),
         };
         *counted += 1;
-        complete(
-            tx,
-            &AttemptResult {
-                id: id.clone(),
-                claim_seq: *claim_seq,
-                disposition,
-                http_status: None,
-                error_code: Some(code.to_owned()),
-                error: Some(error.into()),
-                duration_ms: 0,
-                remote_id: None,
-            },
-            now,
-        )
-        .await?;
+        let result = AttemptResult {
+            id: id.clone(),
+            claim_seq: *claim_seq,
+            disposition,
+            http_status: None,
+            error_code: Some(code.to_owned()),
+            error: Some(error.into()),
+            duration_ms: 0,
+            remote_id: None,
+        };
+        let call = complete(&result);
+        rows(tx, call.sql, &call.params()).await?;
     }
     Ok(taken)
 }

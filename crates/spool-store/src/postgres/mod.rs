@@ -7,7 +7,8 @@
 //! - A write returns `Ok` only after its COMMIT was answered, on a session with
 //!   `synchronous_commit = on` (read back at open): acknowledged means flushed to disk.
 //! - Due times, leases and timestamps are read from the database's clock (`clock_timestamp()`
-//!   at the start of each transaction), never from a host's: hosts may disagree on the time.
+//!   at the start of each transaction, or in the step functions of `steps.sql`), never from a
+//!   host's: hosts may disagree on the time.
 //! - No transaction stays open across an HTTP request or a child process: claims commit at once.
 
 mod connect;
@@ -21,16 +22,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{GenericClient, Pool};
+use futures_util::future;
 use tokio::sync::Notify;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 pub use connect::redact_url;
+/// The schema version this binary migrates a database to.
+pub use schema::LATEST as SCHEMA_VERSION;
 
 use crate::error::{Result, StoreError};
 use crate::model::{
-    Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
+    Advanced, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
     DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
     Resolution, StartOutcome, Stats, Transition, TransitionOutcome,
 };
@@ -339,25 +343,118 @@ impl PgStore {
     }
 
     pub async fn complete(&self, result: AttemptResult) -> Result<Applied> {
-        let out = in_tx!(self, |tx, now| deliveries::complete(&tx, &result, now));
-        // A retry another host may be due for sooner than this one.
-        self.inner.wake.deliveries_when(out.is_ok());
-        out
+        let rows = self.steps(&[deliveries::complete(&result)]).await?;
+        let applied = deliveries::applied(&rows[0]);
+        self.woken_by(&applied);
+        applied
     }
 
     pub async fn reserve_next(&self, origin: String, lease_ms: i64) -> Result<Option<Reservation>> {
-        in_tx!(self, |tx, now| deliveries::reserve_next(
-            &tx, &origin, now, lease_ms
-        ))
+        let rows = self
+            .steps(&[deliveries::reserve_next(&origin, lease_ms)])
+            .await?;
+        deliveries::reserved(&rows[0], &origin)
     }
 
     pub async fn start(&self, reservation: Reservation, lease_ms: i64) -> Result<StartOutcome> {
-        in_tx!(self, |tx, now| deliveries::start(
-            &tx,
-            &reservation,
-            now,
-            lease_ms
-        ))
+        let rows = self
+            .steps(&[deliveries::start(&reservation, lease_ms)])
+            .await?;
+        deliveries::started(&rows[0], &reservation, lease_ms)
+    }
+
+    /// See [`crate::Store::advance`]: the three steps in one transaction, sent in one round
+    /// trip. They commit or fail together; a failure is reported for each.
+    pub async fn advance(
+        &self,
+        result: AttemptResult,
+        next: Reservation,
+        lease_ms: i64,
+    ) -> Advanced {
+        let calls = [
+            deliveries::complete(&result),
+            deliveries::start(&next, lease_ms),
+            deliveries::reserve_next(&next.origin, lease_ms),
+        ];
+        match self.steps(&calls).await {
+            Ok(rows) => {
+                let applied = deliveries::applied(&rows[0]);
+                self.woken_by(&applied);
+                Advanced {
+                    applied,
+                    started: deliveries::started(&rows[1], &next, lease_ms),
+                    reserved: deliveries::reserved(&rows[2], &next.origin),
+                }
+            }
+            Err(e) => Advanced {
+                applied: Err(e.duplicate()),
+                started: Err(e.duplicate()),
+                reserved: Err(e),
+            },
+        }
+    }
+
+    /// A result that made its delivery pending again (a retry, an interruption) makes work
+    /// that this or another host may be due for sooner than anything it waits for.
+    fn woken_by(&self, applied: &Result<Applied>) {
+        self.inner
+            .wake
+            .deliveries_when(matches!(applied, Ok(Applied::Now(DeliveryStatus::Pending))));
+    }
+
+    /// Run `calls` as one transaction in one round trip: BEGIN, the statements and COMMIT are
+    /// queued on one connection in this order before any answer is awaited (pipelined), and
+    /// the answers come back together. A single call runs as a transaction of its own, which
+    /// the server commits before it answers. A transaction that lost a race (deadlock,
+    /// serialization failure) is run again.
+    async fn steps(&self, calls: &[Call]) -> Result<Vec<Vec<Row>>> {
+        let mut tries = 0;
+        loop {
+            let started = Instant::now();
+            let out = self.steps_once(calls).await;
+            self.observe(started, out.is_ok());
+            match out {
+                Err(StoreError::Contention(_)) if tries < CONTENTION_RETRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(u64::from(tries) * 3)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn steps_once(&self, calls: &[Call]) -> Result<Vec<Vec<Row>>> {
+        let client = self.client().await?;
+        let mut statements = Vec::with_capacity(calls.len());
+        for call in calls {
+            statements.push(client.prepare_cached(call.sql).await.map_err(map_err)?);
+        }
+        let params: Vec<_> = calls.iter().map(Call::params).collect();
+        if let ([statement], [params]) = (&statements[..], &params[..]) {
+            let rows = client.query(statement, params).await.map_err(map_err)?;
+            return Ok(vec![rows]);
+        }
+        // Each request is queued when its future is first polled; `join3` and `join_all` poll
+        // in order, so the server receives BEGIN, the calls, COMMIT in this order. Should a
+        // call fail, the server rolls back and answers the COMMIT with ROLLBACK.
+        let (begun, answers, committed) = future::join3(
+            client.batch_execute("BEGIN"),
+            future::join_all(
+                statements
+                    .iter()
+                    .zip(&params)
+                    .map(|(statement, params)| client.query(statement, params)),
+            ),
+            client.batch_execute("COMMIT"),
+        )
+        .await;
+        begun.map_err(map_err)?;
+        let rows = answers
+            .into_iter()
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(map_err)?;
+        committed.map_err(map_err)?;
+        Ok(rows)
     }
 
     pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
@@ -731,6 +828,22 @@ async fn compact_counts(tx: &Tx<'_>) -> Result<()> {
     )
     .await
     .map(drop)
+}
+
+/// One statement with its parameters owned, so that several can be built first and then sent
+/// together (`PgStore::steps`).
+pub(crate) struct Call {
+    pub sql: &'static str,
+    pub params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Call {
+    pub fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+            .collect()
+    }
 }
 
 /// Rows of a statement prepared once per connection.

@@ -51,6 +51,7 @@ macro_rules! conformance_suite {
             claim_honours_per_origin_limits,
             reserve_next_takes_one_origins_oldest,
             start_sends_only_a_current_reservation,
+            advance_records_starts_and_reserves_as_one,
             release_restores_the_delivery,
             expire_overdue_fails_waiting_work,
             retry_clears_a_passed_deadline,
@@ -768,6 +769,73 @@ pub async fn reserve_next_takes_one_origins_oldest(store: Store) {
     assert!(reserve(&store, ORIGIN_A).await.is_none());
     // Nor does the scheduler's claim take a reserved delivery.
     assert_eq!(claimed_ids(&claim(&store, 10).await), [id(1)]);
+}
+
+pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
+    for n in 1..=3 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    let first = claim(&store, 1).await.remove(0);
+    let second = reserve(&store, ORIGIN_A).await.expect("reserved");
+    let result = |claimed: &Claimed| AttemptResult {
+        id: claimed.id.clone(),
+        claim_seq: claimed.claim_seq,
+        disposition: Disposition::Succeeded,
+        http_status: Some(200),
+        error_code: None,
+        error: None,
+        duration_ms: 1,
+        remote_id: None,
+    };
+
+    // The result is recorded, the reserved delivery started, the one after it reserved.
+    let advanced = store.advance(result(&first), second.clone(), 60_000).await;
+    assert_eq!(
+        advanced.applied.expect("recorded"),
+        Applied::Now(DeliveryStatus::Succeeded)
+    );
+    let started = match advanced.started.expect("started") {
+        StartOutcome::Started(c) => c,
+        other => panic!("expected Started, got {other:?}"),
+    };
+    assert_eq!((started.id.as_str(), started.attempt), (id(2).as_str(), 1));
+    assert_eq!(started.claim_seq, second.claim_seq);
+    assert_eq!(started.lease_until, started.started_at + 60_000);
+    let third = advanced
+        .reserved
+        .expect("reserve")
+        .expect("the third is due");
+    assert_eq!(third.id, id(3));
+    assert_eq!(get(&store, &id(1)).await.status, DeliveryStatus::Succeeded);
+    assert_eq!(attempts(&store, &id(2)).await.len(), 1);
+    let d = get(&store, &id(3)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 0));
+
+    // The next reservation was canceled meanwhile: the result still counts, nothing starts, and
+    // with nothing left due nothing is reserved.
+    assert!(matches!(
+        store.cancel(id(3)).await.expect("cancel"),
+        TransitionOutcome::Done(_)
+    ));
+    let advanced = store.advance(result(&started), third, 60_000).await;
+    assert_eq!(
+        advanced.applied.expect("recorded"),
+        Applied::Now(DeliveryStatus::Succeeded)
+    );
+    assert!(matches!(
+        advanced.started.expect("start"),
+        StartOutcome::NotCurrent
+    ));
+    assert_eq!(advanced.reserved.expect("reserve"), None);
+    assert_eq!(attempts(&store, &id(3)).await, []);
+    assert_eq!(
+        log_of(&store, &id(2)).await,
+        [
+            (None, "pending", 0, "created".to_owned()),
+            (Some("pending"), "in_flight", 0, "reserved".to_owned()),
+            (Some("in_flight"), "succeeded", 1, "delivered".to_owned()),
+        ]
+    );
 }
 
 pub async fn start_sends_only_a_current_reservation(store: Store) {

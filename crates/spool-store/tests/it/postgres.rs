@@ -1,8 +1,9 @@
 //! The PostgreSQL backend: the conformance suite on a database of each test's own, plus what
 //! only a shared server has to get right — durable commits read back, migrations raced by two
-//! openers, a schema from a newer spoold refused, and two stores (two hosts) on one database.
+//! openers, an older schema migrated and a newer one refused, and two stores (two hosts) on one
+//! database.
 
-use spool_store::postgres::{PgConfig, PgStore};
+use spool_store::postgres::{PgConfig, PgStore, SCHEMA_VERSION};
 use spool_store::{Store, StoreError};
 use spool_testkit::TestDatabase;
 
@@ -67,7 +68,37 @@ async fn hosts_starting_together_migrate_once() {
         db.scalar("SELECT string_agg(version::text, ',') FROM spoold_schema")
             .await
             .expect("version"),
-        Some("1".into())
+        Some(SCHEMA_VERSION.to_string())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_older_schema_is_migrated() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    // Version 1 as an older spoold left it: the tables, without the step functions of 2.
+    drop(open(db.url(), 0).await.expect("first open"));
+    db.execute(
+        "DROP FUNCTION spoold_complete, spoold_start, spoold_reserve, spoold_expire, \
+         spoold_now_ms; UPDATE spoold_schema SET version = 1",
+    )
+    .await
+    .expect("step back to version 1");
+    let store = open(db.url(), 0).await.expect("reopen migrates");
+    assert_eq!(
+        db.scalar("SELECT version::text FROM spoold_schema")
+            .await
+            .expect("version"),
+        Some(SCHEMA_VERSION.to_string())
+    );
+    // The steps work on the migrated database.
+    assert_eq!(
+        store
+            .reserve_next("http://127.0.0.1:9".into(), 1000)
+            .await
+            .expect("reserve"),
+        None
     );
 }
 

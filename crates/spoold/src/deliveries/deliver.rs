@@ -211,10 +211,14 @@ impl Deliverer {
             if let Some(next) = ahead.take_if(|_| go_on) {
                 // One commit: this result, the next start, and the reservation after it.
                 let asked = Instant::now();
-                let (started, (), reserved) = tokio::join!(
-                    self.start(next),
-                    self.record(&origin, result),
-                    self.reserve_ahead(true, &origin),
+                let advanced = self
+                    .store
+                    .advance(result.clone(), next.clone(), self.lease_ms())
+                    .await;
+                let reserved = self.reserved(advanced.reserved, &origin);
+                let (started, ()) = tokio::join!(
+                    self.started(next, advanced.started),
+                    self.recorded(&origin, result, Some(advanced.applied)),
                 );
                 mine.hold_reserved(&reserved);
                 ahead = reserved;
@@ -252,23 +256,33 @@ impl Deliverer {
         if !wanted {
             return None;
         }
-        match self
+        let reserved = self
             .store
             .reserve_next(origin.to_owned(), self.lease_ms())
-            .await
-        {
-            Ok(next) => next,
-            Err(e) => {
-                warn!(target_origin = %origin, error = %e, "reserving the next delivery failed");
-                None
-            }
-        }
+            .await;
+        self.reserved(reserved, origin)
     }
 
-    /// Start a reserved attempt: its request may be sent only if this returns it.
-    async fn start(&self, next: Reservation) -> Option<Claimed> {
-        let (id, claim_seq) = (next.id.clone(), next.claim_seq);
-        let outcome = self.store.start(next, self.lease_ms()).await;
+    /// The reservation made, if any; a failure to make one is only logged (the slot ends).
+    fn reserved(
+        &self,
+        reserved: Result<Option<Reservation>, StoreError>,
+        origin: &str,
+    ) -> Option<Reservation> {
+        reserved.unwrap_or_else(|e| {
+            warn!(target_origin = %origin, error = %e, "reserving the next delivery failed");
+            None
+        })
+    }
+
+    /// What starting the reserved attempt `next` found: its request may be sent only if this
+    /// returns it. A start that could not reach the database gives the reservation back.
+    async fn started(
+        &self,
+        next: Reservation,
+        outcome: Result<StartOutcome, StoreError>,
+    ) -> Option<Claimed> {
+        let (id, claim_seq) = (next.id, next.claim_seq);
         match outcome {
             Ok(StartOutcome::Started(claimed)) => return Some(claimed),
             Ok(StartOutcome::NotCurrent) => {
@@ -283,7 +297,7 @@ impl Deliverer {
             Err(StoreError::Unavailable(e)) => {
                 warn!(delivery_id = %id, claim_seq, error = %e,
                       "could not start a reserved delivery; giving it back");
-                self.release(id.clone(), claim_seq).await;
+                self.release(id, claim_seq).await;
                 return None;
             }
             Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
@@ -313,12 +327,28 @@ impl Deliverer {
     /// in the store with its lease, and when the lease runs out the delivery is reclaimed and
     /// sent again (at least once), so nothing is lost.
     async fn record(&self, origin: &str, result: AttemptResult) {
+        self.recorded(origin, result, None).await;
+    }
+
+    /// As [`Deliverer::record`], where `first` is the answer of a write of `result` already
+    /// made (by [`Store::advance`]): written again, patiently, only if the database was out of
+    /// reach.
+    async fn recorded(
+        &self,
+        origin: &str,
+        result: AttemptResult,
+        first: Option<Result<Applied, StoreError>>,
+    ) {
         let (id, claim_seq, disposition) =
             (result.id.clone(), result.claim_seq, result.disposition);
         let error_code = result.error_code.clone();
-        let recorded = self
-            .patiently(&id, || self.store.complete(result.clone()))
-            .await;
+        let recorded = match first {
+            None | Some(Err(StoreError::Unavailable(_))) => {
+                self.patiently(&id, || self.store.complete(result.clone()))
+                    .await
+            }
+            Some(done) => done,
+        };
         self.live.forget(&id, claim_seq);
         match recorded {
             Ok(Applied::Now(status)) => {
