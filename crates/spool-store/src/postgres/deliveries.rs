@@ -597,24 +597,29 @@ pub(crate) fn applied(rows: &[Row]) -> Result<Applied> {
 
 /// Reserve the oldest due delivery of `origin`, if there is one (expired ones met on the way
 /// are failed as `expired`): in flight under a new claim, but no attempt started. A delivery
-/// another host is taking at the same moment is skipped (`spoold_reserve`; read its answer
-/// with [`reserved`]).
-pub(crate) fn reserve_next(origin: &str, lease_ms: i64) -> Call {
+/// another host is taking at the same moment is skipped. The search starts at the due time
+/// `from` when given (see `spoold_reserve` in `steps.sql`). Read its answer with [`reserved`].
+pub(crate) fn reserve_next(origin: &str, lease_ms: i64, from: Option<Millis>) -> Call {
     Call {
-        sql: "SELECT o_id, o_claim_seq FROM spoold_reserve($1, $2)",
-        params: vec![Box::new(origin.to_owned()), Box::new(lease_ms)],
+        sql: "SELECT o_id, o_claim_seq, o_due FROM spoold_reserve($1, $2, $3)",
+        params: vec![
+            Box::new(origin.to_owned()),
+            Box::new(lease_ms),
+            Box::new(from),
+        ],
     }
 }
 
-/// The reservation [`reserve_next`] made, if any.
-pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<Reservation>> {
+/// The reservation [`reserve_next`] made, if any, and the due time of its delivery.
+pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<(Reservation, Millis)>> {
     rows.first()
         .map(|r| {
-            Ok(Reservation {
+            let reservation = Reservation {
                 id: col(r, "o_id")?,
                 claim_seq: int(r, "o_claim_seq")?,
                 origin: origin.to_owned(),
-            })
+            };
+            Ok((reservation, col(r, "o_due")?))
         })
         .transpose()
 }

@@ -17,6 +17,7 @@ mod notify;
 mod schema;
 mod tasks;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +57,13 @@ const CLOCK_SQL: &str = "SELECT floor(extract(epoch FROM clock_timestamp()) * 10
 
 /// How long the shortest clock round trip seen is kept as the bar a new reading must meet.
 const CLOCK_SAMPLE_TTL: Duration = Duration::from_secs(60);
+
+/// How often, at most, a reservation looks for due work from the start of its origin's due
+/// index rather than from where the last one left off (`spoold_reserve`).
+const FULL_SEEK_EVERY: Duration = Duration::from_secs(1);
+
+/// Origins whose reservation cursor is kept; past this, all are forgotten (and start over).
+const MAX_RESERVE_CURSORS: usize = 10_000;
 
 /// How long a database size read is reused (it lists the database's files).
 const DB_SIZE_TTL: Duration = Duration::from_secs(1);
@@ -100,12 +108,22 @@ struct Inner {
     /// The round trip (µs) of the reading the offset came from, and when it was taken.
     clock_best: Mutex<(i64, Option<Instant>)>,
     db_size: Mutex<Option<(Instant, u64)>>,
+    /// Per origin, how far this host's reservations got (see [`PgStore::reserve_from`]).
+    reserve_cursors: Mutex<HashMap<String, ReserveCursor>>,
     stats: WriterStats,
     wake: notify::Wakeups,
     _listener: notify::Listener,
     /// Creates, written in batches (group commit), on connections of their own.
     enqueuer: enqueue::Enqueuer,
     enqueue_pool: Pool,
+}
+
+/// Where reservations for one origin start looking for due work.
+struct ReserveCursor {
+    /// The latest due time of a delivery this host reserved.
+    due: Millis,
+    /// When a reservation last looked from the start.
+    full_seek_at: Instant,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -199,6 +217,7 @@ impl PgStore {
                 clock_offset: AtomicI64::new(i64::MIN),
                 clock_best: Mutex::new((i64::MAX, None)),
                 db_size: Mutex::new(None),
+                reserve_cursors: Mutex::new(HashMap::new()),
                 stats: WriterStats::default(),
                 wake,
                 _listener: listener,
@@ -350,10 +369,42 @@ impl PgStore {
     }
 
     pub async fn reserve_next(&self, origin: String, lease_ms: i64) -> Result<Option<Reservation>> {
+        let from = self.reserve_from(&origin);
         let rows = self
-            .steps(&[deliveries::reserve_next(&origin, lease_ms)])
+            .steps(&[deliveries::reserve_next(&origin, lease_ms, from)])
             .await?;
-        deliveries::reserved(&rows[0], &origin)
+        self.reserved(&rows[0], &origin)
+    }
+
+    /// Where the next reservation for `origin` starts looking: at the due time of the last one
+    /// this host made, except once per [`FULL_SEEK_EVERY`] (and the first time), when it looks
+    /// from the start so that due work behind that point waits at most that long.
+    fn reserve_from(&self, origin: &str) -> Option<Millis> {
+        let mut cursors = self.inner.reserve_cursors.lock().ok()?;
+        let cursor = cursors.get_mut(origin)?;
+        if cursor.full_seek_at.elapsed() >= FULL_SEEK_EVERY {
+            cursor.full_seek_at = Instant::now();
+            return None;
+        }
+        Some(cursor.due)
+    }
+
+    /// The reservation a `spoold_reserve` call made, remembering how far it got.
+    fn reserved(&self, rows: &[Row], origin: &str) -> Result<Option<Reservation>> {
+        let Some((reservation, due)) = deliveries::reserved(rows, origin)? else {
+            return Ok(None);
+        };
+        if let Ok(mut cursors) = self.inner.reserve_cursors.lock() {
+            if cursors.len() >= MAX_RESERVE_CURSORS && !cursors.contains_key(origin) {
+                cursors.clear();
+            }
+            let cursor = cursors.entry(origin.to_owned()).or_insert(ReserveCursor {
+                due,
+                full_seek_at: Instant::now(),
+            });
+            cursor.due = cursor.due.max(due);
+        }
+        Ok(Some(reservation))
     }
 
     pub async fn start(&self, reservation: Reservation, lease_ms: i64) -> Result<StartOutcome> {
@@ -371,10 +422,11 @@ impl PgStore {
         next: Reservation,
         lease_ms: i64,
     ) -> Advanced {
+        let from = self.reserve_from(&next.origin);
         let calls = [
             deliveries::complete(&result),
             deliveries::start(&next, lease_ms),
-            deliveries::reserve_next(&next.origin, lease_ms),
+            deliveries::reserve_next(&next.origin, lease_ms, from),
         ];
         match self.steps(&calls).await {
             Ok(rows) => {
@@ -383,7 +435,7 @@ impl PgStore {
                 Advanced {
                     applied,
                     started: deliveries::started(&rows[1], &next, lease_ms),
-                    reserved: deliveries::reserved(&rows[2], &next.origin),
+                    reserved: self.reserved(&rows[2], &next.origin),
                 }
             }
             Err(e) => Advanced {

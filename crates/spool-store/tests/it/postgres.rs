@@ -3,11 +3,14 @@
 //! openers, an older schema migrated and a newer one refused, and two stores (two hosts) on one
 //! database.
 
+use std::time::Duration;
+
+use spool_store::model::InsertOutcome;
 use spool_store::postgres::{PgConfig, PgStore, SCHEMA_VERSION};
 use spool_store::{Store, StoreError};
 use spool_testkit::TestDatabase;
 
-use crate::conformance::Backend;
+use crate::conformance::{self, Backend};
 
 /// A database of the test's own, dropped when the test ends.
 pub struct PgBackend {
@@ -126,4 +129,39 @@ async fn an_unreachable_server_is_unavailable() {
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reservations_find_work_due_before_where_they_left_off() {
+    let Some((_db, store)) = PgBackend::fresh().await else {
+        return;
+    };
+    let ids: Vec<String> = (1..=3).map(conformance::id).collect();
+    for id in &ids {
+        let new = conformance::new_delivery(id, None, conformance::URL_A);
+        match store.insert(new).await.expect("insert") {
+            InsertOutcome::Created(_) => {}
+            other => panic!("expected Created, got {other:?}"),
+        }
+        // Distinct due times: the order below is by due time.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let reserve = || store.reserve_next(conformance::ORIGIN_A.to_owned(), 60_000);
+    let first = reserve().await.expect("reserve").expect("first");
+    let second = reserve().await.expect("reserve").expect("second");
+    assert_eq!((&first.id, &second.id), (&ids[0], &ids[1]));
+    // The first is given back: due before where reservations got to. It is not lost: it is
+    // found once nothing is due from there on (or by the search from the start that runs once
+    // a second), so the next two are the third and it, in either order.
+    assert!(store
+        .release(first.id.clone(), first.claim_seq)
+        .await
+        .expect("release"));
+    let mut next_two = Vec::new();
+    for _ in 0..2 {
+        next_two.push(reserve().await.expect("reserve").expect("due work").id);
+    }
+    next_two.sort();
+    assert_eq!(next_two, [ids[0].clone(), ids[2].clone()]);
+    assert_eq!(reserve().await.expect("reserve"), None);
 }
