@@ -225,6 +225,8 @@ pub struct Delivery {
     pub last_error_code: Option<String>,
     pub last_response_code: Option<u16>,
     pub created_at: Millis,
+    /// The last status change or recorded result (not the start of an attempt that was
+    /// reserved, nor a lease renewal: on PostgreSQL those then touch no indexed column).
     pub updated_at: Millis,
     pub next_attempt_at: Option<Millis>,
     pub not_before: Option<Millis>,

@@ -16,6 +16,7 @@
 use std::collections::HashSet;
 
 use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::{exec, get as col, one, row, rows, Call, Tx};
@@ -28,7 +29,7 @@ use crate::model::{
 };
 
 // No index hints: PostgreSQL's planner picks the partial indexes of `schema.sql` by itself
-// (`deliveries_due`, `deliveries_origin_due`, `deliveries_lease`, `deliveries_expiry`,
+// (`deliveries_due`, `deliveries_origin_due`, `deliveries_in_flight`, `deliveries_expiry`,
 // `deliveries_finished`, `deliveries_checks`) as long as a query repeats the index's predicate
 // literally (`status = 'pending'`, …), which every query here does, so that generic plans of
 // prepared statements can use them too. Ties in due order are broken by id (ids are
@@ -569,7 +570,7 @@ pub(crate) fn complete(result: &AttemptResult) -> Call {
         Disposition::Unknown { check_in_ms } => ("unknown", 0, check_in_ms),
     };
     Call {
-        sql: "SELECT spoold_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        sql: "SELECT spoold_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS o_applied",
         params: vec![
             Box::new(result.id.clone()),
             Box::new(i64::from(result.claim_seq)),
@@ -588,7 +589,7 @@ pub(crate) fn complete(result: &AttemptResult) -> Call {
 
 /// What [`complete`] did: the new status, or `Fenced` (NULL).
 pub(crate) fn applied(rows: &[Row]) -> Result<Applied> {
-    let status: Option<String> = single(rows)?.try_get(0).map_err(db_err)?;
+    let status: Option<String> = col(single(rows)?, "o_applied")?;
     match status {
         Some(text) => Ok(Applied::Now(parse_status(&text)?)),
         None => Ok(Applied::Fenced),
@@ -610,18 +611,43 @@ pub(crate) fn reserve_next(origin: &str, lease_ms: i64, from: Option<Millis>) ->
     }
 }
 
-/// The reservation [`reserve_next`] made, if any, and the due time of its delivery.
+/// The reservation [`reserve_next`] or [`advance`] made, if any, and the due time of its
+/// delivery.
 pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<(Reservation, Millis)>> {
-    rows.first()
-        .map(|r| {
-            let reservation = Reservation {
-                id: col(r, "o_id")?,
-                claim_seq: int(r, "o_claim_seq")?,
-                origin: origin.to_owned(),
-            };
-            Ok((reservation, col(r, "o_due")?))
-        })
-        .transpose()
+    let Some(r) = rows.first() else {
+        return Ok(None);
+    };
+    let Some(id) = col::<Option<String>>(r, "o_id")? else {
+        return Ok(None);
+    };
+    let reservation = Reservation {
+        id,
+        claim_seq: int(r, "o_claim_seq")?,
+        origin: origin.to_owned(),
+    };
+    Ok(Some((reservation, col(r, "o_due")?)))
+}
+
+/// Record `result`, start the reserved `next` and reserve the one after it, in one statement
+/// (`spoold_advance`): its one row answers as [`complete`], [`start`] and [`reserve_next`] do,
+/// read with [`applied`], [`started`] and [`reserved`].
+pub(crate) fn advance(
+    result: &AttemptResult,
+    next: &Reservation,
+    lease_ms: i64,
+    from: Option<Millis>,
+) -> Call {
+    let mut call = complete(result);
+    call.sql = "SELECT * FROM spoold_advance($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+                $12, $13, $14, $15, $16)";
+    call.params.extend([
+        Box::new(next.id.clone()) as Box<dyn ToSql + Sync + Send>,
+        Box::new(i64::from(next.claim_seq)),
+        Box::new(next.origin.clone()),
+        Box::new(lease_ms),
+        Box::new(from),
+    ]);
+    call
 }
 
 /// Start the attempt of a reservation, if it is still current and not expired: the check and
@@ -685,9 +711,7 @@ fn single(rows: &[Row]) -> Result<&Row> {
     }
 }
 
-fn db_err(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Database(e.to_string())
-}
+
 
 /// Give back a reservation whose attempt never started: pending again, as if never reserved.
 /// `false` if the claim is no longer current or its attempt has started.

@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{GenericClient, Pool};
-use futures_util::future;
 use tokio::sync::Notify;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -362,8 +361,8 @@ impl PgStore {
     }
 
     pub async fn complete(&self, result: AttemptResult) -> Result<Applied> {
-        let rows = self.steps(&[deliveries::complete(&result)]).await?;
-        let applied = deliveries::applied(&rows[0]);
+        let rows = self.step(&deliveries::complete(&result)).await?;
+        let applied = deliveries::applied(&rows);
         self.woken_by(&applied);
         applied
     }
@@ -371,9 +370,77 @@ impl PgStore {
     pub async fn reserve_next(&self, origin: String, lease_ms: i64) -> Result<Option<Reservation>> {
         let from = self.reserve_from(&origin);
         let rows = self
-            .steps(&[deliveries::reserve_next(&origin, lease_ms, from)])
+            .step(&deliveries::reserve_next(&origin, lease_ms, from))
             .await?;
-        self.reserved(&rows[0], &origin)
+        self.reserved(&rows, &origin)
+    }
+
+    pub async fn start(&self, reservation: Reservation, lease_ms: i64) -> Result<StartOutcome> {
+        let rows = self
+            .step(&deliveries::start(&reservation, lease_ms))
+            .await?;
+        deliveries::started(&rows, &reservation, lease_ms)
+    }
+
+    /// See [`crate::Store::advance`]: the three steps in one statement (one transaction, one
+    /// round trip). They commit or fail together; a failure is reported for each.
+    pub async fn advance(&self, result: AttemptResult, next: Reservation, lease_ms: i64) -> Advanced {
+        let from = self.reserve_from(&next.origin);
+        match self
+            .step(&deliveries::advance(&result, &next, lease_ms, from))
+            .await
+        {
+            Ok(rows) => {
+                let applied = deliveries::applied(&rows);
+                self.woken_by(&applied);
+                Advanced {
+                    applied,
+                    started: deliveries::started(&rows, &next, lease_ms),
+                    reserved: self.reserved(&rows, &next.origin),
+                }
+            }
+            Err(e) => Advanced {
+                applied: Err(e.duplicate()),
+                started: Err(e.duplicate()),
+                reserved: Err(e),
+            },
+        }
+    }
+
+    /// A result that made its delivery pending again (a retry, an interruption) makes work
+    /// that this or another host may be due for sooner than anything it waits for.
+    fn woken_by(&self, applied: &Result<Applied>) {
+        self.inner.wake.deliveries_when(matches!(
+            applied,
+            Ok(Applied::Now(DeliveryStatus::Pending))
+        ));
+    }
+
+    /// Run one step function (`steps.sql`) as a transaction of its own: outside BEGIN, the
+    /// server commits the statement before it answers (at the protocol's Sync). A step that
+    /// lost a race (deadlock, serialization failure) is run again.
+    async fn step(&self, call: &Call) -> Result<Vec<Row>> {
+        let mut tries = 0;
+        loop {
+            let started = Instant::now();
+            let out = async {
+                let client = self.client().await?;
+                let statement = client.prepare_cached(call.sql).await.map_err(map_err)?;
+                client
+                    .query(&statement, &call.params())
+                    .await
+                    .map_err(map_err)
+            }
+            .await;
+            self.observe(started, out.is_ok());
+            match out {
+                Err(StoreError::Contention(_)) if tries < CONTENTION_RETRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(u64::from(tries) * 3)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Where the next reservation for `origin` starts looking: at the due time of the last one
@@ -405,108 +472,6 @@ impl PgStore {
             cursor.due = cursor.due.max(due);
         }
         Ok(Some(reservation))
-    }
-
-    pub async fn start(&self, reservation: Reservation, lease_ms: i64) -> Result<StartOutcome> {
-        let rows = self
-            .steps(&[deliveries::start(&reservation, lease_ms)])
-            .await?;
-        deliveries::started(&rows[0], &reservation, lease_ms)
-    }
-
-    /// See [`crate::Store::advance`]: the three steps in one transaction, sent in one round
-    /// trip. They commit or fail together; a failure is reported for each.
-    pub async fn advance(
-        &self,
-        result: AttemptResult,
-        next: Reservation,
-        lease_ms: i64,
-    ) -> Advanced {
-        let from = self.reserve_from(&next.origin);
-        let calls = [
-            deliveries::complete(&result),
-            deliveries::start(&next, lease_ms),
-            deliveries::reserve_next(&next.origin, lease_ms, from),
-        ];
-        match self.steps(&calls).await {
-            Ok(rows) => {
-                let applied = deliveries::applied(&rows[0]);
-                self.woken_by(&applied);
-                Advanced {
-                    applied,
-                    started: deliveries::started(&rows[1], &next, lease_ms),
-                    reserved: self.reserved(&rows[2], &next.origin),
-                }
-            }
-            Err(e) => Advanced {
-                applied: Err(e.duplicate()),
-                started: Err(e.duplicate()),
-                reserved: Err(e),
-            },
-        }
-    }
-
-    /// A result that made its delivery pending again (a retry, an interruption) makes work
-    /// that this or another host may be due for sooner than anything it waits for.
-    fn woken_by(&self, applied: &Result<Applied>) {
-        self.inner
-            .wake
-            .deliveries_when(matches!(applied, Ok(Applied::Now(DeliveryStatus::Pending))));
-    }
-
-    /// Run `calls` as one transaction in one round trip: BEGIN, the statements and COMMIT are
-    /// queued on one connection in this order before any answer is awaited (pipelined), and
-    /// the answers come back together. A single call runs as a transaction of its own, which
-    /// the server commits before it answers. A transaction that lost a race (deadlock,
-    /// serialization failure) is run again.
-    async fn steps(&self, calls: &[Call]) -> Result<Vec<Vec<Row>>> {
-        let mut tries = 0;
-        loop {
-            let started = Instant::now();
-            let out = self.steps_once(calls).await;
-            self.observe(started, out.is_ok());
-            match out {
-                Err(StoreError::Contention(_)) if tries < CONTENTION_RETRIES => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(u64::from(tries) * 3)).await;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    async fn steps_once(&self, calls: &[Call]) -> Result<Vec<Vec<Row>>> {
-        let client = self.client().await?;
-        let mut statements = Vec::with_capacity(calls.len());
-        for call in calls {
-            statements.push(client.prepare_cached(call.sql).await.map_err(map_err)?);
-        }
-        let params: Vec<_> = calls.iter().map(Call::params).collect();
-        if let ([statement], [params]) = (&statements[..], &params[..]) {
-            let rows = client.query(statement, params).await.map_err(map_err)?;
-            return Ok(vec![rows]);
-        }
-        // Each request is queued when its future is first polled; `join3` and `join_all` poll
-        // in order, so the server receives BEGIN, the calls, COMMIT in this order. Should a
-        // call fail, the server rolls back and answers the COMMIT with ROLLBACK.
-        let (begun, answers, committed) = future::join3(
-            client.batch_execute("BEGIN"),
-            future::join_all(
-                statements
-                    .iter()
-                    .zip(&params)
-                    .map(|(statement, params)| client.query(statement, params)),
-            ),
-            client.batch_execute("COMMIT"),
-        )
-        .await;
-        begun.map_err(map_err)?;
-        let rows = answers
-            .into_iter()
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(map_err)?;
-        committed.map_err(map_err)?;
-        Ok(rows)
     }
 
     pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
@@ -882,8 +847,8 @@ async fn compact_counts(tx: &Tx<'_>) -> Result<()> {
     .map(drop)
 }
 
-/// One statement with its parameters owned, so that several can be built first and then sent
-/// together (`PgStore::steps`).
+/// One statement with its parameters owned, built by the module that knows the step and run
+/// by [`PgStore::step`] (or inside a transaction).
 pub(crate) struct Call {
     pub sql: &'static str,
     pub params: Vec<Box<dyn ToSql + Sync + Send>>,

@@ -711,13 +711,12 @@ pub(crate) fn start(
     let lease_until = now + lease_ms;
     let row = conn
         .prepare_cached(
-            "UPDATE deliveries SET attempts = attempts + 1, lease_until = ?2, updated_at = ?3 \
-             WHERE id = ?1 \
+            "UPDATE deliveries SET attempts = attempts + 1, lease_until = ?2 WHERE id = ?1 \
              RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
              mode, remote_id_pointer",
         )
         .and_then(|mut st| {
-            st.query_row(params![reservation.id, lease_until, now], StartedRow::read)
+            st.query_row(params![reservation.id, lease_until], StartedRow::read)
         })
         .map_err(map_err)?;
     row.into_claimed(conn, &reservation.id, &reservation.origin, now, lease_until)

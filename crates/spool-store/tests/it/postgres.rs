@@ -80,11 +80,13 @@ async fn an_older_schema_is_migrated() {
     let Some(db) = TestDatabase::create().await.expect("test database") else {
         return;
     };
-    // Version 1 as an older spoold left it: the tables, without the step functions of 2.
+    // Version 1 as an older spoold left it: its indexes, without the step functions of 2.
     drop(open(db.url(), 0).await.expect("first open"));
     db.execute(
-        "DROP FUNCTION spoold_complete, spoold_start, spoold_reserve, spoold_expire, \
-         spoold_now_ms; UPDATE spoold_schema SET version = 1",
+        "DROP FUNCTION spoold_advance, spoold_complete, spoold_start, spoold_reserve, \
+         spoold_expire, spoold_now_ms; DROP INDEX deliveries_in_flight; \
+         CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight'; \
+         ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1",
     )
     .await
     .expect("step back to version 1");
