@@ -558,32 +558,74 @@ impl StartedRow {
     }
 }
 
+/// One step of `spoold_steps` (see `steps.sql`): what to record, what to start, which origin
+/// to reserve for (from where); each part is skipped when `None`.
+#[derive(Default)]
+pub(crate) struct StepArgs<'a> {
+    pub result: Option<&'a AttemptResult>,
+    pub next: Option<&'a Reservation>,
+    pub origin: Option<&'a str>,
+    pub from: Option<Millis>,
+}
+
+/// `spoold_steps` over `steps`, in order, one row each (`o_n`); the lease is the host's. Read
+/// a row's parts with [`applied`], [`started`] and [`reserved`].
+pub(crate) fn steps(steps: &[StepArgs<'_>], lease_ms: i64) -> Call {
+    fn column<T: ToSql + Sync + Send + 'static>(
+        steps: &[StepArgs<'_>],
+        f: impl Fn(&StepArgs<'_>) -> T,
+    ) -> Box<dyn ToSql + Sync + Send> {
+        Box::new(steps.iter().map(f).collect::<Vec<T>>())
+    }
+    let args = |s: &StepArgs<'_>| s.result.map(|r| disposition_args(r.disposition));
+    Call {
+        sql: "SELECT * FROM spoold_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+              $13, $14, $15, $16)",
+        params: vec![
+            column(steps, |s| s.result.map(|r| r.id.clone())),
+            column(steps, |s| s.result.map(|r| i64::from(r.claim_seq))),
+            column(steps, |s| args(s).map(|a| a.0)),
+            column(steps, |s| args(s).map(|a| a.1)),
+            column(steps, |s| args(s).map(|a| a.2)),
+            column(steps, |s| {
+                s.result.and_then(|r| r.http_status.map(i64::from))
+            }),
+            column(steps, |s| s.result.and_then(|r| r.error_code.clone())),
+            column(steps, |s| {
+                s.result.and_then(|r| r.error.as_deref().map(clip_error))
+            }),
+            column(steps, |s| s.result.map(|r| r.duration_ms)),
+            column(steps, |s| s.result.and_then(|r| r.remote_id.clone())),
+            Box::new(DEFAULT_OBSERVATION_WINDOW_MS),
+            column(steps, |s| s.next.map(|n| n.id.clone())),
+            column(steps, |s| s.next.map(|n| i64::from(n.claim_seq))),
+            column(steps, |s| s.origin.map(str::to_owned)),
+            Box::new(lease_ms),
+            column(steps, |s| s.from),
+        ],
+    }
+}
+
 /// Record an attempt's outcome (always, on its attempt row) and apply it to the delivery while
-/// the claim is current (in flight under `claim_seq`); otherwise the result is `Fenced`
-/// (`spoold_complete` in `steps.sql`; read its answer with [`applied`]).
+/// the claim is current (in flight under `claim_seq`); otherwise the result is `Fenced`. Read
+/// its answer with [`applied`].
 pub(crate) fn complete(result: &AttemptResult) -> Call {
-    let (disposition, delay_ms, check_in_ms) = match result.disposition {
+    let step = StepArgs {
+        result: Some(result),
+        ..StepArgs::default()
+    };
+    steps(&[step], 0)
+}
+
+/// A disposition as `spoold_complete` takes it: its name, the retry delay and the first check
+/// of `unknown` (0 where they do not apply).
+pub(crate) fn disposition_args(disposition: Disposition) -> (&'static str, i64, i64) {
+    match disposition {
         Disposition::Succeeded => ("succeeded", 0, 0),
         Disposition::Retry { delay_ms } => ("retry", delay_ms, 0),
         Disposition::Failed => ("failed", 0, 0),
         Disposition::Interrupted => ("interrupted", 0, 0),
         Disposition::Unknown { check_in_ms } => ("unknown", 0, check_in_ms),
-    };
-    Call {
-        sql: "SELECT spoold_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS o_applied",
-        params: vec![
-            Box::new(result.id.clone()),
-            Box::new(i64::from(result.claim_seq)),
-            Box::new(disposition),
-            Box::new(delay_ms),
-            Box::new(check_in_ms),
-            Box::new(result.http_status.map(i64::from)),
-            Box::new(result.error_code.clone()),
-            Box::new(result.error.as_deref().map(clip_error)),
-            Box::new(result.duration_ms),
-            Box::new(result.remote_id.clone()),
-            Box::new(DEFAULT_OBSERVATION_WINDOW_MS),
-        ],
     }
 }
 
@@ -599,16 +641,14 @@ pub(crate) fn applied(rows: &[Row]) -> Result<Applied> {
 /// Reserve the oldest due delivery of `origin`, if there is one (expired ones met on the way
 /// are failed as `expired`): in flight under a new claim, but no attempt started. A delivery
 /// another host is taking at the same moment is skipped. The search starts at the due time
-/// `from` when given (see `spoold_reserve` in `steps.sql`). Read its answer with [`reserved`].
+/// `from` when given. Read its answer with [`reserved`].
 pub(crate) fn reserve_next(origin: &str, lease_ms: i64, from: Option<Millis>) -> Call {
-    Call {
-        sql: "SELECT o_id, o_claim_seq, o_due FROM spoold_reserve($1, $2, $3)",
-        params: vec![
-            Box::new(origin.to_owned()),
-            Box::new(lease_ms),
-            Box::new(from),
-        ],
-    }
+    let step = StepArgs {
+        origin: Some(origin),
+        from,
+        ..StepArgs::default()
+    };
+    steps(&[step], lease_ms)
 }
 
 /// The reservation [`reserve_next`] or [`advance`] made, if any, and the due time of its
@@ -628,40 +668,40 @@ pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<(Reservation
     Ok(Some((reservation, col(r, "o_due")?)))
 }
 
-/// Record `result`, start the reserved `next` and reserve the one after it, in one statement
-/// (`spoold_advance`): its one row answers as [`complete`], [`start`] and [`reserve_next`] do,
-/// read with [`applied`], [`started`] and [`reserved`].
+/// Record `result`, start the reserved `next` and reserve the one after it, in one statement:
+/// its one row answers as [`complete`], [`start`] and [`reserve_next`] do.
 pub(crate) fn advance(
     result: &AttemptResult,
     next: &Reservation,
     lease_ms: i64,
     from: Option<Millis>,
 ) -> Call {
-    let mut call = complete(result);
-    call.sql = "SELECT * FROM spoold_advance($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-                $12, $13, $14, $15, $16)";
-    call.params.extend([
-        Box::new(next.id.clone()) as Box<dyn ToSql + Sync + Send>,
-        Box::new(i64::from(next.claim_seq)),
-        Box::new(next.origin.clone()),
-        Box::new(lease_ms),
-        Box::new(from),
-    ]);
-    call
+    steps(&[advance_args(result, next, from)], lease_ms)
+}
+
+/// The step of a slot whose target answered: record, start the next, reserve for its origin.
+pub(crate) fn advance_args<'a>(
+    result: &'a AttemptResult,
+    next: &'a Reservation,
+    from: Option<Millis>,
+) -> StepArgs<'a> {
+    StepArgs {
+        result: Some(result),
+        next: Some(next),
+        origin: Some(&next.origin),
+        from,
+    }
 }
 
 /// Start the attempt of a reservation, if it is still current and not expired: the check and
 /// the start are one step in the store (under the row's lock), so a cancel or a deadline that
 /// came first wins (`spoold_start`; read its answer with [`started`]).
 pub(crate) fn start(reservation: &Reservation, lease_ms: i64) -> Call {
-    Call {
-        sql: "SELECT * FROM spoold_start($1, $2, $3)",
-        params: vec![
-            Box::new(reservation.id.clone()),
-            Box::new(i64::from(reservation.claim_seq)),
-            Box::new(lease_ms),
-        ],
-    }
+    let step = StepArgs {
+        next: Some(reservation),
+        ..StepArgs::default()
+    };
+    steps(&[step], lease_ms)
 }
 
 /// What [`start`] found; the request to send when it started the attempt.
@@ -710,8 +750,6 @@ fn single(rows: &[Row]) -> Result<&Row> {
         ))),
     }
 }
-
-
 
 /// Give back a reservation whose attempt never started: pending again, as if never reserved.
 /// `false` if the claim is no longer current or its attempt has started.

@@ -114,6 +114,8 @@ struct Inner {
     _listener: notify::Listener,
     /// Creates, written in batches (group commit), on connections of their own.
     enqueuer: enqueue::Enqueuer,
+    /// Slots' steps, written in batches (group commit).
+    advancer: advance::Advancer,
     enqueue_pool: Pool,
 }
 
@@ -182,7 +184,8 @@ macro_rules! read {
     }};
 }
 
-// After the macros, which it uses.
+// After the macros, which they use.
+mod advance;
 mod enqueue;
 
 impl PgStore {
@@ -221,6 +224,7 @@ impl PgStore {
                 wake,
                 _listener: listener,
                 enqueuer: enqueue::Enqueuer::spawn(inner.clone()),
+                advancer: advance::Advancer::spawn(inner.clone()),
                 enqueue_pool,
             }),
         };
@@ -383,20 +387,30 @@ impl PgStore {
     }
 
     /// See [`crate::Store::advance`]: the three steps in one statement (one transaction, one
-    /// round trip). They commit or fail together; a failure is reported for each.
-    pub async fn advance(&self, result: AttemptResult, next: Reservation, lease_ms: i64) -> Advanced {
+    /// round trip), written with the steps other slots are taking at the same time (`advance`:
+    /// group commit). They commit or fail together; a failure is reported for each.
+    pub async fn advance(
+        &self,
+        result: AttemptResult,
+        next: Reservation,
+        lease_ms: i64,
+    ) -> Advanced {
         let from = self.reserve_from(&next.origin);
-        match self
-            .step(&deliveries::advance(&result, &next, lease_ms, from))
-            .await
-        {
-            Ok(rows) => {
-                let applied = deliveries::applied(&rows);
+        let step = advance::Step {
+            result,
+            next: next.clone(),
+            lease_ms,
+            from,
+        };
+        match self.inner.advancer.advance(step).await {
+            Ok(row) => {
+                let rows = std::slice::from_ref(&row);
+                let applied = deliveries::applied(rows);
                 self.woken_by(&applied);
                 Advanced {
                     applied,
-                    started: deliveries::started(&rows, &next, lease_ms),
-                    reserved: self.reserved(&rows, &next.origin),
+                    started: deliveries::started(rows, &next, lease_ms),
+                    reserved: self.reserved(rows, &next.origin),
                 }
             }
             Err(e) => Advanced {
@@ -410,10 +424,9 @@ impl PgStore {
     /// A result that made its delivery pending again (a retry, an interruption) makes work
     /// that this or another host may be due for sooner than anything it waits for.
     fn woken_by(&self, applied: &Result<Applied>) {
-        self.inner.wake.deliveries_when(matches!(
-            applied,
-            Ok(Applied::Now(DeliveryStatus::Pending))
-        ));
+        self.inner
+            .wake
+            .deliveries_when(matches!(applied, Ok(Applied::Now(DeliveryStatus::Pending))));
     }
 
     /// Run one step function (`steps.sql`) as a transaction of its own: outside BEGIN, the

@@ -1,11 +1,11 @@
--- spoold's PostgreSQL schema, version 2: the three steps every delivery takes on its way
--- through a busy target's slot — reserve the next, start it, record a result — as functions,
--- so that each step is one statement, and a slot's result, next start and next reservation
--- one statement together (`spoold_advance`: one transaction, one round trip, one commit)
--- instead of three transactions of some twenty statements. Same rules as the Rust they
--- replace: every status change bumps `log_seq` and appends to `transitions`; fenced changes
--- check the claim on the row as the last committed change left it; times are read from the
--- database's clock, in milliseconds.
+-- spoold's PostgreSQL schema, version 2: the steps every delivery takes through a busy
+-- target's slot — reserve the next, start it, record a result — as one function
+-- (`spoold_steps`), so that a slot's result, next start and next reservation are one statement
+-- (one transaction, one round trip, one commit), and the steps of concurrent slots one
+-- statement together, instead of three transactions of some twenty statements each. Same rules
+-- as the Rust it replaces: every status change bumps `log_seq` and appends to `transitions`;
+-- fenced changes check the claim on the row as the last committed change left it; times are
+-- read from the database's clock, in milliseconds.
 
 -- A start, and a lease renewal, change only columns no index reads (`attempts`, `lease_until`;
 -- `updated_at` stays the time of the last status change), so PostgreSQL can write the new row
@@ -36,189 +36,191 @@ BEGIN
     VALUES (p_id, v_seq, p_from, 'failed', v_attempts, p_now, 'expired', NULL);
 END $$;
 
--- Reserve the oldest due delivery of an origin (expired ones met on the way are failed, at most
--- 64 of them): in flight under a new claim, no attempt started. Rows another transaction holds
--- are skipped. No row when there is nothing to reserve.
+-- The steps of delivery slots, one per element of the arrays (all of one length), in order,
+-- each one row of the result (`o_n`, from 1). A step does up to three things, each skipped when
+-- its first argument is NULL:
 --
--- `p_from`, if not NULL, is where to start looking: the due time of the last delivery this host
--- reserved for the origin. The entries before it in `deliveries_origin_due` are mostly those of
--- deliveries taken since the last vacuum — dead, yet walked over by every seek from the start
--- (hundreds of index pages per reservation under load). Due work before `p_from` (a create that
--- committed late, a reservation given back) is found when nothing is due from `p_from` on, and
--- by the caller's periodic seek from the start (NULL).
-CREATE FUNCTION spoold_reserve(p_origin TEXT, p_lease_ms BIGINT, p_from BIGINT,
-    OUT o_id TEXT, OUT o_claim_seq BIGINT, OUT o_due BIGINT)
-RETURNS SETOF RECORD LANGUAGE plpgsql AS $$
-DECLARE
-    v_now BIGINT := spoold_now_ms();
-    v_from BIGINT := COALESCE(p_from, -9223372036854775808);
-    v_expires BIGINT;
-    v_seq BIGINT;
-    v_attempts BIGINT;
-BEGIN
-    FOR i IN 1..64 LOOP
-        SELECT id, expires_at, next_attempt_at INTO o_id, v_expires, o_due FROM deliveries
-        WHERE status = 'pending' AND origin = p_origin
-            AND next_attempt_at >= v_from AND next_attempt_at <= v_now
-        ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            IF v_from = -9223372036854775808 THEN
-                RETURN;
-            END IF;
-            v_from := -9223372036854775808;
-            CONTINUE;
-        END IF;
-        IF v_expires IS NOT NULL AND v_expires <= v_now THEN
-            PERFORM spoold_expire(o_id, 'pending', v_now);
-            CONTINUE;
-        END IF;
-        UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1,
-            lease_until = v_now + p_lease_ms, updated_at = v_now, log_seq = log_seq + 1
-        WHERE id = o_id AND status = 'pending'
-        RETURNING claim_seq, log_seq, attempts INTO o_claim_seq, v_seq, v_attempts;
-        IF NOT FOUND THEN
-            CONTINUE;
-        END IF;
-        INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, reason)
-        VALUES (o_id, v_seq, 'pending', 'in_flight', v_attempts, v_now, 'reserved');
-        RETURN NEXT;
-        RETURN;
-    END LOOP;
-END $$;
-
--- Start the attempt of a reservation if it is still current (in flight under this claim, its
--- attempt not started) and not expired: count the attempt, renew the lease, write the attempt
--- row. `o_outcome` is 'started' (with the request), 'not_current' or 'expired'.
-CREATE FUNCTION spoold_start(p_id TEXT, p_claim_seq BIGINT, p_lease_ms BIGINT,
-    OUT o_outcome TEXT, OUT o_now BIGINT, OUT o_attempts BIGINT, OUT o_cycle BIGINT,
-    OUT o_target_url TEXT, OUT o_method TEXT, OUT o_headers TEXT, OUT o_body_kind BIGINT,
-    OUT o_body BYTEA, OUT o_mode TEXT, OUT o_remote_id_pointer TEXT)
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_status TEXT;
-    v_claim_seq BIGINT;
-    v_expires BIGINT;
-BEGIN
-    o_now := spoold_now_ms();
-    -- The common case in one statement: it waits for a concurrent change of the row (a
-    -- cancel, a take-back) and checks the conditions again on what that committed.
-    UPDATE deliveries SET attempts = attempts + 1, lease_until = o_now + p_lease_ms
-    WHERE id = p_id AND status = 'in_flight' AND claim_seq = p_claim_seq
-        AND (expires_at IS NULL OR expires_at > o_now)
-        AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = p_id AND seq = p_claim_seq)
-    RETURNING attempts, cycle, target_url, method, headers, body_kind, body, mode,
-        remote_id_pointer
-    INTO o_attempts, o_cycle, o_target_url, o_method, o_headers, o_body_kind, o_body, o_mode,
-        o_remote_id_pointer;
-    IF FOUND THEN
-        INSERT INTO attempts (delivery_id, seq, cycle, number, started_at)
-        VALUES (p_id, p_claim_seq, o_cycle, o_attempts, o_now);
-        o_outcome := 'started';
-        RETURN;
-    END IF;
-    -- Not started: find out why, under the row's lock.
-    SELECT status, claim_seq, expires_at INTO v_status, v_claim_seq, v_expires
-    FROM deliveries WHERE id = p_id FOR UPDATE;
-    IF NOT FOUND OR v_status <> 'in_flight' OR v_claim_seq <> p_claim_seq
-        OR EXISTS (SELECT 1 FROM attempts WHERE delivery_id = p_id AND seq = p_claim_seq)
-        OR v_expires IS NULL OR v_expires > o_now THEN
-        o_outcome := 'not_current';
-        RETURN;
-    END IF;
-    PERFORM spoold_expire(p_id, 'in_flight', o_now);
-    o_outcome := 'expired';
-END $$;
-
--- Record an attempt's outcome (always, on its attempt row) and apply it to the delivery while
--- the claim is current (in flight under `p_claim_seq`). Returns the delivery's new status, or
--- NULL when the claim was no longer current (fenced: only the attempt row changed).
--- `p_disposition` is 'succeeded', 'retry' (after `p_delay_ms`), 'failed', 'interrupted' (not
--- charged, due at once) or 'unknown' (first check after `p_check_in_ms`).
-CREATE FUNCTION spoold_complete(p_id TEXT, p_claim_seq BIGINT, p_disposition TEXT,
-    p_delay_ms BIGINT, p_check_in_ms BIGINT, p_http_status BIGINT, p_error_code TEXT,
-    p_error TEXT, p_duration_ms BIGINT, p_remote_id TEXT, p_default_window_ms BIGINT)
-RETURNS TEXT LANGUAGE plpgsql AS $$
-DECLARE
-    v_now BIGINT := spoold_now_ms();
-    v_new TEXT;
-    v_seq BIGINT;
-    v_attempts BIGINT;
-    v_reason TEXT;
-    v_note TEXT;
-BEGIN
-    -- One statement decides and applies: it waits for a concurrent change of the row (a
-    -- cancel, a take-back by another host) and checks the claim again on what that committed.
-    -- Every expression on the right reads the row as it was. A retry that used the last
-    -- allowed attempt ends the delivery; a retry waits no longer than the deadline (the claim
-    -- then fails it as expired); entering `unknown` starts its clock (first check, window).
-    UPDATE deliveries SET
-        status = CASE p_disposition
-            WHEN 'retry' THEN CASE WHEN greatest(attempts - uncharged, 0) >= max_attempts
-                              THEN 'failed' ELSE 'pending' END
-            WHEN 'interrupted' THEN 'pending'
-            ELSE p_disposition END,
-        next_attempt_at = CASE p_disposition
-            WHEN 'retry' THEN CASE WHEN greatest(attempts - uncharged, 0) >= max_attempts
-                              THEN NULL
-                              ELSE least(v_now + greatest(p_delay_ms, 0), expires_at) END
-            WHEN 'interrupted' THEN v_now
-            ELSE NULL END,
-        uncharged = uncharged + CASE WHEN p_disposition = 'interrupted' THEN 1 ELSE 0 END,
-        last_error = CASE WHEN p_disposition = 'succeeded' THEN NULL ELSE p_error END,
-        last_error_code = CASE WHEN p_disposition = 'succeeded' THEN NULL ELSE p_error_code END,
-        last_response_code = COALESCE(p_http_status, last_response_code), lease_until = NULL,
-        updated_at = v_now, log_seq = log_seq + 1, remote_id = COALESCE(p_remote_id, remote_id),
-        unknown_since = CASE WHEN p_disposition = 'unknown' THEN v_now ELSE unknown_since END,
-        check_at = CASE WHEN p_disposition = 'unknown'
-                   THEN v_now + greatest(p_check_in_ms, 0) END,
-        review_at = CASE WHEN p_disposition = 'unknown'
-                    THEN v_now + COALESCE(window_ms, p_default_window_ms) ELSE review_at END
-    WHERE id = p_id AND status = 'in_flight' AND claim_seq = p_claim_seq
-    RETURNING status, log_seq, attempts INTO v_new, v_seq, v_attempts;
-    UPDATE attempts SET finished_at = v_now,
-        outcome = CASE WHEN p_disposition = 'retry' AND v_new = 'failed' THEN 'failed'
-                  ELSE p_disposition END,
-        http_status = p_http_status, error_code = p_error_code, error = p_error,
-        duration_ms = p_duration_ms
-    WHERE delivery_id = p_id AND seq = p_claim_seq AND outcome IS NULL;
-    IF v_new IS NULL THEN
-        RETURN NULL;
-    END IF;
-    v_reason := CASE
-        WHEN p_disposition = 'succeeded' THEN 'delivered'
-        WHEN p_error_code IS NOT NULL THEN p_error_code
-        WHEN p_disposition = 'failed' THEN 'failed'
-        WHEN p_disposition = 'unknown' THEN 'unknown'
-        ELSE 'retry' END;
-    v_note := CASE
-        WHEN v_new = 'failed' AND p_disposition = 'retry' THEN 'no attempts left'
-        WHEN v_new = 'unknown' THEN 'the request may have reached the target; not resent' END;
-    INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, reason, note)
-    VALUES (p_id, v_seq, 'in_flight', v_new, v_attempts, v_now, v_reason, v_note);
-    RETURN v_new;
-END $$;
-
--- The three steps of a slot whose target has answered, in one statement: record `p_id`'s
--- result (as spoold_complete), start the reserved `p_next_id` (as spoold_start) and reserve the
--- one after it for the same origin (as spoold_reserve). Run as one implicit transaction, the
--- server answers once all three have committed.
-CREATE FUNCTION spoold_advance(p_id TEXT, p_claim_seq BIGINT, p_disposition TEXT,
-    p_delay_ms BIGINT, p_check_in_ms BIGINT, p_http_status BIGINT, p_error_code TEXT,
-    p_error TEXT, p_duration_ms BIGINT, p_remote_id TEXT, p_default_window_ms BIGINT,
-    p_next_id TEXT, p_next_claim_seq BIGINT, p_origin TEXT, p_lease_ms BIGINT, p_from BIGINT,
-    OUT o_applied TEXT,
+-- 1. Record the result of claim `p_claim_seq` of `p_id` (the `o_applied` column): always on
+--    its attempt row, and on the delivery while the claim is current (in flight under that
+--    claim). `o_applied` is the new status, NULL when the claim was no longer current (fenced).
+--    `p_disposition` is 'succeeded', 'retry' (after `p_delay_ms`), 'failed', 'interrupted'
+--    (not charged, due at once) or 'unknown' (first check after `p_check_in_ms`).
+-- 2. Start the attempt of the reservation `p_next_id` under `p_next_claim_seq` if it is still
+--    current (its attempt not started) and not expired: count the attempt, renew the lease,
+--    write the attempt row. `o_outcome` is 'started' (with the request in the `o_*` columns),
+--    'not_current' or 'expired'.
+-- 3. Reserve the oldest due delivery of `p_origin` (`o_id`, `o_claim_seq`, `o_due`; NULL when
+--    none): in flight under a new claim, no attempt started. Rows another transaction holds
+--    are skipped; expired ones met on the way are failed (at most 64 looked at). `p_from`, if
+--    not NULL, is where to start looking: the due time of the last delivery this host
+--    reserved for the origin. The entries before it in `deliveries_origin_due` are mostly those
+--    of deliveries taken since the last vacuum — dead, yet walked over by every seek from the
+--    start (hundreds of index pages per reservation under load). Due work before `p_from` (a
+--    create that committed late, a reservation given back) is found when nothing is due from
+--    `p_from` on, and by the caller's periodic seek from the start (NULL).
+--
+-- A slot whose target answered takes all three at once (record, start the next, reserve the
+-- one after); concurrent slots' steps are written together (group commit). Fenced writes decide
+-- in the UPDATE's own WHERE, which PostgreSQL checks again on a row version a concurrent
+-- transaction (a cancel, another host's take-back) committed meanwhile.
+CREATE FUNCTION spoold_steps(p_id TEXT[], p_claim_seq BIGINT[], p_disposition TEXT[],
+    p_delay_ms BIGINT[], p_check_in_ms BIGINT[], p_http_status BIGINT[], p_error_code TEXT[],
+    p_error TEXT[], p_duration_ms BIGINT[], p_remote_id TEXT[], p_default_window_ms BIGINT,
+    p_next_id TEXT[], p_next_claim_seq BIGINT[], p_origin TEXT[], p_lease_ms BIGINT,
+    p_from BIGINT[],
+    OUT o_n INT, OUT o_applied TEXT,
     OUT o_outcome TEXT, OUT o_now BIGINT, OUT o_attempts BIGINT, OUT o_cycle BIGINT,
     OUT o_target_url TEXT, OUT o_method TEXT, OUT o_headers TEXT, OUT o_body_kind BIGINT,
     OUT o_body BYTEA, OUT o_mode TEXT, OUT o_remote_id_pointer TEXT,
     OUT o_id TEXT, OUT o_claim_seq BIGINT, OUT o_due BIGINT)
-LANGUAGE plpgsql AS $$
+RETURNS SETOF RECORD LANGUAGE plpgsql AS $$
+DECLARE
+    v_start CONSTANT BIGINT := -9223372036854775808;
+    v_new TEXT;
+    v_seq BIGINT;
+    v_attempts BIGINT;
+    v_status TEXT;
+    v_claim_seq BIGINT;
+    v_expires BIGINT;
+    v_from BIGINT;
 BEGIN
-    o_applied := spoold_complete(p_id, p_claim_seq, p_disposition, p_delay_ms, p_check_in_ms,
-        p_http_status, p_error_code, p_error, p_duration_ms, p_remote_id, p_default_window_ms);
-    SELECT * INTO o_outcome, o_now, o_attempts, o_cycle, o_target_url, o_method, o_headers,
-        o_body_kind, o_body, o_mode, o_remote_id_pointer
-    FROM spoold_start(p_next_id, p_next_claim_seq, p_lease_ms);
-    SELECT * INTO o_id, o_claim_seq, o_due FROM spoold_reserve(p_origin, p_lease_ms, p_from);
+    FOR i IN 1..coalesce(cardinality(p_id), 0) LOOP
+        o_n := i;
+        o_now := spoold_now_ms();
+        o_applied := NULL;
+        o_outcome := NULL;
+        o_id := NULL;
+        o_claim_seq := NULL;
+        o_due := NULL;
+
+        IF p_id[i] IS NOT NULL THEN
+            -- Every expression on the right reads the row as it was. A retry that used the
+            -- last allowed attempt ends the delivery; a retry waits no longer than the deadline
+            -- (the claim then fails it as expired); entering `unknown` starts its clock (first
+            -- check, end of the window).
+            UPDATE deliveries SET
+                status = CASE p_disposition[i]
+                    WHEN 'retry' THEN CASE WHEN greatest(attempts - uncharged, 0) >= max_attempts
+                                      THEN 'failed' ELSE 'pending' END
+                    WHEN 'interrupted' THEN 'pending'
+                    ELSE p_disposition[i] END,
+                next_attempt_at = CASE p_disposition[i]
+                    WHEN 'retry' THEN CASE WHEN greatest(attempts - uncharged, 0) >= max_attempts
+                                      THEN NULL
+                                      ELSE least(o_now + greatest(p_delay_ms[i], 0), expires_at)
+                                      END
+                    WHEN 'interrupted' THEN o_now
+                    ELSE NULL END,
+                uncharged = uncharged + CASE WHEN p_disposition[i] = 'interrupted' THEN 1 ELSE 0 END,
+                last_error = CASE WHEN p_disposition[i] = 'succeeded' THEN NULL ELSE p_error[i] END,
+                last_error_code = CASE WHEN p_disposition[i] = 'succeeded' THEN NULL
+                                  ELSE p_error_code[i] END,
+                last_response_code = COALESCE(p_http_status[i], last_response_code),
+                lease_until = NULL, updated_at = o_now, log_seq = log_seq + 1,
+                remote_id = COALESCE(p_remote_id[i], remote_id),
+                unknown_since = CASE WHEN p_disposition[i] = 'unknown' THEN o_now
+                                ELSE unknown_since END,
+                check_at = CASE WHEN p_disposition[i] = 'unknown'
+                           THEN o_now + greatest(p_check_in_ms[i], 0) END,
+                review_at = CASE WHEN p_disposition[i] = 'unknown'
+                            THEN o_now + COALESCE(window_ms, p_default_window_ms)
+                            ELSE review_at END
+            WHERE id = p_id[i] AND status = 'in_flight' AND claim_seq = p_claim_seq[i]
+            RETURNING status, log_seq, attempts INTO v_new, v_seq, v_attempts;
+            UPDATE attempts SET finished_at = o_now,
+                outcome = CASE WHEN p_disposition[i] = 'retry' AND v_new = 'failed' THEN 'failed'
+                          ELSE p_disposition[i] END,
+                http_status = p_http_status[i], error_code = p_error_code[i],
+                error = p_error[i], duration_ms = p_duration_ms[i]
+            WHERE delivery_id = p_id[i] AND seq = p_claim_seq[i] AND outcome IS NULL;
+            IF v_new IS NOT NULL THEN
+                INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at,
+                    reason, note)
+                VALUES (p_id[i], v_seq, 'in_flight', v_new, v_attempts, o_now,
+                    CASE
+                        WHEN p_disposition[i] = 'succeeded' THEN 'delivered'
+                        WHEN p_error_code[i] IS NOT NULL THEN p_error_code[i]
+                        WHEN p_disposition[i] = 'failed' THEN 'failed'
+                        WHEN p_disposition[i] = 'unknown' THEN 'unknown'
+                        ELSE 'retry' END,
+                    CASE
+                        WHEN v_new = 'failed' AND p_disposition[i] = 'retry'
+                            THEN 'no attempts left'
+                        WHEN v_new = 'unknown'
+                            THEN 'the request may have reached the target; not resent' END);
+            END IF;
+            o_applied := v_new;
+        END IF;
+
+        IF p_next_id[i] IS NOT NULL THEN
+            UPDATE deliveries SET attempts = attempts + 1, lease_until = o_now + p_lease_ms
+            WHERE id = p_next_id[i] AND status = 'in_flight' AND claim_seq = p_next_claim_seq[i]
+                AND (expires_at IS NULL OR expires_at > o_now)
+                AND NOT EXISTS (SELECT 1 FROM attempts
+                                WHERE delivery_id = p_next_id[i] AND seq = p_next_claim_seq[i])
+            RETURNING attempts, cycle, target_url, method, headers, body_kind, body, mode,
+                remote_id_pointer
+            INTO o_attempts, o_cycle, o_target_url, o_method, o_headers, o_body_kind, o_body,
+                o_mode, o_remote_id_pointer;
+            IF FOUND THEN
+                INSERT INTO attempts (delivery_id, seq, cycle, number, started_at)
+                VALUES (p_next_id[i], p_next_claim_seq[i], o_cycle, o_attempts, o_now);
+                o_outcome := 'started';
+            ELSE
+                -- Not started: find out why, under the row's lock.
+                SELECT status, claim_seq, expires_at INTO v_status, v_claim_seq, v_expires
+                FROM deliveries WHERE id = p_next_id[i] FOR UPDATE;
+                IF NOT FOUND OR v_status <> 'in_flight' OR v_claim_seq <> p_next_claim_seq[i]
+                    OR EXISTS (SELECT 1 FROM attempts
+                               WHERE delivery_id = p_next_id[i] AND seq = p_next_claim_seq[i])
+                    OR v_expires IS NULL OR v_expires > o_now THEN
+                    o_outcome := 'not_current';
+                ELSE
+                    PERFORM spoold_expire(p_next_id[i], 'in_flight', o_now);
+                    o_outcome := 'expired';
+                END IF;
+            END IF;
+        END IF;
+
+        IF p_origin[i] IS NOT NULL THEN
+            v_from := COALESCE(p_from[i], v_start);
+            FOR k IN 1..64 LOOP
+                SELECT id, expires_at, next_attempt_at INTO o_id, v_expires, o_due
+                FROM deliveries
+                WHERE status = 'pending' AND origin = p_origin[i]
+                    AND next_attempt_at >= v_from AND next_attempt_at <= o_now
+                ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    o_id := NULL;
+                    o_due := NULL;
+                    EXIT WHEN v_from = v_start;
+                    v_from := v_start;
+                    CONTINUE;
+                END IF;
+                IF v_expires IS NOT NULL AND v_expires <= o_now THEN
+                    PERFORM spoold_expire(o_id, 'pending', o_now);
+                    o_id := NULL;
+                    o_due := NULL;
+                    CONTINUE;
+                END IF;
+                UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1,
+                    lease_until = o_now + p_lease_ms, updated_at = o_now, log_seq = log_seq + 1
+                WHERE id = o_id AND status = 'pending'
+                RETURNING claim_seq, log_seq, attempts INTO o_claim_seq, v_seq, v_attempts;
+                IF NOT FOUND THEN
+                    o_id := NULL;
+                    o_due := NULL;
+                    CONTINUE;
+                END IF;
+                INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at,
+                    reason)
+                VALUES (o_id, v_seq, 'pending', 'in_flight', v_attempts, o_now, 'reserved');
+                EXIT;
+            END LOOP;
+        END IF;
+
+        RETURN NEXT;
+    END LOOP;
 END $$;
 
 -- Counted as before (schema.sql), with one statement per change instead of two.
@@ -234,3 +236,4 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
+

@@ -715,9 +715,7 @@ pub(crate) fn start(
              RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
              mode, remote_id_pointer",
         )
-        .and_then(|mut st| {
-            st.query_row(params![reservation.id, lease_until], StartedRow::read)
-        })
+        .and_then(|mut st| st.query_row(params![reservation.id, lease_until], StartedRow::read))
         .map_err(map_err)?;
     row.into_claimed(conn, &reservation.id, &reservation.origin, now, lease_until)
         .map(StartOutcome::Started)

@@ -5,9 +5,11 @@
 
 use std::time::Duration;
 
-use spool_store::model::InsertOutcome;
+use spool_store::model::{
+    Applied, AttemptResult, DeliveryStatus, Disposition, InsertOutcome, StartOutcome,
+};
 use spool_store::postgres::{PgConfig, PgStore, SCHEMA_VERSION};
-use spool_store::{Store, StoreError};
+use spool_store::{Capacity, Store, StoreError};
 use spool_testkit::TestDatabase;
 
 use crate::conformance::{self, Backend};
@@ -83,8 +85,8 @@ async fn an_older_schema_is_migrated() {
     // Version 1 as an older spoold left it: its indexes, without the step functions of 2.
     drop(open(db.url(), 0).await.expect("first open"));
     db.execute(
-        "DROP FUNCTION spoold_advance, spoold_complete, spoold_start, spoold_reserve, \
-         spoold_expire, spoold_now_ms; DROP INDEX deliveries_in_flight; \
+        "DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
+         DROP INDEX deliveries_in_flight; \
          CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight'; \
          ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1",
     )
@@ -166,4 +168,91 @@ async fn reservations_find_work_due_before_where_they_left_off() {
     next_two.sort();
     assert_eq!(next_two, [ids[0].clone(), ids[2].clone()]);
     assert_eq!(reserve().await.expect("reserve"), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_slots_advance_together() {
+    let Some((_db, store)) = PgBackend::fresh().await else {
+        return;
+    };
+    const SLOTS: u32 = 8;
+    for n in 1..=SLOTS * 3 {
+        let new = conformance::new_delivery(&conformance::id(n), None, conformance::URL_A);
+        assert!(matches!(
+            store.insert(new).await.expect("insert"),
+            InsertOutcome::Created(_)
+        ));
+    }
+    let capacity = Capacity {
+        per_origin: SLOTS,
+        ..Capacity::default()
+    };
+    let claimed = store
+        .claim_due(SLOTS, capacity, 60_000)
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(claimed.len(), SLOTS as usize);
+    let mut steps = Vec::new();
+    for c in claimed {
+        let next = store
+            .reserve_next(conformance::ORIGIN_A.to_owned(), 60_000)
+            .await
+            .expect("reserve")
+            .expect("due work");
+        let result = AttemptResult {
+            id: c.id.clone(),
+            claim_seq: c.claim_seq,
+            disposition: Disposition::Succeeded,
+            http_status: Some(200),
+            error_code: None,
+            error: None,
+            duration_ms: 1,
+            remote_id: None,
+        };
+        steps.push((result, next));
+    }
+    // Every slot at once: written in batches, each answered with its own step.
+    let advanced = futures_util::future::join_all(
+        steps
+            .iter()
+            .map(|(result, next)| store.advance(result.clone(), next.clone(), 60_000)),
+    )
+    .await;
+    let mut reserved = Vec::new();
+    for ((result, next), advanced) in steps.iter().zip(advanced) {
+        assert_eq!(
+            advanced.applied.expect("recorded"),
+            Applied::Now(DeliveryStatus::Succeeded)
+        );
+        match advanced.started.expect("start") {
+            StartOutcome::Started(c) => assert_eq!((&c.id, c.attempt), (&next.id, 1)),
+            other => panic!("expected Started, got {other:?}"),
+        }
+        reserved.push(advanced.reserved.expect("reserve").expect("due work").id);
+        assert_eq!(
+            store
+                .get(result.id.clone())
+                .await
+                .expect("get")
+                .map(|d| d.status),
+            Some(DeliveryStatus::Succeeded)
+        );
+    }
+    // The third round: each reserved once, none twice.
+    reserved.sort();
+    reserved.dedup();
+    assert_eq!(reserved.len(), SLOTS as usize);
+    // The counts the steps kept agree.
+    let stats = store.stats().await.expect("stats");
+    let count = |status| {
+        stats
+            .by_status
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(count(DeliveryStatus::Succeeded), u64::from(SLOTS));
+    assert_eq!(count(DeliveryStatus::InFlight), u64::from(SLOTS) * 2);
+    assert_eq!(count(DeliveryStatus::Pending), 0);
 }

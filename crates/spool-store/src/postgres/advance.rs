@@ -1,0 +1,150 @@
+//! Group commit for the slots' steps on PostgreSQL: the [`crate::Store::advance`] calls of
+//! concurrent slots (record a result, start the reserved next delivery, reserve the one after)
+//! are queued and written a batch at a time, each batch one statement (`spoold_steps` over
+//! arrays) in one transaction — one COMMIT, one WAL flush and one round trip for several
+//! deliveries, as SQLite's writer folds them into one commit.
+//!
+//! **Invariant:** a step is answered only after the transaction that wrote it committed, and
+//! with what it alone would have answered. A batch that fails for any reason but
+//! an unreachable database is run again one step at a time, so one bad step never sinks the
+//! others.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio_postgres::Row;
+
+use super::deliveries;
+use super::PgStore;
+use crate::error::{Result, StoreError};
+use crate::model::{AttemptResult, Millis, Reservation};
+
+/// Steps written in one transaction at most.
+const MAX_BATCH: usize = 64;
+
+/// Batches being written at once: while one commits, the next is being built.
+const WRITERS: usize = 8;
+
+/// One slot's step: record `result`, start `next`, reserve for its origin.
+pub(super) struct Step {
+    pub result: AttemptResult,
+    pub next: Reservation,
+    pub lease_ms: i64,
+    /// Where the reservation starts looking (see `PgStore::reserve_from`).
+    pub from: Option<Millis>,
+}
+
+struct Job {
+    step: Step,
+    /// The step's one row of `spoold_steps`.
+    answer: oneshot::Sender<Result<Row>>,
+}
+
+/// The queue steps wait in; its writers stop when the store is dropped.
+pub(super) struct Advancer {
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+impl Advancer {
+    /// Start the writers. They hold only a weak reference to the store, so that dropping the
+    /// last handle stops them.
+    pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Advancer {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        let queue = Arc::new(Mutex::new(queue));
+        for _ in 0..WRITERS {
+            tokio::spawn(write_batches(store.clone(), Arc::clone(&queue)));
+        }
+        Advancer { jobs }
+    }
+
+    /// Queue a step and wait for its row.
+    pub(super) async fn advance(&self, step: Step) -> Result<Row> {
+        let (answer, answered) = oneshot::channel();
+        self.jobs
+            .send(Job { step, answer })
+            .map_err(|_| StoreError::WriterGone)?;
+        answered.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+/// One writer: take what is queued (up to a batch), write it, answer, again.
+async fn write_batches(
+    store: std::sync::Weak<super::Inner>,
+    queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
+) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut queue = queue.lock().await;
+            match queue.recv().await {
+                Some(job) => batch.push(job),
+                None => return,
+            }
+            while batch.len() < MAX_BATCH {
+                match queue.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+        }
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        PgStore { inner }.write_steps(batch).await;
+    }
+}
+
+impl PgStore {
+    async fn write_steps(&self, batch: Vec<Job>) {
+        let lease_ms = batch.first().map(|j| j.step.lease_ms);
+        if batch.len() == 1 || batch.iter().any(|j| Some(j.step.lease_ms) != lease_ms) {
+            return self.steps_one_by_one(batch).await;
+        }
+        let steps: Vec<_> = batch
+            .iter()
+            .map(|j| deliveries::advance_args(&j.step.result, &j.step.next, j.step.from))
+            .collect();
+        let lease_ms = lease_ms.unwrap_or_default();
+        match self.step(&deliveries::steps(&steps, lease_ms)).await {
+            Ok(rows) if rows.len() == batch.len() => {
+                let mut rows: Vec<(i32, Row)> = rows
+                    .into_iter()
+                    .map(|r| (r.try_get::<_, i32>("o_n").unwrap_or(i32::MAX), r))
+                    .collect();
+                rows.sort_by_key(|(n, _)| *n);
+                for (job, (_, row)) in batch.into_iter().zip(rows) {
+                    let _ = job.answer.send(Ok(row));
+                }
+            }
+            Err(StoreError::Unavailable(message)) => {
+                for job in batch {
+                    let _ = job
+                        .answer
+                        .send(Err(StoreError::Unavailable(message.clone())));
+                }
+            }
+            // Something in the batch was refused: each on its own, so only that one fails.
+            _ => self.steps_one_by_one(batch).await,
+        }
+    }
+
+    async fn steps_one_by_one(&self, jobs: Vec<Job>) {
+        for job in jobs {
+            let Step {
+                result,
+                next,
+                lease_ms,
+                from,
+            } = &job.step;
+            let answer = self
+                .step(&deliveries::advance(result, next, *lease_ms, *from))
+                .await
+                .and_then(|rows| {
+                    rows.into_iter()
+                        .next()
+                        .ok_or_else(|| StoreError::Database("spoold_steps returned no row".into()))
+                });
+            let _ = job.answer.send(answer);
+        }
+    }
+}
