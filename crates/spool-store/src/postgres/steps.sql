@@ -83,7 +83,14 @@ DECLARE
     v_claim_seq BIGINT;
     v_expires BIGINT;
     v_from BIGINT;
+    v_origin TEXT;
+    -- Count changes of this call: (origin, status, +1/-1), written as one net delta at the end.
+    v_origins TEXT[] := '{}';
+    v_statuses TEXT[] := '{}';
+    v_ns BIGINT[] := '{}';
 BEGIN
+    -- This call counts its own status changes (see the trigger below).
+    PERFORM set_config('spoold.counting', 'steps', true);
     FOR i IN 1..coalesce(cardinality(p_id), 0) LOOP
         o_n := i;
         o_now := spoold_now_ms();
@@ -126,7 +133,7 @@ BEGIN
                             THEN o_now + COALESCE(window_ms, p_default_window_ms)
                             ELSE review_at END
             WHERE id = p_id[i] AND status = 'in_flight' AND claim_seq = p_claim_seq[i]
-            RETURNING status, log_seq, attempts INTO v_new, v_seq, v_attempts;
+            RETURNING status, log_seq, attempts, origin INTO v_new, v_seq, v_attempts, v_origin;
             UPDATE attempts SET finished_at = o_now,
                 outcome = CASE WHEN p_disposition[i] = 'retry' AND v_new = 'failed' THEN 'failed'
                           ELSE p_disposition[i] END,
@@ -134,6 +141,9 @@ BEGIN
                 error = p_error[i], duration_ms = p_duration_ms[i]
             WHERE delivery_id = p_id[i] AND seq = p_claim_seq[i] AND outcome IS NULL;
             IF v_new IS NOT NULL THEN
+                v_origins := v_origins || v_origin || v_origin;
+                v_statuses := v_statuses || 'in_flight'::text || v_new;
+                v_ns := v_ns || -1::bigint || 1::bigint;
                 INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at,
                     reason, note)
                 VALUES (p_id[i], v_seq, 'in_flight', v_new, v_attempts, o_now,
@@ -168,7 +178,8 @@ BEGIN
                 o_outcome := 'started';
             ELSE
                 -- Not started: find out why, under the row's lock.
-                SELECT status, claim_seq, expires_at INTO v_status, v_claim_seq, v_expires
+                SELECT status, claim_seq, expires_at, origin
+                INTO v_status, v_claim_seq, v_expires, v_origin
                 FROM deliveries WHERE id = p_next_id[i] FOR UPDATE;
                 IF NOT FOUND OR v_status <> 'in_flight' OR v_claim_seq <> p_next_claim_seq[i]
                     OR EXISTS (SELECT 1 FROM attempts
@@ -177,6 +188,9 @@ BEGIN
                     o_outcome := 'not_current';
                 ELSE
                     PERFORM spoold_expire(p_next_id[i], 'in_flight', o_now);
+                    v_origins := v_origins || v_origin || v_origin;
+                    v_statuses := v_statuses || 'in_flight'::text || 'failed'::text;
+                    v_ns := v_ns || -1::bigint || 1::bigint;
                     o_outcome := 'expired';
                 END IF;
             END IF;
@@ -199,6 +213,9 @@ BEGIN
                 END IF;
                 IF v_expires IS NOT NULL AND v_expires <= o_now THEN
                     PERFORM spoold_expire(o_id, 'pending', o_now);
+                    v_origins := v_origins || p_origin[i] || p_origin[i];
+                    v_statuses := v_statuses || 'pending'::text || 'failed'::text;
+                    v_ns := v_ns || -1::bigint || 1::bigint;
                     o_id := NULL;
                     o_due := NULL;
                     CONTINUE;
@@ -215,15 +232,27 @@ BEGIN
                 INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at,
                     reason)
                 VALUES (o_id, v_seq, 'pending', 'in_flight', v_attempts, o_now, 'reserved');
+                v_origins := v_origins || p_origin[i] || p_origin[i];
+                v_statuses := v_statuses || 'pending'::text || 'in_flight'::text;
+                v_ns := v_ns || -1::bigint || 1::bigint;
                 EXIT;
             END LOOP;
         END IF;
 
         RETURN NEXT;
     END LOOP;
+    -- A reservation and the result recorded after it cancel out on `in_flight`: a busy slot's
+    -- delivery usually adds nothing here but -1 pending and +1 succeeded, for the whole batch.
+    INSERT INTO delivery_count_deltas (origin, status, n)
+    SELECT o, st, sum(n) FROM unnest(v_origins, v_statuses, v_ns) AS c (o, st, n)
+    GROUP BY o, st HAVING sum(n) <> 0;
+    PERFORM set_config('spoold.counting', '', true);
 END $$;
 
--- Counted as before (schema.sql), with one statement per change instead of two.
+-- Counted as before (schema.sql), with one statement per change instead of two; changes made
+-- by `spoold_steps` are counted by it, once per call, and skipped here. The setting it raises
+-- is local to its transaction and lowered before it returns, so statements after it in the
+-- same transaction are counted here again.
 CREATE OR REPLACE FUNCTION spoold_count_delivery() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
@@ -236,4 +265,8 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
-
+DROP TRIGGER deliveries_counted_moved ON deliveries;
+CREATE TRIGGER deliveries_counted_moved AFTER UPDATE OF status ON deliveries
+    FOR EACH ROW WHEN (OLD.status <> NEW.status
+        AND current_setting('spoold.counting', true) IS DISTINCT FROM 'steps')
+    EXECUTE FUNCTION spoold_count_delivery();

@@ -1685,6 +1685,55 @@ pub async fn counts_follow_every_change(store: Store) {
     claim(&store, 1).await;
     assert_eq!(store.recover(5_000).await.expect("recover").total(), 1);
     check(&store, "recovery").await;
+
+    // A slot's steps taken as one: record a result, start the next, reserve the one after.
+    for n in 9..=10 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    let first = reserve(&store, ORIGIN_A).await.expect("due work on A");
+    let running = match store.start(first, 60_000).await.expect("start") {
+        StartOutcome::Started(c) => c,
+        other => panic!("expected Started, got {other:?}"),
+    };
+    let next = reserve(&store, ORIGIN_A).await.expect("more due work on A");
+    let advanced = store
+        .advance(
+            AttemptResult {
+                id: running.id.clone(),
+                claim_seq: running.claim_seq,
+                disposition: Disposition::Succeeded,
+                http_status: Some(200),
+                error_code: None,
+                error: None,
+                duration_ms: 1,
+                remote_id: None,
+            },
+            next,
+            60_000,
+        )
+        .await;
+    advanced.applied.expect("recorded");
+    advanced.started.expect("started");
+    advanced.reserved.expect("reserved");
+    check(&store, "a slot's steps").await;
+
+    // Deadlines met by a start and by a reservation.
+    let url_c = "http://c.test:8080/hooks/c";
+    let now = store.now_ms();
+    for n in 7..=8 {
+        let mut soon = new_delivery(&id(n), None, url_c);
+        soon.expires_at = Some(now + 50);
+        create(&store, soon).await;
+    }
+    let held = reserve(&store, &origin_of(url_c)).await.expect("reserved");
+    wait_until(&store, now + 51).await;
+    assert!(matches!(
+        store.start(held, 60_000).await.expect("start"),
+        StartOutcome::Expired
+    ));
+    assert!(reserve(&store, &origin_of(url_c)).await.is_none());
+    check(&store, "deadlines met by a start and a reservation").await;
+
     let now = store.now_ms();
     wait_until(&store, now + 2).await;
     store.purge_finished(0, 100).await.expect("purge");
