@@ -2,7 +2,8 @@
 //! per-target concurrency limits.
 //!
 //! It never polls: it sleeps until the earliest due time, an enqueue (`wake`), a finished
-//! attempt, or the end of a target's pause. A target that is slow or hung only ever occupies its
+//! attempt, or the end of a target's pause. While a busy target is saturated, enqueues wake it
+//! at most once per [`FRUITLESS_SPACING`], not once each. A target that is slow or hung only ever occupies its
 //! own per-target slots. A target that refuses connections is *paused* after a few failures in a
 //! row: its deliveries wait (uncharged) while one probe at a time, spaced by the retry backoff,
 //! finds out whether it is back. So a dead target costs a handful of attempts, not one attempt
@@ -31,6 +32,12 @@ const ERROR_PAUSE: Duration = Duration::from_secs(1);
 pub const PAUSE_AFTER_FAILURES: u32 = 3;
 /// Overdue deliveries expired per sweep job.
 const EXPIRE_BATCH: u32 = 500;
+/// After a claim that found nothing it could take while some target was saturated, how long
+/// an enqueue's wake-up waits before the next claim: under a burst of creates for a busy
+/// target every create would otherwise cost a claim (a database transaction, on PostgreSQL
+/// also on every other host) that again finds that target full. Work for a target with room
+/// starts at most this much later.
+const FRUITLESS_SPACING: Duration = Duration::from_millis(10);
 
 pub struct Scheduler {
     pub store: Store,
@@ -80,6 +87,8 @@ impl Scheduler {
         let sweep_every = SWEEP_EVERY.min(self.lease / 4);
         let mut next_sweep = Instant::now() + sweep_every;
         let lease_ms = self.lease.as_millis() as i64;
+        // When the last claim found nothing to take while a target was saturated.
+        let mut fruitless_at: Option<Instant> = None;
         loop {
             while let Ok(done) = done_rx.try_recv() {
                 self.finished(&mut in_flight, &mut total, &mut targets, done);
@@ -112,6 +121,8 @@ impl Scheduler {
                                 .inc_by(u64::from(batch.expired));
                         }
                         let claimed = batch.claimed.len() as u32;
+                        fruitless_at =
+                            (claimed == 0 && !capacity.saturated().is_empty()).then(Instant::now);
                         for c in batch.claimed {
                             *in_flight.entry(c.origin.clone()).or_insert(0) += 1;
                             total += 1;
@@ -156,7 +167,14 @@ impl Scheduler {
             let deadline = wait_until.map_or(next_sweep, |w| w.min(next_sweep));
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = self.wake.notified() => {}
+                () = self.wake.notified() => {
+                    if let Some(at) = fruitless_at {
+                        tokio::select! {
+                            () = stop.cancelled() => break,
+                            () = tokio::time::sleep_until(at + FRUITLESS_SPACING) => {}
+                        }
+                    }
+                }
                 Some(done) = done_rx.recv() => {
                     self.finished(&mut in_flight, &mut total, &mut targets, done);
                 }
