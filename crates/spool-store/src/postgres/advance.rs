@@ -106,7 +106,18 @@ impl PgStore {
             .collect();
         let lease_ms = lease_ms.unwrap_or_default();
         match self.step(&deliveries::steps(&steps, lease_ms)).await {
-            Ok(rows) if rows.len() == batch.len() => {
+            // Committed, so never run again: a row missing would be a bug in the function.
+            Ok(rows) if rows.len() != batch.len() => {
+                let message = format!(
+                    "spoold_steps answered {} rows for {}",
+                    rows.len(),
+                    batch.len()
+                );
+                for job in batch {
+                    let _ = job.answer.send(Err(StoreError::Database(message.clone())));
+                }
+            }
+            Ok(rows) => {
                 let mut rows: Vec<(i32, Row)> = rows
                     .into_iter()
                     .map(|r| (r.try_get::<_, i32>("o_n").unwrap_or(i32::MAX), r))
@@ -123,8 +134,9 @@ impl PgStore {
                         .send(Err(StoreError::Unavailable(message.clone())));
                 }
             }
-            // Something in the batch was refused: each on its own, so only that one fails.
-            _ => self.steps_one_by_one(batch).await,
+            // Something in the batch was refused, and the whole batch rolled back: each on its
+            // own, so only that one fails.
+            Err(_) => self.steps_one_by_one(batch).await,
         }
     }
 
