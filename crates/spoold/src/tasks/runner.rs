@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use spool_store::tasks::{ClaimType, ClaimedTask, Interrupted, TaskAttemptEnd, TaskStatus};
 use spool_store::Store;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -229,6 +230,8 @@ impl Runner {
         let names = self.types.names();
         let types = self.claim_types();
         let heartbeat = tokio::spawn(Arc::clone(&self).heartbeat());
+        // When the last claim took nothing while due tasks waited for a lock or a quota.
+        let mut fruitless_at: Option<Instant> = None;
         loop {
             while done_rx.try_recv().is_ok() {}
             if self.stop.is_cancelled() {
@@ -249,6 +252,7 @@ impl Runner {
                 {
                     Ok(claimed) => {
                         let n = claimed.tasks.len() as u32;
+                        fruitless_at = (n == 0 && !claimed.waiting.is_empty()).then(Instant::now);
                         for (task_type, why) in &claimed.waiting {
                             self.metrics
                                 .task_waits
@@ -287,7 +291,17 @@ impl Runner {
                 () = self.stop.cancelled() => break,
                 () = wake.notified() => {}
                 Some(()) = done_rx.recv() => {}
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep(wait) => continue,
+            }
+            // Submissions and ends that come while every due task waits for a lock or a quota
+            // are looked at together: each claim reads up to a thousand waiting tasks, and a
+            // burst of submissions would otherwise pay that per commit. The slot that frees a
+            // lock or a quota claims the next task in the same commit, without waiting here.
+            if let Some(at) = fruitless_at {
+                tokio::select! {
+                    () = self.stop.cancelled() => break,
+                    () = tokio::time::sleep_until(at + FRUITLESS_SPACING) => {}
+                }
             }
         }
         heartbeat.abort();
@@ -764,6 +778,10 @@ const NO_OUTPUT: OutputSummary = OutputSummary {
 /// How often the runner looks again while due tasks wait for a lock or a quota (attempts'
 /// ends wake it sooner).
 const WAITING_POLL: Duration = Duration::from_millis(250);
+
+/// After a claim that took nothing while due tasks waited, how long the runner lets
+/// submissions and ends gather before it claims again.
+const FRUITLESS_SPACING: Duration = Duration::from_millis(10);
 
 /// The output log of attempt `attempt` of task `id`.
 pub fn output_path(dir: &std::path::Path, id: &str, attempt: u32) -> PathBuf {
