@@ -99,7 +99,8 @@ impl Running {
     }
 
     /// Wait until the daemon has stopped: API closed, in-flight attempts finished or
-    /// interrupted and recorded, store closed.
+    /// interrupted and recorded, its store handle dropped (an API connection task that is
+    /// just ending may hold one a moment longer; the process exiting closes everything).
     pub async fn wait(self) {
         if let Err(e) = self.task.await {
             warn!(error = %e, "daemon task ended abnormally");

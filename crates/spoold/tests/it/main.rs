@@ -92,7 +92,20 @@ impl InProcess {
             .into_config()
             .expect("test flags are valid");
         change(&mut config);
-        let running = spoold::start(config).await.expect("daemon starts");
+        // A daemon stopped just before on the same database may still be letting go of it:
+        // `Running::wait` returns once the daemon dropped its store handle, but a connection
+        // task of its API can hold one for a moment longer (the file lock goes with the last).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let running = loop {
+            match spoold::start(config.clone()).await {
+                Err(spoold::StartError::Store(spool_store::StoreError::Locked { .. }))
+                    if std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                started => break started.expect("daemon starts"),
+            }
+        };
         let spoold::Bound::Tcp(addr) = running.bound.clone() else {
             panic!("expected a TCP listener");
         };
