@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use regex::bytes::Regex;
+use regex_automata::meta::{self, Regex};
+use regex_automata::util::{iter::Searcher, syntax};
+use regex_automata::{Input, MatchKind};
 use tokio::sync::broadcast;
 
 /// A line longer than this is redacted in pieces: literals are still caught across the cut,
@@ -53,7 +55,7 @@ pub enum RuleError {
     InvalidPattern {
         pattern: String,
         #[source]
-        source: regex::Error,
+        source: Box<meta::BuildError>,
     },
     #[error("redaction pattern {pattern:?} matches the empty string")]
     MatchesEmpty { pattern: String },
@@ -70,8 +72,7 @@ pub struct Redactor {
     rules: RedactRules,
     /// Input not yet redacted: the start of an incomplete line.
     pending: Vec<u8>,
-    /// Scratch: the merged matches of the block being redacted.
-    spans: Vec<(usize, usize)>,
+    scratch: Scratch,
     redactions: u64,
 }
 
@@ -130,8 +131,14 @@ pub fn redact_all(rules: &RedactRules, text: &str) -> String {
         return text.to_owned();
     }
     let mut out = Vec::with_capacity(text.len());
-    let mut spans = Vec::new();
-    redact_block(&rules.0, &mut spans, text.as_bytes(), text.len(), &mut out);
+    let mut scratch = Scratch::new(&rules.0);
+    redact_block(
+        &rules.0,
+        &mut scratch,
+        text.as_bytes(),
+        text.len(),
+        &mut out,
+    );
     // A literal secret need not be valid UTF-8, so cutting it out can split a character.
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
@@ -149,6 +156,19 @@ struct Compiled {
     longest_multiline_literal: usize,
 }
 
+/// What one thread needs to search with the rules: a cache per regex (the regexes are shared,
+/// their caches are not, so two threads never contend for one), and room for the matches.
+struct Scratch {
+    literal_cache: Option<meta::Cache>,
+    caches: Vec<meta::Cache>,
+    /// The matches of each rule (the literals first, then each regex), each in order.
+    found: Vec<Vec<(usize, usize)>>,
+    /// Where each rule's next match is, while they are merged.
+    heads: Vec<usize>,
+    /// The merged matches of the block being redacted.
+    spans: Vec<(usize, usize)>,
+}
+
 impl RedactRules {
     /// Compiles the rules. Empty literals are ignored, duplicates dropped.
     pub fn new(literals: Vec<Vec<u8>>, regexes: &[String]) -> Result<Self, RuleError> {
@@ -163,7 +183,7 @@ impl RedactRules {
                 .map(|l| escape_literal(l))
                 .collect::<Vec<_>>()
                 .join("|");
-            let re = Regex::new(&pattern).map_err(|_| RuleError::SecretsTooLarge {
+            let re = compile(&pattern).map_err(|_| RuleError::SecretsTooLarge {
                 bytes: literals.iter().map(Vec::len).sum(),
             })?;
             Some(re)
@@ -171,7 +191,7 @@ impl RedactRules {
         let regexes = regexes
             .iter()
             .map(|pattern| {
-                let re = Regex::new(pattern).map_err(|source| RuleError::InvalidPattern {
+                let re = compile(pattern).map_err(|source| RuleError::InvalidPattern {
                     pattern: pattern.clone(),
                     source,
                 })?;
@@ -213,40 +233,86 @@ impl fmt::Debug for RedactRules {
 }
 
 impl Compiled {
-    /// Fills `spans` with every match in `hay`, sorted and merged where they overlap.
-    fn find_spans(&self, hay: &[u8], spans: &mut Vec<(usize, usize)>) {
-        spans.clear();
-        if let Some(re) = &self.literals {
+    /// Fills `scratch.spans` with every match in `hay`, in order and merged where they overlap.
+    fn find_spans(&self, hay: &[u8], scratch: &mut Scratch) {
+        let Scratch {
+            literal_cache,
+            caches,
+            found,
+            heads,
+            spans,
+        } = scratch;
+        found.iter_mut().for_each(Vec::clear);
+        if let (Some(re), Some(cache), Some(list)) =
+            (&self.literals, literal_cache.as_mut(), found.first_mut())
+        {
             // Overlapping search: a secret that starts inside another one is covered too.
             let mut at = 0;
-            while let Some(m) = re.find_at(hay, at) {
-                spans.push((m.start(), m.end()));
+            while let Some(m) = re.search_with(cache, &Input::new(hay).span(at..hay.len())) {
+                list.push((m.start(), m.end()));
                 at = m.start() + 1;
             }
         }
-        for re in &self.regexes {
-            spans.extend(
-                re.find_iter(hay)
-                    .filter(|m| !m.is_empty())
-                    .map(|m| (m.start(), m.end())),
-            );
-        }
-        if spans.len() < 2 {
-            return;
-        }
-        spans.sort_unstable();
-        let mut kept = 0;
-        for i in 1..spans.len() {
-            let (start, end) = spans[i];
-            if start < spans[kept].1 {
-                spans[kept].1 = spans[kept].1.max(end);
-            } else {
-                kept += 1;
-                spans[kept] = (start, end);
+        for ((re, cache), list) in self.regexes.iter().zip(caches).zip(&mut found[1..]) {
+            let mut matches = Searcher::new(Input::new(hay));
+            while let Some(m) = matches.advance(|input| Ok(re.search_with(cache, input))) {
+                if !m.is_empty() {
+                    list.push((m.start(), m.end()));
+                }
             }
         }
-        spans.truncate(kept + 1);
+        // Each rule's matches are in order already: merge them (a sort cost more than the
+        // search of a match-dense block), joining those that overlap.
+        spans.clear();
+        heads.clear();
+        heads.resize(found.len(), 0);
+        loop {
+            let mut next: Option<(usize, usize, usize)> = None;
+            for (rule, list) in found.iter().enumerate() {
+                if let Some(&(start, end)) = list.get(heads[rule]) {
+                    if next.is_none_or(|(s, _, _)| start < s) {
+                        next = Some((start, end, rule));
+                    }
+                }
+            }
+            let Some((start, end, rule)) = next else {
+                break;
+            };
+            heads[rule] += 1;
+            match spans.last_mut() {
+                Some(last) if start < last.1 => last.1 = last.1.max(end),
+                _ => spans.push((start, end)),
+            }
+        }
     }
+}
+
+impl Scratch {
+    fn new(rules: &Compiled) -> Self {
+        Scratch {
+            literal_cache: rules.literals.as_ref().map(Regex::create_cache),
+            caches: rules.regexes.iter().map(Regex::create_cache).collect(),
+            found: vec![Vec::new(); 1 + rules.regexes.len()],
+            heads: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
+}
+
+/// Compiles a pattern as `regex::bytes::Regex::new` does (the syntax checked at start-up):
+/// leftmost-first, matching bytes that need not be UTF-8.
+fn compile(pattern: &str) -> Result<Regex, Box<meta::BuildError>> {
+    meta::Builder::new()
+        .configure(
+            meta::Config::new()
+                .nfa_size_limit(Some(10 << 20))
+                .hybrid_cache_capacity(2 << 20)
+                .match_kind(MatchKind::LeftmostFirst)
+                .utf8_empty(false),
+        )
+        .syntax(syntax::Config::new().utf8(false))
+        .build(pattern)
+        .map_err(Box::new)
 }
 
 impl Redactor {
@@ -255,7 +321,7 @@ impl Redactor {
         Redactor {
             rules: rules.clone(),
             pending: Vec::new(),
-            spans: Vec::new(),
+            scratch: Scratch::new(&rules.0),
             redactions: 0,
         }
     }
@@ -317,7 +383,7 @@ impl Redactor {
         if cut == 0 {
             return 0;
         }
-        let (cut, n) = redact_block(&self.rules.0, &mut self.spans, data, cut, out);
+        let (cut, n) = redact_block(&self.rules.0, &mut self.scratch, data, cut, out);
         self.redactions += n;
         cut
     }
@@ -327,12 +393,13 @@ impl Redactor {
 /// a match that straddles it. Returns the cut and the number of replacements.
 fn redact_block(
     rules: &Compiled,
-    spans: &mut Vec<(usize, usize)>,
+    scratch: &mut Scratch,
     data: &[u8],
     mut cut: usize,
     out: &mut Vec<u8>,
 ) -> (usize, u64) {
-    rules.find_spans(data, spans);
+    rules.find_spans(data, scratch);
+    let spans = &scratch.spans;
     if let Some(&(_, end)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
         cut = end;
     }
