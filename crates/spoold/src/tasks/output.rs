@@ -39,8 +39,12 @@ pub const LINE_CAP: usize = 64 * 1024;
 pub const REDACTED: &str = "[REDACTED]";
 
 /// Chunks a live follower may fall behind by before it sees `RecvError::Lagged`; also what a
-/// slow follower can cost in memory (times the size of a chunk: one read plus at most a line).
+/// slow follower can cost in memory (times [`LIVE_CHUNK`]).
 const LIVE_CAPACITY: usize = 128;
+
+/// Output is sent to live followers in pieces of at most this size, whatever the size of the
+/// reads, so that a follower that falls behind costs at most `LIVE_CAPACITY × LIVE_CHUNK` (8 MiB).
+const LIVE_CHUNK: usize = 64 * 1024;
 
 /// A piece of input at least this long is redacted in two parts on two threads, when the
 /// machine has more than one CPU: redaction is what bounds a chatty script's output rate (a
@@ -610,8 +614,10 @@ impl OutputLog {
             return Ok(());
         }
         if self.live.receiver_count() > 0 {
-            // No receiver left in between is fine: nobody is following.
-            let _ = self.live.send(Bytes::copy_from_slice(data));
+            for piece in data.chunks(LIVE_CHUNK) {
+                // No receiver left in between is fine: nobody is following.
+                let _ = self.live.send(Bytes::copy_from_slice(piece));
+            }
         }
         let room = usize::try_from(self.head_cap - self.head_len).unwrap_or(usize::MAX);
         let (head, tail) = data.split_at(data.len().min(room));
