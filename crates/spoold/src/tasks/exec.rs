@@ -306,7 +306,9 @@ impl OutputPump {
     }
 
     /// Starts reading `pipes` into `log` (or counting them only, without a log). A log that
-    /// cannot be written to is given up on (logged once); the pipes are still read.
+    /// cannot be written to is given up on (logged once); the pipes are still read. The thread
+    /// is one of the runtime's blocking threads (512 at most), held for the attempt's life: far
+    /// more than any sensible `--task-concurrency`, but not bounded by it.
     fn start(
         pipes: Vec<(Stream, OwnedFd)>,
         log: Option<Arc<Mutex<OutputLog>>>,
