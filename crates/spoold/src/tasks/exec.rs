@@ -14,18 +14,18 @@
 //! daemon in its own cgroup (systemd does) still contains it at the service's stop.
 
 use std::collections::HashSet;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use spool_store::tasks::AttemptProcess;
-use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{AttemptCgroup, CgroupRoot};
 use super::output::{OutputLog, Stream};
-use tokio::process::Command;
-use tokio_util::sync::CancellationToken;
 
 /// How an attempt with a cgroup starts: `sh -c SCRIPT CGROUP_PROCS PROGRAM ARGS…` writes its
 /// own pid into the cgroup, then becomes the program.
@@ -39,6 +39,17 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// After SIGKILL, how long to wait for the kernel to remove what was killed.
 const AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// An attempt's pipes are enlarged to this (Linux lets any process go up to
+/// `/proc/sys/fs/pipe-max-size`, 1 MiB by default) and read in pieces as large: a chatty
+/// script keeps writing while the daemon redacts, and each read takes what it wrote
+/// meanwhile. Where the kernel refuses, a pipe keeps its size (64 KiB): past
+/// `/proc/sys/fs/pipe-user-pages-soft` (64 MiB of pipes per user by default, so about 32 chatty
+/// attempts at once) it does.
+const PIPE_SIZE: usize = 1 << 20;
+
+/// The pump's buffer until a read fills it.
+const FIRST_READ: usize = 64 * 1024;
 
 /// One attempt to run.
 pub struct Spawn<'a> {
@@ -182,8 +193,10 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     if let Some(dir) = spawn.working_dir {
         command.current_dir(dir);
     }
-    let mut child = match command.spawn() {
-        Ok(c) => c,
+    // Made first: without it the output could not be read, and the child would block.
+    let spawned = OutputPump::stop_pipe().and_then(|stop| Ok((stop, command.spawn()?)));
+    let (stop_pump, mut child) = match spawned {
+        Ok(spawned) => spawned,
         Err(e) => {
             finished.spawn_error = Some(format!("cannot start {program}: {e}"));
             finished.duration = started.elapsed();
@@ -206,25 +219,34 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         tag: &spawn.tag,
         cgroup: cgroup.as_ref(),
     };
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
     // Output is read to the end so a chatty script never blocks on a full pipe.
-    let output = spawn.output.clone();
-    let drain = async {
-        let (a, b) = tokio::join!(
-            read_into(stdout.as_mut(), Stream::Stdout, output.as_ref()),
-            read_into(stderr.as_mut(), Stream::Stderr, output.as_ref())
-        );
-        a + b
-    };
-    tokio::pin!(drain);
+    let pipes = [
+        (
+            Stream::Stdout,
+            child.stdout.take().map(|p| p.into_owned_fd()),
+        ),
+        (
+            Stream::Stderr,
+            child.stderr.take().map(|p| p.into_owned_fd()),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(stream, fd)| match fd? {
+        Ok(fd) => Some((stream, fd)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a task attempt's output pipe");
+            None
+        }
+    })
+    .collect();
+    let mut pump = OutputPump::start(pipes, spawn.output.clone(), stop_pump);
     let mut output = None;
     let deadline = tokio::time::sleep(spawn.timeout);
     tokio::pin!(deadline);
     let status = loop {
         tokio::select! {
             status = child.wait() => break Some(status),
-            n = &mut drain, if output.is_none() => output = Some(n),
+            n = &mut pump.thread, if output.is_none() => output = Some(n.unwrap_or(0)),
             () = &mut deadline => { finished.stopped = Some(Stopped::TimedOut); break None; }
             () = spawn.cancel.cancelled() => { finished.stopped = Some(Stopped::Canceled); break None; }
             () = spawn.shutdown.cancelled() => { finished.stopped = Some(Stopped::Shutdown); break None; }
@@ -252,44 +274,138 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     }
     finished.output_bytes = match output {
         Some(n) => n,
-        // The pipes close once every writer is gone, which it now is.
-        None => tokio::time::timeout(Duration::from_secs(1), drain)
-            .await
-            .unwrap_or(0),
+        // The pipes close once every writer is gone, which it now is; if a process we could
+        // not end still holds one, reading stops after a second.
+        None => match tokio::time::timeout(Duration::from_secs(1), &mut pump.thread).await {
+            Ok(n) => n.unwrap_or(0),
+            Err(_) => pump.stop().await,
+        },
     };
     finished.duration = started.elapsed();
     finished
 }
 
-/// Read one pipe to its end into `log` (if any); returns the bytes read. A log that cannot be
-/// written to is given up on (logged once), but the pipe is still read to the end.
-async fn read_into<R: tokio::io::AsyncRead + Unpin>(
-    reader: Option<&mut R>,
-    stream: Stream,
-    log: Option<&Arc<Mutex<OutputLog>>>,
-) -> u64 {
-    let Some(reader) = reader else { return 0 };
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    let mut log = log;
-    loop {
-        match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => return total,
-            Ok(n) => {
-                total += n as u64;
-                if let Some(l) = log {
-                    let written = l
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .write(stream, &buf[..n]);
-                    if let Err(e) = written {
-                        tracing::warn!(error = %e, "cannot write a task attempt's output log");
-                        log = None;
-                    }
-                }
-            }
+/// Reads an attempt's pipes into its output log on a blocking thread of its own: it waits
+/// (`poll`) for a pipe to have something, reads up to [`PIPE_SIZE`] from it, and redacts and
+/// stores that before it looks again. While it redacts, the script's output gathers in the
+/// pipe (or the script blocks on it), so a chatty script is read in large pieces with one
+/// wake-up each; the runtime's event loop is not involved, and the async side only awaits the
+/// thread's end.
+struct OutputPump {
+    /// Dropping it (the write end of a pipe the thread also polls) stops the thread.
+    stop: Option<OwnedFd>,
+    /// Ends with the bytes read, once every pipe is closed (or the pump is stopped); once the
+    /// thread is gone, the log is complete and the runner's handle to it the last one.
+    thread: tokio::task::JoinHandle<u64>,
+}
+
+impl OutputPump {
+    /// The pipe that stops a pump: (read end, write end).
+    fn stop_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from)
+    }
+
+    /// Starts reading `pipes` into `log` (or counting them only, without a log). A log that
+    /// cannot be written to is given up on (logged once); the pipes are still read. The thread
+    /// is one of the runtime's blocking threads (512 at most), held for the attempt's life: far
+    /// more than any sensible `--task-concurrency`, but not bounded by it.
+    fn start(
+        pipes: Vec<(Stream, OwnedFd)>,
+        log: Option<Arc<Mutex<OutputLog>>>,
+        (stop_rx, stop_tx): (OwnedFd, OwnedFd),
+    ) -> Self {
+        let thread = tokio::task::spawn_blocking(move || pump(pipes, log, &stop_rx));
+        OutputPump {
+            stop: Some(stop_tx),
+            thread,
         }
     }
+
+    /// Stops reading and waits for the thread to let go of the log; the bytes read.
+    async fn stop(&mut self) -> u64 {
+        self.stop = None;
+        (&mut self.thread).await.unwrap_or(0)
+    }
+}
+
+/// The pump's thread: until every pipe is closed or `stop` is.
+fn pump(
+    mut pipes: Vec<(Stream, OwnedFd)>,
+    log: Option<Arc<Mutex<OutputLog>>>,
+    stop: &OwnedFd,
+) -> u64 {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let size = pipes
+        .iter()
+        .map(|(_, fd)| enlarge_pipe(fd))
+        .max()
+        .unwrap_or(0);
+    // Small at first (most attempts print little, or nothing), grown to `size` once a read
+    // fills it.
+    let mut buf = Vec::new();
+    let mut log = log;
+    let mut total = 0u64;
+    while !pipes.is_empty() {
+        let mut fds: Vec<PollFd<'_>> = pipes
+            .iter()
+            .map(|(_, fd)| PollFd::new(fd, PollFlags::IN))
+            .chain(std::iter::once(PollFd::new(stop, PollFlags::IN)))
+            .collect();
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot wait for a task attempt's output");
+                break;
+            }
+        }
+        let (stopped, ready) = fds.split_last().expect("the stop pipe is polled");
+        if !stopped.revents().is_empty() {
+            break;
+        }
+        let ready: Vec<bool> = ready.iter().map(|fd| !fd.revents().is_empty()).collect();
+        drop(fds);
+        if buf.is_empty() {
+            buf = vec![0u8; size.min(FIRST_READ)];
+        }
+        let mut open = vec![true; pipes.len()];
+        let mut grow = false;
+        for (i, (stream, fd)) in pipes.iter().enumerate().filter(|&(i, _)| ready[i]) {
+            match rustix::io::read(fd, &mut buf) {
+                Ok(0) => open[i] = false,
+                Ok(n) => {
+                    total += n as u64;
+                    grow |= n == buf.len();
+                    if let Some(l) = &log {
+                        let written = l
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .write(*stream, &buf[..n]);
+                        if let Err(e) = written {
+                            tracing::warn!(error = %e, "cannot write a task attempt's output log");
+                            log = None;
+                        }
+                    }
+                }
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                Err(_) => open[i] = false,
+            }
+        }
+        let mut open = open.into_iter();
+        pipes.retain(|_| open.next().unwrap_or(false));
+        if grow && buf.len() < size {
+            buf.resize(size, 0);
+        }
+    }
+    total
+}
+
+/// Enlarges a pipe to [`PIPE_SIZE`] if the kernel lets us; returns its size (what one read
+/// can take).
+fn enlarge_pipe(pipe: &OwnedFd) -> usize {
+    rustix::pipe::fcntl_setpipe_size(pipe, PIPE_SIZE)
+        .or_else(|_| rustix::pipe::fcntl_getpipe_size(pipe))
+        .unwrap_or(64 * 1024)
 }
 
 /// The process group, start time and boot of a just-started leader, from `/proc`.

@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use regex::bytes::Regex;
+use regex_automata::meta::{self, Regex};
+use regex_automata::util::{iter::Searcher, syntax};
+use regex_automata::{Input, MatchKind};
 use tokio::sync::broadcast;
 
 /// A line longer than this is redacted in pieces: literals are still caught across the cut,
@@ -37,8 +39,17 @@ pub const LINE_CAP: usize = 64 * 1024;
 pub const REDACTED: &str = "[REDACTED]";
 
 /// Chunks a live follower may fall behind by before it sees `RecvError::Lagged`; also what a
-/// slow follower can cost in memory (times the size of a chunk: one read plus at most a line).
+/// slow follower can cost in memory (times [`LIVE_CHUNK`]).
 const LIVE_CAPACITY: usize = 128;
+
+/// Output is sent to live followers in pieces of at most this size, whatever the size of the
+/// reads, so that a follower that falls behind costs at most `LIVE_CAPACITY × LIVE_CHUNK` (8 MiB).
+const LIVE_CHUNK: usize = 64 * 1024;
+
+/// A piece of input at least this long is redacted in two parts on two threads, when the
+/// machine has more than one CPU: redaction is what bounds a chatty script's output rate (a
+/// dense line costs as much as its matches, about 200 MiB/s on one core with a few rules).
+const PARALLEL_MIN: usize = 256 * 1024;
 
 /// What to redact: literal secret values and patterns. Cheap to clone (shared, compiled once).
 ///
@@ -53,7 +64,7 @@ pub enum RuleError {
     InvalidPattern {
         pattern: String,
         #[source]
-        source: regex::Error,
+        source: Box<meta::BuildError>,
     },
     #[error("redaction pattern {pattern:?} matches the empty string")]
     MatchesEmpty { pattern: String },
@@ -70,9 +81,17 @@ pub struct Redactor {
     rules: RedactRules,
     /// Input not yet redacted: the start of an incomplete line.
     pending: Vec<u8>,
-    /// Scratch: the merged matches of the block being redacted.
-    spans: Vec<(usize, usize)>,
+    scratch: Scratch,
     redactions: u64,
+    /// Redacts the second part of a large piece on another thread; made on first use, kept
+    /// with its scratch space (its `pending` is always empty between pushes).
+    helper: Option<Box<Helper>>,
+}
+
+/// The second thread's redactor and output, reused across pushes.
+struct Helper {
+    redactor: Redactor,
+    out: Vec<u8>,
 }
 
 /// Which pipe a chunk of output came from.
@@ -130,8 +149,14 @@ pub fn redact_all(rules: &RedactRules, text: &str) -> String {
         return text.to_owned();
     }
     let mut out = Vec::with_capacity(text.len());
-    let mut spans = Vec::new();
-    redact_block(&rules.0, &mut spans, text.as_bytes(), text.len(), &mut out);
+    let mut scratch = Scratch::new(&rules.0);
+    redact_block(
+        &rules.0,
+        &mut scratch,
+        text.as_bytes(),
+        text.len(),
+        &mut out,
+    );
     // A literal secret need not be valid UTF-8, so cutting it out can split a character.
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
@@ -147,6 +172,21 @@ struct Compiled {
     longest_literal: usize,
     /// The longest literal containing `\n`: one may straddle a line end.
     longest_multiline_literal: usize,
+    /// Large pieces may be redacted on two threads (more than one CPU).
+    parallel: bool,
+}
+
+/// What one thread needs to search with the rules: a cache per regex (the regexes are shared,
+/// their caches are not, so two threads never contend for one), and room for the matches.
+struct Scratch {
+    literal_cache: Option<meta::Cache>,
+    caches: Vec<meta::Cache>,
+    /// The matches of each rule (the literals first, then each regex), each in order.
+    found: Vec<Vec<(usize, usize)>>,
+    /// Where each rule's next match is, while they are merged.
+    heads: Vec<usize>,
+    /// The merged matches of the block being redacted.
+    spans: Vec<(usize, usize)>,
 }
 
 impl RedactRules {
@@ -163,7 +203,7 @@ impl RedactRules {
                 .map(|l| escape_literal(l))
                 .collect::<Vec<_>>()
                 .join("|");
-            let re = Regex::new(&pattern).map_err(|_| RuleError::SecretsTooLarge {
+            let re = compile(&pattern).map_err(|_| RuleError::SecretsTooLarge {
                 bytes: literals.iter().map(Vec::len).sum(),
             })?;
             Some(re)
@@ -171,7 +211,7 @@ impl RedactRules {
         let regexes = regexes
             .iter()
             .map(|pattern| {
-                let re = Regex::new(pattern).map_err(|source| RuleError::InvalidPattern {
+                let re = compile(pattern).map_err(|source| RuleError::InvalidPattern {
                     pattern: pattern.clone(),
                     source,
                 })?;
@@ -194,6 +234,7 @@ impl RedactRules {
                 .map(Vec::len)
                 .max()
                 .unwrap_or(0),
+            parallel: more_than_one_cpu(),
         })))
     }
 
@@ -213,40 +254,93 @@ impl fmt::Debug for RedactRules {
 }
 
 impl Compiled {
-    /// Fills `spans` with every match in `hay`, sorted and merged where they overlap.
-    fn find_spans(&self, hay: &[u8], spans: &mut Vec<(usize, usize)>) {
-        spans.clear();
-        if let Some(re) = &self.literals {
+    /// Fills `scratch.spans` with every match in `hay`, in order and merged where they overlap.
+    fn find_spans(&self, hay: &[u8], scratch: &mut Scratch) {
+        let Scratch {
+            literal_cache,
+            caches,
+            found,
+            heads,
+            spans,
+        } = scratch;
+        found.iter_mut().for_each(Vec::clear);
+        if let (Some(re), Some(cache), Some(list)) =
+            (&self.literals, literal_cache.as_mut(), found.first_mut())
+        {
             // Overlapping search: a secret that starts inside another one is covered too.
             let mut at = 0;
-            while let Some(m) = re.find_at(hay, at) {
-                spans.push((m.start(), m.end()));
+            while let Some(m) = re.search_with(cache, &Input::new(hay).span(at..hay.len())) {
+                list.push((m.start(), m.end()));
                 at = m.start() + 1;
             }
         }
-        for re in &self.regexes {
-            spans.extend(
-                re.find_iter(hay)
-                    .filter(|m| !m.is_empty())
-                    .map(|m| (m.start(), m.end())),
-            );
-        }
-        if spans.len() < 2 {
-            return;
-        }
-        spans.sort_unstable();
-        let mut kept = 0;
-        for i in 1..spans.len() {
-            let (start, end) = spans[i];
-            if start < spans[kept].1 {
-                spans[kept].1 = spans[kept].1.max(end);
-            } else {
-                kept += 1;
-                spans[kept] = (start, end);
+        for ((re, cache), list) in self.regexes.iter().zip(caches).zip(&mut found[1..]) {
+            let mut matches = Searcher::new(Input::new(hay));
+            while let Some(m) = matches.advance(|input| Ok(re.search_with(cache, input))) {
+                if !m.is_empty() {
+                    list.push((m.start(), m.end()));
+                }
             }
         }
-        spans.truncate(kept + 1);
+        // Each rule's matches are in order already: merge them (a sort cost more than the
+        // search of a match-dense block), joining those that overlap.
+        spans.clear();
+        heads.clear();
+        heads.resize(found.len(), 0);
+        loop {
+            let mut next: Option<(usize, usize, usize)> = None;
+            for (rule, list) in found.iter().enumerate() {
+                if let Some(&(start, end)) = list.get(heads[rule]) {
+                    if next.is_none_or(|(s, _, _)| start < s) {
+                        next = Some((start, end, rule));
+                    }
+                }
+            }
+            let Some((start, end, rule)) = next else {
+                break;
+            };
+            heads[rule] += 1;
+            match spans.last_mut() {
+                Some(last) if start < last.1 => last.1 = last.1.max(end),
+                _ => spans.push((start, end)),
+            }
+        }
     }
+}
+
+impl Scratch {
+    fn new(rules: &Compiled) -> Self {
+        Scratch {
+            literal_cache: rules.literals.as_ref().map(Regex::create_cache),
+            caches: rules.regexes.iter().map(Regex::create_cache).collect(),
+            found: vec![Vec::new(); 1 + rules.regexes.len()],
+            heads: Vec::new(),
+            spans: Vec::new(),
+        }
+    }
+}
+
+/// Whether this process may run on more than one CPU. Asked once: the answer takes reading
+/// cgroup files, and rules are compiled for every attempt.
+fn more_than_one_cpu() -> bool {
+    static MORE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MORE.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+}
+
+/// Compiles a pattern as `regex::bytes::Regex::new` does (the syntax checked at start-up):
+/// leftmost-first, matching bytes that need not be UTF-8.
+fn compile(pattern: &str) -> Result<Regex, Box<meta::BuildError>> {
+    meta::Builder::new()
+        .configure(
+            meta::Config::new()
+                .nfa_size_limit(Some(10 << 20))
+                .hybrid_cache_capacity(2 << 20)
+                .match_kind(MatchKind::LeftmostFirst)
+                .utf8_empty(false),
+        )
+        .syntax(syntax::Config::new().utf8(false))
+        .build(pattern)
+        .map_err(Box::new)
 }
 
 impl Redactor {
@@ -255,18 +349,71 @@ impl Redactor {
         Redactor {
             rules: rules.clone(),
             pending: Vec::new(),
-            spans: Vec::new(),
+            scratch: Scratch::new(&rules.0),
             redactions: 0,
+            helper: None,
         }
     }
 
     /// Takes the next piece of the stream and appends to `out` what can be released: complete
     /// lines, or most of a line longer than [`LINE_CAP`].
+    ///
+    /// A large piece is cut after a line end near its middle and the two parts are pushed one
+    /// after the other, the second on another thread at the same time: once a part that ends
+    /// with a line end is pushed nothing is pending (no literal holds a line end), so the
+    /// second part starts from the state it would have had anyway. The output is exactly that
+    /// of the two pushes in turn, which is a split like any read boundary.
     pub fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
         if self.rules.is_empty() {
             out.extend_from_slice(input);
             return;
         }
+        match self.parallel_cut(input) {
+            Some(cut) => self.push_in_two(input.split_at(cut), out),
+            None => self.push_serial(input, out),
+        }
+    }
+
+    /// Where to cut `input` in two for [`push_in_two`](Self::push_in_two), if it is worth it
+    /// and safe: just after the last line end of its first half.
+    fn parallel_cut(&self, input: &[u8]) -> Option<usize> {
+        let rules = &self.rules.0;
+        if !rules.parallel || input.len() < PARALLEL_MIN || rules.longest_multiline_literal > 1 {
+            return None;
+        }
+        let half = &input[..input.len() / 2];
+        half.iter().rposition(|&b| b == b'\n').map(|i| i + 1)
+    }
+
+    /// Pushes `first` here and `second` on a scoped thread at the same time. `first` ends with
+    /// a line end, so nothing is pending after it and `second` may start from nothing.
+    fn push_in_two(&mut self, (first, second): (&[u8], &[u8]), out: &mut Vec<u8>) {
+        let mut helper = self.helper.take().unwrap_or_else(|| {
+            Box::new(Helper {
+                redactor: Redactor::new(&self.rules),
+                out: Vec::new(),
+            })
+        });
+        helper.out.clear();
+        std::thread::scope(|scope| {
+            let other = scope.spawn(|| helper.redactor.push_serial(second, &mut helper.out));
+            self.push_serial(first, out);
+            if let Err(panic) = other.join() {
+                std::panic::resume_unwind(panic);
+            }
+        });
+        debug_assert!(
+            self.pending.is_empty(),
+            "a part ending with a line end leaves nothing"
+        );
+        out.extend_from_slice(&helper.out);
+        mem::swap(&mut self.pending, &mut helper.redactor.pending);
+        self.redactions += mem::take(&mut helper.redactor.redactions);
+        self.helper = Some(helper);
+    }
+
+    /// [`push`](Self::push) on this thread.
+    fn push_serial(&mut self, input: &[u8], out: &mut Vec<u8>) {
         if self.pending.is_empty() {
             let cut = self.cut_point(input, 0);
             let cut = self.release(input, cut, out);
@@ -317,7 +464,7 @@ impl Redactor {
         if cut == 0 {
             return 0;
         }
-        let (cut, n) = redact_block(&self.rules.0, &mut self.spans, data, cut, out);
+        let (cut, n) = redact_block(&self.rules.0, &mut self.scratch, data, cut, out);
         self.redactions += n;
         cut
     }
@@ -327,12 +474,13 @@ impl Redactor {
 /// a match that straddles it. Returns the cut and the number of replacements.
 fn redact_block(
     rules: &Compiled,
-    spans: &mut Vec<(usize, usize)>,
+    scratch: &mut Scratch,
     data: &[u8],
     mut cut: usize,
     out: &mut Vec<u8>,
 ) -> (usize, u64) {
-    rules.find_spans(data, spans);
+    rules.find_spans(data, scratch);
+    let spans = &scratch.spans;
     if let Some(&(_, end)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
         cut = end;
     }
@@ -466,8 +614,10 @@ impl OutputLog {
             return Ok(());
         }
         if self.live.receiver_count() > 0 {
-            // No receiver left in between is fine: nobody is following.
-            let _ = self.live.send(Bytes::copy_from_slice(data));
+            for piece in data.chunks(LIVE_CHUNK) {
+                // No receiver left in between is fine: nobody is following.
+                let _ = self.live.send(Bytes::copy_from_slice(piece));
+            }
         }
         let room = usize::try_from(self.head_cap - self.head_len).unwrap_or(usize::MAX);
         let (head, tail) = data.split_at(data.len().min(room));
@@ -667,6 +817,42 @@ mod tests {
                 assert_eq!(r.redactions(), 1);
             }
         }
+    }
+
+    #[test]
+    fn large_pieces_in_two_parts_as_in_small_ones() {
+        let rules = rules(&["s3cr3t-value", "other"], &["(?i)password=\\S+"]);
+        let mut text = Vec::new();
+        for i in 0..40_000 {
+            text.extend_from_slice(
+                format!("line {i} s3cr3t-value password=hunter{i} other\n").as_bytes(),
+            );
+        }
+        text.extend_from_slice(b"unfinished s3cr3t-va");
+        assert!(text.len() > 2 * PARALLEL_MIN);
+        let small: Vec<&[u8]> = text.chunks(4096).collect();
+        let expected = stream(&rules, &small);
+        assert_eq!(expected.1, 120_000);
+        // Something pending (or not) before the large piece, an incomplete line after it.
+        for first in [0, 7, 1000, 5000] {
+            let mut r = Redactor::new(&rules);
+            let mut out = Vec::new();
+            r.push(&text[..first], &mut out);
+            r.push(&text[first..text.len() - 9], &mut out);
+            assert_eq!(r.helper.is_some(), rules.0.parallel, "split in two");
+            r.push(&text[text.len() - 9..], &mut out);
+            r.finish(&mut out);
+            let got = (String::from_utf8(out).expect("utf-8"), r.redactions());
+            assert!(got == expected, "first push of {first} bytes");
+        }
+        // A literal holding a line end may straddle the cut: no split, same result.
+        let multi = self::rules(&["value password", "other\nline"], &[]);
+        let mut r = Redactor::new(&multi);
+        let mut out = Vec::new();
+        r.push(&text, &mut out);
+        r.finish(&mut out);
+        assert!(r.helper.is_none());
+        assert!(out == stream(&multi, &small).0.into_bytes());
     }
 
     #[test]
