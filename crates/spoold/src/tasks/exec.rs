@@ -40,12 +40,13 @@ const POLL: Duration = Duration::from_millis(20);
 /// After SIGKILL, how long to wait for the kernel to remove what was killed.
 const AFTER_KILL: Duration = Duration::from_secs(5);
 
-/// An attempt's pipes are enlarged to this (Linux lets any process go up to
+/// A pipe of an attempt that fills a read is enlarged to this (Linux lets any process go up to
 /// `/proc/sys/fs/pipe-max-size`, 1 MiB by default) and read in pieces as large: a chatty
 /// script keeps writing while the daemon redacts, and each read takes what it wrote
 /// meanwhile. Where the kernel refuses, a pipe keeps its size (64 KiB): past
-/// `/proc/sys/fs/pipe-user-pages-soft` (64 MiB of pipes per user by default, so about 32 chatty
-/// attempts at once) it does.
+/// `/proc/sys/fs/pipe-user-pages-soft` (64 MiB of pipes per user by default, about 32 chatty
+/// attempts at once; the kernel then also gives the user's new pipes, the scripts' own
+/// included, a single page) it does. Quiet attempts never enlarge theirs.
 const PIPE_SIZE: usize = 1 << 20;
 
 /// The pump's buffer until a read fills it.
@@ -335,13 +336,11 @@ fn pump(
     stop: &OwnedFd,
 ) -> u64 {
     use rustix::event::{poll, PollFd, PollFlags};
-    let size = pipes
-        .iter()
-        .map(|(_, fd)| enlarge_pipe(fd))
-        .max()
-        .unwrap_or(0);
-    // Small at first (most attempts print little, or nothing), grown to `size` once a read
-    // fills it.
+    // Pipes keep the kernel's size until a read fills the buffer (a chatty script): only then
+    // is that pipe enlarged (enlarged pipes count against the user's pipe allowance, which
+    // the scripts' own pipes share), and the buffer grows to what one read can then take.
+    let mut enlarged = vec![false; pipes.len()];
+    let mut size = FIRST_READ;
     let mut buf = Vec::new();
     let mut log = log;
     let mut total = 0u64;
@@ -369,13 +368,15 @@ fn pump(
             buf = vec![0u8; size.min(FIRST_READ)];
         }
         let mut open = vec![true; pipes.len()];
-        let mut grow = false;
         for (i, (stream, fd)) in pipes.iter().enumerate().filter(|&(i, _)| ready[i]) {
             match rustix::io::read(fd, &mut buf) {
                 Ok(0) => open[i] = false,
                 Ok(n) => {
                     total += n as u64;
-                    grow |= n == buf.len();
+                    if n == buf.len() && !enlarged[i] {
+                        enlarged[i] = true;
+                        size = size.max(enlarge_pipe(fd));
+                    }
                     if let Some(l) = &log {
                         let written = l
                             .lock()
@@ -391,9 +392,11 @@ fn pump(
                 Err(_) => open[i] = false,
             }
         }
-        let mut open = open.into_iter();
-        pipes.retain(|_| open.next().unwrap_or(false));
-        if grow && buf.len() < size {
+        let mut keep = open.iter().copied();
+        pipes.retain(|_| keep.next().unwrap_or(false));
+        let mut keep = open.into_iter();
+        enlarged.retain(|_| keep.next().unwrap_or(false));
+        if buf.len() < size {
             buf.resize(size, 0);
         }
     }
