@@ -9,14 +9,12 @@
 //! an unreachable database is run again one step at a time, so one bad step never sinks the
 //! others.
 
-use std::sync::Arc;
-
-use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_postgres::Row;
 
+use super::batch::{Batcher, Job};
 use super::deliveries;
 use super::PgStore;
-use crate::error::{Result, StoreError};
+use crate::error::StoreError;
 use crate::model::{AttemptResult, Millis, Reservation};
 
 /// Steps written in one transaction at most.
@@ -34,75 +32,30 @@ pub(super) struct Step {
     pub from: Option<Millis>,
 }
 
-struct Job {
-    step: Step,
-    /// The step's one row of `spoold_steps`.
-    answer: oneshot::Sender<Result<Row>>,
-}
+/// The queue steps wait in; each is answered with its row of `spoold_steps`.
+pub(super) type Advancer = Batcher<Step, Row>;
 
-/// The queue steps wait in; its writers stop when the store is dropped.
-pub(super) struct Advancer {
-    jobs: mpsc::UnboundedSender<Job>,
-}
-
-impl Advancer {
-    /// Start the writers. They hold only a weak reference to the store, so that dropping the
-    /// last handle stops them.
-    pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Advancer {
-        let (jobs, queue) = mpsc::unbounded_channel();
-        let queue = Arc::new(Mutex::new(queue));
-        for _ in 0..WRITERS {
-            tokio::spawn(write_batches(store.clone(), Arc::clone(&queue)));
-        }
-        Advancer { jobs }
-    }
-
-    /// Queue a step and wait for its row.
-    pub(super) async fn advance(&self, step: Step) -> Result<Row> {
-        let (answer, answered) = oneshot::channel();
-        self.jobs
-            .send(Job { step, answer })
-            .map_err(|_| StoreError::WriterGone)?;
-        answered.await.map_err(|_| StoreError::WriterGone)?
-    }
-}
-
-/// One writer: take what is queued (up to a batch), write it, answer, again.
-async fn write_batches(
-    store: std::sync::Weak<super::Inner>,
-    queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
-) {
-    loop {
-        let mut batch = Vec::new();
-        {
-            let mut queue = queue.lock().await;
-            match queue.recv().await {
-                Some(job) => batch.push(job),
-                None => return,
-            }
-            while batch.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
-        }
-        let Some(inner) = store.upgrade() else {
-            return;
-        };
-        PgStore { inner }.write_steps(batch).await;
-    }
+/// Start the writers.
+pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Advancer {
+    Batcher::spawn(
+        store,
+        WRITERS,
+        MAX_BATCH,
+        |store: PgStore, batch| async move {
+            store.write_steps(batch).await;
+        },
+    )
 }
 
 impl PgStore {
-    async fn write_steps(&self, batch: Vec<Job>) {
-        let lease_ms = batch.first().map(|j| j.step.lease_ms);
-        if batch.len() == 1 || batch.iter().any(|j| Some(j.step.lease_ms) != lease_ms) {
+    async fn write_steps(&self, batch: Vec<Job<Step, Row>>) {
+        let lease_ms = batch.first().map(|j| j.item.lease_ms);
+        if batch.len() == 1 || batch.iter().any(|j| Some(j.item.lease_ms) != lease_ms) {
             return self.steps_one_by_one(batch).await;
         }
         let steps: Vec<_> = batch
             .iter()
-            .map(|j| deliveries::advance_args(&j.step.result, &j.step.next, j.step.from))
+            .map(|j| deliveries::advance_args(&j.item.result, &j.item.next, j.item.from))
             .collect();
         let lease_ms = lease_ms.unwrap_or_default();
         match self.step(&deliveries::steps(&steps, lease_ms)).await {
@@ -140,14 +93,14 @@ impl PgStore {
         }
     }
 
-    async fn steps_one_by_one(&self, jobs: Vec<Job>) {
+    async fn steps_one_by_one(&self, jobs: Vec<Job<Step, Row>>) {
         for job in jobs {
             let Step {
                 result,
                 next,
                 lease_ms,
                 from,
-            } = &job.step;
+            } = &job.item;
             let answer = self
                 .step(&deliveries::advance(result, next, *lease_ms, *from))
                 .await

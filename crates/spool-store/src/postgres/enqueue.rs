@@ -10,10 +10,8 @@
 //! again one create at a time, so one bad create never sinks the others.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, Mutex};
-
+use super::batch::{Batcher, Job};
 use super::deliveries::{encode_body, encode_headers, known_key};
 use super::{exec, rows, PgStore, Tx};
 use crate::error::{Result, StoreError};
@@ -25,73 +23,28 @@ const MAX_BATCH: usize = 256;
 /// Batches being written at once: while one commits, the next is being built.
 pub(super) const WRITERS: usize = 3;
 
-struct Job {
-    new: NewDelivery,
-    answer: oneshot::Sender<Result<InsertOutcome>>,
-}
+/// The queue creates wait in.
+pub(super) type Enqueuer = Batcher<NewDelivery, InsertOutcome>;
 
-/// The queue creates wait in; its writers stop when the store is dropped.
-pub(super) struct Enqueuer {
-    jobs: mpsc::UnboundedSender<Job>,
-}
-
-impl Enqueuer {
-    /// Start the writers. They hold only a weak reference to the store, so that dropping the
-    /// last handle stops them.
-    pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Enqueuer {
-        let (jobs, queue) = mpsc::unbounded_channel();
-        let queue = Arc::new(Mutex::new(queue));
-        for _ in 0..WRITERS {
-            tokio::spawn(write_batches(store.clone(), Arc::clone(&queue)));
-        }
-        Enqueuer { jobs }
-    }
-
-    /// Queue a create and wait for its answer.
-    pub(super) async fn insert(&self, new: NewDelivery) -> Result<InsertOutcome> {
-        let (answer, answered) = oneshot::channel();
-        self.jobs
-            .send(Job { new, answer })
-            .map_err(|_| StoreError::WriterGone)?;
-        answered.await.map_err(|_| StoreError::WriterGone)?
-    }
-}
-
-/// One writer: take what is queued (up to a batch), write it, answer, again.
-async fn write_batches(
-    store: std::sync::Weak<super::Inner>,
-    queue: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>,
-) {
-    loop {
-        let mut batch = Vec::new();
-        {
-            let mut queue = queue.lock().await;
-            match queue.recv().await {
-                Some(job) => batch.push(job),
-                None => return,
-            }
-            while batch.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
-        }
-        let Some(inner) = store.upgrade() else {
-            return;
-        };
-        let store = PgStore { inner };
-        store.write_batch(batch).await;
-    }
+/// Start the writers.
+pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Enqueuer {
+    Batcher::spawn(
+        store,
+        WRITERS,
+        MAX_BATCH,
+        |store: PgStore, batch| async move {
+            store.write_batch(batch).await;
+        },
+    )
 }
 
 impl PgStore {
-    async fn write_batch(&self, batch: Vec<Job>) {
+    async fn write_batch(&self, batch: Vec<Job<NewDelivery, InsertOutcome>>) {
         // A key twice in one batch: the later create must see the earlier one's row, so it
         // waits for the batch to commit and then goes one by one.
         let mut seen = HashSet::new();
-        let (first, again): (Vec<Job>, Vec<Job>) = batch.into_iter().partition(|job| {
-            job.new
+        let (first, again): (Vec<_>, Vec<_>) = batch.into_iter().partition(|job| {
+            job.item
                 .idempotency_key
                 .as_ref()
                 .is_none_or(|key| seen.insert(key.clone()))
@@ -103,7 +56,7 @@ impl PgStore {
             Ok(0)
         } {
             Ok(used) => {
-                let news: Vec<&NewDelivery> = first.iter().map(|j| &j.new).collect();
+                let news: Vec<&NewDelivery> = first.iter().map(|j| &j.item).collect();
                 in_tx!(self, &self.inner.enqueue_pool, |tx, now| insert_batch(
                     &tx, &news, now, used, limit
                 ))
@@ -134,9 +87,9 @@ impl PgStore {
         self.one_by_one(again).await;
     }
 
-    async fn one_by_one(&self, jobs: Vec<Job>) {
+    async fn one_by_one(&self, jobs: Vec<Job<NewDelivery, InsertOutcome>>) {
         for job in jobs {
-            let answer = self.insert_one(job.new).await;
+            let answer = self.insert_one(job.item).await;
             let _ = job.answer.send(answer);
         }
     }

@@ -186,6 +186,7 @@ macro_rules! read {
 
 // After the macros, which they use.
 mod advance;
+mod batch;
 mod enqueue;
 
 impl PgStore {
@@ -223,8 +224,8 @@ impl PgStore {
                 stats: WriterStats::default(),
                 wake,
                 _listener: listener,
-                enqueuer: enqueue::Enqueuer::spawn(inner.clone()),
-                advancer: advance::Advancer::spawn(inner.clone()),
+                enqueuer: enqueue::spawn(inner.clone()),
+                advancer: advance::spawn(inner.clone()),
                 enqueue_pool,
             }),
         };
@@ -333,7 +334,7 @@ impl PgStore {
     /// See [`crate::Store::insert`]: queued, and written with the creates that came in
     /// meanwhile in one transaction (`enqueue`).
     pub async fn insert(&self, new: NewDelivery) -> Result<InsertOutcome> {
-        self.inner.enqueuer.insert(new).await
+        self.inner.enqueuer.submit(new).await
     }
 
     /// One create in a transaction of its own.
@@ -402,7 +403,7 @@ impl PgStore {
             lease_ms,
             from,
         };
-        match self.inner.advancer.advance(step).await {
+        match self.inner.advancer.submit(step).await {
             Ok(row) => {
                 let rows = std::slice::from_ref(&row);
                 let applied = deliveries::applied(rows);

@@ -777,19 +777,11 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
     }
     let first = claim(&store, 1).await.remove(0);
     let second = reserve(&store, ORIGIN_A).await.expect("reserved");
-    let result = |claimed: &Claimed| AttemptResult {
-        id: claimed.id.clone(),
-        claim_seq: claimed.claim_seq,
-        disposition: Disposition::Succeeded,
-        http_status: Some(200),
-        error_code: None,
-        error: None,
-        duration_ms: 1,
-        remote_id: None,
-    };
 
     // The result is recorded, the reserved delivery started, the one after it reserved.
-    let advanced = store.advance(result(&first), second.clone(), 60_000).await;
+    let advanced = store
+        .advance(succeeded(&first), second.clone(), 60_000)
+        .await;
     assert_eq!(
         advanced.applied.expect("recorded"),
         Applied::Now(DeliveryStatus::Succeeded)
@@ -817,7 +809,7 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
         store.cancel(id(3)).await.expect("cancel"),
         TransitionOutcome::Done(_)
     ));
-    let advanced = store.advance(result(&started), third, 60_000).await;
+    let advanced = store.advance(succeeded(&started), third, 60_000).await;
     assert_eq!(
         advanced.applied.expect("recorded"),
         Applied::Now(DeliveryStatus::Succeeded)
@@ -1696,22 +1688,7 @@ pub async fn counts_follow_every_change(store: Store) {
         other => panic!("expected Started, got {other:?}"),
     };
     let next = reserve(&store, ORIGIN_A).await.expect("more due work on A");
-    let advanced = store
-        .advance(
-            AttemptResult {
-                id: running.id.clone(),
-                claim_seq: running.claim_seq,
-                disposition: Disposition::Succeeded,
-                http_status: Some(200),
-                error_code: None,
-                error: None,
-                duration_ms: 1,
-                remote_id: None,
-            },
-            next,
-            60_000,
-        )
-        .await;
+    let advanced = store.advance(succeeded(&running), next, 60_000).await;
     advanced.applied.expect("recorded");
     advanced.started.expect("started");
     advanced.reserved.expect("reserved");
@@ -2028,6 +2005,20 @@ async fn complete(
         })
         .await
         .expect("complete")
+}
+
+/// A 200 for `claimed`'s attempt, as the daemon reports it.
+pub fn succeeded(claimed: &Claimed) -> AttemptResult {
+    AttemptResult {
+        id: claimed.id.clone(),
+        claim_seq: claimed.claim_seq,
+        disposition: Disposition::Succeeded,
+        http_status: Some(200),
+        error_code: None,
+        error: None,
+        duration_ms: 1,
+        remote_id: None,
+    }
 }
 
 async fn list_ids(store: &Store, status: Option<DeliveryStatus>) -> Vec<String> {

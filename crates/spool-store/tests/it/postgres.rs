@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use spool_store::model::{
-    Applied, AttemptResult, DeliveryStatus, Disposition, InsertOutcome, StartOutcome,
-};
+use spool_store::model::{Applied, DeliveryStatus, InsertOutcome, StartOutcome};
 use spool_store::postgres::{PgConfig, PgStore, SCHEMA_VERSION};
 use spool_store::{Capacity, Store, StoreError};
 use spool_testkit::TestDatabase;
@@ -200,16 +198,7 @@ async fn concurrent_slots_advance_together() {
             .await
             .expect("reserve")
             .expect("due work");
-        let result = AttemptResult {
-            id: c.id.clone(),
-            claim_seq: c.claim_seq,
-            disposition: Disposition::Succeeded,
-            http_status: Some(200),
-            error_code: None,
-            error: None,
-            duration_ms: 1,
-            remote_id: None,
-        };
+        let result = conformance::succeeded(&c);
         steps.push((result, next));
     }
     // Every slot at once: written in batches, each answered with its own step.
