@@ -52,14 +52,14 @@ impl Api {
     }
 
     /// A client for the daemon listening on the unix socket at `path`. [`Self::base_url`] is
-    /// then `http://spoold`, a name that is never resolved: every connection goes to `path`.
+    /// then `http://127.0.0.1`, never dialed: every connection goes to `path`.
     pub fn unix(path: impl Into<PathBuf>) -> Self {
         let client = builder()
             .unix_socket(path.into())
             .build()
             .expect("a proxy-less, root-less reqwest client always builds");
         Self {
-            base: "http://spoold".to_owned(),
+            base: "http://127.0.0.1".to_owned(),
             client,
         }
     }

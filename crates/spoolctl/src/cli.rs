@@ -967,7 +967,7 @@ mod tests {
 
     #[test]
     fn at_most_once_flags_need_their_parents() {
-        let url = "http://h/";
+        let url = "http://127.0.0.1/";
         let ok = |args: &[&str]| {
             Cli::try_parse_from(["spoolctl", "send", url].iter().chain(args))
                 .unwrap_or_else(|e| panic!("{args:?}: {e}"))
@@ -982,7 +982,7 @@ mod tests {
             "--fingerprint",
             "order-7",
             "--reconcile-url",
-            "http://h/orders?ref={fingerprint}",
+            "http://127.0.0.1/orders?ref={fingerprint}",
             "--reconcile-method",
             "post",
             "--reconcile-header",
@@ -1011,7 +1011,7 @@ mod tests {
         ok(&["--at-most-once"]);
 
         usage(&["--fingerprint", "f"]);
-        usage(&["--reconcile-url", "http://h/q"]);
+        usage(&["--reconcile-url", "http://127.0.0.1/q"]);
         usage(&["--at-most-once", "--reconcile-method", "GET"]);
         usage(&["--at-most-once", "--reconcile-header", "X-A: 1"]);
         usage(&["--at-most-once", "--matches-pointer", "/data"]);
@@ -1019,14 +1019,14 @@ mod tests {
         usage(&["--at-most-once", "--observation-window", "1h"]);
         usage(&[
             "--reconcile-url",
-            "http://h/q",
+            "http://127.0.0.1/q",
             "--observation-window",
             "1h",
         ]);
         usage(&[
             "--at-most-once",
             "--reconcile-url",
-            "http://h/q",
+            "http://127.0.0.1/q",
             "--observation-window",
             "soon",
         ]);
@@ -1081,19 +1081,30 @@ mod tests {
 
     #[test]
     fn send_options_go_before_or_after_the_url() {
-        let cli = Cli::try_parse_from(["spoolctl", "send", "http://h/", "-X", "PUT", "-H", "A: b"])
-            .expect("valid");
+        let cli = Cli::try_parse_from([
+            "spoolctl",
+            "send",
+            "http://127.0.0.1/",
+            "-X",
+            "PUT",
+            "-H",
+            "A: b",
+        ])
+        .expect("valid");
         let Command::Send(s) = cli.command else {
             panic!("parsed as send")
         };
         let r = s.request;
-        assert_eq!((r.url.as_str(), r.method.as_str()), ("http://h/", "PUT"));
+        assert_eq!(
+            (r.url.as_str(), r.method.as_str()),
+            ("http://127.0.0.1/", "PUT")
+        );
         assert_eq!(r.headers, ["A: b"]);
     }
 
     #[test]
     fn timeout_needs_wait() {
-        let err = Cli::try_parse_from(["spoolctl", "send", "http://h/", "--timeout", "1s"])
+        let err = Cli::try_parse_from(["spoolctl", "send", "http://127.0.0.1/", "--timeout", "1s"])
             .expect_err("--timeout without --wait");
         assert_eq!(err.exit_code(), 2);
     }

@@ -319,9 +319,9 @@ mod tests {
         assert_eq!(
             table(&[
                 &["ID", "STATUS", "TARGET"],
-                &["abc", "in_flight", "http://x/"]
+                &["abc", "in_flight", "http://127.0.0.1/"]
             ]),
-            "ID   STATUS     TARGET\nabc  in_flight  http://x/\n"
+            "ID   STATUS     TARGET\nabc  in_flight  http://127.0.0.1/\n"
         );
         // The last column is never padded, however wide.
         assert_eq!(

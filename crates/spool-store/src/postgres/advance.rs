@@ -11,7 +11,7 @@
 
 use tokio_postgres::Row;
 
-use super::batch::{Batcher, Job};
+use super::batch::{fail_all, Batcher, Job};
 use super::deliveries;
 use super::PgStore;
 use crate::error::StoreError;
@@ -66,9 +66,7 @@ impl PgStore {
                     rows.len(),
                     batch.len()
                 );
-                for job in batch {
-                    let _ = job.answer.send(Err(StoreError::Database(message.clone())));
-                }
+                fail_all(batch, &StoreError::Database(message));
             }
             Ok(rows) => {
                 let mut rows: Vec<(i32, Row)> = rows
@@ -80,13 +78,7 @@ impl PgStore {
                     let _ = job.answer.send(Ok(row));
                 }
             }
-            Err(StoreError::Unavailable(message)) => {
-                for job in batch {
-                    let _ = job
-                        .answer
-                        .send(Err(StoreError::Unavailable(message.clone())));
-                }
-            }
+            Err(e @ StoreError::Unavailable(_)) => fail_all(batch, &e),
             // Something in the batch was refused, and the whole batch rolled back: each on its
             // own, so only that one fails.
             Err(_) => self.steps_one_by_one(batch).await,

@@ -16,6 +16,13 @@ pub(super) struct Job<T, R> {
     pub answer: oneshot::Sender<Result<R>>,
 }
 
+/// Answer every job of `batch` with `error` (a batch that failed as a whole).
+pub(super) fn fail_all<T, R>(batch: Vec<Job<T, R>>, error: &StoreError) {
+    for job in batch {
+        let _ = job.answer.send(Err(error.duplicate()));
+    }
+}
+
 /// The queue; its writers stop when the store is dropped.
 pub(super) struct Batcher<T, R> {
     jobs: mpsc::UnboundedSender<Job<T, R>>,

@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 
-use super::batch::{Batcher, Job};
+use super::batch::{fail_all, Batcher, Job};
 use super::deliveries::{encode_body, encode_headers, known_key};
 use super::{exec, rows, PgStore, Tx};
 use crate::error::{Result, StoreError};
@@ -73,13 +73,7 @@ impl PgStore {
                     let _ = job.answer.send(Ok(outcome));
                 }
             }
-            Err(StoreError::Unavailable(message)) => {
-                for job in first {
-                    let _ = job
-                        .answer
-                        .send(Err(StoreError::Unavailable(message.clone())));
-                }
-            }
+            Err(e @ StoreError::Unavailable(_)) => fail_all(first, &e),
             // Something in the batch was refused (a duplicate id): each on its own, so only
             // that one gets the error.
             Err(_) => self.one_by_one(first).await,

@@ -124,10 +124,10 @@ macro_rules! conformance_suite {
 }
 pub(crate) use conformance_suite;
 
-pub const URL_A: &str = "http://a.test:8080/hooks/a";
-pub const URL_B: &str = "https://b.test:8443/hooks/b";
-pub const ORIGIN_A: &str = "http://a.test:8080";
-pub const ORIGIN_B: &str = "https://b.test:8443";
+pub const URL_A: &str = "http://127.0.0.1:8080/hooks/a";
+pub const URL_B: &str = "https://127.0.0.2:8443/hooks/b";
+pub const ORIGIN_A: &str = "http://127.0.0.1:8080";
+pub const ORIGIN_B: &str = "https://127.0.0.2:8443";
 
 /// A 32-hex delivery id; ids sort in the order of `n`.
 pub fn id(n: u32) -> String {
@@ -558,7 +558,7 @@ pub async fn claim_past_a_saturated_backlog_by_seek_or_by_scan(store: Store) {
     for n in 301..=303 {
         create(
             &store,
-            new_delivery(&id(n), None, &format!("http://o{n}.test/x")),
+            new_delivery(&id(n), None, &format!("http://127.0.0.1:{n}/x")),
         )
         .await;
     }
@@ -580,7 +580,7 @@ pub async fn claim_past_a_saturated_backlog_by_seek_or_by_scan(store: Store) {
     for n in 304..=400 {
         create(
             &store,
-            new_delivery(&id(n), None, &format!("http://o{n}.test/x")),
+            new_delivery(&id(n), None, &format!("http://127.0.0.1:{n}/x")),
         )
         .await;
     }
@@ -1695,7 +1695,7 @@ pub async fn counts_follow_every_change(store: Store) {
     check(&store, "a slot's steps").await;
 
     // Deadlines met by a start and by a reservation.
-    let url_c = "http://c.test:8080/hooks/c";
+    let url_c = "http://127.0.0.3:8080/hooks/c";
     let now = store.now_ms();
     for n in 7..=8 {
         let mut soon = new_delivery(&id(n), None, url_c);
@@ -1904,7 +1904,7 @@ fn at_most_once(id: &str) -> NewDelivery {
     NewDelivery {
         mode: Mode::AtMostOnce,
         fingerprint: Some(format!("order-{id}")),
-        reconcile: Some(r#"{"url":"http://a.test:8080/search?f={fingerprint}"}"#.into()),
+        reconcile: Some(r#"{"url":"http://127.0.0.1:8080/search?f={fingerprint}"}"#.into()),
         observation_window_ms: Some(60_000),
         ..new_delivery(id, None, URL_A)
     }

@@ -347,7 +347,10 @@ mod tests {
                 ("Content-Type", "application/json"),
             ),
             ("  x-a  :  spaced value  ", ("X-A", "spaced value")),
-            ("X-Url: http://a:b/c", ("X-Url", "http://a:b/c")),
+            (
+                "X-Url: http://127.0.0.1:8/c",
+                ("X-Url", "http://127.0.0.1:8/c"),
+            ),
             ("X-Empty:", ("X-Empty", "")),
         ];
         for (line, (name, value)) in ok {

@@ -231,13 +231,13 @@ mod tests {
         let a = Activity::default();
         a.attempt();
         a.result(
-            "http://a:80",
+            "http://127.0.0.1:80",
             Result::TerminalFailure,
             Some("http_status"),
             1_000,
         );
-        a.result("http://a:80", Result::Succeeded, None, 2_000);
-        a.health("http://b:80", 3, Some(10_000));
+        a.result("http://127.0.0.1:80", Result::Succeeded, None, 2_000);
+        a.health("http://127.0.0.2:80", 3, Some(10_000));
         let (five, hour) = a.windows();
         assert_eq!(
             (five.attempts, five.succeeded, five.terminal_failures),
@@ -249,7 +249,7 @@ mod tests {
         assert_eq!(
             targets[0],
             (
-                "http://a:80".to_owned(),
+                "http://127.0.0.1:80".to_owned(),
                 TargetActivity {
                     failed_last_hour: 1,
                     connect_failures: 0,
