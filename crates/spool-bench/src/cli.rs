@@ -151,6 +151,11 @@ pub struct SizeOverrides {
     /// Tasks: submissions per run.
     #[arg(long, global = true, value_name = "N")]
     pub tasks: Option<u64>,
+    /// Tasks: the task concurrencies measured (comma-separated; default 2,16). The locked case
+    /// runs at the highest.
+    #[arg(long, global = true, value_name = "N,…", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub task_concurrency: Vec<u32>,
     /// Backlog: pending deliveries seeded into the database.
     #[arg(long, global = true, value_name = "N")]
     pub backlog_pending: Option<u64>,

@@ -114,6 +114,9 @@ impl Plan {
         set(&mut plan.requests, o.requests);
         set(&mut plan.e2e_deliveries, o.e2e_deliveries);
         set(&mut plan.tasks, o.tasks);
+        if !o.task_concurrency.is_empty() {
+            plan.task_concurrency.clone_from(&o.task_concurrency);
+        }
         plan.at_most_once = options.at_most_once;
         set(&mut plan.backlog_pending, o.backlog_pending);
         set(&mut plan.backlog_batch, o.backlog_batch);

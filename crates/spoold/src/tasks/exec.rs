@@ -428,11 +428,16 @@ fn start_time(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
-/// This boot's id: a pid and start time are only unique within one boot.
+/// This boot's id: a pid and start time are only unique within one boot. Read once.
 pub fn boot_id() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .ok()
-        .map(|s| s.trim().to_owned())
+    static BOOT_ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT_ID
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .clone()
 }
 
 /// Whether the leader recorded in `process` is still running on this host: same boot, a

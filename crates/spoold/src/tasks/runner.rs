@@ -112,6 +112,14 @@ impl Running {
         inner.early.remove(task_id);
     }
 
+    /// Whether attempt `number` of `task_id` runs here.
+    fn runs(&self, task_id: &str, number: u32) -> bool {
+        self.lock()
+            .attempts
+            .get(task_id)
+            .is_some_and(|a| a.number == number)
+    }
+
     /// How many attempts are running here.
     pub fn count(&self) -> usize {
         self.lock().attempts.len()
@@ -485,10 +493,17 @@ impl Runner {
                 self.running.equip(&task.id, digest, log.clone());
                 let (started_tx, started_rx) = tokio::sync::oneshot::channel();
                 let store = self.store.clone();
+                let running = Arc::clone(&self.running);
                 let (id, number) = (task.id.clone(), task.attempt);
-                // Recorded while the attempt runs; the tag still finds it if a crash comes first.
+                // Recorded once the attempt has run for a moment (most short ones are over
+                // by then, and a commit per attempt is saved); the tag finds its processes if
+                // a crash comes first.
                 tokio::spawn(async move {
                     if let Ok(process) = started_rx.await {
+                        tokio::time::sleep(RECORD_PROCESS_AFTER).await;
+                        if !running.runs(&id, number) {
+                            return;
+                        }
                         if let Err(e) = store.record_task_process(id, number, process).await {
                             warn!(error = %e, "cannot record a task attempt's process");
                         }
@@ -778,6 +793,10 @@ const NO_OUTPUT: OutputSummary = OutputSummary {
 /// How often the runner looks again while due tasks wait for a lock or a quota (attempts'
 /// ends wake it sooner).
 const WAITING_POLL: Duration = Duration::from_millis(250);
+
+/// How long an attempt runs before its process (group, leader's start time) is recorded for
+/// the recovery after a crash. Until then the tag alone finds what it started.
+const RECORD_PROCESS_AFTER: Duration = Duration::from_millis(20);
 
 /// After a claim that took nothing while due tasks waited, how long the runner lets
 /// submissions and ends gather before it claims again.
