@@ -8,7 +8,11 @@ use super::{map_err, Result};
 use crate::error::StoreError;
 
 /// Each entry upgrades the schema from version `index` to `index + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("schema.sql"), include_str!("steps.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("schema.sql"),
+    include_str!("steps.sql"),
+    include_str!("sets.sql"),
+];
 
 /// The schema version this binary writes.
 pub const LATEST: i64 = MIGRATIONS.len() as i64;

@@ -1942,7 +1942,7 @@ async fn insert(store: &Store, new: NewDelivery) -> InsertOutcome {
     store.insert(new).await.expect("insert")
 }
 
-async fn create(store: &Store, new: NewDelivery) -> Delivery {
+pub async fn create(store: &Store, new: NewDelivery) -> Delivery {
     match insert(store, new).await {
         InsertOutcome::Created(d) => d,
         other => panic!("expected Created, got {other:?}"),

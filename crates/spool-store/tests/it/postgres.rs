@@ -12,6 +12,9 @@ use spool_testkit::TestDatabase;
 
 use crate::conformance::{self, Backend};
 
+/// Where the deliveries these tests create would go (nothing is sent).
+const URL: &str = "http://127.0.0.1:9/hook";
+
 /// A database of the test's own, dropped when the test ends.
 pub struct PgBackend {
     db: TestDatabase,
@@ -80,14 +83,15 @@ async fn an_older_schema_is_migrated() {
     let Some(db) = TestDatabase::create().await.expect("test database") else {
         return;
     };
-    // Version 1 as an older spoold left it: its indexes, without the step functions of 2.
+    // Version 1 as an older spoold left it: its indexes and row triggers, without the step
+    // functions of 2 and the statement triggers of 3.
     drop(open(db.url(), 0).await.expect("first open"));
-    db.execute(
-        "DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
+    db.execute(&format!(
+        "{ROW_TRIGGERS} DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
          DROP INDEX deliveries_in_flight; \
          CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight'; \
-         ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1",
-    )
+         ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1"
+    ))
     .await
     .expect("step back to version 1");
     let store = open(db.url(), 0).await.expect("reopen migrates");
@@ -105,6 +109,74 @@ async fn an_older_schema_is_migrated() {
             .expect("reserve"),
         None
     );
+}
+
+/// Version 3's statement-level count triggers put back as version 2 had them (per row).
+const ROW_TRIGGERS: &str = "DROP TRIGGER deliveries_counted_in ON deliveries; \
+    DROP TRIGGER deliveries_counted_out ON deliveries; \
+    DROP FUNCTION spoold_count_deliveries_in, spoold_count_deliveries_out; \
+    CREATE TRIGGER deliveries_counted_in AFTER INSERT ON deliveries \
+        FOR EACH ROW EXECUTE FUNCTION spoold_count_delivery(); \
+    CREATE TRIGGER deliveries_counted_out AFTER DELETE ON deliveries \
+        FOR EACH ROW EXECUTE FUNCTION spoold_count_delivery();";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn counts_stay_exact_across_the_move_to_statement_triggers() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    // Two deliveries counted by version 2's row triggers, then the move to version 3.
+    let store = open(db.url(), 0).await.expect("first open");
+    db.execute(&format!(
+        "{ROW_TRIGGERS} UPDATE spoold_schema SET version = 2"
+    ))
+    .await
+    .expect("step back to version 2");
+    for n in 1..=2 {
+        conformance::create(
+            &store,
+            conformance::new_delivery(&conformance::id(n), None, URL),
+        )
+        .await;
+    }
+    drop(store);
+    let store = open(db.url(), 0).await.expect("reopen migrates");
+    assert_eq!(
+        db.scalar("SELECT version::text FROM spoold_schema")
+            .await
+            .expect("version"),
+        Some(SCHEMA_VERSION.to_string())
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*)::text FROM pg_trigger WHERE tgname LIKE 'deliveries_counted_%' \
+                   AND tgtype & 1 = 0"
+        )
+        .await
+        .expect("statement triggers"),
+        Some("2".into()),
+        "creates and purges are counted per statement"
+    );
+    // Three more counted by version 3's statement trigger, in one batch and alone.
+    let creates = (3..=5).map(|n| {
+        let store = store.clone();
+        async move {
+            conformance::create(
+                &store,
+                conformance::new_delivery(&conformance::id(n), None, URL),
+            )
+            .await
+        }
+    });
+    futures_util::future::join_all(creates).await;
+    let pending = |stats: spool_store::model::Stats| {
+        stats
+            .by_status
+            .iter()
+            .find(|(s, _)| *s == DeliveryStatus::Pending)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(pending(store.stats().await.expect("stats")), 5);
 }
 
 #[tokio::test(flavor = "multi_thread")]
