@@ -11,7 +11,7 @@ use crate::error::StoreError;
 const MIGRATIONS: &[&str] = &[
     include_str!("schema.sql"),
     include_str!("steps.sql"),
-    include_str!("sets.sql"),
+    include_str!("counts.sql"),
 ];
 
 /// The schema version this binary writes.
