@@ -157,7 +157,7 @@ async fn counts_stay_exact_across_the_move_to_statement_triggers() {
         Some("2".into()),
         "creates and purges are counted per statement"
     );
-    // Three more counted by version 3's statement trigger, in one batch and alone.
+    // Three more, created concurrently (some may share a statement), counted by version 3.
     let creates = (3..=5).map(|n| {
         let store = store.clone();
         async move {
