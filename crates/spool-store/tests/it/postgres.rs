@@ -94,13 +94,7 @@ async fn an_older_schema_is_migrated() {
     ))
     .await
     .expect("step back to version 1");
-    let store = open(db.url(), 0).await.expect("reopen migrates");
-    assert_eq!(
-        db.scalar("SELECT version::text FROM spoold_schema")
-            .await
-            .expect("version"),
-        Some(SCHEMA_VERSION.to_string())
-    );
+    let store = reopen_migrated(&db).await;
     // The steps work on the migrated database.
     assert_eq!(
         store
@@ -109,6 +103,18 @@ async fn an_older_schema_is_migrated() {
             .expect("reserve"),
         None
     );
+}
+
+/// Open the database again: its schema is migrated to this binary's version.
+async fn reopen_migrated(db: &TestDatabase) -> Store {
+    let store = open(db.url(), 0).await.expect("reopen migrates");
+    assert_eq!(
+        db.scalar("SELECT version::text FROM spoold_schema")
+            .await
+            .expect("version"),
+        Some(SCHEMA_VERSION.to_string())
+    );
+    store
 }
 
 /// Version 3's statement-level count triggers put back as version 2 had them (per row).
@@ -140,13 +146,7 @@ async fn counts_stay_exact_across_the_move_to_statement_triggers() {
         .await;
     }
     drop(store);
-    let store = open(db.url(), 0).await.expect("reopen migrates");
-    assert_eq!(
-        db.scalar("SELECT version::text FROM spoold_schema")
-            .await
-            .expect("version"),
-        Some(SCHEMA_VERSION.to_string())
-    );
+    let store = reopen_migrated(&db).await;
     assert_eq!(
         db.scalar(
             "SELECT count(*)::text FROM pg_trigger WHERE tgname LIKE 'deliveries_counted_%' \

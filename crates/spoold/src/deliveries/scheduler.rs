@@ -364,7 +364,7 @@ mod tests {
         let now = Instant::now();
         let targets = HashMap::from([
             (
-                "http://down:80".to_owned(),
+                "http://127.0.0.2:80".to_owned(),
                 TargetState {
                     failures: PAUSE_AFTER_FAILURES,
                     paused_until: Some(now + Duration::from_secs(5)),
@@ -372,7 +372,7 @@ mod tests {
                 },
             ),
             (
-                "http://probe:80".to_owned(),
+                "http://127.0.0.3:80".to_owned(),
                 TargetState {
                     failures: PAUSE_AFTER_FAILURES + 2,
                     paused_until: Some(now - Duration::from_secs(1)),
@@ -380,7 +380,7 @@ mod tests {
                 },
             ),
             (
-                "http://flaky:80".to_owned(),
+                "http://127.0.0.4:80".to_owned(),
                 TargetState {
                     failures: 1,
                     paused_until: None,
@@ -388,7 +388,7 @@ mod tests {
                 },
             ),
             (
-                "http://busy:80".to_owned(),
+                "http://127.0.0.5:80".to_owned(),
                 TargetState {
                     failures: 0,
                     paused_until: None,
@@ -396,7 +396,7 @@ mod tests {
                 },
             ),
             (
-                "http://was-busy:80".to_owned(),
+                "http://127.0.0.6:80".to_owned(),
                 TargetState {
                     failures: 0,
                     paused_until: None,
@@ -405,11 +405,11 @@ mod tests {
             ),
         ]);
         let l = limits(&targets, now);
-        assert_eq!(l.get("http://down:80"), Some(&0));
-        assert_eq!(l.get("http://probe:80"), Some(&1));
-        assert_eq!(l.get("http://flaky:80"), None);
-        assert_eq!(l.get("http://busy:80"), Some(&0));
-        assert_eq!(l.get("http://was-busy:80"), None);
+        assert_eq!(l.get("http://127.0.0.2:80"), Some(&0));
+        assert_eq!(l.get("http://127.0.0.3:80"), Some(&1));
+        assert_eq!(l.get("http://127.0.0.4:80"), None);
+        assert_eq!(l.get("http://127.0.0.5:80"), Some(&0));
+        assert_eq!(l.get("http://127.0.0.6:80"), None);
         assert_eq!(
             earliest_resume(&targets, now),
             Some(now + Duration::from_secs(2))

@@ -589,16 +589,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn check(req: serde_json::Value) -> Result<NewDelivery, Rejection> {
-        let bytes = serde_json::to_vec(&req).expect("serializable");
-        let rules = Rules {
+    /// Rules that let every address through (the tests' targets are loopback).
+    fn any_address() -> Rules {
+        Rules {
             policy: AddressPolicy {
                 allow_all: true,
                 allowed: vec![],
             },
             retry_window: None,
-        };
-        validate(decode(&bytes)?, &rules)
+        }
+    }
+
+    fn check(req: serde_json::Value) -> Result<NewDelivery, Rejection> {
+        let bytes = serde_json::to_vec(&req).expect("serializable");
+        validate(decode(&bytes)?, &any_address())
     }
 
     fn rejected(req: serde_json::Value) -> (ErrorCode, String) {
@@ -633,7 +637,7 @@ mod tests {
             .id
             .chars()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        let d = check(json!({"targetUrl": "http://h/", "method": ""})).expect("valid");
+        let d = check(json!({"targetUrl": "http://127.0.0.1/", "method": ""})).expect("valid");
         assert_eq!(d.method, "POST");
     }
 
@@ -662,15 +666,15 @@ mod tests {
             .message
             .contains("too large"));
         assert_eq!(
-            rejected(json!({"targetUrl":"http://h/","body":{},"bodyBase64":""})).0,
+            rejected(json!({"targetUrl":"http://127.0.0.1/","body":{},"bodyBase64":""})).0,
             ErrorCode::InvalidRequest
         );
         assert_eq!(
-            rejected(json!({"targetUrl":"http://h/","bodyBase64":"abc"})).0,
+            rejected(json!({"targetUrl":"http://127.0.0.1/","bodyBase64":"abc"})).0,
             ErrorCode::InvalidRequest
         );
         assert_eq!(
-            rejected(json!({"targetUrl":"http://h/","bodyBase64":"AB=="})).0,
+            rejected(json!({"targetUrl":"http://127.0.0.1/","bodyBase64":"AB=="})).0,
             ErrorCode::InvalidRequest,
             "non-zero trailing bits"
         );
@@ -687,12 +691,12 @@ mod tests {
             ("http:/x", Err(r#"must have "//" after "http:""#)),
             ("http:x", Err(r#"must have "//" after "http:""#)),
             ("https:x.test/y", Err(r#"must have "//" after "https:""#)),
-            (r"http://h\x", Err("backslashes")),
+            (r"http://127.0.0.1\x", Err("backslashes")),
             (r"http:\\h/x", Err("backslashes")),
-            ("http://h/a\tb", Err("control characters")),
-            ("http://h/a\nb", Err("control characters")),
-            ("http://h\r/", Err("control characters")),
-            ("http://h/a b", Err("spaces")),
+            ("http://127.0.0.1/a\tb", Err("control characters")),
+            ("http://127.0.0.1/a\nb", Err("control characters")),
+            ("http://127.0.0.1\r/", Err("control characters")),
+            ("http://127.0.0.1/a b", Err("spaces")),
             (
                 "localhost:9000/hook",
                 Err("needs http:// or https://, as in http://localhost:9000/hook"),
@@ -703,9 +707,12 @@ mod tests {
                 "HTTP://Example.TEST:80/a/./b/../c?q=1",
                 Ok("http://example.test/a/c?q=1"),
             ),
-            ("http://h", Ok("http://h/")),
-            ("  https://h:443/x  ", Ok("https://h/x")),
-            ("http://h/%7e?x=%20", Ok("http://h/%7e?x=%20")),
+            ("http://127.0.0.1", Ok("http://127.0.0.1/")),
+            ("  https://127.0.0.1:443/x  ", Ok("https://127.0.0.1/x")),
+            (
+                "http://127.0.0.1/%7e?x=%20",
+                Ok("http://127.0.0.1/%7e?x=%20"),
+            ),
             ("http://b\u{fc}cher.test/", Ok("http://xn--bcher-kva.test/")),
             ("http://[::1]:8080/x", Ok("http://[::1]:8080/x")),
             ("http://2130706433/", Ok("http://127.0.0.1/")),
@@ -741,7 +748,7 @@ mod tests {
     #[test]
     fn field_rules() {
         let long_key = "k".repeat(257);
-        let long_url = format!("http://h/{}", "a".repeat(4096));
+        let long_url = format!("http://127.0.0.1/{}", "a".repeat(4096));
         let cases: Vec<(serde_json::Value, &str)> = vec![
             (json!({}), "target URL is required"),
             (json!({"targetUrl":"   "}), "target URL is required"),
@@ -751,70 +758,73 @@ mod tests {
                 json!({"targetUrl":"not a url"}),
                 "spaces or control characters",
             ),
-            (json!({"targetUrl":"http://u:p@h/"}), "user information"),
-            (json!({"targetUrl":"http://h/#frag"}), "fragment"),
             (
-                json!({"targetUrl":"http://h/","idempotencyKey": long_key}),
+                json!({"targetUrl":"http://u:p@127.0.0.1/"}),
+                "user information",
+            ),
+            (json!({"targetUrl":"http://127.0.0.1/#frag"}), "fragment"),
+            (
+                json!({"targetUrl":"http://127.0.0.1/","idempotencyKey": long_key}),
                 "256 bytes",
             ),
             (
-                json!({"targetUrl":"http://h/","method":"GE T"}),
+                json!({"targetUrl":"http://127.0.0.1/","method":"GE T"}),
                 "invalid characters",
             ),
             (
-                json!({"targetUrl":"http://h/","method":"GET/"}),
+                json!({"targetUrl":"http://127.0.0.1/","method":"GET/"}),
                 "invalid characters",
             ),
             (
-                json!({"targetUrl":"http://h/","maxAttempts":101}),
+                json!({"targetUrl":"http://127.0.0.1/","maxAttempts":101}),
                 "between 1 and 100",
             ),
             (
-                json!({"targetUrl":"http://h/","maxAttempts":-1}),
+                json!({"targetUrl":"http://127.0.0.1/","maxAttempts":-1}),
                 "between 1 and 100",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"":"v"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"":"v"}}),
                 "invalid header name",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"a b":"v"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"a b":"v"}}),
                 "invalid header name",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"host":"v"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"host":"v"}}),
                 "managed by spoold",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"X-SPOOLD-ATTEMPT":"1"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"X-SPOOLD-ATTEMPT":"1"}}),
                 "managed",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"x-spoold-delivery-id":"1"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"x-spoold-delivery-id":"1"}}),
                 "managed",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"Transfer-Encoding":"x"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"Transfer-Encoding":"x"}}),
                 "managed",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"A":"x\r\ny"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"A":"x\r\ny"}}),
                 "newline",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"A":"x\u{0}"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"A":"x\u{0}"}}),
                 "control character",
             ),
             (
-                json!({"targetUrl":"http://h/","headers":{"a":"1","A":"2"}}),
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"a":"1","A":"2"}}),
                 "duplicated",
             ),
             (
-                json!({"targetUrl":"http://h/","notBefore":"tomorrow"}),
+                json!({"targetUrl":"http://127.0.0.1/","notBefore":"tomorrow"}),
                 "RFC 3339",
             ),
             (
-                json!({"targetUrl":"http://h/","notBefore":"2030-01-02T00:00:00Z",
+                json!({"targetUrl":"http://127.0.0.1/","notBefore":"2030-01-02T00:00:00Z",
                        "expiresAt":"2030-01-01T00:00:00Z"}),
                 "earlier than expiresAt",
             ),
@@ -825,7 +835,7 @@ mod tests {
             assert!(message.contains(want), "{req}: {message}");
         }
         let big = "a".repeat(spool_proto::MAX_BODY_BYTES);
-        let (code, message) = rejected(json!({"targetUrl":"http://h/","body": big}));
+        let (code, message) = rejected(json!({"targetUrl":"http://127.0.0.1/","body": big}));
         assert_eq!(code, ErrorCode::InvalidDelivery);
         assert!(message.contains("1048576"), "{message}");
     }
@@ -850,18 +860,19 @@ mod tests {
 
     #[test]
     fn bodies_keep_their_bytes() {
-        let raw = br#"{"targetUrl":"http://h/","body":  {"a" :[1, 2 ], "s":"<&>"}  }"#;
-        let d = validate(decode(raw).expect("json"), &Rules::default()).expect("valid");
+        let raw = br#"{"targetUrl":"http://127.0.0.1/","body":  {"a" :[1, 2 ], "s":"<&>"}  }"#;
+        let d = validate(decode(raw).expect("json"), &any_address()).expect("valid");
         assert_eq!(d.body, Body::Json(br#"{"a" :[1, 2 ], "s":"<&>"}"#.to_vec()));
-        let d = check(json!({"targetUrl":"http://h/","bodyBase64":"AP8K\r\n"})).expect("valid");
+        let d =
+            check(json!({"targetUrl":"http://127.0.0.1/","bodyBase64":"AP8K\r\n"})).expect("valid");
         assert_eq!(d.body, Body::Binary(vec![0x00, 0xff, 0x0a]));
-        let d = check(json!({"targetUrl":"http://h/","body":null})).expect("valid");
+        let d = check(json!({"targetUrl":"http://127.0.0.1/","body":null})).expect("valid");
         assert_eq!(d.body, Body::Json(b"null".to_vec()));
     }
 
     #[test]
     fn fingerprint_covers_every_field_but_the_key() {
-        let base = json!({"targetUrl":"http://h/","body":{"a":1},"idempotencyKey":"k"});
+        let base = json!({"targetUrl":"http://127.0.0.1/","body":{"a":1},"idempotencyKey":"k"});
         let fp = |v: serde_json::Value| check(v).expect("valid").request_digest;
         let reference = fp(base.clone());
         let mut same = base.clone();
@@ -869,7 +880,7 @@ mod tests {
         assert_eq!(fp(same), reference);
         for (field, value) in [
             ("method", json!("PUT")),
-            ("targetUrl", json!("http://h/x")),
+            ("targetUrl", json!("http://127.0.0.1/x")),
             ("maxAttempts", json!(3)),
             ("headers", json!({"A":"1"})),
             ("body", json!({"a":2})),

@@ -530,17 +530,17 @@ async fn at_most_once_fields_are_validated_and_part_of_idempotency() {
             "reconcile.url",
         ),
         (
-            json!({"fingerprint": "f", "reconcile": {"url": "http://h/", "matchesPointer": "data"}}),
+            json!({"fingerprint": "f", "reconcile": {"url": "http://127.0.0.1/", "matchesPointer": "data"}}),
             "invalid_delivery",
             "JSON pointer",
         ),
         (
-            json!({"fingerprint": "f", "reconcile": {"url": "http://h/", "observationWindow": "0s"}}),
+            json!({"fingerprint": "f", "reconcile": {"url": "http://127.0.0.1/", "observationWindow": "0s"}}),
             "invalid_delivery",
             "observationWindow",
         ),
         (
-            json!({"fingerprint": "f", "reconcile": {"url": "http://h/", "nope": 1}}),
+            json!({"fingerprint": "f", "reconcile": {"url": "http://127.0.0.1/", "nope": 1}}),
             "invalid_request",
             "unknown field",
         ),
@@ -560,13 +560,14 @@ async fn at_most_once_fields_are_validated_and_part_of_idempotency() {
     let guarded = InProcess::boot_in(
         TempDir::new().expect("temp dir"),
         Targets::PolicyDefault,
-        &["--allow-target", "127.0.0.0/8"],
+        &["--allow-target", "127.0.0.1/32"],
     )
     .await;
+    // Another loopback address, outside the allowed one: blocked like any other.
     let (status, err) = guarded
         .api
         .create(with(
-            json!({"fingerprint": "f", "reconcile": {"url": "http://169.254.169.254/x"}}),
+            json!({"fingerprint": "f", "reconcile": {"url": "http://127.0.0.2/x"}}),
         ))
         .await
         .expect("create");

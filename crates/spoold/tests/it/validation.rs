@@ -18,27 +18,27 @@ async fn create_rules() {
         ("{".into(), "invalid_request", "decode JSON"),
         ("{}{}".into(), "invalid_request", "one JSON object"),
         (
-            r#"{"targetUrl":"http://h/","extra":1}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","extra":1}"#.into(),
             "invalid_request",
             "unknown field",
         ),
         (
-            r#"{"targetUrl":"http://h/","maxAttempts":"8"}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","maxAttempts":"8"}"#.into(),
             "invalid_request",
             "decode JSON",
         ),
         (
-            r#"{"targetUrl":"http://h/","headers":{"A":1}}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","headers":{"A":1}}"#.into(),
             "invalid_request",
             "decode JSON",
         ),
         (
-            r#"{"targetUrl":"http://h/","body":{},"bodyBase64":"e30="}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","body":{},"bodyBase64":"e30="}"#.into(),
             "invalid_request",
             "together",
         ),
         (
-            r#"{"targetUrl":"http://h/","bodyBase64":"not base64!"}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","bodyBase64":"not base64!"}"#.into(),
             "invalid_request",
             "base64",
         ),
@@ -54,75 +54,75 @@ async fn create_rules() {
             "http or https",
         ),
         (
-            r#"{"targetUrl":"http://user:pw@h/"}"#.into(),
+            r#"{"targetUrl":"http://user:pw@127.0.0.1/"}"#.into(),
             "invalid_delivery",
             "user information",
         ),
         (
-            r#"{"targetUrl":"http://h/#frag"}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/#frag"}"#.into(),
             "invalid_delivery",
             "fragment",
         ),
         (
-            r#"{"targetUrl":"http://h/","method":"BAD METHOD"}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","method":"BAD METHOD"}"#.into(),
             "invalid_delivery",
             "method",
         ),
         (
-            r#"{"targetUrl":"http://h/","maxAttempts":101}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","maxAttempts":101}"#.into(),
             "invalid_delivery",
             "between 1 and 100",
         ),
         (
-            r#"{"targetUrl":"http://h/","headers":{"Host":"x"}}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","headers":{"Host":"x"}}"#.into(),
             "invalid_delivery",
             "managed",
         ),
         (
-            r#"{"targetUrl":"http://h/","headers":{"Content-Length":"1"}}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","headers":{"Content-Length":"1"}}"#.into(),
             "invalid_delivery",
             "managed",
         ),
         (
-            r#"{"targetUrl":"http://h/","headers":{"X-Spoold-Attempt":"1"}}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","headers":{"X-Spoold-Attempt":"1"}}"#.into(),
             "invalid_delivery",
             "managed",
         ),
         (
-            r#"{"targetUrl":"http://h/","headers":{"a":"1","A":"2"}}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","headers":{"a":"1","A":"2"}}"#.into(),
             "invalid_delivery",
             "duplicated",
         ),
         (
-            r#"{"targetUrl":"http://h/","headers":{"A":"x\r\nB: y"}}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","headers":{"A":"x\r\nB: y"}}"#.into(),
             "invalid_delivery",
             "newline",
         ),
         (
-            r#"{"targetUrl":"http://h/","headers":{"bad name":"x"}}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","headers":{"bad name":"x"}}"#.into(),
             "invalid_delivery",
             "header name",
         ),
         (
             format!(
-                r#"{{"targetUrl":"http://h/","idempotencyKey":"{}"}}"#,
+                r#"{{"targetUrl":"http://127.0.0.1/","idempotencyKey":"{}"}}"#,
                 "k".repeat(300)
             ),
             "invalid_delivery",
             "256",
         ),
         (
-            format!(r#"{{"targetUrl":"http://h/","body":"{big_body}"}}"#),
+            format!(r#"{{"targetUrl":"http://127.0.0.1/","body":"{big_body}"}}"#),
             "invalid_delivery",
             "1048576",
         ),
         (
-            r#"{"targetUrl":"http://h/","notBefore":"soon"}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","notBefore":"soon"}"#.into(),
             "invalid_delivery",
             "RFC 3339",
         ),
         (
-            r#"{"targetUrl":"http://h/","expiresAt":"2001-01-01T00:00:00Z"}"#.into(),
+            r#"{"targetUrl":"http://127.0.0.1/","expiresAt":"2001-01-01T00:00:00Z"}"#.into(),
             "invalid_delivery",
             "future",
         ),
@@ -139,7 +139,7 @@ async fn create_rules() {
     let (status, err) = d
         .api
         .create_raw(format!(
-            r#"{{"targetUrl":"http://h/","body":"{}"}}"#,
+            r#"{{"targetUrl":"http://127.0.0.1/","body":"{}"}}"#,
             "x".repeat(3 << 20)
         ))
         .await

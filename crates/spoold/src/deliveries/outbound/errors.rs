@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn places_are_host_and_port() {
         let url = |s: &str| Url::parse(s).expect("url");
-        assert_eq!(host_port(&url("https://h.test/x")), "h.test:443");
+        assert_eq!(host_port(&url("https://127.0.0.1/x")), "127.0.0.1:443");
         assert_eq!(host_port(&url("http://[::1]:8080/")), "[::1]:8080");
         assert_eq!(host_port(&url("http://127.0.0.1/")), "127.0.0.1:80");
     }
