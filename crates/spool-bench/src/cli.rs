@@ -156,6 +156,11 @@ pub struct SizeOverrides {
     #[arg(long, global = true, value_name = "N,…", value_delimiter = ',',
           value_parser = clap::value_parser!(u32).range(1..))]
     pub task_concurrency: Vec<u32>,
+    /// End-to-end: the per-target concurrencies measured (comma-separated; default 8,1,64,
+    /// where 8 is the daemon's default and runs without the flag).
+    #[arg(long, global = true, value_name = "N,…", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_target: Vec<u32>,
     /// Backlog: pending deliveries seeded into the database.
     #[arg(long, global = true, value_name = "N")]
     pub backlog_pending: Option<u64>,

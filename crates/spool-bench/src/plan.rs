@@ -8,6 +8,9 @@ use serde::Serialize;
 
 use crate::cli::Options;
 
+/// spoold's default `--per-target-concurrency`: the end-to-end case that runs without the flag.
+pub const DAEMON_PER_TARGET: u32 = 8;
+
 /// Sizes and repetitions of every scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
@@ -24,7 +27,8 @@ pub struct Plan {
     pub e2e_deliveries: u64,
     /// End-to-end: client concurrency while enqueueing the batch.
     pub e2e_enqueue_concurrency: usize,
-    /// End-to-end: `--per-target-concurrency` values; `None` is the daemon's default.
+    /// End-to-end: `--per-target-concurrency` values; `None` is the daemon's default
+    /// ([`DAEMON_PER_TARGET`]).
     pub e2e_per_target: Vec<Option<u32>>,
     /// End-to-end and backlog: deliveries are at-most-once.
     pub at_most_once: bool,
@@ -117,6 +121,13 @@ impl Plan {
         if !o.task_concurrency.is_empty() {
             plan.task_concurrency.clone_from(&o.task_concurrency);
         }
+        if !o.per_target.is_empty() {
+            plan.e2e_per_target = o
+                .per_target
+                .iter()
+                .map(|&n| (n != DAEMON_PER_TARGET).then_some(n))
+                .collect();
+        }
         plan.at_most_once = options.at_most_once;
         set(&mut plan.backlog_pending, o.backlog_pending);
         set(&mut plan.backlog_batch, o.backlog_batch);
@@ -148,5 +159,31 @@ mod seconds {
 
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn plan(args: &[&str]) -> Plan {
+        let cli = Cli::try_parse_from(args).expect("the arguments parse");
+        Plan::from_options(&cli.options)
+    }
+
+    #[test]
+    fn per_target_selects_the_end_to_end_cases_and_eight_is_the_default() {
+        assert_eq!(
+            plan(&["spool-bench", "e2e"]).e2e_per_target,
+            [None, Some(1), Some(64)]
+        );
+        assert_eq!(
+            plan(&["spool-bench", "e2e", "--per-target", "8,64"]).e2e_per_target,
+            [None, Some(64)]
+        );
+        assert!(Cli::try_parse_from(["spool-bench", "e2e", "--per-target", "0"]).is_err());
     }
 }

@@ -18,6 +18,7 @@ use http::StatusCode;
 use super::{create_body, ms, time_limit, Bench, DaemonCosts};
 use crate::daemon::{metrics_of, Daemon, Metrics};
 use crate::load::{closed_loop, ClosedLoop, ClosedLoopReport};
+use crate::plan::DAEMON_PER_TARGET;
 use crate::receiver::Receiver;
 
 const SCENARIO: &str = "e2e";
@@ -87,7 +88,10 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
     };
     for per_target in bench.plan.e2e_per_target.clone() {
         let (case, args) = match per_target {
-            None => (format!("per-target=8 (default){mode}"), Vec::new()),
+            None => (
+                format!("per-target={DAEMON_PER_TARGET} (default){mode}"),
+                Vec::new(),
+            ),
             Some(n) => (
                 format!("per-target={n}{mode}"),
                 vec!["--per-target-concurrency".to_owned(), n.to_string()],
@@ -95,7 +99,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
         };
         for run in 0..bench.plan.runs {
             let receiver = Receiver::start().await?;
-            let label = format!("{SCENARIO}-pt{}", per_target.unwrap_or(8));
+            let label = format!("{SCENARIO}-pt{}", per_target.unwrap_or(DAEMON_PER_TARGET));
             let hosts = bench.start_hosts(&label, &args).await?;
             let report = deliver_batch(&hosts.daemons, &receiver, batch).await?;
             eprintln!(

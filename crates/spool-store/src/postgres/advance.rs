@@ -20,8 +20,12 @@ use crate::model::{AttemptResult, Millis, Reservation};
 /// Steps written in one transaction at most.
 const MAX_BATCH: usize = 64;
 
-/// Batches being written at once: while one commits, the next is being built.
-const WRITERS: usize = 8;
+/// Batches being written at once: while one commits, the next gathers. More writers only make
+/// the batches smaller — a call and its commit cost the server much the same for one step as
+/// for several — without a slot's step returning sooner: at the default per-target limit, 8
+/// writers wrote 1.2 steps a commit, 2 write 1.9, and the server spent 12 % less CPU on the
+/// same deliveries at the same rate or better (docs/BENCHMARKS.md, "fewer step writers").
+const WRITERS: usize = 2;
 
 /// One slot's step: record `result`, start `next`, reserve for its origin.
 pub(super) struct Step {
