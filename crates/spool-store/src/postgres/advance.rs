@@ -41,18 +41,11 @@ pub(super) type Advancer = Batcher<Step, Row>;
 
 /// Start the writers.
 pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Advancer {
-    Batcher::spawn(
-        store,
-        WRITERS,
-        MAX_BATCH,
-        |store: PgStore, batch| async move {
-            store.write_steps(batch).await;
-        },
-    )
+    Batcher::spawn(store, WRITERS, MAX_BATCH, PgStore::write_steps)
 }
 
 impl PgStore {
-    async fn write_steps(&self, batch: Vec<Job<Step, Row>>) {
+    async fn write_steps(self, batch: Vec<Job<Step, Row>>) {
         let lease_ms = batch.first().map(|j| j.item.lease_ms);
         if batch.len() == 1 || batch.iter().any(|j| Some(j.item.lease_ms) != lease_ms) {
             return self.steps_one_by_one(batch).await;

@@ -28,18 +28,11 @@ pub(super) type Enqueuer = Batcher<NewDelivery, InsertOutcome>;
 
 /// Start the writers.
 pub(super) fn spawn(store: std::sync::Weak<super::Inner>) -> Enqueuer {
-    Batcher::spawn(
-        store,
-        WRITERS,
-        MAX_BATCH,
-        |store: PgStore, batch| async move {
-            store.write_batch(batch).await;
-        },
-    )
+    Batcher::spawn(store, WRITERS, MAX_BATCH, PgStore::write_batch)
 }
 
 impl PgStore {
-    async fn write_batch(&self, batch: Vec<Job<NewDelivery, InsertOutcome>>) {
+    async fn write_batch(self, batch: Vec<Job<NewDelivery, InsertOutcome>>) {
         // A key twice in one batch: the later create must see the earlier one's row, so it
         // waits for the batch to commit and then goes one by one.
         let mut seen = HashSet::new();
@@ -57,7 +50,7 @@ impl PgStore {
         } {
             Ok(used) => {
                 let news: Vec<&NewDelivery> = first.iter().map(|j| &j.item).collect();
-                in_tx!(self, &self.inner.enqueue_pool, |tx, now| insert_batch(
+                in_tx!(&self, &self.inner.enqueue_pool, |tx, now| insert_batch(
                     &tx, &news, now, used, limit
                 ))
             }
