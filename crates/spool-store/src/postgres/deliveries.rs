@@ -29,10 +29,10 @@ use crate::model::{
 };
 
 // No index hints: PostgreSQL's planner picks the partial indexes of `schema.sql` by itself
-// (`deliveries_due`, `deliveries_origin_due`, `deliveries_in_flight`, `deliveries_expiry`,
-// `deliveries_finished`, `deliveries_checks`) as long as a query repeats the index's predicate
-// literally (`status = 'pending'`, …), which every query here does, so that generic plans of
-// prepared statements can use them too. Ties in due order are broken by id (ids are
+// (`deliveries_due`, `deliveries_origin_due`, `deliveries_expiry`, `deliveries_finished`,
+// `deliveries_checks`) as long as a query repeats the index's predicate literally
+// (`status = 'pending'`, …), which every query here does, so that generic plans of prepared
+// statements can use them too; in-flight claims are found through `deliveries_status`. Ties in due order are broken by id (ids are
 // time-ordered): first come, first served.
 
 /// Columns of a delivery row without headers and body (listings), as `row_to_delivery` reads

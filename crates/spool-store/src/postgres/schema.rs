@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("schema.sql"),
     include_str!("steps.sql"),
     include_str!("counts.sql"),
+    include_str!("in_flight.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -84,17 +84,23 @@ async fn an_older_schema_is_migrated() {
         return;
     };
     // Version 1 as an older spoold left it: its indexes and row triggers, without the step
-    // functions of 2 and the statement triggers of 3.
+    // functions of 2 and the statement triggers of 3 (version 4 dropped the index 2 added).
     drop(open(db.url(), 0).await.expect("first open"));
     db.execute(&format!(
         "{ROW_TRIGGERS} DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
-         DROP INDEX deliveries_in_flight; \
          CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight'; \
          ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1"
     ))
     .await
     .expect("step back to version 1");
     let store = reopen_migrated(&db).await;
+    assert_eq!(
+        db.scalar("SELECT (to_regclass('deliveries_in_flight') IS NULL)::text")
+            .await
+            .expect("index"),
+        Some("true".to_owned()),
+        "version 2 added the index, version 4 dropped it"
+    );
     // The steps work on the migrated database.
     assert_eq!(
         store
@@ -117,6 +123,10 @@ async fn reopen_migrated(db: &TestDatabase) -> Store {
     store
 }
 
+/// The index version 4 dropped, put back as versions 2 and 3 had it.
+const IN_FLIGHT_INDEX: &str =
+    "CREATE INDEX deliveries_in_flight ON deliveries (id) WHERE status = 'in_flight';";
+
 /// Version 3's statement-level count triggers put back as version 2 had them (per row).
 const ROW_TRIGGERS: &str = "DROP TRIGGER deliveries_counted_in ON deliveries; \
     DROP TRIGGER deliveries_counted_out ON deliveries; \
@@ -134,7 +144,7 @@ async fn counts_stay_exact_across_the_move_to_statement_triggers() {
     // Two deliveries counted by version 2's row triggers, then the move to version 3.
     let store = open(db.url(), 0).await.expect("first open");
     db.execute(&format!(
-        "{ROW_TRIGGERS} UPDATE spoold_schema SET version = 2"
+        "{IN_FLIGHT_INDEX} {ROW_TRIGGERS} UPDATE spoold_schema SET version = 2"
     ))
     .await
     .expect("step back to version 2");
