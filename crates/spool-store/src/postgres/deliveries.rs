@@ -32,8 +32,8 @@ use crate::model::{
 // (`deliveries_due`, `deliveries_origin_due`, `deliveries_expiry`, `deliveries_finished`,
 // `deliveries_checks`) as long as a query repeats the index's predicate literally
 // (`status = 'pending'`, …), which every query here does, so that generic plans of prepared
-// statements can use them too; in-flight claims are found through `deliveries_status`. Ties in due order are broken by id (ids are
-// time-ordered): first come, first served.
+// statements can use them too; in-flight claims are found through `deliveries_status`. Ties in
+// due order are broken by id (ids are time-ordered): first come, first served.
 
 /// Columns of a delivery row without headers and body (listings), as `row_to_delivery` reads
 /// them (by name).
