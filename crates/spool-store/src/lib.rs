@@ -103,22 +103,29 @@ impl Store {
         dispatch!(self, s => s.start(reservation, lease_ms).await)
     }
 
-    /// The three steps of a slot whose target has answered, as one: record `result`, start the
-    /// reserved `next` (as [`Store::start`]) and reserve the delivery after it for the same
-    /// origin (as [`Store::reserve_next`]). Each step is durable before its part of the answer
-    /// is `Ok`. On PostgreSQL they are one transaction in one round trip, and fail together;
-    /// on SQLite they are written together by the group commit.
+    /// The three steps of a slot whose target has answered, as one: record `result` (if any),
+    /// start the reserved `next` (as [`Store::start`]) and reserve the delivery after it for the
+    /// same origin (as [`Store::reserve_next`]). Each step is durable before its part of the
+    /// answer is `Ok`. On PostgreSQL they are one transaction in one round trip, and fail
+    /// together; on SQLite they are written together by the group commit. Without a result it
+    /// only starts and reserves: a slot starting an attempt ahead of its turn.
     pub async fn advance(
         &self,
-        result: AttemptResult,
+        result: Option<AttemptResult>,
         next: model::Reservation,
         lease_ms: i64,
     ) -> model::Advanced {
         match self {
             Store::Sqlite(s) => {
                 let origin = next.origin.clone();
+                let complete = async {
+                    match result {
+                        Some(result) => Some(s.complete(result).await),
+                        None => None,
+                    }
+                };
                 let (applied, started, reserved) = tokio::join!(
-                    s.complete(result),
+                    complete,
                     s.start(next, lease_ms),
                     s.reserve_next(origin, lease_ms)
                 );
@@ -137,6 +144,16 @@ impl Store {
     /// attempt had started.
     pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
         dispatch!(self, s => s.release(id, claim_seq).await)
+    }
+
+    /// Give back an attempt that started but whose request was never sent (a slot that
+    /// started it ahead of its turn stopped first): its record is removed and its count undone,
+    /// and the delivery is pending again as if it had only been reserved and released — the
+    /// attempt never happened. Only for a request known not to have left: one that may have is
+    /// recorded with [`Store::complete`]. `false` if the claim was no longer current or its
+    /// attempt has a result.
+    pub async fn unstart(&self, id: String, claim_seq: u32) -> Result<bool> {
+        dispatch!(self, s => s.unstart(id, claim_seq).await)
     }
 
     /// At start-up, when the previous owner of every claim is known to be dead (SQLite, whose

@@ -354,11 +354,11 @@ pub enum StartOutcome {
     Expired,
 }
 
-/// What [`crate::Store::advance`] did, step by step: the result recorded, the reserved
-/// delivery started, the one after it reserved.
+/// What [`crate::Store::advance`] did, step by step: the result recorded (`None` when it was
+/// given none), the reserved delivery started, the one after it reserved.
 #[derive(Debug)]
 pub struct Advanced {
-    pub applied: crate::error::Result<Applied>,
+    pub applied: Option<crate::error::Result<Applied>>,
     pub started: crate::error::Result<StartOutcome>,
     pub reserved: crate::error::Result<Option<Reservation>>,
 }

@@ -66,6 +66,7 @@ pub struct Metrics {
     pub blocked: Counter,
     pub admission_rejections: Counter,
     pub expired: Counter,
+    pub undone: Counter,
     pub pruned: Counter,
     pub allow_private_targets: Gauge,
     pub allowed_target_ranges: Gauge,
@@ -121,6 +122,7 @@ impl Metrics {
             blocked: Counter::default(),
             admission_rejections: Counter::default(),
             expired: Counter::default(),
+            undone: Counter::default(),
             pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
             allowed_target_ranges: Gauge::default(),
@@ -217,6 +219,12 @@ impl Metrics {
             "spoold_expired_deliveries",
             "Deliveries failed because expiresAt passed before an attempt could start",
             m.expired.clone(),
+        );
+        registry.register(
+            "spoold_delivery_attempts_undone",
+            "Attempts started ahead of their turn and undone unsent (target stopped answering, \
+             shutdown, or started too long ago)",
+            m.undone.clone(),
         );
         registry.register(
             "spoold_journal_pruned_deliveries",

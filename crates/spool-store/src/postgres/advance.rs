@@ -27,9 +27,9 @@ const MAX_BATCH: usize = 64;
 /// same deliveries at the same rate or better (docs/BENCHMARKS.md, "fewer step writers").
 const WRITERS: usize = 2;
 
-/// One slot's step: record `result`, start `next`, reserve for its origin.
+/// One slot's step: record `result` (if any), start `next`, reserve for its origin.
 pub(super) struct Step {
-    pub result: AttemptResult,
+    pub result: Option<AttemptResult>,
     pub next: Reservation,
     pub lease_ms: i64,
     /// Where the reservation starts looking (see `PgStore::reserve_from`).
@@ -52,7 +52,7 @@ impl PgStore {
         }
         let steps: Vec<_> = batch
             .iter()
-            .map(|j| deliveries::advance_args(&j.item.result, &j.item.next, j.item.from))
+            .map(|j| deliveries::advance_args(j.item.result.as_ref(), &j.item.next, j.item.from))
             .collect();
         let lease_ms = lease_ms.unwrap_or_default();
         match self.step(&deliveries::steps(&steps, lease_ms)).await {
@@ -91,7 +91,12 @@ impl PgStore {
                 from,
             } = &job.item;
             let answer = self
-                .step(&deliveries::advance(result, next, *lease_ms, *from))
+                .step(&deliveries::advance(
+                    result.as_ref(),
+                    next,
+                    *lease_ms,
+                    *from,
+                ))
                 .await
                 .and_then(|rows| {
                     rows.into_iter()

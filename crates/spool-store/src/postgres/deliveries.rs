@@ -668,10 +668,10 @@ pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<(Reservation
     Ok(Some((reservation, col(r, "o_due")?)))
 }
 
-/// Record `result`, start the reserved `next` and reserve the one after it, in one statement:
-/// its one row answers as [`complete`], [`start`] and [`reserve_next`] do.
+/// Record `result` (if any), start the reserved `next` and reserve the one after it, in one
+/// statement: its one row answers as [`complete`], [`start`] and [`reserve_next`] do.
 pub(crate) fn advance(
-    result: &AttemptResult,
+    result: Option<&AttemptResult>,
     next: &Reservation,
     lease_ms: i64,
     from: Option<Millis>,
@@ -679,14 +679,15 @@ pub(crate) fn advance(
     steps(&[advance_args(result, next, from)], lease_ms)
 }
 
-/// The step of a slot whose target answered: record, start the next, reserve for its origin.
+/// The step of a slot whose target answered: record (if any), start the next, reserve for
+/// its origin.
 pub(crate) fn advance_args<'a>(
-    result: &'a AttemptResult,
+    result: Option<&'a AttemptResult>,
     next: &'a Reservation,
     from: Option<Millis>,
 ) -> StepArgs<'a> {
     StepArgs {
-        result: Some(result),
+        result,
         next: Some(next),
         origin: Some(&next.origin),
         from,
@@ -797,6 +798,38 @@ pub(crate) async fn release(
     )
     .await?;
     Ok(true)
+}
+
+/// Give back an attempt that started but whose request was never sent (see
+/// [`crate::Store::unstart`]): its record removed and its count undone, then released as a
+/// reservation is.
+pub(crate) async fn unstart(tx: &Tx<'_>, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
+    let current = row(
+        tx,
+        "SELECT 1 FROM deliveries WHERE id = $1 AND status = 'in_flight' AND claim_seq = $2 \
+         FOR UPDATE",
+        &[&id, &i64::from(claim_seq)],
+    )
+    .await?;
+    if current.is_none() {
+        return Ok(false);
+    }
+    let removed = exec(
+        tx,
+        "DELETE FROM attempts WHERE delivery_id = $1 AND seq = $2 AND outcome IS NULL",
+        &[&id, &i64::from(claim_seq)],
+    )
+    .await?;
+    if removed == 0 {
+        return Ok(false);
+    }
+    exec(
+        tx,
+        "UPDATE deliveries SET attempts = attempts - 1 WHERE id = $1",
+        &[&id],
+    )
+    .await?;
+    release(tx, id, claim_seq, now, "released").await
 }
 
 /// At start-up, when the owner of every claim is known to be dead: every in-flight delivery

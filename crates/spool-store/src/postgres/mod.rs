@@ -392,11 +392,12 @@ impl PgStore {
     /// group commit). They commit or fail together; a failure is reported for each.
     pub async fn advance(
         &self,
-        result: AttemptResult,
+        result: Option<AttemptResult>,
         next: Reservation,
         lease_ms: i64,
     ) -> Advanced {
         let from = self.reserve_from(&next.origin);
+        let recorded = result.is_some();
         let step = advance::Step {
             result,
             next: next.clone(),
@@ -406,8 +407,10 @@ impl PgStore {
         match self.inner.advancer.submit(step).await {
             Ok(row) => {
                 let rows = std::slice::from_ref(&row);
-                let applied = deliveries::applied(rows);
-                self.woken_by(&applied);
+                let applied = recorded.then(|| deliveries::applied(rows));
+                if let Some(applied) = &applied {
+                    self.woken_by(applied);
+                }
                 Advanced {
                     applied,
                     started: deliveries::started(rows, &next, lease_ms),
@@ -415,7 +418,7 @@ impl PgStore {
                 }
             }
             Err(e) => Advanced {
-                applied: Err(e.duplicate()),
+                applied: recorded.then(|| Err(e.duplicate())),
                 started: Err(e.duplicate()),
                 reserved: Err(e),
             },
@@ -491,6 +494,14 @@ impl PgStore {
     pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
         let out = in_tx!(self, |tx, now| deliveries::release(
             &tx, &id, claim_seq, now, "released"
+        ));
+        self.inner.wake.deliveries_when(matches!(out, Ok(true)));
+        out
+    }
+
+    pub async fn unstart(&self, id: String, claim_seq: u32) -> Result<bool> {
+        let out = in_tx!(self, |tx, now| deliveries::unstart(
+            &tx, &id, claim_seq, now
         ));
         self.inner.wake.deliveries_when(matches!(out, Ok(true)));
         out

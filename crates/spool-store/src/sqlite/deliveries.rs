@@ -759,6 +759,27 @@ pub(crate) fn release(
     Ok(true)
 }
 
+/// Give back an attempt that started but whose request was never sent (see
+/// [`crate::Store::unstart`]): its record removed and its count undone, then released as a
+/// reservation is.
+pub(crate) fn unstart(conn: &Connection, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
+    let removed = conn
+        .prepare_cached(
+            "DELETE FROM attempts WHERE delivery_id = ?1 AND seq = ?2 AND outcome IS NULL \
+             AND EXISTS (SELECT 1 FROM deliveries \
+                         WHERE id = ?1 AND status = 'in_flight' AND claim_seq = ?2)",
+        )
+        .and_then(|mut st| st.execute(params![id, claim_seq]))
+        .map_err(map_err)?;
+    if removed == 0 {
+        return Ok(false);
+    }
+    conn.prepare_cached("UPDATE deliveries SET attempts = attempts - 1 WHERE id = ?1")
+        .and_then(|mut st| st.execute(params![id]))
+        .map_err(map_err)?;
+    release(conn, id, claim_seq, now, "released")
+}
+
 /// Whether the attempt of claim `claim_seq` has started (its attempt row exists).
 fn started(conn: &Connection, id: &str, claim_seq: u32) -> Result<bool> {
     conn.prepare_cached("SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2")

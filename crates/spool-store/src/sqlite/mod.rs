@@ -472,6 +472,18 @@ impl SqliteStore {
             .await
     }
 
+    /// See [`crate::Store::unstart`].
+    pub async fn unstart(&self, id: String, claim_seq: u32) -> Result<bool> {
+        let wake = self.waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| deliveries::unstart(c, &id, claim_seq, now),
+                move |r| wake.when(matches!(r, Ok(true))),
+            )
+            .await
+    }
+
     /// See [`crate::Store::recover`].
     pub async fn recover(&self, check_in_ms: i64) -> Result<Reclaimed> {
         self.inner

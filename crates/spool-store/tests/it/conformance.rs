@@ -53,6 +53,7 @@ macro_rules! conformance_suite {
             start_sends_only_a_current_reservation,
             advance_records_starts_and_reserves_as_one,
             release_restores_the_delivery,
+            unstart_undoes_an_attempt_never_sent,
             expire_overdue_fails_waiting_work,
             retry_clears_a_passed_deadline,
             purge_finished_removes_only_old_terminal_rows,
@@ -780,10 +781,10 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
 
     // The result is recorded, the reserved delivery started, the one after it reserved.
     let advanced = store
-        .advance(succeeded(&first), second.clone(), 60_000)
+        .advance(Some(succeeded(&first)), second.clone(), 60_000)
         .await;
     assert_eq!(
-        advanced.applied.expect("recorded"),
+        advanced.applied.expect("a result").expect("recorded"),
         Applied::Now(DeliveryStatus::Succeeded)
     );
     let started = match advanced.started.expect("started") {
@@ -809,9 +810,11 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
         store.cancel(id(3)).await.expect("cancel"),
         TransitionOutcome::Done(_)
     ));
-    let advanced = store.advance(succeeded(&started), third, 60_000).await;
+    let advanced = store
+        .advance(Some(succeeded(&started)), third, 60_000)
+        .await;
     assert_eq!(
-        advanced.applied.expect("recorded"),
+        advanced.applied.expect("a result").expect("recorded"),
         Applied::Now(DeliveryStatus::Succeeded)
     );
     assert!(matches!(
@@ -828,6 +831,26 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
             (Some("in_flight"), "succeeded", 1, "delivered".to_owned()),
         ]
     );
+
+    // Without a result (a slot starting an attempt ahead of its turn): nothing is recorded,
+    // the reservation starts and the next is reserved.
+    for n in 4..=5 {
+        create(&store, new_delivery(&id(n), None, URL_A)).await;
+    }
+    let fourth = reserve(&store, ORIGIN_A).await.expect("reserved");
+    let advanced = store.advance(None, fourth, 60_000).await;
+    assert!(advanced.applied.is_none());
+    match advanced.started.expect("start") {
+        StartOutcome::Started(c) => assert_eq!((c.id.as_str(), c.attempt), (id(4).as_str(), 1)),
+        other => panic!("expected Started, got {other:?}"),
+    }
+    let fifth = advanced
+        .reserved
+        .expect("reserve")
+        .expect("the fifth is due");
+    assert_eq!(fifth.id, id(5));
+    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Succeeded);
+    assert_eq!(attempts(&store, &id(4)).await.len(), 1);
 }
 
 pub async fn start_sends_only_a_current_reservation(store: Store) {
@@ -927,6 +950,63 @@ pub async fn release_restores_the_delivery(store: Store) {
         complete(&store, &again, Disposition::Succeeded, Some(200)).await,
         Applied::Now(DeliveryStatus::Succeeded)
     );
+}
+
+pub async fn unstart_undoes_an_attempt_never_sent(store: Store) {
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let reserved = reserve(&store, ORIGIN_A).await.expect("reserved");
+    let started = match store.start(reserved, 60_000).await.expect("start") {
+        StartOutcome::Started(c) => c,
+        other => panic!("expected Started, got {other:?}"),
+    };
+    assert_eq!(started.attempt, 1);
+    assert!(store
+        .unstart(started.id.clone(), started.claim_seq)
+        .await
+        .expect("unstart"));
+    // As if only reserved and released: pending, no attempt counted or recorded.
+    let d = get(&store, &id(1)).await;
+    assert_eq!(
+        (d.status, d.attempts, d.lease_until),
+        (DeliveryStatus::Pending, 0, None)
+    );
+    assert_eq!(attempts(&store, &id(1)).await, []);
+    assert_eq!(
+        log_of(&store, &id(1)).await,
+        [
+            (None, "pending", 0, "created".to_owned()),
+            (Some("pending"), "in_flight", 0, "reserved".to_owned()),
+            (Some("in_flight"), "pending", 0, "released".to_owned()),
+        ]
+    );
+    // Only once, and only the current claim: its result can no longer be recorded either.
+    assert!(!store
+        .unstart(started.id.clone(), started.claim_seq)
+        .await
+        .expect("unstart"));
+    assert_eq!(
+        complete(&store, &started, Disposition::Succeeded, Some(200)).await,
+        Applied::Fenced
+    );
+    // The next attempt is number 1 again; once it has a result, it is never undone.
+    let again = claim(&store, 1).await.remove(0);
+    assert_eq!(again.attempt, 1);
+    assert_eq!(
+        complete(
+            &store,
+            &again,
+            Disposition::Retry { delay_ms: 0 },
+            Some(500)
+        )
+        .await,
+        Applied::Now(DeliveryStatus::Pending)
+    );
+    assert!(!store
+        .unstart(again.id.clone(), again.claim_seq)
+        .await
+        .expect("unstart"));
+    assert_eq!(attempts(&store, &id(1)).await.len(), 1);
+    assert_eq!(get(&store, &id(1)).await.attempts, 1);
 }
 
 pub async fn claim_fails_expired_instead(store: Store) {
@@ -1679,7 +1759,7 @@ pub async fn counts_follow_every_change(store: Store) {
     check(&store, "recovery").await;
 
     // A slot's steps taken as one: record a result, start the next, reserve the one after.
-    for n in 9..=10 {
+    for n in 9..=11 {
         create(&store, new_delivery(&id(n), None, URL_A)).await;
     }
     let first = reserve(&store, ORIGIN_A).await.expect("due work on A");
@@ -1688,11 +1768,22 @@ pub async fn counts_follow_every_change(store: Store) {
         other => panic!("expected Started, got {other:?}"),
     };
     let next = reserve(&store, ORIGIN_A).await.expect("more due work on A");
-    let advanced = store.advance(succeeded(&running), next, 60_000).await;
-    advanced.applied.expect("recorded");
+    let advanced = store.advance(Some(succeeded(&running)), next, 60_000).await;
+    advanced.applied.expect("a result").expect("recorded");
     advanced.started.expect("started");
-    advanced.reserved.expect("reserved");
+    let reserved = advanced.reserved.expect("reserved");
     check(&store, "a slot's steps").await;
+    // An attempt started ahead and never sent, undone.
+    let ahead = store
+        .advance(None, reserved.expect("one more due on A"), 60_000)
+        .await;
+    match ahead.started.expect("start") {
+        StartOutcome::Started(c) => {
+            assert!(store.unstart(c.id, c.claim_seq).await.expect("unstart"))
+        }
+        other => panic!("expected Started, got {other:?}"),
+    }
+    check(&store, "an attempt undone").await;
 
     // Deadlines met by a start and by a reservation.
     let url_c = "http://127.0.0.3:8080/hooks/c";

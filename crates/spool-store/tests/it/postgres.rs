@@ -287,13 +287,13 @@ async fn concurrent_slots_advance_together() {
     let advanced = futures_util::future::join_all(
         steps
             .iter()
-            .map(|(result, next)| store.advance(result.clone(), next.clone(), 60_000)),
+            .map(|(result, next)| store.advance(Some(result.clone()), next.clone(), 60_000)),
     )
     .await;
     let mut reserved = Vec::new();
     for ((result, next), advanced) in steps.iter().zip(advanced) {
         assert_eq!(
-            advanced.applied.expect("recorded"),
+            advanced.applied.expect("a result").expect("recorded"),
             Applied::Now(DeliveryStatus::Succeeded)
         );
         match advanced.started.expect("start") {

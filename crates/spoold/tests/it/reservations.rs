@@ -210,3 +210,62 @@ async fn a_reservation_is_given_back_when_the_target_fails() {
     let (_, second) = d.api.attempts(&ids[1]).await.expect("attempts");
     assert_eq!(outcomes(second), ["succeeded"]);
 }
+
+/// Once the target answers quickly, its slot starts the next attempts ahead of their turn; when
+/// the target then asks it to wait, those attempts are undone. Every delivery's attempt count
+/// and record match the requests the target really got, and `X-Spoold-Attempt` numbers them
+/// from 1 without a gap.
+#[tokio::test(flavor = "multi_thread")]
+async fn attempts_started_ahead_are_undone_when_the_target_stops_answering() {
+    let d = one_slot().await;
+    let r = Receiver::start().await.expect("receiver");
+    let mut replies: Vec<Reply> = (0..10).map(|_| Reply::status(200)).collect();
+    replies.push(Reply::status(503).header("Retry-After", "1"));
+    r.push_replies(replies);
+    let due = spool_proto::units::format_time(now_ms() + 300);
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due});
+        let (status, created) = d.api.create(request).await.expect("create");
+        assert_eq!(status, 201, "{created}");
+        ids.push(id_of(&created));
+    }
+    for id in &ids {
+        d.api
+            .wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let undone = d
+        .api
+        .metric("spoold_delivery_attempts_undone_total")
+        .await
+        .expect("metrics");
+    assert!(
+        undone.is_some_and(|n| n >= 1.0),
+        "no attempt was started ahead and undone: {undone:?}"
+    );
+    let seen = r.requests();
+    assert_eq!(seen.len(), 21, "20 deliveries, one of them asked to wait");
+    for id in &ids {
+        let numbers: Vec<u64> = seen
+            .iter()
+            .filter(|q| q.header(spool_proto::DELIVERY_ID_HEADER) == Some(id.as_str()))
+            .map(|q| {
+                q.header(spool_proto::ATTEMPT_HEADER)
+                    .and_then(|n| n.parse().ok())
+                    .expect("an attempt number")
+            })
+            .collect();
+        let sent = numbers.len() as u64;
+        assert_eq!(numbers, (1..=sent).collect::<Vec<_>>(), "{id}");
+        let (_, v) = d.api.get(id).await.expect("get");
+        assert_eq!(v["attempts"], sent, "{id}: {v}");
+        let (_, record) = d.api.attempts(id).await.expect("attempts");
+        assert_eq!(
+            record["attempts"].as_array().map(Vec::len),
+            Some(sent as usize),
+            "{id}: {record}"
+        );
+    }
+}
