@@ -269,3 +269,37 @@ async fn attempts_started_ahead_are_undone_when_the_target_stops_answering() {
         );
     }
 }
+
+/// A slow target's slot starts nothing ahead: each delivery is started only when its turn has
+/// come, so a cancel made while the requests before it are on the wire still wins.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_target_gets_no_attempt_started_ahead() {
+    let d = one_slot().await;
+    let r = Receiver::start().await.expect("receiver");
+    r.respond_with(Reply::status(200).delay(Duration::from_millis(500)));
+    let due = spool_proto::units::format_time(now_ms() + 300);
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due});
+        let (status, created) = d.api.create(request).await.expect("create");
+        assert_eq!(status, 201, "{created}");
+        ids.push(id_of(&created));
+    }
+    // The third request is on the wire: with a fast target the fourth delivery would have been
+    // started by now.
+    r.wait_for_requests(3, WAIT)
+        .await
+        .expect("three requests sent");
+    let (_, fourth) = d.api.get(&ids[3]).await.expect("get");
+    assert_eq!(fourth["attempts"], 0, "started ahead: {fourth}");
+    let (status, canceled) = d.api.cancel(&ids[3]).await.expect("cancel");
+    assert_eq!((status, &canceled["status"]), (200, &json!("canceled")));
+    for n in [0, 1, 2, 4] {
+        d.api
+            .wait_status(&ids[n], &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let paths: Vec<String> = r.requests().into_iter().map(|q| q.path).collect();
+    assert_eq!(paths, ["/0", "/1", "/2", "/4"]);
+}
