@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use http::Method;
 use serde_json::{json, Value};
-use spool_testkit::{Api, CreateBehavior, DaemonProcess, Receiver, RemoteApi, SearchBehavior};
+use spool_testkit::{
+    Api, CreateBehavior, DaemonProcess, Receiver, RemoteApi, Reply, SearchBehavior,
+};
 use tempfile::TempDir;
 
 use crate::{id_of, process_opts, InProcess, Targets, WAIT};
@@ -695,5 +697,96 @@ async fn failed_checks_change_nothing_and_are_asked_again() {
             .expect("metrics")
             .map(|n| n >= 4.0),
         Some(true)
+    );
+}
+
+/// A busy target's slot starts at-least-once attempts ahead of their turn, never at-most-once
+/// ones: killed mid-stream (three times), the daemon leaves `unknown` (or, with nothing to
+/// reconcile with, in `manual_review`) only what the target received, or per kill the one
+/// attempt whose start had just been answered (its request about to leave).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill9_mid_stream_leaves_unknown_only_what_may_have_been_sent() {
+    const KILLS: usize = 3;
+    const DELIVERIES: usize = 300;
+    let dir = TempDir::new().expect("temp dir");
+    let r = Receiver::start().await.expect("receiver");
+    // Quick enough that at-least-once attempts would be started ahead.
+    r.respond_with(Reply::status(200).delay(Duration::from_millis(5)));
+    let one_slot = ["--per-target-concurrency", "1"];
+    let mut daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+        .await
+        .expect("daemon");
+    let due = spool_proto::units::format_time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            + 1_000,
+    );
+    let api = Api::new(daemon.base_url());
+    for n in 0..DELIVERIES {
+        let (status, created) = api
+            .create(json!({
+                "targetUrl": r.url(&format!("/{n}")),
+                "mode": "at_most_once",
+                "notBefore": due,
+            }))
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{created}");
+    }
+    for kill in 1..=KILLS {
+        r.wait_for_requests(50 * kill, WAIT)
+            .await
+            .expect("the stream is under way");
+        daemon.kill9();
+        daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+            .await
+            .expect("restart");
+    }
+    // The last kill too freezes what the target received.
+    r.wait_for_requests(50 * (KILLS + 1), WAIT)
+        .await
+        .expect("the stream is under way");
+    daemon.kill9();
+
+    let received: std::collections::HashSet<String> = r
+        .requests()
+        .iter()
+        .filter_map(|q| q.header(spool_proto::DELIVERY_ID_HEADER).map(str::to_owned))
+        .collect();
+    assert!(
+        received.len() < DELIVERIES,
+        "the kills came too late to tell"
+    );
+    let daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let mut ambiguous = Vec::new();
+    for status in ["unknown", "manual_review"] {
+        let (_, listed) = api
+            .list(&format!("status={status}&limit=500"))
+            .await
+            .expect("list");
+        ambiguous.extend(
+            listed["deliveries"]
+                .as_array()
+                .expect("deliveries")
+                .iter()
+                .map(id_of),
+        );
+    }
+    assert!(
+        ambiguous.len() > KILLS,
+        "a kill missed the stream: {ambiguous:?}"
+    );
+    let never_received: Vec<&String> = ambiguous
+        .iter()
+        .filter(|id| !received.contains(*id))
+        .collect();
+    assert!(
+        never_received.len() <= KILLS + 1,
+        "started but never sent, now ambiguous: {never_received:?} of {}",
+        ambiguous.len()
     );
 }
