@@ -6,9 +6,9 @@
 //! late result can never overwrite a cancel or a newer claim. A delivery reserved ahead is only
 //! a reservation: it is started, with a fenced check that it was not canceled and has not
 //! expired, no more than [`AHEAD_FOR`] before it is sent, and an attempt started ahead that is
-//! not sent after all is undone, never left counted. No request outlives its lease: the send's deadline is
-//! the sooner of `--request-timeout` and the lease (less a margin for recording the result), and
-//! leases of attempts still running here are renewed, never taken back.
+//! not sent after all is undone, never left counted. No request outlives its lease: the send's
+//! deadline is the sooner of `--request-timeout` and the lease (less a margin for recording the
+//! result), and leases of attempts still running here are renewed, never taken back.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -153,8 +153,8 @@ impl Started {
 /// written while requests are on the wire, not between two of them: a slot's turn takes the
 /// longer of a request and its share of a commit instead of both, and with the slots' steps
 /// overlapping, the store writes more of them per commit. At the default per-target limit this
-/// took end-to-end deliveries from 1,211/1,441 to 1,946/1,835 a second on PostgreSQL and from
-/// 3,520 to 4,174 on SQLite (docs/BENCHMARKS.md, "Starting attempts ahead").
+/// took end-to-end deliveries from 1,473–2,003 to 2,012–2,351 a second on PostgreSQL and from
+/// 2,147–2,452 to 3,028–4,062 on SQLite (docs/BENCHMARKS.md, "Starting attempts ahead").
 ///
 /// The price: a crash can leave up to this many attempts per slot started but never sent, and
 /// recovery treats them as any started attempt (interrupted and not charged); a cancel that
@@ -232,7 +232,6 @@ impl Slot {
             }
         });
         self.starting += usize::from(next.is_some());
-        let starts = next.is_some();
         let answer = async move {
             let (applied, started, reserved) = task.await.unwrap_or_else(|e| {
                 let failed = || StoreError::Database(format!("store write task failed: {e}"));
@@ -243,7 +242,7 @@ impl Slot {
                 next,
                 asked,
                 applied,
-                started: started.filter(|_| starts),
+                started,
                 reserved,
             }
         };
