@@ -303,3 +303,47 @@ async fn a_slow_target_gets_no_attempt_started_ahead() {
     let paths: Vec<String> = r.requests().into_iter().map(|q| q.path).collect();
     assert_eq!(paths, ["/0", "/1", "/2", "/4"]);
 }
+
+/// At-least-once deliveries followed by at-most-once ones to the same quick target: the slot
+/// that was starting attempts ahead stops doing so at the first at-most-once one, and each is
+/// sent once, as attempt 1, and recorded once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_turns_careful_at_the_first_at_most_once_delivery() {
+    let d = one_slot().await;
+    let r = Receiver::start().await.expect("receiver");
+    let due = spool_proto::units::format_time(now_ms() + 300);
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        let mode = if n < 20 {
+            "at_least_once"
+        } else {
+            "at_most_once"
+        };
+        let request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due, "mode": mode});
+        let (status, created) = d.api.create(request).await.expect("create");
+        assert_eq!(status, 201, "{created}");
+        ids.push(id_of(&created));
+    }
+    for id in &ids {
+        d.api
+            .wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let seen = r.requests();
+    assert_eq!(seen.len(), ids.len(), "each sent once");
+    for id in &ids {
+        let attempts: Vec<&str> = seen
+            .iter()
+            .filter(|q| q.header(spool_proto::DELIVERY_ID_HEADER) == Some(id.as_str()))
+            .filter_map(|q| q.header(spool_proto::ATTEMPT_HEADER))
+            .collect();
+        assert_eq!(attempts, ["1"], "{id}");
+        let (_, record) = d.api.attempts(id).await.expect("attempts");
+        assert_eq!(
+            record["attempts"].as_array().map(Vec::len),
+            Some(1),
+            "{record}"
+        );
+    }
+}
