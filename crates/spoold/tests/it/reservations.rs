@@ -17,23 +17,33 @@ async fn one_slot() -> InProcess {
     InProcess::boot(&["--per-target-concurrency", "1"]).await
 }
 
-/// Two deliveries to `r`, due at the same moment 300 ms from now, so that while the first is
-/// on the wire the second is there to be reserved. `extra` is merged into the second. The ids
-/// in the order they are sent (the first created is claimed first).
-async fn two_due_together(d: &InProcess, r: &Receiver, extra: Value) -> Vec<String> {
+/// `n` deliveries to `r` (paths `/0`, `/1`, …), due at the same moment 300 ms from now, so
+/// that while one is on the wire the next are there to be reserved; `extra(i)` is merged into
+/// the `i`th. The ids in the order they are sent (the first created is claimed first).
+async fn due_together(
+    d: &InProcess,
+    r: &Receiver,
+    n: usize,
+    extra: impl Fn(usize) -> Value,
+) -> Vec<String> {
     let due = spool_proto::units::format_time(now_ms() + 300);
     let mut ids = Vec::new();
-    for n in 0..2 {
-        let mut request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due});
-        if n == 1 {
-            for (k, v) in extra.as_object().expect("an object") {
-                request[k] = v.clone();
-            }
+    for i in 0..n {
+        let mut request = json!({"targetUrl": r.url(&format!("/{i}")), "notBefore": due});
+        for (k, v) in extra(i).as_object().expect("an object") {
+            request[k] = v.clone();
         }
         let (status, created) = d.api.create(request).await.expect("create");
         assert_eq!(status, 201, "{created}");
         ids.push(id_of(&created));
     }
+    ids
+}
+
+/// Two deliveries due together (see [`due_together`]); `extra` is merged into the second.
+/// Returns once the first is sent.
+async fn two_due_together(d: &InProcess, r: &Receiver, extra: Value) -> Vec<String> {
+    let ids = due_together(d, r, 2, |i| if i == 1 { extra.clone() } else { json!({}) }).await;
     r.wait_for_requests(1, WAIT)
         .await
         .expect("the first is sent");
@@ -43,6 +53,16 @@ async fn two_due_together(d: &InProcess, r: &Receiver, extra: Value) -> Vec<Stri
         "the first created is sent first"
     );
     ids
+}
+
+/// Wait until every delivery of `ids` has succeeded.
+async fn all_succeed(d: &InProcess, ids: &[String]) {
+    for id in ids {
+        d.api
+            .wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
 }
 
 /// Wait until the delivery is reserved: in flight, no attempt started.
@@ -122,12 +142,7 @@ async fn a_reserved_attempt_records_when_it_really_started() {
     let r = Receiver::start().await.expect("receiver");
     r.push_replies([Reply::status(200).delay(Duration::from_millis(1000))]);
     let ids = two_due_together(&d, &r, json!({})).await;
-    for id in &ids {
-        d.api
-            .wait_status(id, &["succeeded"], WAIT)
-            .await
-            .expect("delivered");
-    }
+    all_succeed(&d, &ids).await;
     let started = |v: &Value| {
         spool_proto::units::parse_time(v["attempts"][0]["startedAt"].as_str().expect("time"))
             .expect("RFC 3339")
@@ -191,12 +206,7 @@ async fn a_reservation_is_given_back_when_the_target_fails() {
     let r = Receiver::start().await.expect("receiver");
     r.push_replies([Reply::hang()]);
     let ids = two_due_together(&d, &r, json!({})).await;
-    for id in &ids {
-        d.api
-            .wait_status(id, &["succeeded"], WAIT)
-            .await
-            .expect("delivered");
-    }
+    all_succeed(&d, &ids).await;
     let outcomes = |v: serde_json::Value| -> Vec<String> {
         v["attempts"]
             .as_array()
@@ -222,20 +232,8 @@ async fn attempts_started_ahead_are_undone_when_the_target_stops_answering() {
     let mut replies: Vec<Reply> = (0..10).map(|_| Reply::status(200)).collect();
     replies.push(Reply::status(503).header("Retry-After", "1"));
     r.push_replies(replies);
-    let due = spool_proto::units::format_time(now_ms() + 300);
-    let mut ids = Vec::new();
-    for n in 0..20 {
-        let request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due});
-        let (status, created) = d.api.create(request).await.expect("create");
-        assert_eq!(status, 201, "{created}");
-        ids.push(id_of(&created));
-    }
-    for id in &ids {
-        d.api
-            .wait_status(id, &["succeeded"], WAIT)
-            .await
-            .expect("delivered");
-    }
+    let ids = due_together(&d, &r, 20, |_| json!({})).await;
+    all_succeed(&d, &ids).await;
     let undone = d
         .api
         .metric("spoold_delivery_attempts_undone_total")
@@ -277,14 +275,7 @@ async fn a_slow_target_gets_no_attempt_started_ahead() {
     let d = one_slot().await;
     let r = Receiver::start().await.expect("receiver");
     r.respond_with(Reply::status(200).delay(Duration::from_millis(500)));
-    let due = spool_proto::units::format_time(now_ms() + 300);
-    let mut ids = Vec::new();
-    for n in 0..5 {
-        let request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due});
-        let (status, created) = d.api.create(request).await.expect("create");
-        assert_eq!(status, 201, "{created}");
-        ids.push(id_of(&created));
-    }
+    let ids = due_together(&d, &r, 5, |_| json!({})).await;
     // The third request is on the wire: with a fast target the fourth delivery would have been
     // started by now.
     r.wait_for_requests(3, WAIT)
@@ -311,25 +302,14 @@ async fn a_slow_target_gets_no_attempt_started_ahead() {
 async fn a_slot_turns_careful_at_the_first_at_most_once_delivery() {
     let d = one_slot().await;
     let r = Receiver::start().await.expect("receiver");
-    let due = spool_proto::units::format_time(now_ms() + 300);
-    let mut ids = Vec::new();
-    for n in 0..40 {
-        let mode = if n < 20 {
-            "at_least_once"
-        } else {
-            "at_most_once"
-        };
-        let request = json!({"targetUrl": r.url(&format!("/{n}")), "notBefore": due, "mode": mode});
-        let (status, created) = d.api.create(request).await.expect("create");
-        assert_eq!(status, 201, "{created}");
-        ids.push(id_of(&created));
-    }
-    for id in &ids {
-        d.api
-            .wait_status(id, &["succeeded"], WAIT)
-            .await
-            .expect("delivered");
-    }
+    let ids = due_together(
+        &d,
+        &r,
+        40,
+        |i| json!({"mode": if i < 20 { "at_least_once" } else { "at_most_once" }}),
+    )
+    .await;
+    all_succeed(&d, &ids).await;
     let seen = r.requests();
     assert_eq!(seen.len(), ids.len(), "each sent once");
     for id in &ids {
