@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("steps.sql"),
     include_str!("counts.sql"),
     include_str!("in_flight.sql"),
+    include_str!("lean_steps.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use spool_store::model::{Applied, DeliveryStatus, InsertOutcome, StartOutcome};
+use spool_store::model::{Applied, DeliveryStatus, InsertOutcome, StartOutcome, TransitionOutcome};
 use spool_store::postgres::{PgConfig, PgStore, SCHEMA_VERSION};
 use spool_store::{Capacity, Store, StoreError};
 use spool_testkit::TestDatabase;
@@ -187,6 +187,127 @@ async fn counts_stay_exact_across_the_move_to_statement_triggers() {
             .map_or(0, |(_, n)| *n)
     };
     assert_eq!(pending(store.stats().await.expect("stats")), 5);
+}
+
+/// Version 4 as an older spoold left it: keys under the database's own collation, status
+/// changes counted by triggers that decide in a WHEN clause.
+const VERSION_4: &str = "DROP TRIGGER deliveries_counted_moved ON deliveries; \
+    DROP TRIGGER tasks_counted_moved ON tasks; \
+    ALTER TABLE deliveries ALTER COLUMN id TYPE TEXT COLLATE \"default\", \
+        ALTER COLUMN origin TYPE TEXT COLLATE \"default\", \
+        ALTER COLUMN status TYPE TEXT COLLATE \"default\"; \
+    ALTER TABLE attempts ALTER COLUMN delivery_id TYPE TEXT COLLATE \"default\"; \
+    ALTER TABLE transitions ALTER COLUMN delivery_id TYPE TEXT COLLATE \"default\"; \
+    ALTER TABLE tasks ALTER COLUMN id TYPE TEXT COLLATE \"default\", \
+        ALTER COLUMN status TYPE TEXT COLLATE \"default\"; \
+    CREATE TRIGGER deliveries_counted_moved AFTER UPDATE OF status ON deliveries \
+        FOR EACH ROW WHEN (OLD.status <> NEW.status \
+            AND current_setting('spoold.counting', true) IS DISTINCT FROM 'steps') \
+        EXECUTE FUNCTION spoold_count_delivery(); \
+    CREATE TRIGGER tasks_counted_moved AFTER UPDATE OF status ON tasks \
+        FOR EACH ROW WHEN (OLD.status <> NEW.status) EXECUTE FUNCTION spoold_count_task(); \
+    UPDATE spoold_schema SET version = 4";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_populated_database_moves_to_bytewise_keys() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    // Three deliveries written under version 4's tables and triggers, one of them in flight
+    // with its attempt started.
+    let store = open(db.url(), 0).await.expect("first open");
+    db.execute(VERSION_4).await.expect("step back to version 4");
+    for n in 1..=3 {
+        conformance::create(
+            &store,
+            conformance::new_delivery(&conformance::id(n), None, conformance::URL_A),
+        )
+        .await;
+    }
+    let capacity = Capacity {
+        per_origin: 1,
+        ..Capacity::default()
+    };
+    let claimed = store
+        .claim_due(1, capacity, 60_000)
+        .await
+        .expect("claim")
+        .claimed;
+    let [first] = claimed.as_slice() else {
+        panic!("expected one claim, got {claimed:?}");
+    };
+    drop(store);
+
+    let store = reopen_migrated(&db).await;
+    assert_eq!(
+        db.scalar(
+            "SELECT string_agg(a.attrelid::regclass || '.' || a.attname || ' ' || c.collname, \
+                    ', ' ORDER BY a.attrelid::regclass::text, a.attname) \
+             FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+             WHERE (a.attrelid, a.attname) IN (('deliveries'::regclass, 'id'), \
+                 ('deliveries'::regclass, 'origin'), ('deliveries'::regclass, 'status'), \
+                 ('attempts'::regclass, 'delivery_id'), ('tasks'::regclass, 'id'))"
+        )
+        .await
+        .expect("collations"),
+        Some(
+            "attempts.delivery_id C, deliveries.id C, deliveries.origin C, \
+             deliveries.status C, tasks.id C"
+                .to_owned()
+        )
+    );
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*)::text FROM pg_trigger \
+             WHERE tgname IN ('deliveries_counted_moved', 'tasks_counted_moved') \
+               AND tgqual IS NULL"
+        )
+        .await
+        .expect("triggers"),
+        Some("2".to_owned()),
+        "status changes are counted without a WHEN clause"
+    );
+    // The claim made under version 4 is recorded under 5, a status change outside the steps
+    // is counted by the trigger, and one made by the steps by themselves.
+    assert_eq!(
+        store
+            .complete(conformance::succeeded(first))
+            .await
+            .expect("complete"),
+        Applied::Now(DeliveryStatus::Succeeded)
+    );
+    let reserved = store
+        .reserve_next(conformance::ORIGIN_A.to_owned(), 60_000)
+        .await
+        .expect("reserve")
+        .expect("due work");
+    let other = [2, 3]
+        .map(conformance::id)
+        .into_iter()
+        .find(|id| *id != reserved.id)
+        .expect("the one not reserved");
+    assert!(matches!(
+        store.cancel(other).await.expect("cancel"),
+        TransitionOutcome::Done(_)
+    ));
+    let stats = store.stats().await.expect("stats");
+    let count = |status| {
+        stats
+            .by_status
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(
+        [
+            DeliveryStatus::Pending,
+            DeliveryStatus::InFlight,
+            DeliveryStatus::Succeeded,
+            DeliveryStatus::Canceled
+        ]
+        .map(count),
+        [0, 1, 1, 1]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
