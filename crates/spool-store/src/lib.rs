@@ -104,15 +104,17 @@ impl Store {
     }
 
     /// The three steps of a slot whose target has answered, as one: record `result` (if any),
-    /// start the reserved `next` (as [`Store::start`]) and reserve the delivery after it for the
-    /// same origin (as [`Store::reserve_next`]). Each step is durable before its part of the
-    /// answer is `Ok`. On PostgreSQL they are one transaction in one round trip, and fail
-    /// together; on SQLite they are written together by the group commit. Without a result it
-    /// only starts and reserves: a slot starting an attempt ahead of its turn.
+    /// start the reserved `next` (as [`Store::start`]) and, if `reserve_after`, reserve the
+    /// delivery after it for the same origin (as [`Store::reserve_next`]). Each step is durable
+    /// before its part of the answer is `Ok`. On PostgreSQL they are one transaction in one
+    /// round trip, and fail together; on SQLite they are written together by the group commit.
+    /// Without a result it only starts (and reserves): a slot starting an attempt ahead of its
+    /// turn.
     pub async fn advance(
         &self,
         result: Option<AttemptResult>,
         next: model::Reservation,
+        reserve_after: bool,
         lease_ms: i64,
     ) -> model::Advanced {
         match self {
@@ -124,18 +126,50 @@ impl Store {
                         None => None,
                     }
                 };
-                let (applied, started, reserved) = tokio::join!(
-                    complete,
-                    s.start(next, lease_ms),
-                    s.reserve_next(origin, lease_ms)
-                );
+                let reserve = async {
+                    match reserve_after {
+                        true => s.reserve_next(origin, lease_ms).await,
+                        false => Ok(None),
+                    }
+                };
+                let (applied, started, reserved) =
+                    tokio::join!(complete, s.start(next, lease_ms), reserve);
                 model::Advanced {
                     applied,
                     started,
                     reserved,
                 }
             }
-            Store::Postgres(s) => s.advance(result, next, lease_ms).await,
+            Store::Postgres(s) => s.advance(result, next, reserve_after, lease_ms).await,
+        }
+    }
+
+    /// The step of a slot that keeps attempts started ahead of the one on the wire: record
+    /// `result` (if any) and take the oldest due delivery of `origin` for the slot. An
+    /// at-least-once delivery is claimed with its attempt started, as [`Store::claim_due`]
+    /// claims — one change of its row where [`Store::reserve_next`] and [`Store::start`] take
+    /// two; an at-most-once one is only reserved, its attempt started when its turn comes, so
+    /// that a crash never finds it started and unsent. Each part is durable before its part of
+    /// the answer is `Ok`; the steps of concurrent slots are written together, as
+    /// [`Store::advance`] writes them.
+    pub async fn take_next(
+        &self,
+        result: Option<AttemptResult>,
+        origin: String,
+        lease_ms: i64,
+    ) -> model::Took {
+        match self {
+            Store::Sqlite(s) => {
+                let complete = async {
+                    match result {
+                        Some(result) => Some(s.complete(result).await),
+                        None => None,
+                    }
+                };
+                let (applied, taken) = tokio::join!(complete, s.take_next(origin, lease_ms));
+                model::Took { applied, taken }
+            }
+            Store::Postgres(s) => s.take_next(result, origin, lease_ms).await,
         }
     }
 

@@ -363,6 +363,29 @@ pub struct Advanced {
     pub reserved: crate::error::Result<Option<Reservation>>,
 }
 
+/// The delivery a slot took for its next attempt (see [`crate::Store::take_next`]).
+#[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per attempt and consumed at once, like StartOutcome"
+)]
+pub enum Taken {
+    /// At least once: claimed with its attempt started (recorded, `started_at` written):
+    /// send it.
+    Started(Claimed),
+    /// At most once: only reserved; its attempt is started when its turn comes
+    /// ([`crate::Store::start`]).
+    Reserved(Reservation),
+}
+
+/// What [`crate::Store::take_next`] did: the result recorded (`None` when it was given none),
+/// the next delivery taken (`None` when none was due).
+#[derive(Debug)]
+pub struct Took {
+    pub applied: Option<crate::error::Result<Applied>>,
+    pub taken: crate::error::Result<Option<Taken>>,
+}
+
 /// Claims taken back from owners that are gone.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reclaimed {

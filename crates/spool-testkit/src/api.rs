@@ -115,6 +115,16 @@ impl Api {
             .await
     }
 
+    /// `GET /v1/deliveries/{id}/transitions`.
+    pub async fn transitions(&self, id: &str) -> anyhow::Result<(u16, Value)> {
+        self.json(
+            Method::GET,
+            &format!("/v1/deliveries/{id}/transitions"),
+            None,
+        )
+        .await
+    }
+
     /// The value of one sample in `GET /metrics`: `name` is the sample as exposed, labels
     /// included (`spoold_blocked_targets_total`, `spoold_deliveries{status="pending"}`).
     /// `None` if there is no such sample.

@@ -1,7 +1,8 @@
-//! Group commit for the slots' steps on PostgreSQL: the [`crate::Store::advance`] calls of
-//! concurrent slots (record a result, start the reserved next delivery, reserve the one after)
-//! are queued and written a batch at a time, each batch one statement (`spoold_steps` over
-//! arrays) in one transaction — one COMMIT, one WAL flush and one round trip for several
+//! Group commit for the slots' steps on PostgreSQL: the [`crate::Store::advance`] and
+//! [`crate::Store::take_next`] calls of concurrent slots (record a result, start the reserved
+//! next delivery, reserve the one after — or record a result and take the next) are queued and
+//! written a batch at a time, each batch one statement (`spoold_steps` over arrays) in one
+//! transaction — one COMMIT, one WAL flush and one round trip for several
 //! deliveries, as SQLite's writer folds them into one commit.
 //!
 //! **Invariant:** a step is answered only after the transaction that wrote it committed, and
@@ -29,13 +30,28 @@ const MAX_BATCH: usize = 64;
 /// CPU than two, at the same rate or better ("Starting attempts ahead").
 const WRITERS: usize = 1;
 
-/// One slot's step: record `result` (if any), start `next`, reserve for its origin.
+/// One slot's step: record `result` (if any), start `next` (if any), reserve for `origin` (if
+/// any) — or take for it (`take`, without `next`).
 pub(super) struct Step {
     pub result: Option<AttemptResult>,
-    pub next: Reservation,
+    pub next: Option<Reservation>,
+    pub origin: Option<String>,
+    pub take: bool,
     pub lease_ms: i64,
     /// Where the reservation starts looking (see `PgStore::reserve_from`).
     pub from: Option<Millis>,
+}
+
+impl Step {
+    fn args(&self) -> deliveries::StepArgs<'_> {
+        deliveries::StepArgs {
+            result: self.result.as_ref(),
+            next: self.next.as_ref(),
+            origin: self.origin.as_deref(),
+            from: self.from,
+            take: self.take,
+        }
+    }
 }
 
 /// The queue steps wait in; each is answered with its row of `spoold_steps`.
@@ -52,10 +68,7 @@ impl PgStore {
         if batch.len() == 1 || batch.iter().any(|j| Some(j.item.lease_ms) != lease_ms) {
             return self.steps_one_by_one(batch).await;
         }
-        let steps: Vec<_> = batch
-            .iter()
-            .map(|j| deliveries::advance_args(j.item.result.as_ref(), &j.item.next, j.item.from))
-            .collect();
+        let steps: Vec<_> = batch.iter().map(|j| j.item.args()).collect();
         let lease_ms = lease_ms.unwrap_or_default();
         match self.step(&deliveries::steps(&steps, lease_ms)).await {
             // Committed, so never run again: a row missing would be a bug in the function.
@@ -86,19 +99,8 @@ impl PgStore {
 
     async fn steps_one_by_one(&self, jobs: Vec<Job<Step, Row>>) {
         for job in jobs {
-            let Step {
-                result,
-                next,
-                lease_ms,
-                from,
-            } = &job.item;
             let answer = self
-                .step(&deliveries::advance(
-                    result.as_ref(),
-                    next,
-                    *lease_ms,
-                    *from,
-                ))
+                .step(&deliveries::steps(&[job.item.args()], job.item.lease_ms))
                 .await
                 .and_then(|rows| {
                     rows.into_iter()

@@ -25,7 +25,7 @@ use crate::model::{
     clip_error, Applied, Attempt, AttemptResult, Body, Capacity, Check, CheckResult, CheckVerdict,
     ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, Mode,
     NewDelivery, OriginCounts, Page, Reclaimed, Reservation, Resolution, StartOutcome, Stats,
-    Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+    Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
 // No index hints: PostgreSQL's planner picks the partial indexes of `schema.sql` by itself
@@ -566,6 +566,9 @@ pub(crate) struct StepArgs<'a> {
     pub next: Option<&'a Reservation>,
     pub origin: Option<&'a str>,
     pub from: Option<Millis>,
+    /// What the reservation part finds is taken (an at-least-once delivery started at once);
+    /// only without `next`.
+    pub take: bool,
 }
 
 /// `spoold_steps` over `steps`, in order, one row each (`o_n`); the lease is the host's. Read
@@ -580,7 +583,7 @@ pub(crate) fn steps(steps: &[StepArgs<'_>], lease_ms: i64) -> Call {
     let args = |s: &StepArgs<'_>| s.result.map(|r| disposition_args(r.disposition));
     Call {
         sql: "SELECT * FROM spoold_steps($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-              $13, $14, $15, $16)",
+              $13, $14, $15, $16, $17)",
         params: vec![
             column(steps, |s| s.result.map(|r| r.id.clone())),
             column(steps, |s| s.result.map(|r| i64::from(r.claim_seq))),
@@ -602,6 +605,7 @@ pub(crate) fn steps(steps: &[StepArgs<'_>], lease_ms: i64) -> Call {
             column(steps, |s| s.origin.map(str::to_owned)),
             Box::new(lease_ms),
             column(steps, |s| s.from),
+            column(steps, |s| s.take),
         ],
     }
 }
@@ -668,32 +672,6 @@ pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<(Reservation
     Ok(Some((reservation, col(r, "o_due")?)))
 }
 
-/// Record `result` (if any), start the reserved `next` and reserve the one after it, in one
-/// statement: its one row answers as [`complete`], [`start`] and [`reserve_next`] do.
-pub(crate) fn advance(
-    result: Option<&AttemptResult>,
-    next: &Reservation,
-    lease_ms: i64,
-    from: Option<Millis>,
-) -> Call {
-    steps(&[advance_args(result, next, from)], lease_ms)
-}
-
-/// The step of a slot whose target answered: record (if any), start the next, reserve for
-/// its origin.
-pub(crate) fn advance_args<'a>(
-    result: Option<&'a AttemptResult>,
-    next: &'a Reservation,
-    from: Option<Millis>,
-) -> StepArgs<'a> {
-    StepArgs {
-        result,
-        next: Some(next),
-        origin: Some(&next.origin),
-        from,
-    }
-}
-
 /// Start the attempt of a reservation, if it is still current and not expired: the check and
 /// the start are one step in the store (under the row's lock), so a cancel or a deadline that
 /// came first wins (`spoold_start`; read its answer with [`started`]).
@@ -714,31 +692,55 @@ pub(crate) fn started(
     let r = single(rows)?;
     let outcome: String = col(r, "o_outcome")?;
     match outcome.as_str() {
-        "started" => {
-            let now: Millis = col(r, "o_now")?;
-            let headers: String = col(r, "o_headers")?;
-            let mode: String = col(r, "o_mode")?;
-            Ok(StartOutcome::Started(Claimed {
-                id: reservation.id.clone(),
-                claim_seq: reservation.claim_seq,
-                attempt: int(r, "o_attempts")?,
-                target_url: col(r, "o_target_url")?,
-                origin: reservation.origin.clone(),
-                method: col(r, "o_method")?,
-                headers: decode_headers(&headers)?,
-                body: decode_body(col(r, "o_body_kind")?, col(r, "o_body")?),
-                started_at: now,
-                lease_until: now + lease_ms,
-                mode: parse_mode(&mode)?,
-                remote_id_pointer: col(r, "o_remote_id_pointer")?,
-            }))
-        }
+        "started" => started_attempt(r, reservation.clone(), lease_ms).map(StartOutcome::Started),
         "not_current" => Ok(StartOutcome::NotCurrent),
         "expired" => Ok(StartOutcome::Expired),
         other => Err(StoreError::Database(format!(
             "spoold_start answered {other:?}"
         ))),
     }
+}
+
+/// The attempt a step started (`o_outcome` 'started'): the request to send.
+fn started_attempt(r: &Row, claim: Reservation, lease_ms: i64) -> Result<Claimed> {
+    let now: Millis = col(r, "o_now")?;
+    let headers: String = col(r, "o_headers")?;
+    let mode: String = col(r, "o_mode")?;
+    Ok(Claimed {
+        id: claim.id,
+        claim_seq: claim.claim_seq,
+        attempt: int(r, "o_attempts")?,
+        target_url: col(r, "o_target_url")?,
+        origin: claim.origin,
+        method: col(r, "o_method")?,
+        headers: decode_headers(&headers)?,
+        body: decode_body(col(r, "o_body_kind")?, col(r, "o_body")?),
+        started_at: now,
+        lease_until: now + lease_ms,
+        mode: parse_mode(&mode)?,
+        remote_id_pointer: col(r, "o_remote_id_pointer")?,
+    })
+}
+
+/// What a step that takes (`StepArgs::take`) took, and the due time of its delivery: the
+/// reservation part's delivery, started when `o_outcome` says so (at least once), otherwise
+/// only reserved.
+pub(crate) fn taken(rows: &[Row], origin: &str, lease_ms: i64) -> Result<Option<(Taken, Millis)>> {
+    let Some((reservation, due)) = reserved(rows, origin)? else {
+        return Ok(None);
+    };
+    let r = single(rows)?;
+    let outcome: Option<String> = col(r, "o_outcome")?;
+    let taken = match outcome.as_deref() {
+        Some("started") => Taken::Started(started_attempt(r, reservation, lease_ms)?),
+        None => Taken::Reserved(reservation),
+        Some(other) => {
+            return Err(StoreError::Database(format!(
+                "spoold_steps answered {other:?} for a take"
+            )))
+        }
+    };
+    Ok(Some((taken, due)))
 }
 
 /// The one row a step function returns.

@@ -36,7 +36,7 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     Advanced, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
     DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
-    Resolution, StartOutcome, Stats, Transition, TransitionOutcome,
+    Resolution, StartOutcome, Stats, Took, Transition, TransitionOutcome,
 };
 use crate::sqlite::WriterStats;
 use crate::tasks::{
@@ -394,13 +394,16 @@ impl PgStore {
         &self,
         result: Option<AttemptResult>,
         next: Reservation,
+        reserve_after: bool,
         lease_ms: i64,
     ) -> Advanced {
         let from = self.reserve_from(&next.origin);
         let recorded = result.is_some();
         let step = advance::Step {
             result,
-            next: next.clone(),
+            next: Some(next.clone()),
+            origin: reserve_after.then(|| next.origin.clone()),
+            take: false,
             lease_ms,
             from,
         };
@@ -421,6 +424,46 @@ impl PgStore {
                 applied: recorded.then(|| Err(e.duplicate())),
                 started: Err(e.duplicate()),
                 reserved: Err(e),
+            },
+        }
+    }
+
+    /// See [`crate::Store::take_next`]: written with the other slots' steps, as
+    /// [`PgStore::advance`] writes them.
+    pub async fn take_next(
+        &self,
+        result: Option<AttemptResult>,
+        origin: String,
+        lease_ms: i64,
+    ) -> Took {
+        let from = self.reserve_from(&origin);
+        let recorded = result.is_some();
+        let step = advance::Step {
+            result,
+            next: None,
+            origin: Some(origin.clone()),
+            take: true,
+            lease_ms,
+            from,
+        };
+        match self.inner.advancer.submit(step).await {
+            Ok(row) => {
+                let rows = std::slice::from_ref(&row);
+                let applied = recorded.then(|| deliveries::applied(rows));
+                if let Some(applied) = &applied {
+                    self.woken_by(applied);
+                }
+                let taken = deliveries::taken(rows, &origin, lease_ms).map(|taken| {
+                    taken.map(|(taken, due)| {
+                        self.reserved_up_to(&origin, due);
+                        taken
+                    })
+                });
+                Took { applied, taken }
+            }
+            Err(e) => Took {
+                applied: recorded.then(|| Err(e.duplicate())),
+                taken: Err(e),
             },
         }
     }
@@ -478,6 +521,13 @@ impl PgStore {
         let Some((reservation, due)) = deliveries::reserved(rows, origin)? else {
             return Ok(None);
         };
+        self.reserved_up_to(origin, due);
+        Ok(Some(reservation))
+    }
+
+    /// This host reserved (or took) a delivery of `origin` due at `due`: its next reservation
+    /// there starts looking from the latest such time.
+    fn reserved_up_to(&self, origin: &str, due: Millis) {
         if let Ok(mut cursors) = self.inner.reserve_cursors.lock() {
             if cursors.len() >= MAX_RESERVE_CURSORS && !cursors.contains_key(origin) {
                 cursors.clear();
@@ -488,7 +538,6 @@ impl PgStore {
             });
             cursor.due = cursor.due.max(due);
         }
-        Ok(Some(reservation))
     }
 
     pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {

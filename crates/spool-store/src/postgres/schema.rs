@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("counts.sql"),
     include_str!("in_flight.sql"),
     include_str!("lean_steps.sql"),
+    include_str!("take.sql"),
 ];
 
 /// The schema version this binary writes.

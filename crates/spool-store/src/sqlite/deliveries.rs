@@ -12,7 +12,8 @@ use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, Check,
     CheckResult, CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition,
     InsertOutcome, Millis, Mode, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
-    Resolution, StartOutcome, Stats, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+    Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
+    DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
 // Queries over pending, in-flight or finished work name their partial index (`INDEXED BY`):
@@ -630,54 +631,94 @@ pub(crate) fn reserve_next(
     now: Millis,
     lease_ms: i64,
 ) -> Result<Option<Reservation>> {
-    // Bounded: at most this many expired deliveries are failed before giving up for now.
+    match next_due_of(conn, origin, now)? {
+        None => Ok(None),
+        Some((id, _)) => reserve(conn, id, origin, now, lease_ms).map(Some),
+    }
+}
+
+/// Take the oldest due delivery of `origin` for a slot (see [`crate::Store::take_next`]): an
+/// at-least-once one claimed with its attempt started, an at-most-once one only reserved.
+pub(crate) fn take_next(
+    conn: &Connection,
+    origin: &str,
+    now: Millis,
+    lease_ms: i64,
+) -> Result<Option<Taken>> {
+    match next_due_of(conn, origin, now)? {
+        None => Ok(None),
+        Some((id, Mode::AtLeastOnce)) => {
+            claim_one(conn, &id, origin, now, now + lease_ms).map(|c| Some(Taken::Started(c)))
+        }
+        Some((id, Mode::AtMostOnce)) => {
+            reserve(conn, id, origin, now, lease_ms).map(|r| Some(Taken::Reserved(r)))
+        }
+    }
+}
+
+/// The oldest due pending delivery of `origin` and its mode; expired ones met on the way are
+/// failed as `expired` (at most 64, then none for now).
+fn next_due_of(conn: &Connection, origin: &str, now: Millis) -> Result<Option<(String, Mode)>> {
     for _ in 0..64 {
-        let next: Option<(String, Option<Millis>)> = conn
+        let next: Option<(String, Option<Millis>, String)> = conn
             .prepare_cached(
-                "SELECT id, expires_at FROM deliveries INDEXED BY deliveries_origin_due \
+                "SELECT id, expires_at, mode FROM deliveries INDEXED BY deliveries_origin_due \
                  WHERE status = 'pending' AND origin = ?1 AND next_attempt_at <= ?2 \
                  ORDER BY next_attempt_at LIMIT 1",
             )
             .and_then(|mut st| {
-                st.query_row(params![origin, now], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
+                st.query_row(params![origin, now], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()
             })
             .map_err(map_err)?;
         match next {
             None => return Ok(None),
-            Some((id, Some(exp))) if exp <= now => expire(conn, &id, DeliveryStatus::Pending, now)?,
-            Some((id, _)) => {
-                let (claim_seq, step): (u32, Step) = conn
-                    .prepare_cached(
-                        "UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1, \
-                         lease_until = ?2, updated_at = ?3, log_seq = log_seq + 1 \
-                         WHERE id = ?1 RETURNING claim_seq, log_seq, attempts",
-                    )
-                    .and_then(|mut st| {
-                        st.query_row(params![id, now + lease_ms, now], |r| {
-                            Ok((r.get(0)?, Step::read(r, 1)?))
-                        })
-                    })
-                    .map_err(map_err)?;
-                log(
-                    conn,
-                    &id,
-                    Some(DeliveryStatus::Pending),
-                    DeliveryStatus::InFlight,
-                    step,
-                    now,
-                    "reserved",
-                    None,
-                )?;
-                return Ok(Some(Reservation {
-                    id,
-                    claim_seq,
-                    origin: origin.to_owned(),
-                }));
+            Some((id, Some(exp), _)) if exp <= now => {
+                expire(conn, &id, DeliveryStatus::Pending, now)?;
             }
+            Some((id, _, mode)) => return Ok(Some((id, parse_mode(&mode)?))),
         }
     }
     Ok(None)
+}
+
+/// Reserve a pending delivery: in flight under a new claim, no attempt started.
+fn reserve(
+    conn: &Connection,
+    id: String,
+    origin: &str,
+    now: Millis,
+    lease_ms: i64,
+) -> Result<Reservation> {
+    let (claim_seq, step): (u32, Step) = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = 'in_flight', claim_seq = claim_seq + 1, \
+             lease_until = ?2, updated_at = ?3, log_seq = log_seq + 1 \
+             WHERE id = ?1 RETURNING claim_seq, log_seq, attempts",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![id, now + lease_ms, now], |r| {
+                Ok((r.get(0)?, Step::read(r, 1)?))
+            })
+        })
+        .map_err(map_err)?;
+    log(
+        conn,
+        &id,
+        Some(DeliveryStatus::Pending),
+        DeliveryStatus::InFlight,
+        step,
+        now,
+        "reserved",
+        None,
+    )?;
+    Ok(Reservation {
+        id,
+        claim_seq,
+        origin: origin.to_owned(),
+    })
 }
 
 /// Start the attempt of a reservation, if it is still current and not expired: the check and

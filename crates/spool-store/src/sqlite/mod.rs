@@ -27,7 +27,7 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
     DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
-    Resolution, StartOutcome, Stats, Transition, TransitionOutcome,
+    Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
 };
 use crate::tasks::{
     AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, NewTask, StepRecord, Task,
@@ -449,6 +449,14 @@ impl SqliteStore {
         self.inner
             .writer
             .write(move |c, now| deliveries::reserve_next(c, &origin, now, lease_ms))
+            .await
+    }
+
+    /// See [`crate::Store::take_next`].
+    pub async fn take_next(&self, origin: String, lease_ms: i64) -> Result<Option<Taken>> {
+        self.inner
+            .writer
+            .write(move |c, now| deliveries::take_next(c, &origin, now, lease_ms))
             .await
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use spool_store::model::{
     Applied, Attempt, AttemptResult, Body, Check, CheckResult, CheckVerdict, Claimed, Delivery,
     DeliveryStatus, Disposition, InsertOutcome, Mode, NewDelivery, Reclaimed, Reservation,
-    Resolution, StartOutcome, TransitionOutcome, MAX_ERROR_BYTES,
+    Resolution, StartOutcome, Taken, TransitionOutcome, MAX_ERROR_BYTES,
 };
 use spool_store::{Capacity, Store};
 use tokio::task::JoinSet;
@@ -52,6 +52,7 @@ macro_rules! conformance_suite {
             reserve_next_takes_one_origins_oldest,
             start_sends_only_a_current_reservation,
             advance_records_starts_and_reserves_as_one,
+            take_next_starts_at_least_once_and_only_reserves_at_most_once,
             release_restores_the_delivery,
             unstart_undoes_an_attempt_never_sent,
             expire_overdue_fails_waiting_work,
@@ -781,7 +782,7 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
 
     // The result is recorded, the reserved delivery started, the one after it reserved.
     let advanced = store
-        .advance(Some(succeeded(&first)), second.clone(), 60_000)
+        .advance(Some(succeeded(&first)), second.clone(), true, 60_000)
         .await;
     assert_eq!(
         advanced.applied.expect("a result").expect("recorded"),
@@ -811,7 +812,7 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
         TransitionOutcome::Done(_)
     ));
     let advanced = store
-        .advance(Some(succeeded(&started)), third, 60_000)
+        .advance(Some(succeeded(&started)), third, true, 60_000)
         .await;
     assert_eq!(
         advanced.applied.expect("a result").expect("recorded"),
@@ -838,7 +839,7 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
         create(&store, new_delivery(&id(n), None, URL_A)).await;
     }
     let fourth = reserve(&store, ORIGIN_A).await.expect("reserved");
-    let advanced = store.advance(None, fourth, 60_000).await;
+    let advanced = store.advance(None, fourth, true, 60_000).await;
     assert!(advanced.applied.is_none());
     match advanced.started.expect("start") {
         StartOutcome::Started(c) => assert_eq!((c.id.as_str(), c.attempt), (id(4).as_str(), 1)),
@@ -851,6 +852,100 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
     assert_eq!(fifth.id, id(5));
     assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Succeeded);
     assert_eq!(attempts(&store, &id(4)).await.len(), 1);
+
+    // Asked not to reserve after it: the reservation starts, nothing more is reserved.
+    create(&store, new_delivery(&id(6), None, URL_A)).await;
+    let advanced = store.advance(None, fifth, false, 60_000).await;
+    match advanced.started.expect("start") {
+        StartOutcome::Started(c) => assert_eq!(c.id, id(5)),
+        other => panic!("expected Started, got {other:?}"),
+    }
+    assert_eq!(advanced.reserved.expect("no reservation"), None);
+    assert_eq!(get(&store, &id(6)).await.status, DeliveryStatus::Pending);
+}
+
+pub async fn take_next_starts_at_least_once_and_only_reserves_at_most_once(store: Store) {
+    let now = store.now_ms();
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let mut expired = new_delivery(&id(2), None, URL_A);
+    expired.expires_at = Some(now + 30);
+    create(&store, expired).await;
+    create(&store, new_delivery(&id(3), None, URL_A)).await;
+    create(&store, at_most_once(&id(4))).await;
+    create(&store, new_delivery(&id(5), None, URL_B)).await;
+    wait_until(&store, now + 31).await;
+    let first = claim(&store, 1).await.remove(0);
+    assert_eq!(first.id, id(1));
+
+    // The result is recorded and the next at-least-once delivery of the origin claimed with its
+    // attempt started (the expired one failed on the way), as one step.
+    let took = store
+        .take_next(Some(succeeded(&first)), ORIGIN_A.to_owned(), 60_000)
+        .await;
+    assert_eq!(
+        took.applied.expect("a result").expect("recorded"),
+        Applied::Now(DeliveryStatus::Succeeded)
+    );
+    let third = match took.taken.expect("take") {
+        Some(Taken::Started(c)) => c,
+        other => panic!("expected Started, got {other:?}"),
+    };
+    assert_eq!((third.id.as_str(), third.attempt), (id(3).as_str(), 1));
+    assert_eq!(third.lease_until, third.started_at + 60_000);
+    assert_eq!(third.target_url, URL_A);
+    let d = get(&store, &id(3)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 1));
+    let recorded = attempts(&store, &id(3)).await;
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].started_at, third.started_at);
+    assert_eq!(
+        get(&store, &id(2)).await.last_error_code.as_deref(),
+        Some("expired")
+    );
+
+    // An at-most-once delivery is only reserved: its attempt starts when its turn comes.
+    let took = store.take_next(None, ORIGIN_A.to_owned(), 60_000).await;
+    assert!(took.applied.is_none());
+    let fourth = match took.taken.expect("take") {
+        Some(Taken::Reserved(r)) => r,
+        other => panic!("expected Reserved, got {other:?}"),
+    };
+    assert_eq!(fourth.id, id(4));
+    let d = get(&store, &id(4)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 0));
+    assert_eq!(attempts(&store, &id(4)).await, []);
+    assert!(matches!(
+        store.start(fourth, 60_000).await.expect("start"),
+        StartOutcome::Started(_)
+    ));
+
+    // Nothing more is due for A (B's delivery is not A's).
+    let took = store.take_next(None, ORIGIN_A.to_owned(), 60_000).await;
+    assert!(took.taken.expect("take").is_none());
+
+    // A taken attempt that is not sent after all is undone like one started ahead.
+    assert!(store
+        .unstart(third.id.clone(), third.claim_seq)
+        .await
+        .expect("unstart"));
+    let d = get(&store, &id(3)).await;
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::Pending, 0));
+    assert_eq!(attempts(&store, &id(3)).await, []);
+    assert_eq!(
+        log_of(&store, &id(3)).await,
+        [
+            (None, "pending", 0, "created".to_owned()),
+            (Some("pending"), "in_flight", 1, "claimed".to_owned()),
+            (Some("in_flight"), "pending", 0, "released".to_owned()),
+        ]
+    );
+    assert_eq!(
+        log_of(&store, &id(4)).await,
+        [
+            (None, "pending", 0, "created".to_owned()),
+            (Some("pending"), "in_flight", 0, "reserved".to_owned()),
+        ]
+    );
 }
 
 pub async fn start_sends_only_a_current_reservation(store: Store) {
@@ -1768,14 +1863,16 @@ pub async fn counts_follow_every_change(store: Store) {
         other => panic!("expected Started, got {other:?}"),
     };
     let next = reserve(&store, ORIGIN_A).await.expect("more due work on A");
-    let advanced = store.advance(Some(succeeded(&running)), next, 60_000).await;
+    let advanced = store
+        .advance(Some(succeeded(&running)), next, true, 60_000)
+        .await;
     advanced.applied.expect("a result").expect("recorded");
     advanced.started.expect("started");
     let reserved = advanced.reserved.expect("reserved");
     check(&store, "a slot's steps").await;
     // An attempt started ahead and never sent, undone.
     let ahead = store
-        .advance(None, reserved.expect("one more due on A"), 60_000)
+        .advance(None, reserved.expect("one more due on A"), true, 60_000)
         .await;
     match ahead.started.expect("start") {
         StartOutcome::Started(c) => {

@@ -87,7 +87,7 @@ async fn an_older_schema_is_migrated() {
     // functions of 2 and the statement triggers of 3 (version 4 dropped the index 2 added).
     drop(open(db.url(), 0).await.expect("first open"));
     db.execute(&format!(
-        "{ROW_TRIGGERS} DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
+        "{ROW_TRIGGERS} {TAKING_STEPS} DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
          CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight'; \
          ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1"
     ))
@@ -123,6 +123,11 @@ async fn reopen_migrated(db: &TestDatabase) -> Store {
     store
 }
 
+/// Version 6's step function (the one that takes), dropped: the older one is left.
+const TAKING_STEPS: &str = "DROP FUNCTION spoold_steps(TEXT[], BIGINT[], TEXT[], BIGINT[], \
+    BIGINT[], BIGINT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT, TEXT[], BIGINT[], TEXT[], \
+    BIGINT, BIGINT[], BOOLEAN[]);";
+
 /// The index version 4 dropped, put back as versions 2 and 3 had it.
 const IN_FLIGHT_INDEX: &str =
     "CREATE INDEX deliveries_in_flight ON deliveries (id) WHERE status = 'in_flight';";
@@ -144,7 +149,7 @@ async fn counts_stay_exact_across_the_move_to_statement_triggers() {
     // Two deliveries counted by version 2's row triggers, then the move to version 3.
     let store = open(db.url(), 0).await.expect("first open");
     db.execute(&format!(
-        "{IN_FLIGHT_INDEX} {ROW_TRIGGERS} UPDATE spoold_schema SET version = 2"
+        "{IN_FLIGHT_INDEX} {ROW_TRIGGERS} {TAKING_STEPS} UPDATE spoold_schema SET version = 2"
     ))
     .await
     .expect("step back to version 2");
@@ -216,7 +221,9 @@ async fn a_populated_database_moves_to_bytewise_keys() {
     // Three deliveries written under version 4's tables and triggers, one of them in flight
     // with its attempt started.
     let store = open(db.url(), 0).await.expect("first open");
-    db.execute(VERSION_4).await.expect("step back to version 4");
+    db.execute(&format!("{TAKING_STEPS} {VERSION_4}"))
+        .await
+        .expect("step back to version 4");
     for n in 1..=3 {
         conformance::create(
             &store,
@@ -308,6 +315,36 @@ async fn a_populated_database_moves_to_bytewise_keys() {
         .map(count),
         [0, 1, 1, 1]
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_of_version_5_still_steps_on_version_6() {
+    let Some((backend, store)) = PgBackend::fresh().await else {
+        return;
+    };
+    conformance::create(
+        &store,
+        conformance::new_delivery(&conformance::id(1), None, conformance::URL_A),
+    )
+    .await;
+    // The call an older spoold makes (16 arguments): it reserves, as it always did.
+    let reserved = backend
+        .db
+        .scalar(&format!(
+            "SELECT o_id || ' ' || o_claim_seq FROM spoold_steps('{{NULL}}', '{{NULL}}', \
+             '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', \
+             '{{NULL}}', 60000, '{{NULL}}', '{{NULL}}', ARRAY['{}'], 60000, '{{NULL}}')",
+            conformance::ORIGIN_A
+        ))
+        .await
+        .expect("the older call");
+    assert_eq!(reserved, Some(format!("{} 1", conformance::id(1))));
+    let d = store
+        .get(conformance::id(1))
+        .await
+        .expect("get")
+        .expect("the delivery");
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 0));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -408,7 +445,7 @@ async fn concurrent_slots_advance_together() {
     let advanced = futures_util::future::join_all(
         steps
             .iter()
-            .map(|(result, next)| store.advance(Some(result.clone()), next.clone(), 60_000)),
+            .map(|(result, next)| store.advance(Some(result.clone()), next.clone(), true, 60_000)),
     )
     .await;
     let mut reserved = Vec::new();

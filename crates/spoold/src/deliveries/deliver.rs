@@ -5,8 +5,9 @@
 //! `started_at`) before its request leaves, and its result is recorded fenced by the claim, so a
 //! late result can never overwrite a cancel or a newer claim. A delivery reserved ahead is only
 //! a reservation: it is started, with a fenced check that it was not canceled and has not
-//! expired, no more than [`AHEAD_FOR`] before it is sent, and an attempt started ahead that is
-//! not sent after all is undone, never left counted. No request outlives its lease: the send's
+//! expired, no more than [`AHEAD_FOR`] before it is sent. An attempt started ahead — a
+//! reservation started, or a delivery taken — is sent within [`AHEAD_FOR`] of its start or
+//! undone, never left counted; an at-most-once attempt is never started ahead. No request outlives its lease: the send's
 //! deadline is the sooner of `--request-timeout` and the lease (less a margin for recording the
 //! result), and leases of attempts still running here are renewed, never taken back.
 
@@ -20,7 +21,7 @@ use futures_util::{FutureExt, StreamExt};
 use http::header::{CONTENT_TYPE, USER_AGENT};
 use http::HeaderValue;
 use spool_store::model::{
-    Applied, AttemptResult, Body, Claimed, Disposition, Mode, Reservation, StartOutcome,
+    Applied, AttemptResult, Body, Claimed, Disposition, Mode, Reservation, StartOutcome, Taken,
 };
 use spool_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
@@ -155,13 +156,17 @@ impl Started {
 /// overlapping, the store writes more of them per commit. At the default per-target limit this
 /// took end-to-end deliveries from 1,473–2,003 to 2,012–2,351 a second on PostgreSQL and from
 /// 2,147–2,452 to 3,028–4,062 on SQLite (docs/BENCHMARKS.md, "Starting attempts ahead").
+/// The attempts ahead are taken ([`Store::take_next`]), each claimed and started in one change
+/// of its row, rather than reserved in one step and started in the next ("Taking the next
+/// delivery").
 ///
 /// The price: a crash can leave up to this many attempts per slot started but never sent, and
 /// recovery treats them as any started attempt (interrupted and not charged); a cancel that
 /// comes after the start is too late for that request, as for one on the wire. An
 /// at-most-once attempt is never left started ahead — recovery would have to call it
 /// `unknown` — but sent as soon as its start is answered: one that a start ahead met is undone
-/// at once, and after it the slot starts none ahead. While the daemon lives, an attempt
+/// at once, and after it the slot starts none ahead (a take only reserves an at-most-once
+/// delivery, and the slot turns careful at once). While the daemon lives, an attempt
 /// started ahead and not sent (the target stopped answering, shutdown, or its start is older
 /// than [`AHEAD_FOR`]) is undone: it never happened.
 const LEAD: usize = 2;
@@ -179,71 +184,114 @@ struct Slot {
     ready: VecDeque<(Started, Instant)>,
     reserved: VecDeque<Reservation>,
     writes: FuturesOrdered<BoxFuture<'static, Written>>,
-    /// Writes under way that start an attempt.
+    /// Writes under way that start a reservation.
     starting: usize,
+    /// Writes under way that take the next delivery ([`Store::take_next`]).
+    taking: usize,
+    /// The last take found nothing due: take one at a time until one finds something.
+    dry: bool,
     /// The last attempt started was at most once: start none ahead (see [`LEAD`]).
     careful: bool,
-    /// How long the target took to answer the last request.
-    answered_in: Duration,
+    /// How long the target took to answer the last request; `None` before its first answer.
+    answered_in: Option<Duration>,
+}
+
+/// What a slot's write does besides recording a result.
+enum Then {
+    /// Start this reservation, and reserve one more if asked ([`Store::advance`]).
+    Start {
+        next: Reservation,
+        reserve: bool,
+    },
+    /// Take the next due delivery, started at once if at least once ([`Store::take_next`]).
+    Take,
+    Nothing,
 }
 
 /// A write's answer, with what it was asked to do.
 struct Written {
     result: Option<AttemptResult>,
     next: Option<Reservation>,
+    took: bool,
     /// When it was asked: the lease of an attempt it started runs from here.
     asked: Instant,
     applied: Option<Result<Applied, StoreError>>,
     started: Option<Result<StartOutcome, StoreError>>,
     reserved: Result<Option<Reservation>, StoreError>,
+    taken: Option<Result<Option<Taken>, StoreError>>,
 }
 
 impl Slot {
     /// How many attempts to keep started ahead now: none for at-most-once deliveries, nor for
-    /// a target so slow that they would wait longer than [`AHEAD_FOR`].
+    /// a target so slow that they would wait longer than [`AHEAD_FOR`], nor before the slot's
+    /// first answer says how fast the target is.
     fn lead(&self) -> usize {
-        if self.careful || self.answered_in > AHEAD_FOR / (LEAD as u32 + 1) {
+        let slow = self
+            .answered_in
+            .is_none_or(|took| took > AHEAD_FOR / (LEAD as u32 + 1));
+        if self.careful || slow {
             0
         } else {
             LEAD
         }
     }
 
-    /// Write `result` (if any) and start `next` (if any; reserving the one after it), on a
-    /// task of its own so that it goes on while this slot's request is on the wire.
+    /// Write `result` (if any) and do `then`, on a task of its own so that it goes on while
+    /// this slot's request is on the wire.
     fn write(
         &mut self,
         deliverer: &Deliverer,
+        origin: &str,
         result: Option<AttemptResult>,
-        next: Option<Reservation>,
+        then: Then,
     ) {
         let asked = Instant::now();
         let store = deliverer.store.clone();
         let lease_ms = deliverer.lease_ms();
-        let (to_record, to_start) = (result.clone(), next.clone());
+        let to_record = result.clone();
+        let (next, took) = match &then {
+            Then::Start { next, .. } => (Some(next.clone()), false),
+            Then::Take => (None, true),
+            Then::Nothing => (None, false),
+        };
+        let origin = origin.to_owned();
         let task = tokio::spawn(async move {
-            match (to_record, to_start) {
-                (result, Some(next)) => {
-                    let a = store.advance(result, next, lease_ms).await;
-                    (a.applied, Some(a.started), a.reserved)
+            match (to_record, then) {
+                (result, Then::Start { next, reserve }) => {
+                    let a = store.advance(result, next, reserve, lease_ms).await;
+                    (a.applied, Some(a.started), a.reserved, None)
                 }
-                (Some(result), None) => (Some(store.complete(result).await), None, Ok(None)),
-                (None, None) => (None, None, Ok(None)),
+                (result, Then::Take) => {
+                    let t = store.take_next(result, origin, lease_ms).await;
+                    (t.applied, None, Ok(None), Some(t.taken))
+                }
+                (Some(result), Then::Nothing) => {
+                    (Some(store.complete(result).await), None, Ok(None), None)
+                }
+                (None, Then::Nothing) => (None, None, Ok(None), None),
             }
         });
         self.starting += usize::from(next.is_some());
+        self.taking += usize::from(took);
         let answer = async move {
-            let (applied, started, reserved) = task.await.unwrap_or_else(|e| {
+            let (applied, started, reserved, taken) = task.await.unwrap_or_else(|e| {
                 let failed = || StoreError::Database(format!("store write task failed: {e}"));
-                (Some(Err(failed())), Some(Err(failed())), Err(failed()))
+                (
+                    Some(Err(failed())),
+                    Some(Err(failed())),
+                    Err(failed()),
+                    Some(Err(failed())),
+                )
             });
             Written {
                 result,
                 next,
+                took,
                 asked,
                 applied,
                 started,
                 reserved,
+                taken,
             }
         };
         self.writes.push_back(Box::pin(answer));
@@ -280,13 +328,17 @@ pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"))
 
 impl Deliverer {
     /// Run one attempt to the end and record it; while the target keeps answering, go on with
-    /// its next due deliveries. A delivery is reserved while a request is on the wire; the step
-    /// that records a result also starts a reserved delivery (fenced: not if it was canceled or
-    /// has expired meanwhile) and reserves the one after, one commit per delivery, and the slot
-    /// keeps [`LEAD`] attempts started ahead of the one on the wire, so that when the target
-    /// answers the next request leaves at once. A busy target's slot waits neither for the
-    /// scheduler nor for a claim. `interrupt` cuts an attempt short (shutdown); such an attempt
-    /// is recorded as interrupted and does not use up an attempt.
+    /// its next due deliveries, one commit per delivery. Once the target has answered quickly
+    /// (within a third of [`AHEAD_FOR`]), the slot keeps [`LEAD`] attempts started ahead of the
+    /// one on the wire, so that when the target answers the next request leaves at once: the
+    /// step that records a result also takes the next delivery ([`Store::take_next`]: an
+    /// at-least-once one claimed with its attempt started, an at-most-once one only reserved).
+    /// Otherwise — a slow target, at-most-once work, before the first answer — a delivery is
+    /// reserved while a request is on the wire, and the step that records a result starts it
+    /// (fenced: not if it was canceled or has expired meanwhile) and reserves the one after. A
+    /// busy target's slot waits neither for the scheduler nor for a claim. `interrupt` cuts an
+    /// attempt short (shutdown); such an attempt is recorded as interrupted and does not use up
+    /// an attempt.
     ///
     /// `released` is called once the slot is given up, before the last result is recorded (the
     /// request no longer occupies the target). Attempts started ahead and not sent are then
@@ -322,22 +374,27 @@ impl Deliverer {
                 let Some(done) = done else { break };
                 self.absorb(done, &origin, &mut slot, &mut mine).await;
             }
-            // Write the results: each with a reservation to start, or on its own when none is
-            // coming.
+            // Write the results. Keeping a lead, each with the next delivery to take (or a
+            // reservation left from before to start); otherwise each with a reservation to
+            // start (reserving one more), or on its own when none is coming.
             while let Some(result) = unrecorded.pop_front() {
-                let next = if going {
-                    slot.reserved.pop_front()
-                } else {
-                    None
-                };
-                match next {
-                    Some(next) => slot.write(self, Some(result), Some(next)),
-                    None if going && slot.starting > 0 => {
-                        unrecorded.push_front(result);
-                        break;
+                let leading = slot.lead() > 0;
+                let then = if !going {
+                    Then::Nothing
+                } else if let Some(next) = slot.reserved.pop_front() {
+                    Then::Start {
+                        next,
+                        reserve: !leading,
                     }
-                    None => slot.write(self, Some(result), None),
-                }
+                } else if leading {
+                    Then::Take
+                } else if slot.starting > 0 {
+                    unrecorded.push_front(result);
+                    break;
+                } else {
+                    Then::Nothing
+                };
+                slot.write(self, &origin, Some(result), then);
             }
             if !going {
                 break;
@@ -346,7 +403,10 @@ impl Deliverer {
                 if slot.writes.is_empty() {
                     // Nothing started and nothing under way: start a reservation, or stop.
                     match slot.reserved.pop_front() {
-                        Some(next) => slot.write(self, None, Some(next)),
+                        Some(next) => {
+                            let reserve = slot.lead() == 0;
+                            slot.write(self, &origin, None, Then::Start { next, reserve });
+                        }
                         None => break,
                     }
                 }
@@ -357,17 +417,33 @@ impl Deliverer {
                 self.unsent(current).await;
                 continue;
             }
-            // Keep the lead: attempts started or starting behind this one.
-            while slot.ready.len() + slot.starting < slot.lead() {
-                let Some(next) = slot.reserved.pop_front() else {
-                    break;
-                };
-                slot.write(self, None, Some(next));
+            // Keep the lead: attempts started or starting behind this one. A reservation left
+            // from before is started; otherwise the next delivery is taken — one take at a
+            // time once one found nothing, so that running out of work costs one write, not
+            // the lead's worth.
+            while slot.ready.len() + slot.starting + slot.taking < slot.lead()
+                && self.may_go_on(&interrupt)
+            {
+                match slot.reserved.pop_front() {
+                    Some(next) => slot.write(
+                        self,
+                        &origin,
+                        None,
+                        Then::Start {
+                            next,
+                            reserve: false,
+                        },
+                    ),
+                    None if slot.taking == 0 || !slot.dry => {
+                        slot.write(self, &origin, None, Then::Take);
+                    }
+                    None => break,
+                }
             }
-            // Reserve while the request is on the wire, unless the writes under way bring
-            // enough: each starts one attempt and reserves one more.
+            // Without a lead, reserve while the request is on the wire, unless the writes under
+            // way bring one: each starts one attempt and reserves one more.
             let lined_up = slot.ready.len() + 2 * slot.starting + slot.reserved.len();
-            let reserve = lined_up < slot.lead() + 1 && self.may_go_on(&interrupt);
+            let reserve = slot.lead() == 0 && lined_up < 1 && self.may_go_on(&interrupt);
             let ((result, answered), reserved) = tokio::join!(
                 self.send(&current, &interrupt),
                 self.reserve_ahead(reserve, &origin),
@@ -375,7 +451,7 @@ impl Deliverer {
             mine.hold_reserved(&reserved);
             slot.reserved.extend(reserved);
             health = answered;
-            slot.answered_in = Duration::from_millis(result.duration_ms.max(0) as u64);
+            slot.answered_in = Some(Duration::from_millis(result.duration_ms.max(0) as u64));
             // A target that answered, and did not ask us to slow down, gets its next delivery.
             let welcome =
                 health == TargetHealth::Answered && !matches!(result.http_status, Some(429 | 503));
@@ -408,15 +484,39 @@ impl Deliverer {
         let Written {
             result,
             next,
+            took,
             asked,
             applied,
             started,
             reserved,
+            taken,
         } = done;
         slot.starting -= usize::from(next.is_some());
+        slot.taking -= usize::from(took);
         let reserved = self.reserved(reserved, origin);
         mine.hold_reserved(&reserved);
         slot.reserved.extend(reserved);
+        let taken = match taken {
+            Some(taken) if took => self.taken(taken, origin),
+            _ => None,
+        };
+        if took {
+            slot.dry = taken.is_none();
+        }
+        let taken = match taken {
+            Some(Taken::Started(claimed)) => {
+                mine.hold(&claimed.id, claimed.claim_seq);
+                Some(claimed)
+            }
+            Some(Taken::Reserved(reservation)) => {
+                // At most once: started only when its turn comes, and none ahead after it.
+                mine.hold(&reservation.id, reservation.claim_seq);
+                slot.reserved.push_back(reservation);
+                slot.careful = true;
+                None
+            }
+            None => None,
+        };
         let start = async {
             match (next, started) {
                 (Some(next), Some(outcome)) => self.started(next, outcome).await,
@@ -429,7 +529,7 @@ impl Deliverer {
             }
         };
         let (started, ()) = tokio::join!(start, record);
-        if let Some(claimed) = started {
+        for claimed in started.into_iter().chain(taken) {
             slot.careful = claimed.mode == Mode::AtMostOnce;
             let started = Started::new(claimed, asked, self.lease);
             if slot.careful && !slot.ready.is_empty() {
@@ -477,6 +577,16 @@ impl Deliverer {
             .reserve_next(origin.to_owned(), self.lease_ms())
             .await;
         self.reserved(reserved, origin)
+    }
+
+    /// What a take found, if anything; a failure to take is only logged (the slot goes on with
+    /// what it has lined up, or ends). Had the take committed after all, its claim runs out
+    /// and is taken back.
+    fn taken(&self, taken: Result<Option<Taken>, StoreError>, origin: &str) -> Option<Taken> {
+        taken.unwrap_or_else(|e| {
+            warn!(target_origin = %origin, error = %e, "taking the next delivery failed");
+            None
+        })
     }
 
     /// The reservation made, if any; a failure to make one is only logged (the slot ends).

@@ -268,6 +268,40 @@ async fn attempts_started_ahead_are_undone_when_the_target_stops_answering() {
     }
 }
 
+/// Once a quick target has answered, its slot takes its next deliveries — each claimed with
+/// its attempt started in one step (`claimed` in its history), not reserved first and started
+/// in a later step — and each is still sent once, as attempt 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quick_targets_slot_takes_its_next_deliveries() {
+    let d = one_slot().await;
+    let r = Receiver::start().await.expect("receiver");
+    let ids = due_together(&d, &r, 20, |_| json!({})).await;
+    all_succeed(&d, &ids).await;
+    let mut taken = 0;
+    for id in &ids {
+        let (_, log) = d.api.transitions(id).await.expect("transitions");
+        let reasons: Vec<&str> = log["transitions"]
+            .as_array()
+            .expect("transitions")
+            .iter()
+            .filter_map(|t| t["reason"].as_str())
+            .collect();
+        match reasons.as_slice() {
+            ["created", "claimed", "delivered"] => taken += 1,
+            ["created", "reserved", "delivered"] => {}
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    // The first is the scheduler's claim, the second reserved before the target's first
+    // answer said it is quick; after that the slot takes.
+    assert!(taken >= 15, "only {taken} of 20 claimed or taken");
+    let seen = r.requests();
+    assert_eq!(seen.len(), ids.len(), "each sent once");
+    assert!(seen
+        .iter()
+        .all(|q| q.header(spool_proto::ATTEMPT_HEADER) == Some("1")));
+}
+
 /// A slow target's slot starts nothing ahead: each delivery is started only when its turn has
 /// come, so a cancel made while the requests before it are on the wire still wins.
 #[tokio::test(flavor = "multi_thread")]
