@@ -16,38 +16,36 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    spoold::logging::init(args.log_format);
-    let config = match args.into_config() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("spoold: {e}");
-            return ExitCode::from(2);
+    let log = spoold::logging::init(args.log_format);
+    let result = run(args);
+    // Every log line is out before the one-line error, and before the process ends.
+    drop(log);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, message)) => {
+            eprintln!("spoold: {message}");
+            ExitCode::from(code)
         }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    }
+}
+
+/// The daemon from start to a clean shutdown; on failure the exit code and the one line for
+/// whoever started it (not a second copy in the log format).
+fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
+    let config = args.into_config().map_err(|e| (2, e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("spoold")
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("spoold: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
+        .map_err(|e| (1, format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
-        let running = match spoold::start(config).await {
-            Ok(r) => r,
-            Err(e) => {
-                // One line, for whoever started it; not a second copy in the log format.
-                eprintln!("spoold: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        let running = spoold::start(config)
+            .await
+            .map_err(|e| (1, e.to_string()))?;
         wait_for_signal().await;
         running.shutdown();
         running.wait().await;
-        ExitCode::SUCCESS
+        Ok(())
     })
 }
 
