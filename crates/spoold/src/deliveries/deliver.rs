@@ -149,16 +149,18 @@ impl Started {
     }
 }
 
-/// Attempts a slot keeps started ahead of the one on the wire while its target keeps
-/// answering. The step that starts the next attempt (and records the last result) is then
-/// written while requests are on the wire, not between two of them: a slot's turn takes the
-/// longer of a request and its share of a commit instead of both, and with the slots' steps
-/// overlapping, the store writes more of them per commit. At the default per-target limit this
-/// took end-to-end deliveries from 1,473–2,003 to 2,012–2,351 a second on PostgreSQL and from
-/// 2,147–2,452 to 3,028–4,062 on SQLite (docs/BENCHMARKS.md, "Starting attempts ahead").
-/// The attempts ahead are taken ([`Store::take_next`]), each claimed and started in one change
-/// of its row, rather than reserved in one step and started in the next ("Taking the next
-/// delivery").
+/// Most attempts a slot keeps started ahead of the one on the wire while its target keeps
+/// answering quickly; how many it keeps depends on how quickly ([`Slot::lead`]). The step that
+/// starts the next attempt (and records the last result) is then written while requests are on
+/// the wire, not between two of them: a slot's turn takes the longer of a request and its share
+/// of a commit instead of both, and with the slots' steps overlapping, the store writes more of
+/// them per commit. At the default per-target limit, two attempts ahead took end-to-end
+/// deliveries from 1,473–2,003 to 2,012–2,351 a second on PostgreSQL and from 2,147–2,452 to
+/// 3,028–4,062 on SQLite (docs/BENCHMARKS.md, "Starting attempts ahead"). The attempts ahead
+/// are taken ([`Store::take_next`]), each claimed and started in one change of its row, rather
+/// than reserved in one step and started in the next; a slot then waits for its takes rather
+/// than for its target, and up to eight ahead instead of two took PostgreSQL from ~2,850 to
+/// ~3,350 a second ("Taking the next delivery").
 ///
 /// The price: a crash can leave up to this many attempts per slot started but never sent, and
 /// recovery treats them as any started attempt (interrupted and not charged); a cancel that
@@ -169,11 +171,11 @@ impl Started {
 /// delivery, and the slot turns careful at once). While the daemon lives, an attempt
 /// started ahead and not sent (the target stopped answering, shutdown, or its start is older
 /// than [`AHEAD_FOR`]) is undone: it never happened.
-const LEAD: usize = 2;
+const LEAD: usize = 8;
 
 /// An attempt started ahead is sent within this long of its start, or undone: a cancel or a
-/// deadline can be late by no more than this. The lead is kept only while the target answers
-/// within a third of it (see [`Slot::lead`]), so that it seldom comes to that.
+/// deadline can be late by no more than this. The lead is as long as the target answers in a
+/// third of it (see [`Slot::lead`]), so that it seldom comes to that.
 const AHEAD_FOR: Duration = Duration::from_secs(1);
 
 /// What one slot has lined up: attempts started and not yet sent, reservations not yet being
@@ -222,17 +224,18 @@ struct Written {
 }
 
 impl Slot {
-    /// How many attempts to keep started ahead now: none for at-most-once deliveries, nor for
-    /// a target so slow that they would wait longer than [`AHEAD_FOR`], nor before the slot's
-    /// first answer says how fast the target is.
+    /// How many attempts to keep started ahead now: as many as the target answers, one after
+    /// another, in a third of [`AHEAD_FOR`] (at its last answer's pace), up to [`LEAD`] — so the
+    /// last of them seldom waits long for its turn, and a target slower than that gets none.
+    /// None for at-most-once deliveries, nor before the slot's first answer says how fast the
+    /// target is.
     fn lead(&self) -> usize {
-        let slow = self
-            .answered_in
-            .is_none_or(|took| took > AHEAD_FOR / (LEAD as u32 + 1));
-        if self.careful || slow {
-            0
-        } else {
-            LEAD
+        match self.answered_in {
+            Some(took) if !self.careful => {
+                let fit = (AHEAD_FOR / 3).as_millis() / took.as_millis().max(1);
+                usize::try_from(fit).unwrap_or(LEAD).min(LEAD)
+            }
+            _ => 0,
         }
     }
 
@@ -329,8 +332,8 @@ pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"))
 impl Deliverer {
     /// Run one attempt to the end and record it; while the target keeps answering, go on with
     /// its next due deliveries, one commit per delivery. Once the target has answered quickly
-    /// (within a third of [`AHEAD_FOR`]), the slot keeps [`LEAD`] attempts started ahead of the
-    /// one on the wire, so that when the target answers the next request leaves at once: the
+    /// (within a third of [`AHEAD_FOR`]), the slot keeps up to [`LEAD`] attempts started ahead of
+    /// the one on the wire ([`Slot::lead`]), so that when the target answers the next request leaves at once: the
     /// step that records a result also takes the next delivery ([`Store::take_next`]: an
     /// at-least-once one claimed with its attempt started, an at-most-once one only reserved).
     /// Otherwise — a slow target, at-most-once work, before the first answer — a delivery is
@@ -975,6 +978,25 @@ fn status_error(resp: &outbound::Response) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lead_is_what_the_target_answers_in_a_third_of_a_second() {
+        let lead = |answered_in: Option<u64>, careful: bool| {
+            Slot {
+                answered_in: answered_in.map(Duration::from_millis),
+                careful,
+                ..Slot::default()
+            }
+            .lead()
+        };
+        assert_eq!(lead(None, false), 0, "before the first answer");
+        assert_eq!(lead(Some(0), false), LEAD);
+        assert_eq!(lead(Some(40), false), LEAD);
+        assert_eq!(lead(Some(100), false), 3);
+        assert_eq!(lead(Some(300), false), 1);
+        assert_eq!(lead(Some(334), false), 0, "slower than a third of a second");
+        assert_eq!(lead(Some(0), true), 0, "at most once");
+    }
 
     #[test]
     fn a_request_never_outlives_its_lease() {
