@@ -158,9 +158,9 @@ impl Started {
 /// deliveries from 1,473–2,003 to 2,012–2,351 a second on PostgreSQL and from 2,147–2,452 to
 /// 3,028–4,062 on SQLite (docs/BENCHMARKS.md, "Starting attempts ahead"). The attempts ahead
 /// are taken ([`Store::take_next`]), each claimed and started in one change of its row, rather
-/// than reserved in one step and started in the next; a slot then waits for its takes rather
-/// than for its target, and up to eight ahead instead of two took PostgreSQL from ~2,850 to
-/// ~3,350 a second ("Taking the next delivery").
+/// than reserved in one step and started in the next. With only two ahead, a slot still waited
+/// for its takes rather than for its target; up to eight took PostgreSQL from ~2,850 to ~3,350
+/// a second at the default limit ("Taking the next delivery").
 ///
 /// The price: a crash can leave up to this many attempts per slot started but never sent, and
 /// recovery treats them as any started attempt (interrupted and not charged); a cancel that
@@ -333,9 +333,10 @@ impl Deliverer {
     /// Run one attempt to the end and record it; while the target keeps answering, go on with
     /// its next due deliveries, one commit per delivery. Once the target has answered quickly
     /// (within a third of [`AHEAD_FOR`]), the slot keeps up to [`LEAD`] attempts started ahead of
-    /// the one on the wire ([`Slot::lead`]), so that when the target answers the next request leaves at once: the
-    /// step that records a result also takes the next delivery ([`Store::take_next`]: an
-    /// at-least-once one claimed with its attempt started, an at-most-once one only reserved).
+    /// the one on the wire ([`Slot::lead`]), so that when the target answers the next request
+    /// leaves at once: the step that records a result also takes the next delivery
+    /// ([`Store::take_next`]: an at-least-once one claimed with its attempt started, an
+    /// at-most-once one only reserved).
     /// Otherwise — a slow target, at-most-once work, before the first answer — a delivery is
     /// reserved while a request is on the wire, and the step that records a result starts it
     /// (fenced: not if it was canceled or has expired meanwhile) and reserves the one after. A
