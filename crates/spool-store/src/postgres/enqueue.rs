@@ -20,8 +20,12 @@ use crate::model::{InsertOutcome, Millis, NewDelivery};
 /// Creates written in one transaction at most.
 const MAX_BATCH: usize = 256;
 
-/// Batches being written at once: while one commits, the next is being built.
-pub(super) const WRITERS: usize = 3;
+/// Batches being written at once: while one commits, the next is being built. Two, not three:
+/// with several hosts on one database every host has its own writers, and a third each made
+/// the batches smaller and the commits more without a create returning sooner (with schema 7,
+/// two hosts at the default limit went from 0.77–0.95 × one host to 0.91–1.19 ×;
+/// docs/BENCHMARKS.md, "Taking the next delivery").
+pub(super) const WRITERS: usize = 2;
 
 /// The queue creates wait in.
 pub(super) type Enqueuer = Batcher<NewDelivery, InsertOutcome>;

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("in_flight.sql"),
     include_str!("lean_steps.sql"),
     include_str!("take.sql"),
+    include_str!("carry.sql"),
 ];
 
 /// The schema version this binary writes.

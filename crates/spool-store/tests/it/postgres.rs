@@ -347,6 +347,70 @@ async fn a_host_of_version_5_still_steps_on_version_6() {
     assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 0));
 }
 
+/// Version 7: the takes of one call for one origin each start where the one before found its
+/// delivery — and still find, in due order, every due delivery, also one due before the
+/// host's cursor (`p_from`), once nothing is found past it.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_calls_takes_find_each_due_delivery_once() {
+    let Some((backend, store)) = PgBackend::fresh().await else {
+        return;
+    };
+    for n in 1..=4 {
+        conformance::create(
+            &store,
+            conformance::new_delivery(&conformance::id(n), None, conformance::URL_A),
+        )
+        .await;
+        // Due a second apart, the first earliest.
+        backend
+            .db
+            .execute(&format!(
+                "UPDATE deliveries SET next_attempt_at = next_attempt_at - {} WHERE id = '{}'",
+                (5 - n) * 1000,
+                conformance::id(n)
+            ))
+            .await
+            .expect("set the due time");
+    }
+    let due_of_third = backend
+        .db
+        .scalar(&format!(
+            "SELECT next_attempt_at::text FROM deliveries WHERE id = '{}'",
+            conformance::id(3)
+        ))
+        .await
+        .expect("due")
+        .expect("a due time");
+    // Four takes in one call, the first from a cursor at the third delivery's due time.
+    let nulls = "'{NULL,NULL,NULL,NULL}'";
+    let a = conformance::ORIGIN_A;
+    let taken = backend
+        .db
+        .scalar(&format!(
+            "SELECT string_agg(coalesce(o_id, '-'), ' ' ORDER BY o_n) FROM spoold_steps(\
+             {nulls}, {nulls}, {nulls}, {nulls}, {nulls}, {nulls}, {nulls}, {nulls}, {nulls}, \
+             {nulls}, 60000, {nulls}, {nulls}, ARRAY['{a}', '{a}', '{a}', '{a}'], 60000, \
+             ARRAY[{due_of_third}, NULL, NULL, NULL]::BIGINT[], ARRAY[true, true, true, true])"
+        ))
+        .await
+        .expect("the call")
+        .expect("a row per step");
+    let mut taken: Vec<&str> = taken.split(' ').collect();
+    // The third and fourth first (past the cursor), then the first and second.
+    assert_eq!(taken[..2], [conformance::id(3), conformance::id(4)]);
+    taken.sort_unstable();
+    let all: Vec<String> = (1..=4).map(conformance::id).collect();
+    assert_eq!(taken, all);
+    for n in 1..=4 {
+        let d = store
+            .get(conformance::id(n))
+            .await
+            .expect("get")
+            .expect("the delivery");
+        assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 1), "{n}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_newer_schema_is_refused() {
     let Some(db) = TestDatabase::create().await.expect("test database") else {
