@@ -1,6 +1,7 @@
 //! Every validation rule answers 400 with its stable code; routing errors are JSON too.
 
 use serde_json::{json, Value};
+use spool_testkit::Api;
 
 use crate::{id_of, InProcess, WAIT};
 
@@ -145,8 +146,9 @@ async fn create_rules() {
         .await
         .expect("request");
     assert_eq!((status, code(&err)), (400, "invalid_request"), "{err}");
-    // Nothing above was stored.
-    let (_, list) = d.api.list("").await.expect("list");
+    // Nothing above was stored. Asked on a connection of its own: the server closes the one
+    // whose 3 MiB body it refused unread, and the pooled client may not have seen that yet.
+    let (_, list) = Api::new(d.api.base_url()).list("").await.expect("list");
     assert_eq!(list["count"], 0, "{list}");
 }
 
