@@ -398,7 +398,6 @@ impl PgStore {
         lease_ms: i64,
     ) -> Advanced {
         let from = self.reserve_from(&next.origin);
-        let recorded = result.is_some();
         let step = advance::Step {
             result,
             next: Some(next.clone()),
@@ -407,13 +406,10 @@ impl PgStore {
             lease_ms,
             from,
         };
-        match self.inner.advancer.submit(step).await {
+        let (row, applied) = self.submit_step(step).await;
+        match row {
             Ok(row) => {
                 let rows = std::slice::from_ref(&row);
-                let applied = recorded.then(|| deliveries::applied(rows));
-                if let Some(applied) = &applied {
-                    self.woken_by(applied);
-                }
                 Advanced {
                     applied,
                     started: deliveries::started(rows, &next, lease_ms),
@@ -421,7 +417,7 @@ impl PgStore {
                 }
             }
             Err(e) => Advanced {
-                applied: recorded.then(|| Err(e.duplicate())),
+                applied,
                 started: Err(e.duplicate()),
                 reserved: Err(e),
             },
@@ -437,7 +433,6 @@ impl PgStore {
         lease_ms: i64,
     ) -> Took {
         let from = self.reserve_from(&origin);
-        let recorded = result.is_some();
         let step = advance::Step {
             result,
             next: None,
@@ -446,13 +441,10 @@ impl PgStore {
             lease_ms,
             from,
         };
-        match self.inner.advancer.submit(step).await {
+        let (row, applied) = self.submit_step(step).await;
+        match row {
             Ok(row) => {
                 let rows = std::slice::from_ref(&row);
-                let applied = recorded.then(|| deliveries::applied(rows));
-                if let Some(applied) = &applied {
-                    self.woken_by(applied);
-                }
                 let taken = deliveries::taken(rows, &origin, lease_ms).map(|taken| {
                     taken.map(|(taken, due)| {
                         self.reserved_up_to(&origin, due);
@@ -462,10 +454,25 @@ impl PgStore {
                 Took { applied, taken }
             }
             Err(e) => Took {
-                applied: recorded.then(|| Err(e.duplicate())),
+                applied,
                 taken: Err(e),
             },
         }
+    }
+
+    /// Write one slot's step with the other slots' steps: its row, and — if it records a
+    /// result — what recording it applied (the failure too, when the write failed).
+    async fn submit_step(&self, step: advance::Step) -> (Result<Row>, Option<Result<Applied>>) {
+        let recorded = step.result.is_some();
+        let row = self.inner.advancer.submit(step).await;
+        let applied = recorded.then(|| match &row {
+            Ok(row) => deliveries::applied(std::slice::from_ref(row)),
+            Err(e) => Err(e.duplicate()),
+        });
+        if let Some(applied) = &applied {
+            self.woken_by(applied);
+        }
+        (row, applied)
     }
 
     /// A result that made its delivery pending again (a retry, an interruption) makes work
