@@ -11,6 +11,7 @@ use tempfile::TempDir;
 /// Logs its arguments and a `listening` line, then waits for SIGTERM. The `sleep` keeps no
 /// pipe open, so the script's exit closes them. It is started, and the trap that ends it set,
 /// before `listening` is logged: a SIGTERM can only come after that line, and must find both.
+/// Everything it prints comes before that line too, or the SIGTERM would race it.
 const FAKE_DAEMON: &str = r#"#!/bin/sh
 sleep 300 </dev/null >/dev/null 2>&1 &
 pid=$!
@@ -19,8 +20,8 @@ echo "args: $*" >&2
 echo "env: ${SPOOLD_TEST_VAR:-unset} ${RUST_LOG:-no-rust-log}" >&2
 echo "not json" >&2
 echo '{"fields":{"message":"store opened"}}' >&2
-echo '{"timestamp":"t","level":"INFO","fields":{"message":"listening","addr":"127.0.0.1:4567"},"target":"spoold"}' >&2
 echo "hello on stdout"
+echo '{"timestamp":"t","level":"INFO","fields":{"message":"listening","addr":"127.0.0.1:4567"},"target":"spoold"}' >&2
 wait $pid
 "#;
 
