@@ -294,6 +294,14 @@ impl Delivery {
     }
 }
 
+/// How soon a created delivery must be due for its create to wake the schedulers (on
+/// PostgreSQL: every host's, by a notification). Later work is not announced: a scheduler that
+/// has room looks for the earliest due time at least this often (spoold's sweep), so it finds
+/// such a delivery before it is due. A burst of deliveries created for later (`notBefore`)
+/// then costs no claims: without this rule, each create batch woke every host's scheduler into
+/// a claim that found nothing (docs/BENCHMARKS.md, "Creates for later wake nobody").
+pub const WAKE_WITHIN_MS: Millis = 5_000;
+
 /// The result of an idempotent insert.
 #[derive(Debug, Clone)]
 pub enum InsertOutcome {
@@ -308,6 +316,15 @@ pub enum InsertOutcome {
     /// The key was new and `expires_at` has already passed (by the store's clock); nothing was
     /// written.
     AlreadyExpired,
+}
+
+impl InsertOutcome {
+    /// Whether this create made work due soon enough to wake the schedulers: a new delivery
+    /// due within [`WAKE_WITHIN_MS`] of its creation.
+    pub fn wakes(&self) -> bool {
+        matches!(self, InsertOutcome::Created(d)
+            if d.next_attempt_at.is_some_and(|due| due <= d.created_at.saturating_add(WAKE_WITHIN_MS)))
+    }
 }
 
 /// A delivery claimed for one attempt: everything the sender needs, and the fence token.

@@ -62,10 +62,8 @@ impl PgStore {
         };
         match written {
             Ok(outcomes) => {
-                let any_created = outcomes
-                    .iter()
-                    .any(|o| matches!(o, InsertOutcome::Created(_)));
-                self.inner.wake.deliveries_when(any_created);
+                let wakes = outcomes.iter().any(InsertOutcome::wakes);
+                self.inner.wake.deliveries_when(wakes);
                 for (job, outcome) in first.into_iter().zip(outcomes) {
                     let _ = job.answer.send(Ok(outcome));
                 }

@@ -346,7 +346,7 @@ impl PgStore {
         ));
         self.inner
             .wake
-            .deliveries_when(matches!(out, Ok(InsertOutcome::Created(_))));
+            .deliveries_when(out.as_ref().is_ok_and(InsertOutcome::wakes));
         out
     }
 

@@ -420,7 +420,7 @@ impl SqliteStore {
             .writer
             .write_then(
                 move |c, now| deliveries::insert(c, &new, now, limit),
-                move |r| wake.when(matches!(r, Ok(InsertOutcome::Created(_)))),
+                move |r| wake.when(r.as_ref().is_ok_and(InsertOutcome::wakes)),
             )
             .await
     }

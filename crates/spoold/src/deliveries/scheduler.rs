@@ -25,7 +25,10 @@ use crate::deliveries::retry::Backoff;
 
 /// How often, at most, leases are renewed or taken back and overdue deliveries are expired;
 /// more often when the lease is short (a quarter of it).
+/// At most [`spool_store::model::WAKE_WITHIN_MS`]: a create due later than that wakes no
+/// scheduler, and is found by the look for the next due time that follows each sweep.
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
+const _: () = assert!(SWEEP_EVERY.as_millis() <= spool_store::model::WAKE_WITHIN_MS as u128);
 /// Pause after a store error before trying again.
 const ERROR_PAUSE: Duration = Duration::from_secs(1);
 /// Unreachable attempts in a row after which a target is paused.

@@ -170,6 +170,70 @@ async fn not_before_holds_the_first_attempt() {
         .expect("succeeds");
 }
 
+/// A delivery due later than the store's wake horizon wakes nobody at its create, and is
+/// still sent when it is due: the scheduler's look after its next sweep finds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn work_for_later_is_found_without_a_wake_up() {
+    let d = InProcess::boot(&[]).await;
+    let r = Receiver::start().await.expect("receiver");
+    let not_before = now_ms() + spool_store::model::WAKE_WITHIN_MS + 1500;
+    let (_, created) = d
+        .api
+        .create(json!({"targetUrl": r.url("/later"),
+                       "notBefore": spool_proto::units::format_time(not_before)}))
+        .await
+        .expect("create");
+    assert_eq!(created["status"], "pending");
+    r.wait_for_requests(1, WAIT)
+        .await
+        .expect("attempted eventually");
+    let sent = now_ms();
+    assert!(sent >= not_before, "attempted before notBefore");
+    assert!(
+        sent < not_before + 1000,
+        "attempted {} ms late",
+        sent - not_before
+    );
+}
+
+/// Creates for later cost one commit each: none of them wakes the scheduler into a claim
+/// (a write of its own) that finds nothing due.
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_for_later_cost_no_claims() {
+    let d = InProcess::boot(&[]).await;
+    let commits = || async {
+        d.api
+            .metric("spoold_store_commit_batch_size_count")
+            .await
+            .expect("metrics")
+            .unwrap_or(0.0)
+    };
+    // Let start-up's own writes (recovery, the first sweep's claim) finish first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = commits().await;
+    const CREATES: u32 = 40;
+    for i in 0..CREATES {
+        let (status, _) = d
+            .api
+            .create(json!({"targetUrl": format!("http://127.0.0.1:9/{i}"),
+                           "notBefore": "2099-01-01T00:00:00Z"}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let spent = commits().await - before;
+    // One commit a create, and at most a few for anything else that runs meanwhile (a sweep).
+    assert!(
+        spent >= f64::from(CREATES),
+        "{spent} commits for {CREATES} creates"
+    );
+    assert!(
+        spent <= f64::from(CREATES + 4),
+        "{spent} commits for {CREATES} creates"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn blocked_targets_fail_without_retrying() {
     let dir = tempfile::TempDir::new().expect("temp dir");

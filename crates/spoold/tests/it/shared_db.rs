@@ -218,6 +218,49 @@ async fn one_key_on_two_hosts_makes_one_delivery() {
     );
 }
 
+/// Creates for later through host A cost host B nothing: they announce no work, so B's
+/// scheduler is not woken into claims that find nothing (and A's own is not either).
+#[tokio::test(flavor = "multi_thread")]
+async fn creates_for_later_wake_no_host() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let a = host(&db, &data_a, &[]).await;
+    let b = host(&db, &data_b, &[]).await;
+    let (api_a, api_b) = (Api::new(a.base_url()), Api::new(b.base_url()));
+    let commits = |api: &Api| {
+        let api = api.clone();
+        async move {
+            api.metric("spoold_store_commit_batch_size_count")
+                .await
+                .expect("metrics")
+                .unwrap_or(0.0)
+        }
+    };
+    // Let start-up's own writes (recovery, the first sweep) finish first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = (commits(&api_a).await, commits(&api_b).await);
+    const CREATES: u32 = 40;
+    for i in 0..CREATES {
+        let (status, _) = api_a
+            .create(json!({"targetUrl": format!("http://127.0.0.1:9/{i}"),
+                           "notBefore": "2099-01-01T00:00:00Z"}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spent_a = commits(&api_a).await - before.0;
+    let spent_b = commits(&api_b).await - before.1;
+    // Sweeps (every 750 ms with the short lease, a few commits each) fall in the window on
+    // both hosts: a handful of commits, not one or more a create.
+    let spent = format!("host A {spent_a}, host B {spent_b} commits for {CREATES} creates");
+    assert!(spent_a <= f64::from(CREATES + 12), "{spent}");
+    assert!(spent_b <= 12.0, "{spent}");
+    eprintln!("{spent}");
+}
+
 /// A task holding `env:prod` on host A keeps host B's task for `env:prod` waiting; the two
 /// scripts never overlap.
 #[tokio::test(flavor = "multi_thread")]
