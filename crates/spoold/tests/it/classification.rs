@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use spool_testkit::{Receiver, Reply};
 
-use crate::{id_of, InProcess, Targets, WAIT};
+use crate::{commits, create_for_later, id_of, InProcess, Targets, WAIT};
 
 /// (first response, final status, attempts, lastErrorCode)
 #[tokio::test(flavor = "multi_thread")]
@@ -153,17 +153,7 @@ async fn not_before_holds_the_first_attempt() {
     let d = InProcess::boot(&[]).await;
     let r = Receiver::start().await.expect("receiver");
     let not_before = now_ms() + 1200;
-    let (_, created) = d
-        .api
-        .create(json!({"targetUrl": r.url("/later"),
-                       "notBefore": spool_proto::units::format_time(not_before)}))
-        .await
-        .expect("create");
-    assert_eq!(created["status"], "pending");
-    r.wait_for_requests(1, WAIT)
-        .await
-        .expect("attempted eventually");
-    assert!(now_ms() >= not_before, "attempted before notBefore");
+    let (created, _) = first_attempt(&d, &r, not_before).await;
     d.api
         .wait_status(&id_of(&created), &["succeeded"], WAIT)
         .await
@@ -177,6 +167,17 @@ async fn work_for_later_is_found_without_a_wake_up() {
     let d = InProcess::boot(&[]).await;
     let r = Receiver::start().await.expect("receiver");
     let not_before = now_ms() + spool_store::model::WAKE_WITHIN_MS + 1500;
+    let (_, sent) = first_attempt(&d, &r, not_before).await;
+    assert!(
+        sent < not_before + 1000,
+        "attempted {} ms late",
+        sent - not_before
+    );
+}
+
+/// Create a delivery to `r` with `notBefore` at `not_before` and wait for its first attempt,
+/// which must not come earlier: the created delivery, and when the attempt was seen.
+async fn first_attempt(d: &InProcess, r: &Receiver, not_before: i64) -> (serde_json::Value, i64) {
     let (_, created) = d
         .api
         .create(json!({"targetUrl": r.url("/later"),
@@ -189,11 +190,7 @@ async fn work_for_later_is_found_without_a_wake_up() {
         .expect("attempted eventually");
     let sent = now_ms();
     assert!(sent >= not_before, "attempted before notBefore");
-    assert!(
-        sent < not_before + 1000,
-        "attempted {} ms late",
-        sent - not_before
-    );
+    (created, sent)
 }
 
 /// Creates for later cost one commit each: none of them wakes the scheduler into a claim
@@ -201,28 +198,13 @@ async fn work_for_later_is_found_without_a_wake_up() {
 #[tokio::test(flavor = "multi_thread")]
 async fn creates_for_later_cost_no_claims() {
     let d = InProcess::boot(&[]).await;
-    let commits = || async {
-        d.api
-            .metric("spoold_store_commit_batch_size_count")
-            .await
-            .expect("metrics")
-            .unwrap_or(0.0)
-    };
     // Let start-up's own writes (recovery, the first sweep's claim) finish first.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = commits().await;
+    let before = commits(&d.api).await;
     const CREATES: u32 = 40;
-    for i in 0..CREATES {
-        let (status, _) = d
-            .api
-            .create(json!({"targetUrl": format!("http://127.0.0.1:9/{i}"),
-                           "notBefore": "2099-01-01T00:00:00Z"}))
-            .await
-            .expect("create");
-        assert_eq!(status, 201);
-    }
+    create_for_later(&d.api, CREATES).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let spent = commits().await - before;
+    let spent = commits(&d.api).await - before;
     // One commit a create, and at most a few for anything else that runs meanwhile (a sweep).
     assert!(
         spent >= f64::from(CREATES),

@@ -152,3 +152,25 @@ pub fn id_of(v: &Value) -> String {
 }
 
 pub const WAIT: Duration = Duration::from_secs(20);
+
+/// Commits the daemon behind `api` has made so far (`spoold_store_commit_batch_size_count`).
+pub async fn commits(api: &Api) -> f64 {
+    api.metric("spoold_store_commit_batch_size_count")
+        .await
+        .expect("metrics")
+        .unwrap_or(0.0)
+}
+
+/// Create `n` deliveries due in 2099 (to a port that would refuse), each answered 201.
+pub async fn create_for_later(api: &Api, n: u32) {
+    for i in 0..n {
+        let (status, _) = api
+            .create(
+                serde_json::json!({"targetUrl": format!("http://127.0.0.1:9/{i}"),
+                                       "notBefore": "2099-01-01T00:00:00Z"}),
+            )
+            .await
+            .expect("create");
+        assert_eq!(status, 201);
+    }
+}

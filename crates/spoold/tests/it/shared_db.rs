@@ -18,7 +18,7 @@ use spool_testkit::{
 use tempfile::TempDir;
 
 use crate::tasks::{get, id, submit, wait_task, Setup};
-use crate::{id_of, FAST_RETRIES, WAIT};
+use crate::{commits, create_for_later, id_of, FAST_RETRIES, WAIT};
 
 /// A request timeout and lease short enough that a dead host's claims come back in seconds.
 const SHORT_LEASE: &[&str] = &["--request-timeout", "1s", "--lease", "3s"];
@@ -229,27 +229,11 @@ async fn creates_for_later_wake_no_host() {
     let a = host(&db, &data_a, &[]).await;
     let b = host(&db, &data_b, &[]).await;
     let (api_a, api_b) = (Api::new(a.base_url()), Api::new(b.base_url()));
-    let commits = |api: &Api| {
-        let api = api.clone();
-        async move {
-            api.metric("spoold_store_commit_batch_size_count")
-                .await
-                .expect("metrics")
-                .unwrap_or(0.0)
-        }
-    };
     // Let start-up's own writes (recovery, the first sweep) finish first.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = (commits(&api_a).await, commits(&api_b).await);
     const CREATES: u32 = 40;
-    for i in 0..CREATES {
-        let (status, _) = api_a
-            .create(json!({"targetUrl": format!("http://127.0.0.1:9/{i}"),
-                           "notBefore": "2099-01-01T00:00:00Z"}))
-            .await
-            .expect("create");
-        assert_eq!(status, 201);
-    }
+    create_for_later(&api_a, CREATES).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let spent_a = commits(&api_a).await - before.0;
     let spent_b = commits(&api_b).await - before.1;
@@ -258,7 +242,6 @@ async fn creates_for_later_wake_no_host() {
     let spent = format!("host A {spent_a}, host B {spent_b} commits for {CREATES} creates");
     assert!(spent_a <= f64::from(CREATES + 12), "{spent}");
     assert!(spent_b <= 12.0, "{spent}");
-    eprintln!("{spent}");
 }
 
 /// A task holding `env:prod` on host A keeps host B's task for `env:prod` waiting; the two
