@@ -16,6 +16,14 @@ pub struct LockView {
     pub task_type: String,
     /// `running`, or `pending` while the task keeps its locks through a retry's backoff.
     pub task_status: TaskStatus,
+    /// The attempt holding it (the task's latest).
+    #[serde(default)]
+    pub attempt: u32,
+    /// Set while that attempt is being ended by another executor than the one that started it
+    /// (why that one is gone: `daemon_restart`, `lease_expired`): the lock is released once
+    /// every process of the attempt is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<String>,
     /// RFC 3339 with milliseconds: held since.
     pub since: String,
     /// Pending tasks that want it, in the order they will get it.

@@ -129,6 +129,11 @@ pub struct TaskView {
     /// An operator asked to cancel it while it ran; its attempt is being stopped.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel_requested: bool,
+    /// Set while it is `running` only because its attempt's executor is gone and another
+    /// executor is ending what is left of it (why: `daemon_restart`, `lease_expired`); it keeps
+    /// its locks and its quota slot until every process of the attempt is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<String>,
 }
 
 /// `GET /v1/tasks`

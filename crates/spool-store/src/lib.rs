@@ -353,19 +353,21 @@ impl Store {
 
     /// Claim up to `limit` due pending tasks of `types` for one attempt each: `running`, the
     /// attempt counted and recorded (durable before this returns), leased for `lease_ms` to
-    /// `executor_id`. Tasks past their queue or retry deadline are ended first.
+    /// `executor`. Tasks past their queue or retry deadline are ended first.
     pub async fn claim_tasks(
         &self,
         limit: u32,
         types: Vec<tasks::ClaimType>,
         lease_ms: i64,
-        executor_id: String,
+        executor: tasks::Executor,
     ) -> Result<tasks::Claimed> {
-        dispatch!(self, s => s.claim_tasks(limit, types, lease_ms, executor_id).await)
+        dispatch!(self, s => s.claim_tasks(limit, types, lease_ms, executor).await)
     }
 
     /// Record how an attempt ended and where the task goes (`retry_at`: pending again).
-    /// Fenced by the claim: `None` if the task is no longer running under it.
+    /// Fenced by the claim: `None` if the task is no longer running under it. A cancel an
+    /// operator requested before this wins over every outcome but success: the task ends
+    /// `canceled` and runs no further attempt.
     pub async fn finish_task(
         &self,
         end: tasks::TaskAttemptEnd,
@@ -381,9 +383,9 @@ impl Store {
         end: tasks::TaskAttemptEnd,
         types: Vec<tasks::ClaimType>,
         lease_ms: i64,
-        executor_id: String,
+        executor: tasks::Executor,
     ) -> Result<(Option<tasks::TaskStatus>, Option<tasks::ClaimedTask>)> {
-        dispatch!(self, s => s.finish_and_claim(end, types, lease_ms, executor_id).await)
+        dispatch!(self, s => s.finish_and_claim(end, types, lease_ms, executor).await)
     }
 
     /// End pending tasks whose queue timeout or retry deadline passed. Returns how many.
@@ -415,17 +417,40 @@ impl Store {
     }
 
     /// At start-up, when the previous owner of every claim is known to be dead (as for
-    /// [`Store::recover`]): every running task becomes `interrupted` (`daemon_restart`).
-    /// Returns them, with the attempt that was cut short.
-    pub async fn recover_tasks(&self) -> Result<Vec<tasks::Interrupted>> {
-        dispatch!(self, s => s.recover_tasks().await)
+    /// [`Store::recover`]): every running task is taken over by `executor` (`daemon_restart`)
+    /// for it to end what is left of the attempt. The tasks stay `running`, with their locks and
+    /// quota slots, leased to `executor`, until [`Store::settle_orphan`].
+    pub async fn recover_tasks(
+        &self,
+        executor: tasks::Executor,
+        lease_ms: i64,
+    ) -> Result<Vec<tasks::Orphaned>> {
+        dispatch!(self, s => s.recover_tasks(executor, lease_ms).await)
     }
 
     /// Running tasks whose lease ran out under another executor (it stopped renewing: it died
-    /// or lost the store) become `interrupted` (`lease_expired`). Returns them, as
-    /// [`Store::recover_tasks`] does.
-    pub async fn expire_task_leases(&self, executor_id: String) -> Result<Vec<tasks::Interrupted>> {
-        dispatch!(self, s => s.expire_task_leases(executor_id).await)
+    /// or lost the store) are taken over by `executor` (`lease_expired`), as
+    /// [`Store::recover_tasks`] does. The old executor's claim is fenced off.
+    pub async fn expire_task_leases(
+        &self,
+        executor: tasks::Executor,
+        lease_ms: i64,
+    ) -> Result<Vec<tasks::Orphaned>> {
+        dispatch!(self, s => s.expire_task_leases(executor, lease_ms).await)
+    }
+
+    /// Settle a task taken over as orphaned, once its attempt's processes are gone (see
+    /// [`tasks::OrphanEnd`]). Fenced by the claim: `None` if it is no longer held under it.
+    /// Returns where the task went.
+    pub async fn settle_orphan(&self, end: tasks::OrphanEnd) -> Result<Option<tasks::TaskStatus>> {
+        dispatch!(self, s => s.settle_orphan(end).await)
+    }
+
+    /// Pending tasks of a type not in `declared` go to `manual_review` (`type_undeclared`),
+    /// giving up the locks they kept through a backoff. Only for a store no other host shares:
+    /// on a shared one a type may be declared elsewhere. Returns their ids.
+    pub async fn review_undeclared_tasks(&self, declared: Vec<String>) -> Result<Vec<String>> {
+        dispatch!(self, s => s.review_undeclared_tasks(declared).await)
     }
 
     /// Record the process that runs the current attempt of a task (for recovery after a crash).
@@ -439,12 +464,13 @@ impl Store {
     }
 
     /// Extend by `lease_ms` the leases of the attempts running here, given as (task id, claim).
-    /// Returns how many were still current.
+    /// Returns those still current (an attempt missing from it was taken over: its executor
+    /// must stop it), each with whether a cancel was requested.
     pub async fn renew_task_leases(
         &self,
         running: Vec<(String, u32)>,
         lease_ms: i64,
-    ) -> Result<u64> {
+    ) -> Result<Vec<tasks::Renewed>> {
         dispatch!(self, s => s.renew_task_leases(running, lease_ms).await)
     }
 
@@ -511,5 +537,11 @@ impl Store {
     /// The store's clock, in milliseconds since the epoch.
     pub fn now_ms(&self) -> Millis {
         dispatch!(self, s => s.now_ms())
+    }
+
+    /// Whether other hosts may share this store (PostgreSQL): their claims are alive and can
+    /// only be taken back when their leases lapse.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Store::Postgres(_))
     }
 }

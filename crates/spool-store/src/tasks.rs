@@ -15,6 +15,7 @@ use crate::model::Millis;
 /// ```text
 ///  pending ──▶ running ──▶ succeeded | failed | timed_out | interrupted | canceled
 ///  pending ──▶ canceled | timed_out (queue timeout)
+///  pending ──▶ manual_review                          (its type is no longer declared)
 ///  failed | timed_out | interrupted ──▶ pending        (retry: policy or operator)
 ///  interrupted ──▶ failed | manual_review              (the type's on_interrupt)
 ///  failed ──▶ manual_review                            (a partial failure)
@@ -63,7 +64,7 @@ impl TaskStatus {
         use TaskStatus::*;
         matches!(
             (self, to),
-            (Pending, Running | Canceled | TimedOut)
+            (Pending, Running | Canceled | TimedOut | ManualReview)
                 | (
                     Running,
                     Succeeded | Failed | TimedOut | Interrupted | Canceled
@@ -163,6 +164,10 @@ pub struct Task {
     pub locks: Vec<String>,
     /// Steps its attempts reported done, in the order they were reported.
     pub completed_steps: Vec<String>,
+    /// Set while its attempt is being ended by another executor than the one that started it
+    /// (why that one is gone: `daemon_restart`, `lease_expired`). The task stays `running`,
+    /// with its locks and its quota slot, until every process of the attempt is gone.
+    pub ending: Option<String>,
 }
 
 /// The result of an idempotent submission.
@@ -205,14 +210,43 @@ pub struct ClaimType {
     /// At most this many of its tasks run at once (across the whole store); `None`: no limit
     /// of its own.
     pub concurrency: Option<u32>,
+    /// How long its attempts get between SIGTERM and SIGKILL, recorded with each attempt: a
+    /// host that takes over a lapsed attempt it cannot see waits this long past the lease.
+    pub kill_grace_ms: i64,
 }
 
+/// The `kill_grace` of a type declared without one.
+pub const DEFAULT_KILL_GRACE_MS: i64 = 10_000;
+
 impl From<&str> for ClaimType {
-    /// A type without a quota of its own.
+    /// A type without a quota of its own, with the default kill grace.
     fn from(name: &str) -> Self {
         ClaimType {
             name: name.to_owned(),
             concurrency: None,
+            kill_grace_ms: DEFAULT_KILL_GRACE_MS,
+        }
+    }
+}
+
+/// Who starts attempts: one daemon run. Recorded with every attempt it starts and on every
+/// task it holds the lease of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Executor {
+    /// Unique per daemon run (a restart with the same pid on the same host is another
+    /// executor): `host:pid:run`.
+    pub id: String,
+    /// Where the processes it starts can be seen from (machine, boot and pid namespace): an
+    /// executor with the same `host` can find and end them; any other cannot.
+    pub host: String,
+}
+
+impl From<&str> for Executor {
+    /// An executor whose processes nobody can see (tests).
+    fn from(id: &str) -> Self {
+        Executor {
+            id: id.to_owned(),
+            host: String::new(),
         }
     }
 }
@@ -253,6 +287,9 @@ pub struct AttemptProcess {
     pub leader_start: u64,
     /// The kernel's boot id when it started.
     pub boot_id: String,
+    /// The session its group belongs to (the daemon's): with the group id and the leader's
+    /// start time, what shows after a crash that a member of that group is the attempt's.
+    pub sid: Option<i32>,
 }
 
 /// One held resource lock.
@@ -263,6 +300,11 @@ pub struct HeldLock {
     pub task_type: String,
     /// `running`, or `pending` while it keeps its locks through a retry's backoff.
     pub task_status: TaskStatus,
+    /// The attempt that holds it (the task's latest).
+    pub attempt: u32,
+    /// Set while that attempt is being ended by another executor (see [`Task::ending`]): the
+    /// lock is released only once its processes are gone.
+    pub ending: Option<String>,
     pub since: Millis,
     /// Pending tasks that want this lock, in the order they will get it.
     pub waiting: Vec<String>,
@@ -320,6 +362,76 @@ pub struct TaskAttemptEnd {
     pub redactions: u64,
 }
 
+/// Where a finished attempt takes its task: decided here, the same for every backend, from
+/// how the attempt ended and what the store knows of the task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskEnd {
+    /// What the task leaves `running` for.
+    pub status: TaskStatus,
+    /// The transition's reason.
+    pub reason: String,
+    pub note: Option<String>,
+    pub error_code: Option<String>,
+    pub error: Option<String>,
+    /// Then pending again at this time (a retry).
+    pub retry_at: Option<Millis>,
+    /// Then on to `manual_review` (`partial_failure`): `status` is `failed`.
+    pub partial: bool,
+}
+
+impl TaskEnd {
+    /// `cancel_requested`: an operator asked to cancel the task before the end was recorded;
+    /// `has_steps`: some attempt reported a step done.
+    ///
+    /// A requested cancel wins over every outcome but success: the task ends `canceled` and
+    /// nothing runs again, whatever the attempt exited with — the operator was told the cancel
+    /// was taken. A success stays a success: its work is done, and saying otherwise would
+    /// invite someone to do it again.
+    pub fn decide(end: &TaskAttemptEnd, cancel_requested: bool, has_steps: bool) -> TaskEnd {
+        if cancel_requested && !matches!(end.outcome, TaskStatus::Succeeded | TaskStatus::Canceled)
+        {
+            let what = end
+                .error
+                .clone()
+                .unwrap_or_else(|| end.outcome.as_str().to_owned());
+            return TaskEnd {
+                status: TaskStatus::Canceled,
+                reason: "canceled".into(),
+                note: Some(format!(
+                    "an operator's cancel came before the attempt's end ({what})"
+                )),
+                error_code: Some("canceled".into()),
+                error: Some(format!(
+                    "canceled by an operator; the attempt then ended: {what}"
+                )),
+                retry_at: None,
+                partial: false,
+            };
+        }
+        let partial = end.review_partial
+            && has_steps
+            && matches!(end.outcome, TaskStatus::Failed | TaskStatus::TimedOut);
+        TaskEnd {
+            // A partial failure is recorded as `failed` (a timed-out attempt too: the edge to
+            // `manual_review` is from `failed`), then goes to review.
+            status: if partial {
+                TaskStatus::Failed
+            } else {
+                end.outcome
+            },
+            reason: end
+                .error_code
+                .clone()
+                .unwrap_or_else(|| end.outcome.as_str().to_owned()),
+            note: None,
+            error_code: end.error_code.clone(),
+            error: end.error.clone(),
+            retry_at: if partial { None } else { end.retry_at },
+            partial,
+        }
+    }
+}
+
 /// One attempt of a task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskAttempt {
@@ -350,15 +462,101 @@ pub struct TaskTransition {
     pub note: Option<String>,
 }
 
-/// A task whose attempt a dead daemon left running, as recovery found it.
+/// A running task whose executor is gone (it crashed, or stopped renewing its lease), taken
+/// over by another executor to end what is left of its attempt. The task stays `running` —
+/// its locks and its quota slot held — until [`OrphanEnd`] settles it, which the new executor
+/// does once every process of the attempt is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Interrupted {
+pub struct Orphaned {
     pub id: String,
     pub task_type: String,
     /// The attempt that was cut short.
     pub attempt: u32,
+    /// The new executor's claim: its lease is renewed under it, and [`OrphanEnd`] is fenced
+    /// by it (the old executor's end is refused from now on).
+    pub claim_seq: u32,
+    /// Why its executor is gone: `daemon_restart` or `lease_expired`.
+    pub code: String,
     /// Its process, if it was recorded.
     pub process: Option<AttemptProcess>,
+    /// Where its processes can be seen from ([`Executor::host`]); empty if not recorded.
+    pub host: String,
+    /// The lease it had when it was taken over: an executor that could not renew stops its
+    /// attempt by then, and has it gone `kill_grace_ms` later.
+    pub lease_until: Millis,
+    pub kill_grace_ms: i64,
+}
+
+/// Settle a task taken over as [`Orphaned`], once its attempt's processes are gone: the attempt
+/// is closed as interrupted and the task leaves `running`, releasing its locks — to `canceled` if
+/// an operator asked for that meanwhile, otherwise `interrupted` and at once on to what the type's
+/// `on_interrupt` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanEnd {
+    pub id: String,
+    pub claim_seq: u32,
+    /// `manual_review`, `pending` or `failed`.
+    pub then: TaskStatus,
+}
+
+/// How a task taken over as orphaned leaves `running` once its attempt's processes are gone:
+/// decided here, the same for every backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrphanSettled {
+    /// `interrupted`, or `canceled` if an operator asked for that meanwhile.
+    pub status: TaskStatus,
+    pub reason: String,
+    pub note: String,
+    pub error_code: String,
+    pub error: String,
+    /// The task is finished (`canceled`); `interrupted` is finished by `then`.
+    pub finished: bool,
+    /// From `interrupted` on to this (the type's `on_interrupt`) in the same commit.
+    pub then: Option<TaskStatus>,
+}
+
+impl OrphanSettled {
+    /// `code`: why its executor is gone (the task's `ending`).
+    pub fn decide(code: &str, cancel_requested: bool, then: TaskStatus) -> OrphanSettled {
+        let why = match code {
+            "daemon_restart" => "the daemon stopped while the attempt ran",
+            "lease_expired" => "its executor stopped renewing the lease while the attempt ran",
+            _ => "its executor is gone",
+        };
+        if cancel_requested {
+            return OrphanSettled {
+                status: TaskStatus::Canceled,
+                reason: "canceled".into(),
+                note: format!("an operator's cancel; the attempt was interrupted ({code}): {why}"),
+                error_code: "canceled".into(),
+                error: format!("canceled by an operator; the attempt was interrupted: {why}"),
+                finished: true,
+                then: None,
+            };
+        }
+        OrphanSettled {
+            status: TaskStatus::Interrupted,
+            reason: code.to_owned(),
+            note: why.to_owned(),
+            error_code: code.to_owned(),
+            error: format!("interrupted: {why}"),
+            finished: false,
+            then: Some(then),
+        }
+    }
+}
+
+/// The note (and error) of a task sent to review because its type is no longer declared.
+pub fn undeclared_note(task_type: &str) -> String {
+    format!("its type {task_type:?} is no longer declared in the configuration")
+}
+
+/// A lease renewed by [`Store::renew_task_leases`](crate::Store::renew_task_leases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewed {
+    pub id: String,
+    /// An operator asked to cancel it (possibly through another host's API).
+    pub cancel_requested: bool,
 }
 
 /// What an operator's action on a task found.
@@ -402,6 +600,7 @@ mod tests {
             (Pending, Running),
             (Pending, Canceled),
             (Pending, TimedOut),
+            (Pending, ManualReview),
             (Running, Succeeded),
             (Running, Failed),
             (Running, TimedOut),

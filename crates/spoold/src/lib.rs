@@ -83,6 +83,10 @@ pub enum StartError {
     Socket(String),
     #[error("--task-cgroup: {0}")]
     Cgroup(std::io::Error),
+    #[error("task types need pidfds (Linux 5.3 or later): {0}")]
+    Pidfd(std::io::Error),
+    #[error("{0}")]
+    TaskUser(String),
 }
 
 /// A started daemon.
@@ -113,9 +117,12 @@ impl Running {
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let store = open_store(&config).await?;
 
-    let interrupted_tasks = recover(&store, &config).await?;
+    let executor = executor(&store);
+    let orphans = recover(&store, &config, &executor).await?;
     if !config.task_types.is_empty() {
-        if let Err(e) = tasks::exec::become_subreaper() {
+        tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
+        check_task_users(&config.task_types)?;
+        if let Err(e) = tasks::processes::become_subreaper() {
             warn!(error = %e, "cannot become a child subreaper: a task's descendants that leave \
                                its process group are not re-parented to spoold");
         }
@@ -255,7 +262,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         store: store.clone(),
         types: Arc::clone(&config.task_types),
         concurrency: config.task_concurrency,
-        executor_id: executor_id(),
+        executor,
         lease: config.task_lease,
         results_dir: data_dir.join("task-results"),
         output_dir: data_dir.join("task-output"),
@@ -275,11 +282,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 warn!(error = %e, dir = %dir.display(), "cannot create a task directory");
             }
         }
+        // Result files a previous process left (they may hold secrets): nothing runs here yet.
+        remove_files_in(&runner.results_dir);
     }
-    // In the background: the interrupted tasks cannot be claimed until they are settled, and
-    // ending what a previous daemon left may take a type's kill_grace.
-    let settling = Arc::clone(&runner);
-    tokio::spawn(async move { settling.settle_interrupted(interrupted_tasks).await });
+    // In the background: the orphaned tasks keep their locks and slots until what is left of
+    // their attempts is gone, which may take a type's kill_grace.
+    runner.adopt(orphans, tokio::time::Instant::now(), &task_attempts);
     let runner_task = tokio::spawn(Arc::clone(&runner).run(task_attempts.clone()));
     let retention_task = tokio::spawn(retention::run(
         store.clone(),
@@ -337,13 +345,60 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     Ok(Running { bound, stop, task })
 }
 
-/// `host:pid`: which daemon ran an attempt.
-fn executor_id() -> String {
+/// This daemon run as the executor of task attempts: `host:pid:run` (unique per run, even when
+/// a restart gets the same pid, as PID 1 of a container does) and where its processes can be
+/// seen from.
+fn executor(store: &Store) -> spool_store::tasks::Executor {
     let host = rustix::system::uname()
         .nodename()
         .to_string_lossy()
         .into_owned();
-    format!("{host}:{}", std::process::id())
+    let mut run = [0u8; 4];
+    let _ = rustix::rand::getrandom(&mut run, rustix::rand::GetRandomFlags::empty());
+    // Mixed with the clock, in case the kernel gave nothing.
+    let stamp = store.now_ms() as u32 ^ u32::from_le_bytes(run);
+    spool_store::tasks::Executor {
+        id: format!("{host}:{}:{stamp:08x}", std::process::id()),
+        host: tasks::processes::host_identity(),
+    }
+}
+
+/// Types that run as another user need the privilege to switch to it.
+fn check_task_users(types: &tasks::TaskTypes) -> Result<(), StartError> {
+    let Some(kind) = types.iter().find(|t| t.run_as.is_some()) else {
+        return Ok(());
+    };
+    if rustix::process::geteuid().is_root() || can_switch_users() {
+        return Ok(());
+    }
+    Err(StartError::TaskUser(format!(
+        "[tasks.{}] user = {:?}: running tasks as another user needs root (or the CAP_SETUID \
+         and CAP_SETGID capabilities)",
+        kind.name,
+        kind.run_as.as_ref().map_or("", |u| u.name.as_str())
+    )))
+}
+
+/// Whether this process has CAP_SETUID and CAP_SETGID (`CapEff` of `/proc/self/status`).
+fn can_switch_users() -> bool {
+    const CAP_SETGID: u64 = 1 << 6;
+    const CAP_SETUID: u64 = 1 << 7;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (CAP_SETGID | CAP_SETUID) == CAP_SETGID | CAP_SETUID)
+}
+
+/// Remove the files directly in `dir` (best effort).
+fn remove_files_in(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 async fn open_store(config: &Config) -> Result<Store, StartError> {
@@ -370,21 +425,24 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
     }
 }
 
-/// Take back what a previous process of this daemon left claimed; returns its interrupted
-/// tasks, whose type's `on_interrupt` decides what comes next.
+/// Take back what a previous process of this daemon left claimed; returns the running tasks it
+/// left, taken over by `executor` to end what is left of their attempts.
 ///
 /// With SQLite this process holds the file's lock, so whoever claimed anything is dead: its
 /// deliveries are sent again now rather than after their leases (at-least-once), at-most-once
 /// requests that may have left become `unknown` (a restart never resends them), and its
-/// running tasks are interrupted. With PostgreSQL other hosts' claims are alive and
-/// indistinguishable from a dead one's: nothing is taken back here, and what a dead process
-/// held is taken back by whichever host sees its lease run out (this one included).
+/// running tasks are taken over (and, with a type no longer declared, its pending tasks go to
+/// review). With PostgreSQL other hosts' claims are alive and indistinguishable from a dead
+/// one's: what a dead process held is taken back by whichever host sees its lease run out —
+/// this one included, starting now.
 async fn recover(
     store: &Store,
     config: &Config,
-) -> Result<Vec<spool_store::tasks::Interrupted>, StoreError> {
+    executor: &spool_store::tasks::Executor,
+) -> Result<Vec<spool_store::tasks::Orphaned>, StoreError> {
+    let lease_ms = config.task_lease.as_millis() as i64;
     if matches!(config.db, Database::Postgres(_)) {
-        return Ok(Vec::new());
+        return store.expire_task_leases(executor.clone(), lease_ms).await;
     }
     let reclaimed = store
         .recover(config.reconcile_base.as_millis() as i64)
@@ -397,5 +455,14 @@ async fn recover(
             "reclaimed in-flight deliveries left by a previous process"
         );
     }
-    store.recover_tasks().await
+    let reviewed = store
+        .review_undeclared_tasks(config.task_types.names())
+        .await?;
+    if !reviewed.is_empty() {
+        warn!(
+            tasks = reviewed.len(),
+            "pending tasks of types no longer declared went to manual_review"
+        );
+    }
+    store.recover_tasks(executor.clone(), lease_ms).await
 }

@@ -40,9 +40,9 @@ use crate::model::{
 };
 use crate::sqlite::WriterStats;
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, Interrupted, NewTask, StepRecord,
-    Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus, TaskStep,
-    TaskTransition,
+    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
+    Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
+    TaskPage, TaskStatus, TaskStep, TaskTransition,
 };
 
 /// A transaction on a pooled connection.
@@ -732,15 +732,10 @@ impl PgStore {
         limit: u32,
         types: Vec<ClaimType>,
         lease_ms: i64,
-        executor_id: String,
+        executor: Executor,
     ) -> Result<Claimed> {
         in_tx!(self, |tx, now| tasks::claim(
-            &tx,
-            now,
-            limit,
-            &types,
-            lease_ms,
-            &executor_id
+            &tx, now, limit, &types, lease_ms, &executor
         ))
     }
 
@@ -756,11 +751,11 @@ impl PgStore {
         end: TaskAttemptEnd,
         types: Vec<ClaimType>,
         lease_ms: i64,
-        executor_id: String,
+        executor: Executor,
     ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>)> {
         let out = in_tx!(self, |tx, now| async {
             let status = tasks::finish(&tx, &end, now).await?;
-            let next = tasks::claim(&tx, now, 1, &types, lease_ms, &executor_id).await?;
+            let next = tasks::claim(&tx, now, 1, &types, lease_ms, &executor).await?;
             Ok((status, next.tasks.into_iter().next()))
         });
         self.inner.wake.tasks_when(out.is_ok());
@@ -808,16 +803,33 @@ impl PgStore {
         out
     }
 
-    pub async fn recover_tasks(&self) -> Result<Vec<Interrupted>> {
-        in_tx!(self, |tx, now| tasks::recover(&tx, now))
+    pub async fn recover_tasks(&self, executor: Executor, lease_ms: i64) -> Result<Vec<Orphaned>> {
+        in_tx!(self, |tx, now| tasks::recover(
+            &tx, now, &executor, lease_ms
+        ))
     }
 
-    pub async fn expire_task_leases(&self, executor_id: String) -> Result<Vec<Interrupted>> {
-        let out = in_tx!(self, |tx, now| tasks::expire_leases(&tx, now, &executor_id));
-        self.inner
-            .wake
-            .tasks_when(matches!(&out, Ok(taken) if !taken.is_empty()));
+    pub async fn expire_task_leases(
+        &self,
+        executor: Executor,
+        lease_ms: i64,
+    ) -> Result<Vec<Orphaned>> {
+        in_tx!(self, |tx, now| tasks::expire_leases(
+            &tx, now, &executor, lease_ms
+        ))
+    }
+
+    pub async fn settle_orphan(&self, end: OrphanEnd) -> Result<Option<TaskStatus>> {
+        let out = in_tx!(self, |tx, now| tasks::settle_orphan(&tx, &end, now));
+        // Its locks and quota slot are free now (for any host), and it may be pending again.
+        self.inner.wake.tasks_when(matches!(&out, Ok(Some(_))));
         out
+    }
+
+    pub async fn review_undeclared_tasks(&self, declared: Vec<String>) -> Result<Vec<String>> {
+        in_tx!(self, |tx, now| tasks::review_undeclared(
+            &tx, &declared, now
+        ))
     }
 
     pub async fn record_task_process(
@@ -835,7 +847,7 @@ impl PgStore {
         &self,
         running: Vec<(String, u32)>,
         lease_ms: i64,
-    ) -> Result<u64> {
+    ) -> Result<Vec<Renewed>> {
         in_tx!(self, |tx, now| tasks::renew_leases(
             &tx, now, &running, lease_ms
         ))

@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("lean_steps.sql"),
     include_str!("take.sql"),
     include_str!("carry.sql"),
+    include_str!("orphans.sql"),
 ];
 
 /// The schema version this binary writes.

@@ -24,9 +24,9 @@ use super::{exec, get as column, map_err, one, row, rows, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{clip_error, Millis};
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, Interrupted, NewTask, StepRecord,
-    Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus, TaskStep,
-    TaskTransition, WaitReason,
+    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
+    OrphanSettled, Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd,
+    TaskEnd, TaskInsert, TaskPage, TaskStatus, TaskStep, TaskTransition, WaitReason,
 };
 
 /// A statement parameter.
@@ -39,7 +39,7 @@ const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, at
      queue_deadline, retry_deadline, lease_until, executor_id, error_code, error, exit_code, \
      signal, result_summary, cancel_requested, locks, \
      ARRAY(SELECT name FROM task_steps WHERE task_steps.task_id = tasks.id \
-           ORDER BY at, name COLLATE \"C\") AS completed_steps";
+           ORDER BY at, name COLLATE \"C\") AS completed_steps, ending";
 
 /// How many due tasks one claim looks at, at most, when locks and quotas make it pass some
 /// over (the rest wait for the next claim).
@@ -346,7 +346,7 @@ pub(crate) async fn claim(
     limit: u32,
     types: &[ClaimType],
     lease_ms: i64,
-    executor_id: &str,
+    executor: &Executor,
 ) -> Result<Claimed> {
     // The gate before anything is locked: a claim never waits for the gate while it holds a
     // task row another claim may want.
@@ -384,7 +384,7 @@ pub(crate) async fn claim(
         .map_err(map_err)?;
     let chunk = limit.saturating_add(16).min(CLAIM_SCAN as u32) as i32;
     let mut reserved: HashSet<String> = HashSet::new();
-    let mut take: Vec<(String, Vec<String>)> = Vec::new();
+    let mut take: Vec<(String, Vec<String>, i64)> = Vec::new();
     let mut scanned = 0;
     'scan: loop {
         let batch = tx.query_portal(&portal, chunk).await.map_err(map_err)?;
@@ -394,10 +394,10 @@ pub(crate) async fn claim(
             let id: String = column(r, "id")?;
             let task_type: String = column(r, "task_type")?;
             let locks: Option<String> = column(r, "locks")?;
-            let quota = types
-                .iter()
-                .find(|t| t.name == task_type)
-                .and_then(|t| t.concurrency);
+            let kind = types.iter().find(|t| t.name == task_type);
+            let quota = kind.and_then(|t| t.concurrency);
+            let kill_grace_ms =
+                kind.map_or(crate::tasks::DEFAULT_KILL_GRACE_MS, |t| t.kill_grace_ms);
             let busy = running.get(&task_type).copied().unwrap_or(0);
             if quota.is_some_and(|q| busy >= q) {
                 out.waiting.push((task_type, WaitReason::Quota));
@@ -413,7 +413,7 @@ pub(crate) async fn claim(
                 } else {
                     reserved.extend(locks.iter().cloned());
                     *running.entry(task_type).or_insert(0) += 1;
-                    take.push((id, locks));
+                    take.push((id, locks, kill_grace_ms));
                     if take.len() as u32 >= limit {
                         break 'scan;
                     }
@@ -434,7 +434,7 @@ pub(crate) async fn claim(
     // Lock the chosen tasks (in id order) and keep those still pending and due: an operator or
     // a deadline (not a claim: the gate keeps those out) may have ended one since the scan.
     // Passing one over only leaves its quota slot and locks unused until the next claim.
-    let ids: Vec<String> = take.iter().map(|(id, _)| id.clone()).collect();
+    let ids: Vec<String> = take.iter().map(|(id, ..)| id.clone()).collect();
     let still: HashSet<String> = rows(
         tx,
         "SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending' \
@@ -445,7 +445,7 @@ pub(crate) async fn claim(
     .iter()
     .map(|r| column(r, "id"))
     .collect::<Result<_>>()?;
-    for (id, locks) in take {
+    for (id, locks, kill_grace_ms) in take {
         if !still.contains(&id) {
             continue;
         }
@@ -462,7 +462,7 @@ pub(crate) async fn claim(
             .await?;
         }
         out.tasks
-            .push(start(tx, &id, now, lease_ms, executor_id).await?);
+            .push(start(tx, &id, now, lease_ms, executor, kill_grace_ms).await?);
     }
     Ok(out)
 }
@@ -516,8 +516,10 @@ async fn start(
     id: &str,
     now: Millis,
     lease_ms: i64,
-    executor_id: &str,
+    executor: &Executor,
+    kill_grace_ms: i64,
 ) -> Result<ClaimedTask> {
+    let executor_id = &executor.id;
     let lease_until = now + lease_ms;
     change(
         tx,
@@ -553,9 +555,16 @@ async fn start(
     };
     exec(
         tx,
-        "INSERT INTO task_attempts (task_id, number, started_at, executor_id) \
-         VALUES ($1, $2, $3, $4)",
-        &[&id, &i64::from(task.attempt), &now, &executor_id],
+        "INSERT INTO task_attempts (task_id, number, started_at, executor_id, host, \
+         kill_grace_ms) VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            &id,
+            &i64::from(task.attempt),
+            &now,
+            &executor_id,
+            &executor.host,
+            &kill_grace_ms,
+        ],
     )
     .await?;
     Ok(task)
@@ -566,7 +575,8 @@ async fn start(
 /// `running → failed | timed_out` with the attempt's reason, then `→ pending`; it keeps the
 /// task's locks only with `hold_locks`. A failure after a step was reported done is a partial
 /// failure: with `review_partial` it goes `running → failed → manual_review`
-/// (`partial_failure`) and is not retried, since redoing finished steps may not be safe.
+/// (`partial_failure`) and is not retried, since redoing finished steps may not be safe. A cancel
+/// requested before this wins over every outcome but success (see [`TaskEnd::decide`]).
 pub(crate) async fn finish(
     tx: &Tx<'_>,
     end: &TaskAttemptEnd,
@@ -574,7 +584,8 @@ pub(crate) async fn finish(
 ) -> Result<Option<TaskStatus>> {
     let Some(current) = row(
         tx,
-        "SELECT status, claim_seq, attempts FROM tasks WHERE id = $1 FOR UPDATE",
+        "SELECT status, claim_seq, attempts, cancel_requested FROM tasks WHERE id = $1 \
+         FOR UPDATE",
         &[&end.id],
     )
     .await?
@@ -584,6 +595,7 @@ pub(crate) async fn finish(
     let status: String = column(&current, "status")?;
     let claim_seq: i64 = column(&current, "claim_seq")?;
     let attempt: i64 = column(&current, "attempts")?;
+    let cancel_requested: bool = column(&current, "cancel_requested")?;
     // Fenced before anything is written: a late end (its claim taken back, the task since
     // claimed again, perhaps by another host) must not close the attempt that runs now.
     if status != TaskStatus::Running.as_str() || claim_seq != i64::from(end.claim_seq) {
@@ -616,23 +628,15 @@ pub(crate) async fn finish(
         ],
     )
     .await?;
-    let reason = end
-        .error_code
-        .clone()
-        .unwrap_or_else(|| end.outcome.as_str().to_owned());
-    let partial = end.review_partial
-        && matches!(end.outcome, TaskStatus::Failed | TaskStatus::TimedOut)
-        && has_steps(tx, &end.id).await?;
-    let retry_at = if partial { None } else { end.retry_at };
-    let finished = if retry_at.is_some() { None } else { Some(now) };
-    // A partial failure is recorded as `failed` (a timed-out attempt too: the edge to
-    // `manual_review` is from `failed`), then goes to review.
-    let outcome = if partial {
-        TaskStatus::Failed
+    let has_steps = end.review_partial && has_steps(tx, &end.id).await?;
+    let to = TaskEnd::decide(end, cancel_requested, has_steps);
+    let error = to.error.as_deref().map(clip_error);
+    let finished = if to.retry_at.is_some() {
+        None
     } else {
-        end.outcome
+        Some(now)
     };
-    let locks = if retry_at.is_some() && end.hold_locks {
+    let locks = if to.retry_at.is_some() && end.hold_locks {
         Locks::Keep
     } else {
         Locks::Release
@@ -640,14 +644,14 @@ pub(crate) async fn finish(
     change_with(
         tx,
         &end.id,
-        (TaskStatus::Running, outcome, locks),
+        (TaskStatus::Running, to.status, locks),
         now,
-        &reason,
-        None,
+        &to.reason,
+        to.note.as_deref(),
         "lease_until = NULL, error_code = $3, error = $4, exit_code = $5, signal = $6, \
          result_summary = COALESCE($7, result_summary), finished_at = $8",
         &[
-            &end.error_code,
+            &to.error_code,
             &error,
             &exit_code,
             &signal,
@@ -656,7 +660,7 @@ pub(crate) async fn finish(
         ],
     )
     .await?;
-    if partial {
+    if to.partial {
         change(
             tx,
             &end.id,
@@ -671,8 +675,8 @@ pub(crate) async fn finish(
         .await?;
         return Ok(Some(TaskStatus::ManualReview));
     }
-    let Some(at) = retry_at else {
-        return Ok(Some(outcome));
+    let Some(at) = to.retry_at else {
+        return Ok(Some(to.status));
     };
     if !end.hold_locks {
         release_locks(tx, &end.id).await?;
@@ -685,7 +689,7 @@ pub(crate) async fn finish(
     change(
         tx,
         &end.id,
-        outcome,
+        to.status,
         TaskStatus::Pending,
         now,
         "retry",
@@ -797,115 +801,221 @@ pub(crate) async fn decide(
     done(tx, id).await
 }
 
-/// At start-up, when the previous owner is known to be dead: every running task becomes
-/// `interrupted` (`daemon_restart`); its attempt is closed as interrupted. Returns them, with
-/// their recorded processes, for the daemon to end what is left and apply `on_interrupt`.
+/// At start-up, when the previous owner is known to be dead: every running task is taken over
+/// by `executor` (`daemon_restart`) to end what is left of its attempt (see [`Orphaned`]).
 /// (On a database shared by live hosts the daemon does not call it: see `expire_leases`.)
-pub(crate) async fn recover(tx: &Tx<'_>, now: Millis) -> Result<Vec<Interrupted>> {
+pub(crate) async fn recover(
+    tx: &Tx<'_>,
+    now: Millis,
+    executor: &Executor,
+    lease_ms: i64,
+) -> Result<Vec<Orphaned>> {
     let running = rows(
         tx,
-        "SELECT id, task_type, attempts FROM tasks WHERE status = 'running' \
-         ORDER BY id FOR UPDATE",
+        "SELECT id FROM tasks WHERE status = 'running' ORDER BY id FOR UPDATE",
         &[],
     )
     .await?;
-    interrupt(
-        tx,
-        now,
-        &running,
-        "daemon_restart",
-        "the daemon stopped while the attempt ran",
-    )
-    .await
+    take_over(tx, now, &running, (executor, lease_ms), "daemon_restart").await
 }
 
 /// Running tasks whose lease ran out while another executor held them (its heartbeat stopped:
-/// it died, or lost the store) become `interrupted` (`lease_expired`), like [`recover`]. A lease
+/// it died, or lost the store) are taken over (`lease_expired`), like [`recover`]. A lease
 /// renewed meanwhile (by a transaction this one waited for) is not taken.
 pub(crate) async fn expire_leases(
     tx: &Tx<'_>,
     now: Millis,
-    executor_id: &str,
-) -> Result<Vec<Interrupted>> {
+    executor: &Executor,
+    lease_ms: i64,
+) -> Result<Vec<Orphaned>> {
     let lapsed = rows(
         tx,
-        "SELECT id, task_type, attempts FROM tasks \
+        "SELECT id FROM tasks \
          WHERE status = 'running' AND lease_until < $1 AND executor_id <> $2 \
          ORDER BY id FOR UPDATE",
-        &[&now, &executor_id],
+        &[&now, &executor.id],
     )
     .await?;
-    interrupt(
-        tx,
-        now,
-        &lapsed,
-        "lease_expired",
-        "its executor stopped renewing the lease while the attempt ran",
-    )
-    .await
+    take_over(tx, now, &lapsed, (executor, lease_ms), "lease_expired").await
 }
 
-/// Interrupt the running tasks of `running` (`id, task_type, attempts` of rows the caller
-/// locked): close their attempts as interrupted and move them to `interrupted` for `code`.
-async fn interrupt(
+/// Take over the running tasks of `running` (the `id` of rows the caller locked): a new claim
+/// (which fences off the old executor's end and renewals), leased to `executor`, `ending` set
+/// to `code` (kept if an earlier take-over set it). The status does not change: the attempt
+/// may still have processes, and its locks and quota slot stay taken until they are gone.
+async fn take_over(
     tx: &Tx<'_>,
     now: Millis,
     running: &[Row],
+    (executor, lease_ms): (&Executor, i64),
     code: &str,
-    why: &str,
-) -> Result<Vec<Interrupted>> {
+) -> Result<Vec<Orphaned>> {
     let mut out = Vec::with_capacity(running.len());
     for r in running {
         let id: String = column(r, "id")?;
-        let task_type: String = column(r, "task_type")?;
-        let attempt = u32_of(r, "attempts")?;
-        let number = i64::from(attempt);
-        let process = row(
+        let before = one(
             tx,
-            "SELECT pgid, leader_start, boot_id FROM task_attempts \
-             WHERE task_id = $1 AND number = $2 AND pgid IS NOT NULL",
-            &[&id, &number],
-        )
-        .await?
-        .map(|p| -> Result<AttemptProcess> {
-            let pgid: i64 = column(&p, "pgid")?;
-            let leader_start: i64 = column(&p, "leader_start")?;
-            Ok(AttemptProcess {
-                pgid: i32::try_from(pgid).map_err(|_| out_of_range("pgid", pgid))?,
-                leader_start: leader_start.max(0) as u64,
-                boot_id: column(&p, "boot_id")?,
-            })
-        })
-        .transpose()?;
-        exec(
-            tx,
-            "UPDATE task_attempts SET finished_at = $3, outcome = 'interrupted', \
-             error_code = $4, duration_ms = $3 - started_at \
-             WHERE task_id = $1 AND number = $2 AND finished_at IS NULL",
-            &[&id, &number, &now, &code],
+            "SELECT task_type, attempts, lease_until FROM tasks WHERE id = $1",
+            &[&id],
         )
         .await?;
-        let error = format!("interrupted: {why}");
-        change(
+        let lease_until: Option<i64> = column(&before, "lease_until")?;
+        let after = one(
             tx,
-            &id,
-            TaskStatus::Running,
-            TaskStatus::Interrupted,
-            now,
-            code,
-            Some(why),
-            "lease_until = NULL, error_code = $3, error = $4",
-            &[&code, &error],
+            "UPDATE tasks SET claim_seq = claim_seq + 1, executor_id = $2, lease_until = $3, \
+             ending = COALESCE(ending, $4) WHERE id = $1 RETURNING claim_seq, ending",
+            &[&id, &executor.id, &(now + lease_ms), &code],
         )
         .await?;
-        out.push(Interrupted {
+        let attempt = u32_of(&before, "attempts")?;
+        let a = row(
+            tx,
+            "SELECT pgid, leader_start, boot_id, sid, host, kill_grace_ms FROM task_attempts \
+             WHERE task_id = $1 AND number = $2",
+            &[&id, &i64::from(attempt)],
+        )
+        .await?;
+        let (process, host, kill_grace_ms) = match a {
+            Some(a) => (
+                attempt_process(&a)?,
+                column::<Option<String>>(&a, "host")?.unwrap_or_default(),
+                column::<Option<i64>>(&a, "kill_grace_ms")?
+                    .unwrap_or(crate::tasks::DEFAULT_KILL_GRACE_MS),
+            ),
+            None => (None, String::new(), crate::tasks::DEFAULT_KILL_GRACE_MS),
+        };
+        out.push(Orphaned {
             id,
-            task_type,
+            task_type: column(&before, "task_type")?,
             attempt,
+            claim_seq: u32_of(&after, "claim_seq")?,
+            code: column(&after, "ending")?,
             process,
+            host,
+            lease_until: lease_until.unwrap_or(now),
+            kill_grace_ms,
         });
     }
     Ok(out)
+}
+
+/// The process an attempt row recorded, if it did.
+fn attempt_process(a: &Row) -> Result<Option<AttemptProcess>> {
+    let pgid: Option<i64> = column(a, "pgid")?;
+    let leader_start: Option<i64> = column(a, "leader_start")?;
+    let boot_id: Option<String> = column(a, "boot_id")?;
+    let sid: Option<i64> = column(a, "sid")?;
+    let (Some(pgid), Some(leader_start), Some(boot_id)) = (pgid, leader_start, boot_id) else {
+        return Ok(None);
+    };
+    Ok(Some(AttemptProcess {
+        pgid: i32::try_from(pgid).map_err(|_| out_of_range("pgid", pgid))?,
+        leader_start: leader_start.max(0) as u64,
+        boot_id,
+        sid: sid.and_then(|s| i32::try_from(s).ok()),
+    }))
+}
+
+/// Settle a task taken over as orphaned, once its attempt's processes are gone: its attempt is
+/// closed as interrupted and the task goes to `canceled` (a cancel was requested) or to
+/// `interrupted` and on to `end.then`. Fenced by the take-over's claim.
+pub(crate) async fn settle_orphan(
+    tx: &Tx<'_>,
+    end: &OrphanEnd,
+    now: Millis,
+) -> Result<Option<TaskStatus>> {
+    let Some(current) = row(
+        tx,
+        "SELECT attempts, ending, cancel_requested FROM tasks \
+         WHERE id = $1 AND status = 'running' AND claim_seq = $2 FOR UPDATE",
+        &[&end.id, &i64::from(end.claim_seq)],
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let Some(code): Option<String> = column(&current, "ending")? else {
+        return Ok(None);
+    };
+    let attempt: i64 = column(&current, "attempts")?;
+    let settled = OrphanSettled::decide(&code, column(&current, "cancel_requested")?, end.then);
+    exec(
+        tx,
+        "UPDATE task_attempts SET finished_at = $3, outcome = 'interrupted', \
+         error_code = $4, error = $5, duration_ms = $3 - started_at \
+         WHERE task_id = $1 AND number = $2 AND finished_at IS NULL",
+        &[&end.id, &attempt, &now, &code, &settled.error],
+    )
+    .await?;
+    change(
+        tx,
+        &end.id,
+        TaskStatus::Running,
+        settled.status,
+        now,
+        &settled.reason,
+        Some(&settled.note),
+        "lease_until = NULL, ending = NULL, error_code = $3, error = $4, \
+         finished_at = CASE WHEN $5 THEN $2 ELSE finished_at END",
+        &[&settled.error_code, &settled.error, &settled.finished],
+    )
+    .await?;
+    let Some(then) = settled.then else {
+        return Ok(Some(settled.status));
+    };
+    let set = match then {
+        TaskStatus::Pending => "next_run_at = $2, finished_at = NULL",
+        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, $2)",
+    };
+    change(
+        tx,
+        &end.id,
+        TaskStatus::Interrupted,
+        then,
+        now,
+        "on_interrupt",
+        Some("the type's on_interrupt"),
+        set,
+        &[],
+    )
+    .await?;
+    Ok(Some(then))
+}
+
+/// Pending tasks of types not in `declared` go to `manual_review` (`type_undeclared`), and give
+/// up the locks they kept through a backoff. Returns their ids.
+pub(crate) async fn review_undeclared(
+    tx: &Tx<'_>,
+    declared: &[String],
+    now: Millis,
+) -> Result<Vec<String>> {
+    let found = rows(
+        tx,
+        "SELECT id, task_type FROM tasks WHERE status = 'pending' \
+         AND NOT (task_type = ANY($1::text[])) ORDER BY id FOR UPDATE",
+        &[&declared],
+    )
+    .await?;
+    let mut ids = Vec::with_capacity(found.len());
+    for r in &found {
+        let id: String = column(r, "id")?;
+        let task_type: String = column(r, "task_type")?;
+        let note = crate::tasks::undeclared_note(&task_type);
+        change(
+            tx,
+            &id,
+            TaskStatus::Pending,
+            TaskStatus::ManualReview,
+            now,
+            "type_undeclared",
+            Some(&note),
+            "next_run_at = NULL, error_code = 'type_undeclared', error = $3",
+            &[&note],
+        )
+        .await?;
+        ids.push(id);
+    }
+    Ok(ids)
 }
 
 /// Record the process of a running attempt. Only while that attempt is the task's current one
@@ -919,7 +1029,7 @@ pub(crate) async fn record_process(
     exec(tx, "SELECT id FROM tasks WHERE id = $1 FOR UPDATE", &[&id]).await?;
     exec(
         tx,
-        "UPDATE task_attempts SET pgid = $3, leader_start = $4, boot_id = $5 \
+        "UPDATE task_attempts SET pgid = $3, leader_start = $4, boot_id = $5, sid = $6 \
          WHERE task_id = $1 AND number = $2 AND finished_at IS NULL",
         &[
             &id,
@@ -927,22 +1037,23 @@ pub(crate) async fn record_process(
             &i64::from(process.pgid),
             &(process.leader_start as i64),
             &process.boot_id,
+            &process.sid.map(i64::from),
         ],
     )
     .await?;
     Ok(())
 }
 
-/// Renew the leases of the attempts this executor runs (id, claim). Returns how many were
-/// renewed; an attempt whose claim moved on is not.
+/// Renew the leases of the attempts this executor runs (id, claim). Returns those renewed;
+/// an attempt whose claim moved on (taken over) is not.
 pub(crate) async fn renew_leases(
     tx: &Tx<'_>,
     now: Millis,
     running: &[(String, u32)],
     lease_ms: i64,
-) -> Result<u64> {
+) -> Result<Vec<Renewed>> {
     if running.is_empty() {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let ids: Vec<String> = running.iter().map(|(id, _)| id.clone()).collect();
     let seqs: Vec<i64> = running.iter().map(|(_, seq)| i64::from(*seq)).collect();
@@ -954,15 +1065,23 @@ pub(crate) async fn renew_leases(
         &[&ids],
     )
     .await?;
-    exec(
+    rows(
         tx,
         "UPDATE tasks SET lease_until = $3 \
          FROM unnest($1::text[], $2::bigint[]) AS live(id, claim_seq) \
          WHERE tasks.id = live.id AND tasks.claim_seq = live.claim_seq \
-         AND tasks.status = 'running'",
+         AND tasks.status = 'running' RETURNING tasks.id, tasks.cancel_requested",
         &[&ids, &seqs, &(now + lease_ms)],
     )
-    .await
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Renewed {
+            id: column(r, "id")?,
+            cancel_requested: column(r, "cancel_requested")?,
+        })
+    })
+    .collect()
 }
 
 async fn has_steps(tx: &Tx<'_>, id: &str) -> Result<bool> {
@@ -1060,7 +1179,8 @@ fn row_to_step(r: &Row) -> Result<TaskStep> {
 pub(crate) async fn held_locks<C: GenericClient>(c: &C, max_waiting: u32) -> Result<Vec<HeldLock>> {
     let mut held: Vec<HeldLock> = rows(
         c,
-        "SELECT l.name, l.task_id, t.task_type, t.status, l.since FROM task_locks l \
+        "SELECT l.name, l.task_id, t.task_type, t.status, l.since, t.attempts, t.ending \
+         FROM task_locks l \
          JOIN tasks t ON t.id = l.task_id ORDER BY l.name COLLATE \"C\"",
         &[],
     )
@@ -1072,6 +1192,8 @@ pub(crate) async fn held_locks<C: GenericClient>(c: &C, max_waiting: u32) -> Res
             task_id: column(r, "task_id")?,
             task_type: column(r, "task_type")?,
             task_status: status_of(r, "status")?,
+            attempt: u32_of(r, "attempts")?,
+            ending: column(r, "ending")?,
             since: column(r, "since")?,
             waiting: Vec::new(),
         })
@@ -1351,6 +1473,7 @@ fn row_to_task(r: &Row) -> Result<Task> {
         cancel_requested: column(r, "cancel_requested")?,
         locks: json_list(r, "locks")?,
         completed_steps: column(r, "completed_steps")?,
+        ending: column(r, "ending")?,
     })
 }
 

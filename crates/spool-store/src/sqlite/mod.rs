@@ -30,9 +30,9 @@ use crate::model::{
     Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
 };
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, NewTask, StepRecord, Task,
-    TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus, TaskStep,
-    TaskTransition,
+    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
+    Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
+    TaskPage, TaskStatus, TaskStep, TaskTransition,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -225,11 +225,11 @@ impl SqliteStore {
         limit: u32,
         types: Vec<ClaimType>,
         lease_ms: i64,
-        executor_id: String,
+        executor: Executor,
     ) -> Result<Claimed> {
         self.inner
             .writer
-            .write(move |c, now| tasks::claim(c, now, limit, &types, lease_ms, &executor_id))
+            .write(move |c, now| tasks::claim(c, now, limit, &types, lease_ms, &executor))
             .await
     }
 
@@ -250,7 +250,7 @@ impl SqliteStore {
         end: TaskAttemptEnd,
         types: Vec<ClaimType>,
         lease_ms: i64,
-        executor_id: String,
+        executor: Executor,
     ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>)> {
         let wake = self.task_waker();
         self.inner
@@ -258,7 +258,7 @@ impl SqliteStore {
             .write_then(
                 move |c, now| {
                     let status = tasks::finish(c, &end, now)?;
-                    let next = tasks::claim(c, now, 1, &types, lease_ms, &executor_id)?;
+                    let next = tasks::claim(c, now, 1, &types, lease_ms, &executor)?;
                     Ok((status, next.tasks.into_iter().next()))
                 },
                 move |r| wake.when(matches!(r, Ok((Some(TaskStatus::Pending), _)))),
@@ -316,17 +316,40 @@ impl SqliteStore {
             .await
     }
 
-    pub async fn recover_tasks(&self) -> Result<Vec<crate::tasks::Interrupted>> {
-        self.inner.writer.write(tasks::recover).await
+    pub async fn recover_tasks(&self, executor: Executor, lease_ms: i64) -> Result<Vec<Orphaned>> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::recover(c, now, &executor, lease_ms))
+            .await
     }
 
     pub async fn expire_task_leases(
         &self,
-        executor_id: String,
-    ) -> Result<Vec<crate::tasks::Interrupted>> {
+        executor: Executor,
+        lease_ms: i64,
+    ) -> Result<Vec<Orphaned>> {
         self.inner
             .writer
-            .write(move |c, now| tasks::expire_leases(c, now, &executor_id))
+            .write(move |c, now| tasks::expire_leases(c, now, &executor, lease_ms))
+            .await
+    }
+
+    pub async fn settle_orphan(&self, end: OrphanEnd) -> Result<Option<TaskStatus>> {
+        let wake = self.task_waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| tasks::settle_orphan(c, &end, now),
+                // Its locks and quota slot are free now, and it may be pending again.
+                move |r| wake.when(matches!(r, Ok(Some(_)))),
+            )
+            .await
+    }
+
+    pub async fn review_undeclared_tasks(&self, declared: Vec<String>) -> Result<Vec<String>> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::review_undeclared(c, &declared, now))
             .await
     }
 
@@ -346,7 +369,7 @@ impl SqliteStore {
         &self,
         running: Vec<(String, u32)>,
         lease_ms: i64,
-    ) -> Result<u64> {
+    ) -> Result<Vec<Renewed>> {
         self.inner
             .writer
             .write(move |c, now| tasks::renew_leases(c, now, &running, lease_ms))

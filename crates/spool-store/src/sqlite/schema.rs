@@ -281,6 +281,16 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_attempts ADD COLUMN boot_id TEXT;
     ALTER TABLE task_attempts ADD COLUMN redactions INTEGER;
     "#,
+    // 9: tasks, part 3. An attempt whose executor is gone is taken over and ended before its
+    // task leaves `running` (`ending`: why its executor is gone). Each attempt records where
+    // its processes can be seen from (`host`), how long its executor gives them after SIGTERM
+    // (`kill_grace_ms`) and its group's session (`sid`).
+    r#"
+    ALTER TABLE tasks ADD COLUMN ending TEXT;
+    ALTER TABLE task_attempts ADD COLUMN host TEXT;
+    ALTER TABLE task_attempts ADD COLUMN kill_grace_ms INTEGER;
+    ALTER TABLE task_attempts ADD COLUMN sid INTEGER;
+    "#,
 ];
 
 /// The schema version this binary writes.

@@ -8,17 +8,18 @@ use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{clip_error, Millis};
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, HeldLock, Interrupted, NewTask, StepRecord,
-    Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus, TaskStep,
-    TaskTransition, WaitReason,
+    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
+    Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
+    TaskPage, TaskStatus, TaskStep, TaskTransition, WaitReason,
 };
+use crate::tasks::{OrphanSettled, TaskEnd};
 
 const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, attempts, \
      max_attempts, created_at, updated_at, started_at, finished_at, next_run_at, not_before, \
      queue_deadline, retry_deadline, lease_until, executor_id, error_code, error, exit_code, \
      signal, result_summary, cancel_requested, locks, \
      (SELECT json_group_array(name) FROM (SELECT name FROM task_steps \
-      WHERE task_steps.task_id = tasks.id ORDER BY at, name))";
+      WHERE task_steps.task_id = tasks.id ORDER BY at, name)), ending";
 
 /// How many due tasks one claim looks at, at most, when locks and quotas make it pass some
 /// over (the rest wait for the next claim).
@@ -293,7 +294,7 @@ pub(crate) fn claim(
     limit: u32,
     types: &[ClaimType],
     lease_ms: i64,
-    executor_id: &str,
+    executor: &Executor,
 ) -> Result<Claimed> {
     expire(conn, now, 256)?;
     let mut out = Claimed::default();
@@ -316,17 +317,16 @@ pub(crate) fn claim(
         .map_err(map_err)?;
     let mut rows = st.query(params![now, names]).map_err(map_err)?;
     let mut reserved: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut take: Vec<(String, Vec<String>)> = Vec::new();
+    let mut take: Vec<(String, Vec<String>, i64)> = Vec::new();
     let mut scanned = 0;
     while let Some(row) = rows.next().map_err(map_err)? {
         scanned += 1;
         let id: String = row.get(0).map_err(map_err)?;
         let task_type: String = row.get(1).map_err(map_err)?;
         let locks: Option<String> = row.get(2).map_err(map_err)?;
-        let quota = types
-            .iter()
-            .find(|t| t.name == task_type)
-            .and_then(|t| t.concurrency);
+        let kind = types.iter().find(|t| t.name == task_type);
+        let quota = kind.and_then(|t| t.concurrency);
+        let kill_grace_ms = kind.map_or(crate::tasks::DEFAULT_KILL_GRACE_MS, |t| t.kill_grace_ms);
         let busy = running.get(&task_type).copied().unwrap_or(0);
         if quota.is_some_and(|q| busy >= q) {
             out.waiting.push((task_type, WaitReason::Quota));
@@ -342,7 +342,7 @@ pub(crate) fn claim(
             } else {
                 reserved.extend(locks.iter().cloned());
                 *running.entry(task_type).or_insert(0) += 1;
-                take.push((id, locks));
+                take.push((id, locks, kill_grace_ms));
                 if take.len() as u32 >= limit {
                     break;
                 }
@@ -354,7 +354,7 @@ pub(crate) fn claim(
     }
     drop(rows);
     drop(st);
-    for (id, locks) in take {
+    for (id, locks, kill_grace_ms) in take {
         for name in &locks {
             conn.prepare_cached(
                 "INSERT INTO task_locks (name, task_id, since) VALUES (?1, ?2, ?3) \
@@ -364,7 +364,7 @@ pub(crate) fn claim(
             .map_err(map_err)?;
         }
         out.tasks
-            .push(start(conn, &id, now, lease_ms, executor_id)?);
+            .push(start(conn, &id, now, lease_ms, executor, kill_grace_ms)?);
     }
     Ok(out)
 }
@@ -412,8 +412,10 @@ fn start(
     id: &str,
     now: Millis,
     lease_ms: i64,
-    executor_id: &str,
+    executor: &Executor,
+    kill_grace_ms: i64,
 ) -> Result<ClaimedTask> {
+    let executor_id = &executor.id;
     let lease_until = now + lease_ms;
     change(
         conn,
@@ -450,10 +452,19 @@ fn start(
         })
         .map_err(map_err)?;
     conn.prepare_cached(
-        "INSERT INTO task_attempts (task_id, number, started_at, executor_id) \
-         VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO task_attempts (task_id, number, started_at, executor_id, host, \
+         kill_grace_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )
-    .and_then(|mut st| st.execute(params![id, task.attempt, now, executor_id]))
+    .and_then(|mut st| {
+        st.execute(params![
+            id,
+            task.attempt,
+            now,
+            executor_id,
+            executor.host,
+            kill_grace_ms
+        ])
+    })
     .map_err(map_err)?;
     Ok(task)
 }
@@ -463,20 +474,25 @@ fn start(
 /// `running → failed | timed_out` with the attempt's reason, then `→ pending`; it keeps the
 /// task's locks only with `hold_locks`. A failure after a step was reported done is a partial
 /// failure: with `review_partial` it goes `running → failed → manual_review`
-/// (`partial_failure`) and is not retried, since redoing finished steps may not be safe.
+/// (`partial_failure`) and is not retried, since redoing finished steps may not be safe. A cancel
+/// requested before this wins over every outcome but success (see [`TaskEnd::decide`]).
 pub(crate) fn finish(
     conn: &Connection,
     end: &TaskAttemptEnd,
     now: Millis,
 ) -> Result<Option<TaskStatus>> {
-    let current: Option<(String, u32, u32)> = conn
-        .prepare_cached("SELECT status, claim_seq, attempts FROM tasks WHERE id = ?1")
+    let current: Option<(String, u32, u32, bool)> = conn
+        .prepare_cached(
+            "SELECT status, claim_seq, attempts, cancel_requested FROM tasks WHERE id = ?1",
+        )
         .and_then(|mut st| {
-            st.query_row([&end.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
+            st.query_row([&end.id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
         })
         .map_err(map_err)?;
-    let Some((status, claim_seq, attempt)) = current else {
+    let Some((status, claim_seq, attempt, cancel_requested)) = current else {
         return Ok(None);
     };
     // Fenced before anything is written: a late end (its claim taken back, the task since
@@ -510,23 +526,15 @@ pub(crate) fn finish(
         ])
     })
     .map_err(map_err)?;
-    let reason = end
-        .error_code
-        .clone()
-        .unwrap_or_else(|| end.outcome.as_str().to_owned());
-    let partial = end.review_partial
-        && matches!(end.outcome, TaskStatus::Failed | TaskStatus::TimedOut)
-        && has_steps(conn, &end.id)?;
-    let retry_at = if partial { None } else { end.retry_at };
-    let finished = if retry_at.is_some() { None } else { Some(now) };
-    // A partial failure is recorded as `failed` (a timed-out attempt too: the edge to
-    // `manual_review` is from `failed`), then goes to review.
-    let outcome = if partial {
-        TaskStatus::Failed
+    let has_steps = end.review_partial && has_steps(conn, &end.id)?;
+    let to = TaskEnd::decide(end, cancel_requested, has_steps);
+    let error = to.error.as_deref().map(clip_error);
+    let finished = if to.retry_at.is_some() {
+        None
     } else {
-        end.outcome
+        Some(now)
     };
-    let locks = if retry_at.is_some() && end.hold_locks {
+    let locks = if to.retry_at.is_some() && end.hold_locks {
         Locks::Keep
     } else {
         Locks::Release
@@ -534,14 +542,14 @@ pub(crate) fn finish(
     change_with(
         conn,
         &end.id,
-        (TaskStatus::Running, outcome, locks),
+        (TaskStatus::Running, to.status, locks),
         now,
-        &reason,
-        None,
+        &to.reason,
+        to.note.as_deref(),
         "lease_until = NULL, error_code = ?3, error = ?4, exit_code = ?5, signal = ?6, \
          result_summary = COALESCE(?7, result_summary), finished_at = ?8",
         &[
-            &end.error_code,
+            &to.error_code,
             &error,
             &end.exit_code,
             &end.signal,
@@ -549,7 +557,7 @@ pub(crate) fn finish(
             &finished,
         ],
     )?;
-    if partial {
+    if to.partial {
         change(
             conn,
             &end.id,
@@ -563,8 +571,8 @@ pub(crate) fn finish(
         )?;
         return Ok(Some(TaskStatus::ManualReview));
     }
-    let Some(at) = retry_at else {
-        return Ok(Some(outcome));
+    let Some(at) = to.retry_at else {
+        return Ok(Some(to.status));
     };
     if !end.hold_locks {
         release_locks(conn, &end.id)?;
@@ -577,7 +585,7 @@ pub(crate) fn finish(
     change(
         conn,
         &end.id,
-        outcome,
+        to.status,
         TaskStatus::Pending,
         now,
         "retry",
@@ -681,98 +689,246 @@ pub(crate) fn decide(
     done(conn, id)
 }
 
-/// At start-up, when the previous owner is known to be dead: every running task becomes
-/// `interrupted` (`daemon_restart`); its attempt is closed as interrupted. Returns them, with
-/// their recorded processes, for the daemon to end what is left and apply `on_interrupt`.
-pub(crate) fn recover(conn: &Connection, now: Millis) -> Result<Vec<Interrupted>> {
-    interrupt(
+/// At start-up, when the previous owner is known to be dead: every running task is taken over
+/// by `executor` (`daemon_restart`) to end what is left of its attempt (see [`Orphaned`]).
+pub(crate) fn recover(
+    conn: &Connection,
+    now: Millis,
+    executor: &Executor,
+    lease_ms: i64,
+) -> Result<Vec<Orphaned>> {
+    take_over(
         conn,
         now,
-        "SELECT id, task_type, attempts FROM tasks WHERE status = 'running'",
+        "SELECT id FROM tasks INDEXED BY tasks_status WHERE status = 'running'",
         params![],
+        (executor, lease_ms),
         "daemon_restart",
-        "the daemon stopped while the attempt ran",
     )
 }
 
 /// Running tasks whose lease ran out while another executor held them (its heartbeat stopped:
-/// it died, or lost the store) become `interrupted` (`lease_expired`), like [`recover`].
+/// it died, or lost the store) are taken over (`lease_expired`), like [`recover`].
 pub(crate) fn expire_leases(
     conn: &Connection,
     now: Millis,
-    executor_id: &str,
-) -> Result<Vec<Interrupted>> {
-    interrupt(
+    executor: &Executor,
+    lease_ms: i64,
+) -> Result<Vec<Orphaned>> {
+    take_over(
         conn,
         now,
-        "SELECT id, task_type, attempts FROM tasks INDEXED BY tasks_status \
+        "SELECT id FROM tasks INDEXED BY tasks_status \
          WHERE status = 'running' AND lease_until < ?1 AND executor_id <> ?2",
-        params![now, executor_id],
+        params![now, executor.id],
+        (executor, lease_ms),
         "lease_expired",
-        "its executor stopped renewing the lease while the attempt ran",
     )
 }
 
-fn interrupt(
+/// Take over the running tasks `select` finds (one column: the id): a new claim (which fences
+/// off the old executor's end and renewals), leased to `executor`, `ending` set to `code` (kept
+/// if an earlier take-over set it). The status does not change: the attempt may still have
+/// processes, and its locks and quota slot stay taken until they are gone.
+fn take_over(
     conn: &Connection,
     now: Millis,
     select: &str,
     args: impl rusqlite::Params,
+    (executor, lease_ms): (&Executor, i64),
     code: &str,
-    why: &str,
-) -> Result<Vec<Interrupted>> {
-    let running: Vec<(String, String, u32)> = conn
+) -> Result<Vec<Orphaned>> {
+    let ids: Vec<String> = conn
         .prepare_cached(select)
-        .and_then(|mut st| {
-            st.query_map(args, |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect()
-        })
+        .and_then(|mut st| st.query_map(args, |r| r.get(0))?.collect())
         .map_err(map_err)?;
-    let mut out = Vec::with_capacity(running.len());
-    for (id, task_type, attempt) in running {
-        let process = conn
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let (task_type, attempt, lease_until): (String, u32, Option<Millis>) = conn
+            .prepare_cached("SELECT task_type, attempts, lease_until FROM tasks WHERE id = ?1")
+            .and_then(|mut st| st.query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
+            .map_err(map_err)?;
+        let (claim_seq, code): (u32, String) = conn
             .prepare_cached(
-                "SELECT pgid, leader_start, boot_id FROM task_attempts \
-                 WHERE task_id = ?1 AND number = ?2 AND pgid IS NOT NULL",
+                "UPDATE tasks SET claim_seq = claim_seq + 1, executor_id = ?2, \
+                 lease_until = ?3, ending = COALESCE(ending, ?4) \
+                 WHERE id = ?1 AND status = 'running' RETURNING claim_seq, ending",
             )
             .and_then(|mut st| {
-                st.query_row(params![id, attempt], |r| {
-                    Ok(AttemptProcess {
-                        pgid: r.get(0)?,
-                        leader_start: r.get::<_, i64>(1)?.max(0) as u64,
-                        boot_id: r.get(2)?,
-                    })
+                st.query_row(params![id, executor.id, now + lease_ms, code], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
                 })
-                .optional()
             })
             .map_err(map_err)?;
-        conn.prepare_cached(
-            "UPDATE task_attempts SET finished_at = ?3, outcome = 'interrupted', \
-             error_code = ?4, duration_ms = ?3 - started_at \
-             WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
-        )
-        .and_then(|mut st| st.execute(params![id, attempt, now, code]))
-        .map_err(map_err)?;
-        let error = format!("interrupted: {why}");
-        change(
-            conn,
-            &id,
-            TaskStatus::Running,
-            TaskStatus::Interrupted,
-            now,
-            code,
-            Some(why),
-            "lease_until = NULL, error_code = ?3, error = ?4",
-            &[&code, &error],
-        )?;
-        out.push(Interrupted {
+        let lease_until = lease_until.unwrap_or(now);
+        let (process, host, kill_grace_ms) = orphan_attempt(conn, &id, attempt)?;
+        out.push(Orphaned {
             id,
             task_type,
             attempt,
+            claim_seq,
+            code,
             process,
+            host,
+            lease_until,
+            kill_grace_ms,
         });
     }
     Ok(out)
+}
+
+/// What the attempt row of an orphaned task recorded: its process, where it ran, its grace.
+fn orphan_attempt(
+    conn: &Connection,
+    id: &str,
+    attempt: u32,
+) -> Result<(Option<AttemptProcess>, String, i64)> {
+    type Row = (
+        Option<i32>,
+        Option<i64>,
+        Option<String>,
+        Option<i32>,
+        Option<String>,
+        Option<i64>,
+    );
+    let found: Option<Row> = conn
+        .prepare_cached(
+            "SELECT pgid, leader_start, boot_id, sid, host, kill_grace_ms FROM task_attempts \
+             WHERE task_id = ?1 AND number = ?2",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![id, attempt], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(map_err)?;
+    let Some((pgid, leader_start, boot_id, sid, host, grace)) = found else {
+        return Ok((None, String::new(), crate::tasks::DEFAULT_KILL_GRACE_MS));
+    };
+    let process = match (pgid, leader_start, boot_id) {
+        (Some(pgid), Some(start), Some(boot_id)) => Some(AttemptProcess {
+            pgid,
+            leader_start: start.max(0) as u64,
+            boot_id,
+            sid,
+        }),
+        _ => None,
+    };
+    Ok((
+        process,
+        host.unwrap_or_default(),
+        grace.unwrap_or(crate::tasks::DEFAULT_KILL_GRACE_MS),
+    ))
+}
+
+/// Settle a task taken over as orphaned, once its attempt's processes are gone: its attempt is
+/// closed as interrupted and the task goes to `canceled` (a cancel was requested) or to
+/// `interrupted` and on to `end.then`. Fenced by the take-over's claim.
+pub(crate) fn settle_orphan(
+    conn: &Connection,
+    end: &OrphanEnd,
+    now: Millis,
+) -> Result<Option<TaskStatus>> {
+    let current: Option<(u32, Option<String>, bool)> = conn
+        .prepare_cached(
+            "SELECT attempts, ending, cancel_requested FROM tasks \
+             WHERE id = ?1 AND status = 'running' AND claim_seq = ?2",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![end.id, end.claim_seq], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+        })
+        .map_err(map_err)?;
+    let Some((attempt, Some(code), cancel_requested)) = current else {
+        return Ok(None);
+    };
+    let settled = OrphanSettled::decide(&code, cancel_requested, end.then);
+    conn.prepare_cached(
+        "UPDATE task_attempts SET finished_at = ?3, outcome = 'interrupted', \
+         error_code = ?4, error = ?5, duration_ms = ?3 - started_at \
+         WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
+    )
+    .and_then(|mut st| st.execute(params![end.id, attempt, now, code, settled.error]))
+    .map_err(map_err)?;
+    change(
+        conn,
+        &end.id,
+        TaskStatus::Running,
+        settled.status,
+        now,
+        &settled.reason,
+        Some(&settled.note),
+        "lease_until = NULL, ending = NULL, error_code = ?3, error = ?4, \
+         finished_at = CASE WHEN ?5 THEN ?2 ELSE finished_at END",
+        &[&settled.error_code, &settled.error, &settled.finished],
+    )?;
+    let Some(then) = settled.then else {
+        return Ok(Some(settled.status));
+    };
+    let set = match then {
+        TaskStatus::Pending => "next_run_at = ?2, finished_at = NULL",
+        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, ?2)",
+    };
+    change(
+        conn,
+        &end.id,
+        TaskStatus::Interrupted,
+        then,
+        now,
+        "on_interrupt",
+        Some("the type's on_interrupt"),
+        set,
+        &[],
+    )?;
+    Ok(Some(then))
+}
+
+/// Pending tasks of types not in `declared` go to `manual_review` (`type_undeclared`), and give
+/// up the locks they kept through a backoff. Returns their ids.
+pub(crate) fn review_undeclared(
+    conn: &Connection,
+    declared: &[String],
+    now: Millis,
+) -> Result<Vec<String>> {
+    let declared =
+        serde_json::to_string(declared).map_err(|e| StoreError::Database(e.to_string()))?;
+    let found: Vec<(String, String)> = conn
+        .prepare_cached(
+            "SELECT id, task_type FROM tasks INDEXED BY tasks_status WHERE status = 'pending' \
+             AND task_type NOT IN (SELECT value FROM json_each(?1))",
+        )
+        .and_then(|mut st| {
+            st.query_map([declared], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .map_err(map_err)?;
+    let mut ids = Vec::with_capacity(found.len());
+    for (id, task_type) in found {
+        let note = crate::tasks::undeclared_note(&task_type);
+        change(
+            conn,
+            &id,
+            TaskStatus::Pending,
+            TaskStatus::ManualReview,
+            now,
+            "type_undeclared",
+            Some(&note),
+            "next_run_at = NULL, error_code = 'type_undeclared', error = ?3",
+            &[&note],
+        )?;
+        ids.push(id);
+    }
+    Ok(ids)
 }
 
 /// Record the process of a running attempt. Only while that attempt is the task's current one.
@@ -783,7 +939,7 @@ pub(crate) fn record_process(
     process: &AttemptProcess,
 ) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE task_attempts SET pgid = ?3, leader_start = ?4, boot_id = ?5 \
+        "UPDATE task_attempts SET pgid = ?3, leader_start = ?4, boot_id = ?5, sid = ?6 \
          WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
     )
     .and_then(|mut st| {
@@ -792,32 +948,40 @@ pub(crate) fn record_process(
             attempt,
             process.pgid,
             process.leader_start as i64,
-            process.boot_id
+            process.boot_id,
+            process.sid,
         ])
     })
     .map_err(map_err)?;
     Ok(())
 }
 
-/// Renew the leases of the attempts this executor runs (id, claim). Returns how many were
-/// renewed; an attempt whose claim moved on is not.
+/// Renew the leases of the attempts this executor runs (id, claim). Returns those renewed;
+/// an attempt whose claim moved on (taken over) is not.
 pub(crate) fn renew_leases(
     conn: &Connection,
     now: Millis,
     running: &[(String, u32)],
     lease_ms: i64,
-) -> Result<u64> {
+) -> Result<Vec<Renewed>> {
     let mut st = conn
         .prepare_cached(
             "UPDATE tasks SET lease_until = ?3 \
-             WHERE id = ?1 AND claim_seq = ?2 AND status = 'running'",
+             WHERE id = ?1 AND claim_seq = ?2 AND status = 'running' RETURNING cancel_requested",
         )
         .map_err(map_err)?;
-    let mut renewed = 0;
+    let mut renewed = Vec::with_capacity(running.len());
     for (id, claim_seq) in running {
-        renewed += st
-            .execute(params![id, claim_seq, now + lease_ms])
-            .map_err(map_err)? as u64;
+        let cancel: Option<bool> = st
+            .query_row(params![id, claim_seq, now + lease_ms], |r| r.get(0))
+            .optional()
+            .map_err(map_err)?;
+        if let Some(cancel_requested) = cancel {
+            renewed.push(Renewed {
+                id: id.clone(),
+                cancel_requested,
+            });
+        }
     }
     Ok(renewed)
 }
@@ -910,8 +1074,8 @@ pub(crate) fn steps(conn: &Connection, id: &str) -> Result<Option<Vec<TaskStep>>
 pub(crate) fn held_locks(conn: &Connection, max_waiting: u32) -> Result<Vec<HeldLock>> {
     let mut held: Vec<HeldLock> = conn
         .prepare_cached(
-            "SELECT l.name, l.task_id, t.task_type, t.status, l.since FROM task_locks l \
-             JOIN tasks t ON t.id = l.task_id ORDER BY l.name",
+            "SELECT l.name, l.task_id, t.task_type, t.status, l.since, t.attempts, t.ending \
+             FROM task_locks l JOIN tasks t ON t.id = l.task_id ORDER BY l.name",
         )
         .and_then(|mut st| {
             st.query_map([], |r| {
@@ -921,6 +1085,8 @@ pub(crate) fn held_locks(conn: &Connection, max_waiting: u32) -> Result<Vec<Held
                     task_id: r.get(1)?,
                     task_type: r.get(2)?,
                     task_status: parse_status(&status, 3)?,
+                    attempt: r.get(5)?,
+                    ending: r.get(6)?,
                     since: r.get(4)?,
                     waiting: Vec::new(),
                 })
@@ -1142,6 +1308,7 @@ fn row_to_task(r: &Row<'_>) -> rusqlite::Result<Task> {
         cancel_requested: r.get(23)?,
         locks: json_list(r, 24)?,
         completed_steps: json_list(r, 25)?,
+        ending: r.get(26)?,
     })
 }
 

@@ -87,7 +87,7 @@ async fn an_older_schema_is_migrated() {
     // functions of 2 and the statement triggers of 3 (version 4 dropped the index 2 added).
     drop(open(db.url(), 0).await.expect("first open"));
     db.execute(&format!(
-        "{ROW_TRIGGERS} {TAKING_STEPS} DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
+        "{ORPHAN_COLUMNS} {ROW_TRIGGERS} {TAKING_STEPS} DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
          CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight'; \
          ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1"
     ))
@@ -123,6 +123,10 @@ async fn reopen_migrated(db: &TestDatabase) -> Store {
     store
 }
 
+/// Version 8's columns (orphaned task attempts), dropped: every step back goes below 8.
+const ORPHAN_COLUMNS: &str = "ALTER TABLE tasks DROP COLUMN ending; \
+    ALTER TABLE task_attempts DROP COLUMN host, DROP COLUMN kill_grace_ms, DROP COLUMN sid;";
+
 /// Version 6's step function (the one that takes), dropped: the older one is left.
 const TAKING_STEPS: &str = "DROP FUNCTION spoold_steps(TEXT[], BIGINT[], TEXT[], BIGINT[], \
     BIGINT[], BIGINT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT, TEXT[], BIGINT[], TEXT[], \
@@ -149,7 +153,8 @@ async fn counts_stay_exact_across_the_move_to_statement_triggers() {
     // Two deliveries counted by version 2's row triggers, then the move to version 3.
     let store = open(db.url(), 0).await.expect("first open");
     db.execute(&format!(
-        "{IN_FLIGHT_INDEX} {ROW_TRIGGERS} {TAKING_STEPS} UPDATE spoold_schema SET version = 2"
+        "{ORPHAN_COLUMNS} {IN_FLIGHT_INDEX} {ROW_TRIGGERS} {TAKING_STEPS} \
+         UPDATE spoold_schema SET version = 2"
     ))
     .await
     .expect("step back to version 2");
@@ -221,7 +226,7 @@ async fn a_populated_database_moves_to_bytewise_keys() {
     // Three deliveries written under version 4's tables and triggers, one of them in flight
     // with its attempt started.
     let store = open(db.url(), 0).await.expect("first open");
-    db.execute(&format!("{TAKING_STEPS} {VERSION_4}"))
+    db.execute(&format!("{ORPHAN_COLUMNS} {TAKING_STEPS} {VERSION_4}"))
         .await
         .expect("step back to version 4");
     for n in 1..=3 {

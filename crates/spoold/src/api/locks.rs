@@ -26,6 +26,8 @@ pub async fn list(State(state): State<SharedState>) -> Result<Response, ApiError
             task_id: l.task_id,
             task_type: l.task_type,
             task_status: super::tasks::wire_status(l.task_status),
+            attempt: l.attempt,
+            ending: l.ending,
             since: format_time(l.since),
             waiting: l.waiting,
         })

@@ -446,6 +446,7 @@ pub fn view(t: model::Task) -> TaskView {
         completed_steps: t.completed_steps,
         locks: t.locks,
         cancel_requested: t.cancel_requested,
+        ending: t.ending,
     }
 }
 

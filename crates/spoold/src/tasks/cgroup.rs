@@ -110,6 +110,14 @@ impl AttemptCgroup {
         Ok(AttemptCgroup(dir))
     }
 
+    /// The cgroup an attempt of a previous daemon left, if it is still there.
+    pub fn existing(root: &CgroupRoot, tag: &str) -> Option<AttemptCgroup> {
+        let dir = root.0.join(format!("spoold-{tag}"));
+        dir.join("cgroup.procs")
+            .exists()
+            .then_some(AttemptCgroup(dir))
+    }
+
     /// The file a process writes `0` to, to move itself in.
     pub fn procs_file(&self) -> PathBuf {
         self.0.join("cgroup.procs")

@@ -6,6 +6,7 @@
 pub mod cgroup;
 pub mod exec;
 pub mod output;
+pub mod processes;
 pub mod runner;
 pub mod types;
 

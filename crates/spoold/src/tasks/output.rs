@@ -11,7 +11,12 @@
 //! appended by [`OutputLog::finish`].
 //!
 //! Matching rules: a literal secret is caught wherever it appears, split across any number of
-//! reads. A regex is matched against whole lines (blocks of complete lines, in fact), so it is
+//! reads — and across the two streams: each stream is redacted on its own (a line is released
+//! once complete, so lines of the two streams never mix), and what the two release, merged in
+//! the order it is released, passes once more through the literal secrets, so a secret printed
+//! partly to stdout and partly to stderr with no line end between is found there. At the end
+//! the streams' unfinished lines are released in the order they began. A regex is matched
+//! against whole lines (blocks of complete lines, in fact), so it is
 //! only guaranteed to see a match that lies within one line of up to [`LINE_CAP`] bytes; use
 //! `(?m)` for `^`/`$` to mean line starts and ends. Regexes run in Unicode mode (the `regex`
 //! crate's default), where `\S` does not match bytes that are not UTF-8: write `(?-u:\S)` to
@@ -81,6 +86,9 @@ pub struct Redactor {
     rules: RedactRules,
     /// Input not yet redacted: the start of an incomplete line.
     pending: Vec<u8>,
+    /// When (in pushes to the log) `pending` began, so unfinished lines of two streams are
+    /// released in the order they began.
+    pending_since: u64,
     scratch: Scratch,
     redactions: u64,
     /// Redacts the second part of a large piece on another thread; made on first use, kept
@@ -118,9 +126,69 @@ pub struct OutputLog {
     /// The tail, created on first use and unlinked at once: nothing is left behind on a crash.
     ring: Option<File>,
     redactors: [Redactor; 2],
+    /// What the two redactors release, merged, redacted once more for literal secrets split
+    /// across the two streams.
+    merged: CrossStream,
+    /// Pushes so far (orders the streams' unfinished lines).
+    pushes: u64,
     /// Scratch for redacted output, reused across writes.
     buf: Vec<u8>,
+    /// Scratch for the merged output.
+    merged_buf: Vec<u8>,
     live: broadcast::Sender<Bytes>,
+}
+
+/// Literal secrets across the two streams: holds back only a tail of the merged output that
+/// could be the start of one, and releases the rest redacted.
+struct CrossStream {
+    rules: RedactRules,
+    pending: Vec<u8>,
+    scratch: Scratch,
+    redactions: u64,
+}
+
+impl CrossStream {
+    fn new(rules: &RedactRules) -> Self {
+        let rules = rules.literals_only();
+        CrossStream {
+            scratch: Scratch::new(&rules.0),
+            rules,
+            pending: Vec::new(),
+            redactions: 0,
+        }
+    }
+
+    fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        if self.rules.is_empty() {
+            out.extend_from_slice(input);
+            return;
+        }
+        self.pending.extend_from_slice(input);
+        let data = mem::take(&mut self.pending);
+        let hold = self.rules.0.pending_start(&data);
+        let (cut, n) = if hold == data.len() {
+            (0, 0)
+        } else {
+            redact_block(
+                &self.rules.0,
+                &mut self.scratch,
+                &data,
+                data.len() - hold,
+                out,
+            )
+        };
+        self.redactions += n;
+        self.pending = data;
+        self.pending.drain(..cut);
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        let data = mem::take(&mut self.pending);
+        if !data.is_empty() {
+            let (_, n) = redact_block(&self.rules.0, &mut self.scratch, &data, data.len(), out);
+            self.redactions += n;
+        }
+    }
 }
 
 /// A live follower's view of a running attempt's output.
@@ -141,6 +209,32 @@ pub struct OutputSummary {
     pub truncated_bytes: u64,
     /// Matches replaced by [`REDACTED`].
     pub redactions: u64,
+}
+
+/// Redacts a result summary, then cuts it to at most `max` bytes on a character boundary. The
+/// cut is taken as the end of the text: a start of a literal secret (4 bytes or more) left
+/// right before it is redacted too.
+pub fn redact_summary(rules: &RedactRules, text: &str, max: usize) -> String {
+    let mut out = redact_all(rules, text);
+    if out.len() <= max {
+        return out;
+    }
+    out.truncate(floor_char_boundary(&out, max));
+    if let Some(start) = rules.0.secret_start_at_end(out.as_bytes()) {
+        let keep = start.min(max.saturating_sub(REDACTED.len()));
+        out.truncate(floor_char_boundary(&out, keep));
+        out.push_str(REDACTED);
+    }
+    out
+}
+
+/// The largest index not above `at` that is a character boundary of `text`.
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// Redacts a short text in one go (an error message, a result summary).
@@ -166,6 +260,8 @@ struct Compiled {
     /// All literals as one alternation, longest first, so at any position the longest secret
     /// that starts there wins.
     literals: Option<Regex>,
+    /// The literals themselves (to tell whether a text ends with the start of one).
+    literal_bytes: Vec<Vec<u8>>,
     literal_count: usize,
     /// One regex per pattern, each run on its own so that their matches may overlap.
     regexes: Vec<Regex>,
@@ -225,6 +321,7 @@ impl RedactRules {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(RedactRules(Arc::new(Compiled {
             literals: literal_re,
+            literal_bytes: literals.clone(),
             literal_count: literals.len(),
             regexes,
             longest_literal: literals.first().map_or(0, Vec::len),
@@ -242,6 +339,20 @@ impl RedactRules {
     pub fn is_empty(&self) -> bool {
         self.0.literals.is_none() && self.0.regexes.is_empty()
     }
+
+    /// The literal secrets alone: what the merged streams pass through once more.
+    fn literals_only(&self) -> RedactRules {
+        let c = &self.0;
+        RedactRules(Arc::new(Compiled {
+            literals: c.literals.clone(),
+            literal_bytes: c.literal_bytes.clone(),
+            literal_count: c.literal_count,
+            regexes: Vec::new(),
+            longest_literal: c.longest_literal,
+            longest_multiline_literal: c.longest_multiline_literal,
+            parallel: false,
+        }))
+    }
 }
 
 impl fmt::Debug for RedactRules {
@@ -254,6 +365,25 @@ impl fmt::Debug for RedactRules {
 }
 
 impl Compiled {
+    /// Where `text` ends with a proper start (at least 4 bytes) of a literal secret, the
+    /// longest such start: its offset.
+    fn secret_start_at_end(&self, text: &[u8]) -> Option<usize> {
+        self.literal_bytes
+            .iter()
+            .flat_map(|l| (4..l.len()).filter(|&k| text.ends_with(&l[..k])))
+            .max()
+            .map(|k| text.len() - k)
+    }
+
+    /// How long a tail of `text` could be the start of a literal secret (0: none).
+    fn pending_start(&self, text: &[u8]) -> usize {
+        self.literal_bytes
+            .iter()
+            .flat_map(|l| (1..l.len()).filter(|&k| text.ends_with(&l[..k])))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Fills `scratch.spans` with every match in `hay`, in order and merged where they overlap.
     fn find_spans(&self, hay: &[u8], scratch: &mut Scratch) {
         let Scratch {
@@ -349,6 +479,7 @@ impl Redactor {
         Redactor {
             rules: rules.clone(),
             pending: Vec::new(),
+            pending_since: 0,
             scratch: Scratch::new(&rules.0),
             redactions: 0,
             helper: None,
@@ -536,7 +667,10 @@ impl OutputLog {
             tail_len: 0,
             ring: None,
             redactors: [Redactor::new(rules), Redactor::new(rules)],
+            merged: CrossStream::new(rules),
+            pushes: 0,
             buf: Vec::new(),
+            merged_buf: Vec::new(),
             live,
         })
     }
@@ -544,11 +678,26 @@ impl OutputLog {
     /// Takes a chunk read from `stream`: redacts it, sends what is released to live followers
     /// and stores it (head in the file, the rest in the tail ring).
     pub fn write(&mut self, stream: Stream, chunk: &[u8]) -> io::Result<()> {
+        self.pushes += 1;
         let mut buf = mem::take(&mut self.buf);
         buf.clear();
-        self.redactors[stream.index()].push(chunk, &mut buf);
-        let stored = self.accept(&buf);
+        let redactor = &mut self.redactors[stream.index()];
+        if redactor.pending.is_empty() {
+            redactor.pending_since = self.pushes;
+        }
+        redactor.push(chunk, &mut buf);
+        let stored = self.merge(&buf);
         self.buf = buf;
+        stored
+    }
+
+    /// Passes what a stream's redactor released through the cross-stream redactor, and on.
+    fn merge(&mut self, released: &[u8]) -> io::Result<()> {
+        let mut merged = mem::take(&mut self.merged_buf);
+        merged.clear();
+        self.merged.push(released, &mut merged);
+        let stored = self.accept(&merged);
+        self.merged_buf = merged;
         stored
     }
 
@@ -579,11 +728,18 @@ impl OutputLog {
     /// anything was dropped) and the tail to the file, and syncs it.
     pub fn finish(mut self) -> io::Result<OutputSummary> {
         let mut buf = mem::take(&mut self.buf);
-        for i in 0..self.redactors.len() {
+        // Unfinished lines in the order they began: a secret whose first part went to one
+        // stream and the rest to the other is whole again in the merged output.
+        let mut order = [0, 1];
+        order.sort_by_key(|&i| self.redactors[i].pending_since);
+        for i in order {
             buf.clear();
             self.redactors[i].finish(&mut buf);
-            self.accept(&buf)?;
+            self.merge(&buf)?;
         }
+        buf.clear();
+        self.merged.finish(&mut buf);
+        self.accept(&buf)?;
         let omitted = self.tail_len.saturating_sub(self.tail_cap);
         if let Some(file) = self.file.as_mut() {
             if omitted > 0 {
@@ -604,7 +760,8 @@ impl OutputLog {
         Ok(OutputSummary {
             bytes: self.bytes(),
             truncated_bytes: omitted,
-            redactions: self.redactors.iter().map(Redactor::redactions).sum(),
+            redactions: self.redactors.iter().map(Redactor::redactions).sum::<u64>()
+                + self.merged.redactions,
         })
     }
 

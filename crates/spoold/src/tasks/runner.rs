@@ -7,6 +7,15 @@
 //! `permission_denied` never; killed by a signal → `script_error`; over its `timeout` →
 //! `timed_out`, retried only with `retry_on_timeout`. Retries back off exponentially with jitter
 //! (`backoff`), within `max_attempts` and before `retry_deadline`.
+//!
+//! **Invariant: a task's locks and quota slot are free only once every process of its attempt
+//! is gone.** An attempt that runs here ends only when nothing of it is left. An attempt whose
+//! executor is gone (a crash, a lease not renewed) is taken over by a live executor — the task
+//! stays `running` meanwhile — which ends what is left of it when it can see its processes
+//! (the same machine, boot and pid namespace), or else waits until the old executor, had it
+//! lived, would have ended them itself (its lease, plus its kill grace, plus a margin), and
+//! only then settles it. An executor that cannot renew a lease stops that attempt before the
+//! lease runs out; one whose lease was taken over stops it at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -14,7 +23,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use spool_store::tasks::{ClaimType, ClaimedTask, Interrupted, TaskAttemptEnd, TaskStatus};
+use spool_store::tasks::{
+    ClaimType, ClaimedTask, Executor, OrphanEnd, Orphaned, Renewed, TaskAttemptEnd, TaskStatus,
+};
 use spool_store::Store;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -22,18 +33,29 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use super::cgroup::AttemptCgroup;
 use super::exec::{self, Finished, Stopped};
 use super::output::{self, OutputLog, OutputSummary, RedactRules, Subscription};
+use super::processes;
 use super::types::{ExitClass, OnInterrupt, OnPartialFailure, TaskType};
 use super::TaskTypes;
 use crate::backoff::Backoff;
 use crate::metrics::{Metrics, TaskEndLabel, TaskWaitLabel, TypeLabel};
 
 /// The longest result summary kept (`SPOOLD_RESULT_FILE`).
-pub const MAX_SUMMARY_BYTES: u64 = 4096;
+pub const MAX_SUMMARY_BYTES: usize = 4096;
 
 /// The `PATH` of every attempt.
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// An executor that cannot renew a lease stops the attempt this long before the lease runs out
+/// (by its own clock, counted from when it asked for the renewal that last succeeded).
+const LEASE_SAFETY: Duration = Duration::from_secs(1);
+
+/// A host that takes over an attempt it cannot see waits, past the old lease and the old
+/// executor's kill grace, this much longer before it frees the attempt's locks: what SIGKILL
+/// takes to land, and clocks that disagree a little.
+const RELEASE_MARGIN_MS: i64 = 2_000;
 
 /// The attempts running in this process, by task id: what the API needs to cancel one, to
 /// check a step token, to follow its output; what the heartbeat renews.
@@ -51,6 +73,12 @@ struct Attempt {
     number: u32,
     claim_seq: u32,
     cancel: CancellationToken,
+    /// Cancelled when its lease is lost: not renewed in time, or taken over.
+    lease_lost: CancellationToken,
+    /// When its lease runs out by this process's clock, less [`LEASE_SAFETY`].
+    lease_deadline: Instant,
+    /// An attempt of another executor this one took over to end ([`Orphaned`]).
+    orphan: bool,
     /// SHA-256 of the attempt's step token (the token itself is only in its environment).
     step_token: Option<[u8; 32]>,
     output: Option<Arc<Mutex<OutputLog>>>,
@@ -61,13 +89,21 @@ impl std::fmt::Debug for Attempt {
         f.debug_struct("Attempt")
             .field("number", &self.number)
             .field("claim_seq", &self.claim_seq)
+            .field("orphan", &self.orphan)
             .finish_non_exhaustive()
     }
 }
 
+/// The tokens an attempt registered here is stopped by.
+struct Tokens {
+    cancel: CancellationToken,
+    lease_lost: CancellationToken,
+}
+
 impl Running {
     /// Ask the attempt of `task_id` running here to stop as canceled (the store has recorded
-    /// the request). If its attempt has not registered yet, it is canceled as it does.
+    /// the request). If its attempt has not registered yet, it is canceled as it does. An
+    /// orphan being ended is not affected: it is settled as canceled.
     pub fn cancel(&self, task_id: &str) {
         let mut inner = self.lock();
         match inner.attempts.get(task_id) {
@@ -78,24 +114,59 @@ impl Running {
         }
     }
 
-    /// Register the attempt of a claimed task: its cancel token.
-    fn start(&self, task: &ClaimedTask) -> CancellationToken {
-        let token = CancellationToken::new();
-        let mut inner = self.lock();
-        if inner.early.remove(&task.id) {
-            token.cancel();
+    /// Register the attempt of a claimed task, leased since `claimed_at` (when the claim was
+    /// asked for).
+    fn start(&self, task: &ClaimedTask, claimed_at: Instant, lease: Duration) -> Tokens {
+        let tokens = self.register(
+            &task.id,
+            task.attempt,
+            task.claim_seq,
+            claimed_at + lease,
+            false,
+        );
+        if self.lock().early.remove(&task.id) {
+            tokens.cancel.cancel();
         }
-        inner.attempts.insert(
-            task.id.clone(),
+        tokens
+    }
+
+    /// Register an orphan taken over at `taken_at`.
+    fn adopt(&self, orphan: &Orphaned, taken_at: Instant, lease: Duration) -> Tokens {
+        self.register(
+            &orphan.id,
+            orphan.attempt,
+            orphan.claim_seq,
+            taken_at + lease,
+            true,
+        )
+    }
+
+    fn register(
+        &self,
+        id: &str,
+        number: u32,
+        claim_seq: u32,
+        lease_until: Instant,
+        orphan: bool,
+    ) -> Tokens {
+        let tokens = Tokens {
+            cancel: CancellationToken::new(),
+            lease_lost: CancellationToken::new(),
+        };
+        self.lock().attempts.insert(
+            id.to_owned(),
             Attempt {
-                number: task.attempt,
-                claim_seq: task.claim_seq,
-                cancel: token.clone(),
+                number,
+                claim_seq,
+                cancel: tokens.cancel.clone(),
+                lease_lost: tokens.lease_lost.clone(),
+                lease_deadline: lease_until.checked_sub(LEASE_SAFETY).unwrap_or(lease_until),
+                orphan,
                 step_token: None,
                 output: None,
             },
         );
-        token
+        tokens
     }
 
     /// Give a registered attempt its step token's digest and its output log.
@@ -120,7 +191,8 @@ impl Running {
             .is_some_and(|a| a.number == number)
     }
 
-    /// How many attempts are running here.
+    /// How many attempts are running here (orphans being ended included: their processes
+    /// may still run, and they take a slot).
     pub fn count(&self) -> usize {
         self.lock().attempts.len()
     }
@@ -152,6 +224,65 @@ impl Running {
             .collect()
     }
 
+    /// What a renewal asked at `sent` for `asked` came back with: the renewed leases run until
+    /// `sent + lease`; an attempt asked for and not renewed was taken over (its lease is lost);
+    /// a cancel requested elsewhere (another host's API) reaches its attempt here.
+    fn renewed(
+        &self,
+        sent: Instant,
+        lease: Duration,
+        asked: &[(String, u32)],
+        renewed: &[Renewed],
+    ) {
+        let by_id: HashMap<&str, &Renewed> = renewed.iter().map(|r| (r.id.as_str(), r)).collect();
+        let deadline = (sent + lease).checked_sub(LEASE_SAFETY).unwrap_or(sent);
+        let mut inner = self.lock();
+        for (id, claim_seq) in asked {
+            let Some(a) = inner
+                .attempts
+                .get_mut(id)
+                .filter(|a| a.claim_seq == *claim_seq)
+            else {
+                continue;
+            };
+            match by_id.get(id.as_str()) {
+                Some(r) => {
+                    a.lease_deadline = deadline;
+                    if r.cancel_requested && !a.orphan {
+                        a.cancel.cancel();
+                    }
+                }
+                None => {
+                    if !a.lease_lost.is_cancelled() {
+                        warn!(task_id = %id, attempt = a.number,
+                              "the task was taken over by another executor: stopping its attempt here");
+                    }
+                    a.lease_lost.cancel();
+                }
+            }
+        }
+    }
+
+    /// Stop the attempts whose lease runs out before it could be renewed (`now` past its
+    /// deadline). The earliest deadline left, if any.
+    fn lapse(&self, now: Instant) -> Option<Instant> {
+        let inner = self.lock();
+        let mut next: Option<Instant> = None;
+        for (id, a) in &inner.attempts {
+            if a.lease_lost.is_cancelled() {
+                continue;
+            }
+            if a.lease_deadline <= now {
+                warn!(task_id = %id, attempt = a.number,
+                      "the attempt's lease could not be renewed in time: stopping it");
+                a.lease_lost.cancel();
+            } else {
+                next = Some(next.map_or(a.lease_deadline, |n| n.min(a.lease_deadline)));
+            }
+        }
+        next
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, RunningInner> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -162,8 +293,8 @@ pub struct Runner {
     pub store: Store,
     pub types: Arc<TaskTypes>,
     pub concurrency: u32,
-    /// `host:pid`, recorded with every attempt.
-    pub executor_id: String,
+    /// This daemon run: recorded with every attempt, holder of its leases.
+    pub executor: Executor,
     /// `--task-lease`: renewed every third of it while an attempt runs.
     pub lease: Duration,
     /// Where attempts write their result summaries (one file per attempt, removed after).
@@ -182,28 +313,133 @@ pub struct Runner {
     pub cgroup: Option<super::cgroup::CgroupRoot>,
 }
 
+/// Where an orphaned attempt's processes are, seen from here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whereabouts {
+    /// On this machine, boot and pid namespace: found and ended here.
+    Here,
+    /// Somewhere this process cannot see: over once its old executor would have ended them.
+    Elsewhere,
+}
+
 impl Runner {
-    /// Apply each type's `on_interrupt` to tasks interrupted by a previous process.
-    ///
-    /// First, whatever of each interrupted attempt still runs on this host is ended (found by
-    /// its tag, so a reused pid is never mistaken for it): two copies of a deploy must never
-    /// run, so a task the policy re-runs is made pending only after that.
-    pub async fn settle_interrupted(&self, interrupted: Vec<Interrupted>) {
-        for task in interrupted {
-            let kind = self.types.get(&task.task_type);
-            let grace = kind.map_or(Duration::from_secs(10), |t| t.kill_grace);
-            let tag = exec::attempt_tag(&task.id, task.attempt);
-            let ended = exec::end_leftovers(&tag, task.process.as_ref(), grace).await;
-            if ended > 0 {
-                self.metrics.task_recovered_processes.inc_by(ended as u64);
-                warn!(task_id = %task.id, attempt = task.attempt, processes = ended,
-                      "ended processes a previous daemon left running for an interrupted task");
-            }
-            let policy = kind.map_or(OnInterrupt::Review, |t| t.on_interrupt);
-            self.apply_on_interrupt(&task.id, policy).await;
+    /// Take over orphaned attempts (taken over at `taken_at`): each is ended in the
+    /// background, on `attempts`, and settled once nothing of it is left.
+    pub fn adopt(
+        self: &Arc<Self>,
+        orphans: Vec<Orphaned>,
+        taken_at: Instant,
+        attempts: &TaskTracker,
+    ) {
+        for orphan in orphans {
+            let tokens = self.running.adopt(&orphan, taken_at, self.lease);
+            let me = Arc::clone(self);
+            attempts.spawn(async move {
+                let id = orphan.id.clone();
+                me.end_orphan(orphan, tokens.lease_lost).await;
+                me.running.end(&id);
+            });
         }
     }
 
+    /// End what is left of an orphaned attempt, then settle its task: `canceled` if that was
+    /// asked meanwhile, otherwise `interrupted` and on by the type's `on_interrupt`. Two copies
+    /// of a deploy never run: the task keeps its locks and slot until then.
+    async fn end_orphan(&self, orphan: Orphaned, lost: CancellationToken) {
+        let kind = self.types.get(&orphan.task_type);
+        let grace = Duration::from_millis(orphan.kill_grace_ms.max(0) as u64);
+        let tag = exec::attempt_tag(&orphan.id, orphan.attempt);
+        let whereabouts = self.whereabouts(&orphan.host);
+        info!(task_id = %orphan.id, attempt = orphan.attempt, code = %orphan.code,
+              whereabouts = ?whereabouts, "ending an attempt whose executor is gone");
+        match whereabouts {
+            Whereabouts::Here => {
+                let cgroup = self
+                    .cgroup
+                    .as_ref()
+                    .and_then(|root| AttemptCgroup::existing(root, &tag));
+                let ended = tokio::select! {
+                    n = processes::end_leftovers(&tag, orphan.process.as_ref(), cgroup.as_ref(), grace) => n,
+                    () = lost.cancelled() => return,
+                };
+                if let Some(cg) = cgroup {
+                    cg.remove().await;
+                }
+                if ended > 0 {
+                    self.metrics.task_recovered_processes.inc_by(ended as u64);
+                    warn!(task_id = %orphan.id, attempt = orphan.attempt, processes = ended,
+                          "ended processes an attempt's gone executor left running");
+                }
+            }
+            Whereabouts::Elsewhere => {
+                let release_at =
+                    orphan.lease_until + orphan.kill_grace_ms.max(0) + RELEASE_MARGIN_MS;
+                loop {
+                    let wait = release_at - self.store.now_ms();
+                    if wait <= 0 {
+                        break;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(wait.min(1_000) as u64)) => {}
+                        () = lost.cancelled() => return,
+                        () = self.stop.cancelled() => return,
+                    }
+                }
+            }
+        }
+        // The raw result file of the cut-short attempt (it may hold secrets).
+        let _ = std::fs::remove_file(self.result_file(&orphan.id, orphan.attempt));
+        let then = match kind.map_or(OnInterrupt::Review, |t| t.on_interrupt) {
+            OnInterrupt::Review => TaskStatus::ManualReview,
+            OnInterrupt::Retry => TaskStatus::Pending,
+            OnInterrupt::Fail => TaskStatus::Failed,
+        };
+        let end = OrphanEnd {
+            id: orphan.id.clone(),
+            claim_seq: orphan.claim_seq,
+            then,
+        };
+        match self.store.settle_orphan(end).await {
+            Ok(Some(status)) => {
+                info!(task_id = %orphan.id, attempt = orphan.attempt, status = %status,
+                      "an attempt whose executor is gone is over; its task moved on");
+                if status == TaskStatus::Canceled {
+                    self.metrics
+                        .tasks_finished
+                        .get_or_create(&TaskEndLabel {
+                            task_type: orphan.task_type.clone(),
+                            status: status.as_str(),
+                            error_code: "canceled".into(),
+                        })
+                        .inc();
+                }
+            }
+            Ok(None) => info!(task_id = %orphan.id,
+                              "an orphaned attempt was taken over by another executor meanwhile"),
+            Err(e) => error!(task_id = %orphan.id, error = %e,
+                             "could not settle an attempt whose executor is gone"),
+        }
+    }
+
+    /// Whether the processes of an attempt started by an executor on `host` can be seen from
+    /// here. A host not recorded (an attempt of an older version) is this one on a store no
+    /// other host shares.
+    fn whereabouts(&self, host: &str) -> Whereabouts {
+        if host == self.executor.host
+            || (host.is_empty() && !self.store.is_shared())
+            || processes::rebooted_since(host)
+        {
+            Whereabouts::Here
+        } else {
+            Whereabouts::Elsewhere
+        }
+    }
+
+    fn result_file(&self, id: &str, attempt: u32) -> PathBuf {
+        self.results_dir.join(format!("{id}-{attempt}"))
+    }
+
+    /// Apply the type's `on_interrupt` to a task whose attempt this daemon ended (shutdown).
     async fn apply_on_interrupt(&self, id: &str, policy: OnInterrupt) {
         let to = match policy {
             OnInterrupt::Review => TaskStatus::ManualReview,
@@ -220,24 +456,29 @@ impl Runner {
         }
     }
 
-    /// What claims may take: every declared type with its quota.
+    /// What claims may take: every declared type with its quota and kill grace.
     fn claim_types(&self) -> Vec<ClaimType> {
         self.types
             .iter()
             .map(|t| ClaimType {
                 name: t.name.clone(),
                 concurrency: t.concurrency,
+                kill_grace_ms: t.kill_grace.as_millis() as i64,
             })
             .collect()
     }
 
-    /// Run until `stop`; attempts are spawned on `attempts`.
+    /// Run until `stop`; attempts (and orphans being ended) are spawned on `attempts`.
     pub async fn run(self: Arc<Self>, attempts: TaskTracker) {
         let wake = self.store.tasks_available();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
         let names = self.types.names();
         let types = self.claim_types();
-        let heartbeat = tokio::spawn(Arc::clone(&self).heartbeat());
+        let background = [
+            tokio::spawn(Arc::clone(&self).heartbeat(attempts.clone(), done_tx.clone())),
+            tokio::spawn(Arc::clone(&self).watch_leases()),
+            tokio::spawn(reap_adopted()),
+        ];
         // When the last claim took nothing while due tasks waited for a lock or a quota.
         let mut fruitless_at: Option<Instant> = None;
         loop {
@@ -248,13 +489,14 @@ impl Runner {
             let free = self.concurrency.saturating_sub(self.running.count() as u32);
             let mut wait = Duration::from_secs(60);
             if free > 0 && !names.is_empty() {
+                let claimed_at = Instant::now();
                 match self
                     .store
                     .claim_tasks(
                         free,
                         types.clone(),
                         self.lease.as_millis() as i64,
-                        self.executor_id.clone(),
+                        self.executor.clone(),
                     )
                     .await
                 {
@@ -272,11 +514,11 @@ impl Runner {
                         }
                         for task in claimed.tasks {
                             // Counted as running at once, so the next pass sees the slot taken.
-                            let cancel = self.running.start(&task);
+                            let tokens = self.running.start(&task, claimed_at, self.lease);
                             let me = Arc::clone(&self);
                             let done = done_tx.clone();
                             attempts.spawn(async move {
-                                me.slot(task, cancel, &done).await;
+                                me.slot(task, tokens, &done).await;
                             });
                         }
                         wait = if n == free {
@@ -312,40 +554,68 @@ impl Runner {
                 }
             }
         }
-        heartbeat.abort();
+        for task in background {
+            task.abort();
+        }
     }
 
-    /// Renew the leases of the attempts running here every third of `--task-lease`, and end
-    /// as `interrupted` the running tasks whose lease lapsed under another executor.
-    async fn heartbeat(self: Arc<Self>) {
+    /// Renew the leases of the attempts running here every third of `--task-lease` (learning
+    /// of cancels requested through other hosts, and of attempts taken over by one), and take
+    /// over the running tasks whose lease lapsed under another executor. Each renewal is
+    /// bounded by a third of the lease: [`Runner::watch_leases`] stops what it could not renew.
+    async fn heartbeat(self: Arc<Self>, attempts: TaskTracker, done: mpsc::UnboundedSender<()>) {
         let every = self.lease / 3;
         loop {
             tokio::time::sleep(every).await;
-            let running = self.running.leases();
-            if !running.is_empty() {
-                if let Err(e) = self
+            let asked = self.running.leases();
+            if !asked.is_empty() {
+                let sent = Instant::now();
+                let renewal = self
                     .store
-                    .renew_task_leases(running, self.lease.as_millis() as i64)
-                    .await
-                {
-                    warn!(error = %e, "renewing task leases failed");
+                    .renew_task_leases(asked.clone(), self.lease.as_millis() as i64);
+                match tokio::time::timeout(every, renewal).await {
+                    Ok(Ok(renewed)) => self.running.renewed(sent, self.lease, &asked, &renewed),
+                    Ok(Err(e)) => warn!(error = %e, "renewing task leases failed"),
+                    Err(_) => warn!("renewing task leases took longer than a third of the lease"),
                 }
             }
-            match self
+            let taken_at = Instant::now();
+            let lapsed = self
                 .store
-                .expire_task_leases(self.executor_id.clone())
-                .await
-            {
-                Ok(lapsed) if !lapsed.is_empty() => {
+                .expire_task_leases(self.executor.clone(), self.lease.as_millis() as i64);
+            match tokio::time::timeout(every, lapsed).await {
+                Ok(Ok(orphans)) if !orphans.is_empty() => {
                     warn!(
-                        tasks = lapsed.len(),
-                        "running tasks whose executor stopped renewing their lease are interrupted"
+                        tasks = orphans.len(),
+                        "running tasks whose executor stopped renewing their lease are taken over"
                     );
-                    self.settle_interrupted(lapsed).await;
+                    self.adopt(orphans, taken_at, &attempts);
+                    let _ = done.send(());
                 }
-                Ok(_) => {}
-                Err(e) => warn!(error = %e, "looking for lapsed task leases failed"),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!(error = %e, "looking for lapsed task leases failed"),
+                Err(_) => {
+                    warn!("looking for lapsed task leases took longer than a third of the lease")
+                }
             }
+        }
+    }
+
+    /// On a store other hosts share, stop each attempt whose lease this process could not
+    /// renew before it runs out: another host may take its task over then, and must find it
+    /// stopped. (Alone on its store, a daemon keeps its attempts whatever its renewals do:
+    /// nobody else would take them.)
+    async fn watch_leases(self: Arc<Self>) {
+        if !self.store.is_shared() {
+            return;
+        }
+        loop {
+            let next = self.running.lapse(Instant::now());
+            let wait = next.map_or(Duration::from_millis(250), |at| {
+                at.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(250))
+            });
+            tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
         }
     }
 
@@ -365,20 +635,15 @@ impl Runner {
     /// One slot: run `first`, and while the commit that records an attempt also claims a next
     /// due task, run that one too. Every attempt's end is told on `done` (it may have freed a
     /// lock or a quota that other slots wait for).
-    async fn slot(
-        &self,
-        first: ClaimedTask,
-        cancel: CancellationToken,
-        done: &mpsc::UnboundedSender<()>,
-    ) {
-        let mut current = Some((first, cancel));
-        while let Some((task, cancel)) = current.take() {
+    async fn slot(&self, first: ClaimedTask, tokens: Tokens, done: &mpsc::UnboundedSender<()>) {
+        let mut current = Some((first, tokens));
+        while let Some((task, tokens)) = current.take() {
             let id = task.id.clone();
-            let next = self.attempt(task, cancel).await;
+            let next = self.attempt(task, tokens).await;
             self.running.end(&id);
-            current = next.map(|t| {
-                let cancel = self.running.start(&t);
-                (t, cancel)
+            current = next.map(|(t, claimed_at)| {
+                let tokens = self.running.start(&t, claimed_at, self.lease);
+                (t, tokens)
             });
             let _ = done.send(());
         }
@@ -429,7 +694,7 @@ impl Runner {
     }
 
     /// Run one attempt and record it; the next task claimed for this slot in the same commit.
-    async fn attempt(&self, task: ClaimedTask, cancel: CancellationToken) -> Option<ClaimedTask> {
+    async fn attempt(&self, task: ClaimedTask, tokens: Tokens) -> Option<(ClaimedTask, Instant)> {
         let Some(kind) = self.types.get(&task.task_type) else {
             // Claims only ever take declared types; a type removed from the file meanwhile
             // cannot run.
@@ -449,11 +714,11 @@ impl Runner {
         let params: BTreeMap<String, String> =
             serde_json::from_str(&task.params).unwrap_or_default();
         let argv = kind.argv(&params);
-        let result_file = self
-            .results_dir
-            .join(format!("{}-{}", task.id, task.attempt));
+        let result_file = self.result_file(&task.id, task.attempt);
         let mut rules = RedactRules::default();
-        let (finished, output) = match self.environment(kind, &task, &result_file) {
+        let prepared = prepare_result_file(&result_file, kind)
+            .and_then(|()| self.environment(kind, &task, &result_file));
+        let (finished, output) = match prepared {
             Err(why) => {
                 let finished = Finished {
                     spawn_error: Some(why),
@@ -513,14 +778,17 @@ impl Runner {
                     argv: &argv,
                     env,
                     working_dir: kind.working_dir.as_deref(),
+                    run_as: kind.run_as.as_ref().map(|u| (u.uid, u.gid)),
                     timeout: kind.timeout,
                     kill_grace: kind.kill_grace,
-                    cancel,
+                    cancel: tokens.cancel,
                     shutdown: self.interrupt.clone(),
+                    lease_lost: tokens.lease_lost,
                     tag: exec::attempt_tag(&task.id, task.attempt),
                     cgroup: self.cgroup.as_ref(),
                     output: log.clone(),
                     started: Some(started_tx),
+                    stopping: None,
                 })
                 .await;
                 // The runner's copy is the last one once the registry lets go of it.
@@ -556,7 +824,7 @@ impl Runner {
         output: OutputSummary,
         rules: &RedactRules,
         label: TypeLabel,
-    ) -> Option<ClaimedTask> {
+    ) -> Option<(ClaimedTask, Instant)> {
         self.metrics
             .task_attempt_duration
             .get_or_create(&label)
@@ -573,10 +841,8 @@ impl Runner {
                 .get_or_create(&label)
                 .inc_by(output.redactions);
         }
-        let result_file = self
-            .results_dir
-            .join(format!("{}-{}", task.id, task.attempt));
-        let summary = read_summary(&result_file).map(|s| output::redact_all(rules, &s));
+        let result_file = self.result_file(&task.id, task.attempt);
+        let summary = read_summary(&result_file, rules);
         let _ = std::fs::remove_file(&result_file);
         let mut end = self.judge(kind, task, &finished, summary);
         end.output_bytes = output.bytes;
@@ -592,7 +858,7 @@ impl Runner {
             task_type = %task.task_type,
             attempt = task.attempt,
             status = %outcome,
-            executor_id = %self.executor_id,
+            executor_id = %self.executor.id,
             started_at = %spool_proto::units::format_time(task.started_at),
             finished_at = %spool_proto::units::format_time(self.store.now_ms()),
             duration_ms = finished.duration.as_millis() as u64,
@@ -654,17 +920,18 @@ impl Runner {
         &self,
         end: TaskAttemptEnd,
         types: Vec<ClaimType>,
-    ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>), spool_store::StoreError> {
+    ) -> Result<(Option<TaskStatus>, Option<(ClaimedTask, Instant)>), spool_store::StoreError> {
         let deadline = std::time::Instant::now() + self.lease / 2;
         let mut pause = Duration::from_millis(50);
         loop {
+            let claimed_at = Instant::now();
             let recorded = self
                 .store
                 .finish_and_claim(
                     end.clone(),
                     types.clone(),
                     self.lease.as_millis() as i64,
-                    self.executor_id.clone(),
+                    self.executor.clone(),
                 )
                 .await;
             match recorded {
@@ -676,7 +943,9 @@ impl Runner {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
-                other => return other,
+                other => {
+                    return other.map(|(status, next)| (status, next.map(|t| (t, claimed_at))))
+                }
             }
         }
     }
@@ -739,6 +1008,15 @@ impl Runner {
                 end.error = Some(format!("stopped by the daemon's shutdown{killed}"));
                 false
             }
+            (Some(Stopped::LeaseLost), _) => {
+                end.outcome = TaskStatus::Interrupted;
+                end.error_code = Some("lease_lost".into());
+                end.error = Some(format!(
+                    "stopped: its lease could not be renewed in time, so another host may \
+                     take the task over{killed}"
+                ));
+                false
+            }
             (None, None) => match (finished.exit_code, finished.signal) {
                 (Some(0), _) => {
                     end.outcome = TaskStatus::Succeeded;
@@ -771,6 +1049,25 @@ impl Runner {
             }
         }
         end
+    }
+}
+
+/// Reap what this process adopted (escapees of attempts, re-parented to it) as they exit:
+/// SIGCHLD wakes it, and a slow poll covers a signal that could not be waited for.
+async fn reap_adopted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut exits = signal(SignalKind::child()).ok();
+    loop {
+        match exits.as_mut() {
+            Some(exits) => {
+                tokio::select! {
+                    _ = exits.recv() => {}
+                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                }
+            }
+            None => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+        processes::reap_orphans();
     }
 }
 
@@ -821,14 +1118,45 @@ fn random_token() -> Result<String, String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// The first [`MAX_SUMMARY_BYTES`] of the attempt's result file, if it wrote one.
-fn read_summary(path: &std::path::Path) -> Option<String> {
+/// How much of a result file is read: a summary is cut to [`MAX_SUMMARY_BYTES`] only after it
+/// is redacted, so a secret that straddles the cut is still seen whole (up to this much).
+const SUMMARY_READ_BYTES: u64 = 64 * 1024;
+
+/// The attempt's result summary, if it wrote one: redacted first, then cut to
+/// [`MAX_SUMMARY_BYTES`] on a character boundary, with no start of a secret left at the cut.
+fn read_summary(path: &std::path::Path, rules: &RedactRules) -> Option<String> {
     use std::io::Read;
     let file = std::fs::File::open(path).ok()?;
-    let mut text = String::new();
-    file.take(MAX_SUMMARY_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_owned())
+    let mut bytes = Vec::new();
+    file.take(SUMMARY_READ_BYTES).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let summary = output::redact_summary(rules, text.trim(), MAX_SUMMARY_BYTES);
+    (!summary.is_empty()).then_some(summary)
+}
+
+/// Create the attempt's result file, empty and private (mode 0600, owned by the user the
+/// attempt runs as): the script only writes into it, and a summary may hold a secret.
+fn prepare_result_file(path: &std::path::Path, kind: &TaskType) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create the result file {}: {e}", path.display()))?;
+    if let Some(user) = &kind.run_as {
+        let owner = (
+            rustix::fs::Uid::from_raw(user.uid),
+            rustix::fs::Gid::from_raw(user.gid),
+        );
+        rustix::fs::fchown(&file, Some(owner.0), Some(owner.1)).map_err(|e| {
+            format!(
+                "cannot give the result file {} to user {}: {e}",
+                path.display(),
+                user.name
+            )
+        })?;
+    }
+    Ok(())
 }

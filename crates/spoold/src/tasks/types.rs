@@ -144,6 +144,17 @@ pub struct TypeSpec {
     #[serde(default)]
     redact: Vec<String>,
     on_partial_failure: Option<OnPartialFailure>,
+    /// Run its attempts as this user: a name from `/etc/passwd`, or `UID[:GID]`.
+    user: Option<String>,
+}
+
+/// The user and group a type's attempts run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    /// As written in the file.
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// A declared parameter, checked.
@@ -191,6 +202,8 @@ pub struct TaskType {
     /// Patterns redacted from its output (`regex` syntax).
     pub redact: Vec<String>,
     pub on_partial_failure: OnPartialFailure,
+    /// Run its attempts as another user (`user`).
+    pub run_as: Option<RunAs>,
 }
 
 /// Why a submission's parameters are refused: a stable code and a sentence.
@@ -365,6 +378,10 @@ impl TaskType {
                 return Err(err("working_dir", "must be an absolute path".into()));
             }
         }
+        let run_as = match &spec.user {
+            None => None,
+            Some(user) => Some(RunAs::resolve(user).map_err(|why| err("user", why))?),
+        };
         let max_attempts = spec.max_attempts.unwrap_or(1);
         if !(1..=100).contains(&max_attempts) {
             return Err(err("max_attempts", "must be 1–100".into()));
@@ -413,6 +430,7 @@ impl TaskType {
             secret_env,
             redact: spec.redact,
             on_partial_failure: spec.on_partial_failure.unwrap_or_default(),
+            run_as,
         })
     }
 
@@ -500,6 +518,50 @@ impl TaskType {
 
 /// `template` with every `{name}` replaced by its parameter's value (names are checked when the
 /// configuration is loaded).
+impl RunAs {
+    /// `user` as the file gives it: `UID` or `UID:GID` (numbers), or a name looked up in
+    /// `/etc/passwd` (its primary group). Supplementary groups are not set: an attempt runs with
+    /// the user's primary group only.
+    pub fn resolve(user: &str) -> Result<RunAs, String> {
+        let numeric = |s: &str| s.parse::<u32>().ok();
+        if let Some((uid, gid)) = user.split_once(':') {
+            return match (numeric(uid), numeric(gid)) {
+                (Some(uid), Some(gid)) => Ok(RunAs {
+                    name: user.to_owned(),
+                    uid,
+                    gid,
+                }),
+                _ => Err(format!("{user:?} is not UID:GID (two numbers)")),
+            };
+        }
+        let passwd = std::fs::read_to_string("/etc/passwd")
+            .map_err(|e| format!("cannot read /etc/passwd to look up {user:?}: {e}"))?;
+        let found = passwd.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            let [name, _, uid, gid, ..] = fields[..] else {
+                return None;
+            };
+            (name == user || (numeric(user).is_some() && uid == user))
+                .then(|| Some((numeric(uid)?, numeric(gid)?)))
+                .flatten()
+        });
+        match (found, numeric(user)) {
+            (Some((uid, gid)), _) => Ok(RunAs {
+                name: user.to_owned(),
+                uid,
+                gid,
+            }),
+            // A uid without an account: its group is the same number.
+            (None, Some(uid)) => Ok(RunAs {
+                name: user.to_owned(),
+                uid,
+                gid: uid,
+            }),
+            (None, None) => Err(format!("no user {user:?} in /etc/passwd")),
+        }
+    }
+}
+
 pub fn render(template: &str, params: &BTreeMap<String, String>) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;

@@ -2,8 +2,8 @@
 //! enforces it, attempts, retries, deadlines, cancel, recovery and the transition log.
 
 use spool_store::tasks::{
-    AttemptProcess, ClaimType, ClaimedTask, NewTask, StepRecord, Task, TaskAction, TaskAttemptEnd,
-    TaskInsert, TaskStatus, WaitReason,
+    AttemptProcess, ClaimType, ClaimedTask, Executor, NewTask, OrphanEnd, Orphaned, Renewed,
+    StepRecord, Task, TaskAction, TaskAttemptEnd, TaskInsert, TaskStatus, WaitReason,
 };
 use spool_store::{Store, StoreError};
 use tokio::task::JoinSet;
@@ -299,23 +299,84 @@ pub async fn task_cancel_pending_and_running(store: Store) {
     );
 }
 
-pub async fn recover_interrupts_running_tasks(store: Store) {
+pub async fn recover_takes_running_tasks_over_until_settled(store: Store) {
     submit(&store, new_task(1, None, "{}")).await;
     submit(&store, new_task(2, None, "{}")).await;
-    claim_one(&store).await;
+    let claimed = claim_one(&store).await;
+    let process = AttemptProcess {
+        pgid: 4242,
+        leader_start: 99,
+        boot_id: "boot".into(),
+        sid: Some(4000),
+    };
+    store
+        .record_task_process(id(1), 1, process.clone())
+        .await
+        .expect("record process");
+    let me = Executor {
+        id: "host:2:new".into(),
+        host: "here".into(),
+    };
+    let orphans = store
+        .recover_tasks(me.clone(), 30_000)
+        .await
+        .expect("recover");
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    let o = &orphans[0];
     assert_eq!(
-        store.recover_tasks().await.expect("recover"),
-        [spool_store::tasks::Interrupted {
-            id: id(1),
-            task_type: "backup".to_owned(),
-            attempt: 1,
-            process: None,
-        }]
+        (
+            o.id.as_str(),
+            o.task_type.as_str(),
+            o.attempt,
+            o.code.as_str()
+        ),
+        (id(1).as_str(), "backup", 1, "daemon_restart")
+    );
+    assert_eq!(o.process, Some(process));
+    assert_eq!(o.kill_grace_ms, spool_store::tasks::DEFAULT_KILL_GRACE_MS);
+    assert!(o.claim_seq > claimed.claim_seq, "a new claim: {o:?}");
+    // Still running, now under the new executor, until its processes are gone.
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.ending.as_deref(), t.executor_id.as_deref()),
+        (
+            TaskStatus::Running,
+            Some("daemon_restart"),
+            Some("host:2:new")
+        )
+    );
+    // The old executor's end is fenced off.
+    assert_eq!(
+        store
+            .finish_task(end(&claimed, TaskStatus::Succeeded, None))
+            .await
+            .expect("late finish"),
+        None
+    );
+    // A settle under another claim does nothing.
+    let settle = |claim_seq| OrphanEnd {
+        id: id(1),
+        claim_seq,
+        then: TaskStatus::ManualReview,
+    };
+    assert_eq!(
+        store
+            .settle_orphan(settle(claimed.claim_seq))
+            .await
+            .expect("stale settle"),
+        None
+    );
+    assert_eq!(
+        store
+            .settle_orphan(settle(o.claim_seq))
+            .await
+            .expect("settle"),
+        Some(TaskStatus::ManualReview)
     );
     let t = task(&store, 1).await;
     assert_eq!(
-        (t.status, t.error_code.as_deref()),
-        (TaskStatus::Interrupted, Some("daemon_restart"))
+        (t.status, t.error_code.as_deref(), t.ending),
+        (TaskStatus::ManualReview, Some("daemon_restart"), None)
     );
     let attempts = store
         .task_attempts(id(1))
@@ -323,15 +384,181 @@ pub async fn recover_interrupts_running_tasks(store: Store) {
         .expect("attempts")
         .expect("known");
     assert_eq!(attempts[0].outcome.as_deref(), Some("interrupted"));
+    assert_eq!(
+        attempts[0].executor_id, "host:1",
+        "the attempt keeps who ran it"
+    );
+    assert_eq!(
+        log_of(&store, 1).await,
+        [
+            (None, TaskStatus::Pending, "submitted".into()),
+            (
+                Some(TaskStatus::Pending),
+                TaskStatus::Running,
+                "started".into()
+            ),
+            (
+                Some(TaskStatus::Running),
+                TaskStatus::Interrupted,
+                "daemon_restart".into()
+            ),
+            (
+                Some(TaskStatus::Interrupted),
+                TaskStatus::ManualReview,
+                "on_interrupt".into()
+            ),
+        ]
+    );
     assert_eq!(task(&store, 2).await.status, TaskStatus::Pending);
-    // The type's on_interrupt decides next.
-    assert!(matches!(
+    // Settled once only.
+    assert_eq!(
         store
-            .decide_task(id(1), TaskStatus::ManualReview, "on_interrupt".into(), None)
+            .settle_orphan(settle(o.claim_seq))
             .await
-            .expect("decide"),
-        TaskAction::Done(ref t) if t.status == TaskStatus::ManualReview
+            .expect("settle again"),
+        None
+    );
+}
+
+/// While an orphaned attempt is being ended, its task keeps its locks and its quota slot; once
+/// settled they are free. A cancel requested meanwhile makes it `canceled`.
+pub async fn orphans_hold_locks_and_quota_until_settled(store: Store) {
+    submit(&store, locked(1, &["env:prod"])).await;
+    submit(&store, locked(2, &["env:prod"])).await;
+    submit(&store, new_task(3, None, "{}")).await;
+    let quota = ClaimType {
+        name: "backup".into(),
+        concurrency: Some(2),
+        kill_grace_ms: 3_000,
+    };
+    let (ids, _) = claim_ids(&store, 1, vec![quota.clone()]).await;
+    assert_eq!(ids, [id(1)]);
+    let orphans = store
+        .recover_tasks("host:new".into(), 30_000)
+        .await
+        .expect("recover");
+    assert_eq!(orphans.len(), 1);
+    assert_eq!(
+        orphans[0].kill_grace_ms, 3_000,
+        "the grace its executor gave it"
+    );
+    let lock = store.held_task_locks(100).await.expect("locks");
+    assert_eq!(lock.len(), 1);
+    assert_eq!(
+        (
+            lock[0].task_id.as_str(),
+            lock[0].attempt,
+            lock[0].ending.as_deref()
+        ),
+        (id(1).as_str(), 1, Some("daemon_restart"))
+    );
+    assert_eq!(lock[0].waiting, [id(2)]);
+    // 2 waits for the lock; 3 takes the quota's other slot; nothing else may start.
+    let (ids, waiting) = claim_ids(&store, 10, vec![quota.clone()]).await;
+    assert_eq!((ids, waiting), (vec![id(3)], 1));
+    let (ids, _) = claim_ids(&store, 10, vec![quota.clone()]).await;
+    assert!(ids.is_empty(), "the orphan still counts against the quota");
+    assert!(matches!(
+        store.cancel_task(id(1)).await.expect("cancel"),
+        TaskAction::CancelRequested(_)
     ));
+    assert_eq!(
+        store
+            .settle_orphan(OrphanEnd {
+                id: id(1),
+                claim_seq: orphans[0].claim_seq,
+                then: TaskStatus::Pending,
+            })
+            .await
+            .expect("settle"),
+        Some(TaskStatus::Canceled),
+        "the operator's cancel wins over on_interrupt"
+    );
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.error_code.as_deref(), t.finished_at.is_some()),
+        (TaskStatus::Canceled, Some("canceled"), true)
+    );
+    let (ids, _) = claim_ids(&store, 10, vec![quota]).await;
+    assert_eq!(ids, [id(2)], "the lock and the slot are free");
+}
+
+/// A cancel requested before the attempt's end is recorded wins over a failure that would
+/// be retried, and over a timeout; a success stays a success.
+pub async fn a_requested_cancel_wins_over_the_outcome(store: Store) {
+    for (n, outcome) in [
+        (1, TaskStatus::Failed),
+        (2, TaskStatus::TimedOut),
+        (3, TaskStatus::Succeeded),
+    ] {
+        submit(&store, new_task(n, None, "{}")).await;
+        let claimed = claim_one(&store).await;
+        assert!(matches!(
+            store.cancel_task(id(n)).await.expect("cancel"),
+            TaskAction::CancelRequested(_)
+        ));
+        // A failure or a timeout that would be retried at once.
+        let retry_at = (outcome != TaskStatus::Succeeded).then(|| store.now_ms());
+        let status = store
+            .finish_task(end(&claimed, outcome, retry_at))
+            .await
+            .expect("finish");
+        let want = if outcome == TaskStatus::Succeeded {
+            TaskStatus::Succeeded
+        } else {
+            TaskStatus::Canceled
+        };
+        assert_eq!(status, Some(want), "{outcome}");
+        let t = task(&store, n).await;
+        assert_eq!((t.status, t.next_run_at), (want, None), "{t:?}");
+        let attempts = store
+            .task_attempts(id(n))
+            .await
+            .expect("attempts")
+            .expect("known");
+        assert_eq!(
+            attempts[0].outcome.as_deref(),
+            Some(outcome.as_str()),
+            "the attempt keeps how it really ended"
+        );
+    }
+    let (ids, _) = claim_ids(&store, 10, vec!["backup".into()]).await;
+    assert!(ids.is_empty(), "no further attempt: {ids:?}");
+}
+
+/// Pending tasks of a type no longer declared go to review and give up their locks.
+pub async fn undeclared_types_go_to_review(store: Store) {
+    submit(&store, locked(1, &["env:prod"])).await;
+    submit(
+        &store,
+        NewTask {
+            task_type: "kept".into(),
+            ..new_task(2, None, "{}")
+        },
+    )
+    .await;
+    // 1 fails and keeps its lock through the backoff.
+    let claimed = claim_one(&store).await;
+    store
+        .finish_task(TaskAttemptEnd {
+            hold_locks: true,
+            ..end(&claimed, TaskStatus::Failed, Some(store.now_ms() + 60_000))
+        })
+        .await
+        .expect("finish");
+    assert_eq!(store.held_task_locks(10).await.expect("locks").len(), 1);
+    let reviewed = store
+        .review_undeclared_tasks(vec!["kept".into()])
+        .await
+        .expect("review");
+    assert_eq!(reviewed, [id(1)]);
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.error_code.as_deref()),
+        (TaskStatus::ManualReview, Some("type_undeclared"))
+    );
+    assert!(store.held_task_locks(10).await.expect("locks").is_empty());
+    assert_eq!(task(&store, 2).await.status, TaskStatus::Pending);
 }
 
 /// Bring a fresh task `n` to `status` through the store's own operations.
@@ -357,9 +584,6 @@ async fn reach(store: &Store, n: u32, status: TaskStatus) {
     let claimed = claim_type(store, &task_type).await;
     match status {
         Running => {}
-        Interrupted => {
-            store.recover_tasks().await.expect("recover");
-        }
         ManualReview => {
             store
                 .finish_task(end(&claimed, Failed, None))
@@ -545,6 +769,7 @@ pub async fn task_quota_limits_running_per_type(store: Store) {
     let quota = ClaimType {
         name: "backup".into(),
         concurrency: Some(2),
+        kill_grace_ms: 1_000,
     };
     let (ids, waiting) = claim_ids(&store, 10, vec![quota.clone()]).await;
     assert_eq!(ids, [id(1), id(2)]);
@@ -679,8 +904,12 @@ pub async fn task_steps_are_fenced_and_partial_failures_reviewed(store: Store) {
 
 pub async fn task_leases_renew_and_expire_only_for_others(store: Store) {
     submit(&store, new_task(1, None, "{}")).await;
+    let dead = Executor {
+        id: "host:dead".into(),
+        host: "boot/ns".into(),
+    };
     let claimed = store
-        .claim_tasks(1, vec!["backup".into()], 1, "host:dead".into())
+        .claim_tasks(1, vec!["backup".into()], 1, dead.clone())
         .await
         .expect("claim")
         .tasks
@@ -689,15 +918,17 @@ pub async fn task_leases_renew_and_expire_only_for_others(store: Store) {
         pgid: 4242,
         leader_start: 99,
         boot_id: "boot".into(),
+        sid: None,
     };
     store
         .record_task_process(id(1), claimed.attempt, process.clone())
         .await
         .expect("record process");
+    let lease_until = task(&store, 1).await.lease_until.expect("leased");
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     // Its own executor never expires its lease; another one does once it lapsed.
     assert!(store
-        .expire_task_leases("host:dead".into())
+        .expire_task_leases(dead.clone(), 60_000)
         .await
         .expect("expire")
         .is_empty());
@@ -707,18 +938,54 @@ pub async fn task_leases_renew_and_expire_only_for_others(store: Store) {
             .renew_task_leases(vec![(id(1), claimed.claim_seq + 1)], 60_000)
             .await
             .expect("renew"),
-        0
+        []
     );
     let expired = store
-        .expire_task_leases("host:alive".into())
+        .expire_task_leases("host:alive".into(), 60_000)
         .await
         .expect("expire");
-    assert_eq!(expired.len(), 1);
-    assert_eq!(expired[0].process, Some(process));
+    assert_eq!(
+        expired,
+        [Orphaned {
+            id: id(1),
+            task_type: "backup".into(),
+            attempt: 1,
+            claim_seq: claimed.claim_seq + 1,
+            code: "lease_expired".into(),
+            process: Some(process),
+            host: "boot/ns".into(),
+            lease_until,
+            kill_grace_ms: spool_store::tasks::DEFAULT_KILL_GRACE_MS,
+        }]
+    );
     let t = task(&store, 1).await;
     assert_eq!(
-        (t.status, t.error_code.as_deref()),
-        (TaskStatus::Interrupted, Some("lease_expired"))
+        (t.status, t.ending.as_deref(), t.executor_id.as_deref()),
+        (
+            TaskStatus::Running,
+            Some("lease_expired"),
+            Some("host:alive")
+        )
+    );
+    // The old executor's renewal is refused from now on: it must stop its attempt. The new one
+    // renews it, and learns of a cancel through it.
+    assert_eq!(
+        store
+            .renew_task_leases(vec![(id(1), claimed.claim_seq)], 60_000)
+            .await
+            .expect("renew"),
+        []
+    );
+    store.cancel_task(id(1)).await.expect("cancel");
+    assert_eq!(
+        store
+            .renew_task_leases(vec![(id(1), expired[0].claim_seq)], 60_000)
+            .await
+            .expect("renew"),
+        [Renewed {
+            id: id(1),
+            cancel_requested: true,
+        }]
     );
     // A renewed lease does not lapse.
     submit(&store, new_task(2, None, "{}")).await;
@@ -733,11 +1000,14 @@ pub async fn task_leases_renew_and_expire_only_for_others(store: Store) {
             .renew_task_leases(vec![(id(2), second.claim_seq)], 60_000)
             .await
             .expect("renew"),
-        1
+        [Renewed {
+            id: id(2),
+            cancel_requested: false,
+        }]
     );
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     assert!(store
-        .expire_task_leases("host:alive".into())
+        .expire_task_leases("host:alive".into(), 60_000)
         .await
         .expect("expire")
         .is_empty());
