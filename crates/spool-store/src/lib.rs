@@ -439,6 +439,24 @@ impl Store {
         dispatch!(self, s => s.expire_task_leases(executor, lease_ms).await)
     }
 
+    /// The executors other than `me` that hold running tasks on `host` (the host of the
+    /// lease holder): on a restart, earlier runs of this daemon on this host, which the daemon
+    /// can tell dead or alive.
+    pub async fn task_executors_on(&self, host: String, me: String) -> Result<Vec<String>> {
+        dispatch!(self, s => s.task_executors_on(host, me).await)
+    }
+
+    /// Take over at once (`daemon_restart`), lease or not, the running tasks held by `dead`:
+    /// executors known to be gone. Otherwise as [`Store::expire_task_leases`].
+    pub async fn take_over_tasks_from(
+        &self,
+        dead: Vec<String>,
+        executor: tasks::Executor,
+        lease_ms: i64,
+    ) -> Result<Vec<tasks::Orphaned>> {
+        dispatch!(self, s => s.take_over_tasks_from(dead, executor, lease_ms).await)
+    }
+
     /// Settle a task taken over as orphaned, once its attempt's processes are gone (see
     /// [`tasks::OrphanEnd`]). Fenced by the claim: `None` if it is no longer held under it.
     /// Returns where the task went.

@@ -15,6 +15,8 @@
 //!   `(status, json)` pairs.
 //! - [`pg`]: [`TestDatabase`], a PostgreSQL database of a test's own (`SPOOLD_TEST_PG_URL`);
 //!   [`PrivateServer`], a PostgreSQL server of a test's own, to restart.
+//! - [`proxy`]: [`Proxy`], a TCP proxy a test can pause, for a daemon that loses its database
+//!   while its connections stay open.
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
 //!   command runner, and the rule that skips such a test where it cannot run unless an
 //!   environment variable requires it.
@@ -45,6 +47,7 @@ pub mod bin_path;
 pub mod daemon;
 pub mod pg;
 pub mod privileged;
+pub mod proxy;
 pub mod receiver;
 pub mod remote;
 
@@ -52,5 +55,6 @@ pub use api::Api;
 pub use bin_path::cargo_bin;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
 pub use pg::{PrivateServer, TestDatabase};
+pub use proxy::Proxy;
 pub use receiver::{Receiver, Recorded, Reply};
 pub use remote::{CreateBehavior, Record, RemoteApi, SearchBehavior};

@@ -28,6 +28,7 @@ use std::net::SocketAddr;
 use deliveries::{activity, deliver, outbound, reconcile, retention, retry, scheduler, submission};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use spool_store::postgres::{PgConfig, PgStore};
 use spool_store::sqlite::{SqliteConfig, SqliteStore};
@@ -35,7 +36,7 @@ use spool_store::{Store, StoreError};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::{Config, Database, Listen};
 
@@ -111,6 +112,10 @@ impl Running {
         }
     }
 }
+
+/// After the shutdown timeout interrupted them, how long running task attempts get to end
+/// (their kill grace and SIGKILL) before the daemon stops without them.
+const STOP_ATTEMPTS_AT_MOST: Duration = Duration::from_secs(120);
 
 /// Open the store, recover claims left by a previous process, bind the API and start
 /// delivering. Returns once the API is accepting connections.
@@ -284,6 +289,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         }
         // Result files a previous process left (they may hold secrets): nothing runs here yet.
         remove_files_in(&runner.results_dir);
+        open_results_to_task_users(&runner.results_dir, &config.task_types)?;
     }
     // In the background: the orphaned tasks keep their locks and slots until what is left of
     // their attempts is gone, which may take a type's kill_grace.
@@ -328,7 +334,19 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             );
             interrupt.cancel();
             attempts.wait().await;
-            task_attempts.wait().await;
+            // Attempts end within their kill grace; one whose processes survive SIGKILL
+            // (uninterruptible sleep) is left `running` in the store, to be taken over — and
+            // its locks kept — until what is left of it is gone.
+            if tokio::time::timeout(STOP_ATTEMPTS_AT_MOST, task_attempts.wait())
+                .await
+                .is_err()
+            {
+                error!(
+                    running = task_attempts.len(),
+                    "task attempts could not be ended; stopping without them (their tasks stay \
+                     running until a daemon finds them gone)"
+                );
+            }
         }
         match tokio::time::timeout(shutdown_timeout, server).await {
             Ok(Ok(Ok(()))) => {}
@@ -392,6 +410,53 @@ fn can_switch_users() -> bool {
         .is_some_and(|caps| caps & (CAP_SETGID | CAP_SETUID) == CAP_SETGID | CAP_SETUID)
 }
 
+/// With types that run as other users, the result files' directory lets them through (0711: no
+/// listing; each file is 0600 and belongs to its attempt's user), and every directory above it
+/// must too: otherwise the daemon refuses to start, naming the one in the way.
+fn open_results_to_task_users(
+    results: &std::path::Path,
+    types: &tasks::TaskTypes,
+) -> Result<(), StartError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let users: Vec<&tasks::types::RunAs> = types.iter().filter_map(|t| t.run_as.as_ref()).collect();
+    if users.is_empty() {
+        return Ok(());
+    }
+    std::fs::set_permissions(results, std::fs::Permissions::from_mode(0o711)).map_err(|e| {
+        StartError::TaskUser(format!(
+            "cannot open {} to task users: {e}",
+            results.display()
+        ))
+    })?;
+    let kind = |user: &tasks::types::RunAs| {
+        types
+            .iter()
+            .find(|t| t.run_as.as_ref() == Some(user))
+            .map_or_else(String::new, |t| t.name.clone())
+    };
+    for dir in results.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        for user in &users {
+            let through = meta.mode() & 0o001 != 0
+                || (meta.uid() == user.uid && meta.mode() & 0o100 != 0)
+                || (meta.gid() == user.gid && meta.mode() & 0o010 != 0)
+                || user.uid == 0;
+            if !through {
+                return Err(StartError::TaskUser(format!(
+                    "[tasks.{}] user = {:?}: that user cannot reach its result file, since {} \
+                     does not let it through (chmod o+x {0}, or use a --data-dir it can reach)",
+                    kind(user),
+                    user.name,
+                    dir.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Remove the files directly in `dir` (best effort).
 fn remove_files_in(dir: &std::path::Path) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -442,7 +507,23 @@ async fn recover(
 ) -> Result<Vec<spool_store::tasks::Orphaned>, StoreError> {
     let lease_ms = config.task_lease.as_millis() as i64;
     if matches!(config.db, Database::Postgres(_)) {
-        return store.expire_task_leases(executor.clone(), lease_ms).await;
+        // Earlier runs of this daemon on this host that are certainly gone (their process no
+        // longer exists) need not wait for their leases.
+        let dead: Vec<String> = store
+            .task_executors_on(executor.host.clone(), executor.id.clone())
+            .await?
+            .into_iter()
+            .filter(|id| tasks::processes::executor_gone(id))
+            .collect();
+        let mut orphans = if dead.is_empty() {
+            Vec::new()
+        } else {
+            store
+                .take_over_tasks_from(dead, executor.clone(), lease_ms)
+                .await?
+        };
+        orphans.extend(store.expire_task_leases(executor.clone(), lease_ms).await?);
+        return Ok(orphans);
     }
     let reclaimed = store
         .recover(config.reconcile_base.as_millis() as i64)

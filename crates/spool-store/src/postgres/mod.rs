@@ -819,6 +819,21 @@ impl PgStore {
         ))
     }
 
+    pub async fn take_over_tasks_from(
+        &self,
+        dead: Vec<String>,
+        executor: Executor,
+        lease_ms: i64,
+    ) -> Result<Vec<Orphaned>> {
+        in_tx!(self, |tx, now| tasks::take_over_from(
+            &tx, now, &dead, &executor, lease_ms
+        ))
+    }
+
+    pub async fn task_executors_on(&self, host: String, me: String) -> Result<Vec<String>> {
+        read!(self, |c| tasks::executors_on(c, &host, &me))
+    }
+
     pub async fn settle_orphan(&self, end: OrphanEnd) -> Result<Option<TaskStatus>> {
         let out = in_tx!(self, |tx, now| tasks::settle_orphan(&tx, &end, now));
         // Its locks and quota slot are free now (for any host), and it may be pending again.

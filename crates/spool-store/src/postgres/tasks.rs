@@ -530,8 +530,9 @@ async fn start(
         "started",
         None,
         "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = $3, \
-         executor_id = $4, started_at = COALESCE(started_at, $2), next_run_at = NULL",
-        &[&lease_until, &executor_id],
+         executor_id = $4, executor_host = $5, started_at = COALESCE(started_at, $2), \
+         next_run_at = NULL",
+        &[&lease_until, &executor_id, &executor.host],
     )
     .await?;
     let r = one(
@@ -839,6 +840,44 @@ pub(crate) async fn expire_leases(
     take_over(tx, now, &lapsed, (executor, lease_ms), "lease_expired").await
 }
 
+/// Running tasks held by one of `dead` (executors known to be gone: an earlier run of this
+/// daemon on this host whose process no longer exists) are taken over at once
+/// (`daemon_restart`), lease or not.
+pub(crate) async fn take_over_from(
+    tx: &Tx<'_>,
+    now: Millis,
+    dead: &[String],
+    executor: &Executor,
+    lease_ms: i64,
+) -> Result<Vec<Orphaned>> {
+    let held = rows(
+        tx,
+        "SELECT id FROM tasks WHERE status = 'running' AND executor_id = ANY($1::text[]) \
+         AND executor_id <> $2 ORDER BY id FOR UPDATE",
+        &[&dead, &executor.id],
+    )
+    .await?;
+    take_over(tx, now, &held, (executor, lease_ms), "daemon_restart").await
+}
+
+/// The other executors holding running tasks on `host`.
+pub(crate) async fn executors_on<C: GenericClient>(
+    c: &C,
+    host: &str,
+    me: &str,
+) -> Result<Vec<String>> {
+    rows(
+        c,
+        "SELECT DISTINCT executor_id FROM tasks WHERE status = 'running' \
+         AND executor_host = $1 AND executor_id <> $2",
+        &[&host, &me],
+    )
+    .await?
+    .iter()
+    .map(|r| column(r, "executor_id"))
+    .collect()
+}
+
 /// Take over the running tasks of `running` (the `id` of rows the caller locked): a new claim
 /// (which fences off the old executor's end and renewals), leased to `executor`, `ending` set
 /// to `code` (kept if an earlier take-over set it). The status does not change: the attempt
@@ -863,8 +902,9 @@ async fn take_over(
         let after = one(
             tx,
             "UPDATE tasks SET claim_seq = claim_seq + 1, executor_id = $2, lease_until = $3, \
-             ending = COALESCE(ending, $4) WHERE id = $1 RETURNING claim_seq, ending",
-            &[&id, &executor.id, &(now + lease_ms), &code],
+             ending = COALESCE(ending, $4), executor_host = $5 WHERE id = $1 \
+             RETURNING claim_seq, ending",
+            &[&id, &executor.id, &(now + lease_ms), &code, &executor.host],
         )
         .await?;
         let attempt = u32_of(&before, "attempts")?;

@@ -334,6 +334,22 @@ impl SqliteStore {
             .await
     }
 
+    pub async fn take_over_tasks_from(
+        &self,
+        dead: Vec<String>,
+        executor: Executor,
+        lease_ms: i64,
+    ) -> Result<Vec<Orphaned>> {
+        self.inner
+            .writer
+            .write(move |c, now| tasks::take_over_from(c, now, &dead, &executor, lease_ms))
+            .await
+    }
+
+    pub async fn task_executors_on(&self, host: String, me: String) -> Result<Vec<String>> {
+        self.read(move |c| tasks::executors_on(c, &host, &me)).await
+    }
+
     pub async fn settle_orphan(&self, end: OrphanEnd) -> Result<Option<TaskStatus>> {
         let wake = self.task_waker();
         self.inner

@@ -284,9 +284,11 @@ const MIGRATIONS: &[&str] = &[
     // 9: tasks, part 3. An attempt whose executor is gone is taken over and ended before its
     // task leaves `running` (`ending`: why its executor is gone). Each attempt records where
     // its processes can be seen from (`host`), how long its executor gives them after SIGTERM
-    // (`kill_grace_ms`) and its group's session (`sid`).
+    // (`kill_grace_ms`) and its group's session (`sid`); a task, where its lease holder runs
+    // (`executor_host`).
     r#"
     ALTER TABLE tasks ADD COLUMN ending TEXT;
+    ALTER TABLE tasks ADD COLUMN executor_host TEXT;
     ALTER TABLE task_attempts ADD COLUMN host TEXT;
     ALTER TABLE task_attempts ADD COLUMN kill_grace_ms INTEGER;
     ALTER TABLE task_attempts ADD COLUMN sid INTEGER;

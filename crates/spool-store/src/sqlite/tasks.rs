@@ -426,8 +426,9 @@ fn start(
         "started",
         None,
         "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = ?3, \
-         executor_id = ?4, started_at = COALESCE(started_at, ?2), next_run_at = NULL",
-        &[&lease_until, &executor_id],
+         executor_id = ?4, executor_host = ?5, started_at = COALESCE(started_at, ?2), \
+         next_run_at = NULL",
+        &[&lease_until, &executor_id, &executor.host],
     )?;
     let task = conn
         .prepare_cached(
@@ -726,6 +727,38 @@ pub(crate) fn expire_leases(
     )
 }
 
+/// Running tasks held by one of `dead` (executors known to be gone: an earlier run of this
+/// daemon on this host whose process no longer exists) are taken over at once
+/// (`daemon_restart`), lease or not.
+pub(crate) fn take_over_from(
+    conn: &Connection,
+    now: Millis,
+    dead: &[String],
+    executor: &Executor,
+    lease_ms: i64,
+) -> Result<Vec<Orphaned>> {
+    let dead = serde_json::to_string(dead).map_err(|e| StoreError::Database(e.to_string()))?;
+    take_over(
+        conn,
+        now,
+        "SELECT id FROM tasks INDEXED BY tasks_status WHERE status = 'running' \
+         AND executor_id IN (SELECT value FROM json_each(?1)) AND executor_id <> ?2",
+        params![dead, executor.id],
+        (executor, lease_ms),
+        "daemon_restart",
+    )
+}
+
+/// The other executors holding running tasks on `host`.
+pub(crate) fn executors_on(conn: &Connection, host: &str, me: &str) -> Result<Vec<String>> {
+    conn.prepare_cached(
+        "SELECT DISTINCT executor_id FROM tasks INDEXED BY tasks_status \
+         WHERE status = 'running' AND executor_host = ?1 AND executor_id <> ?2",
+    )
+    .and_then(|mut st| st.query_map(params![host, me], |r| r.get(0))?.collect())
+    .map_err(map_err)
+}
+
 /// Take over the running tasks `select` finds (one column: the id): a new claim (which fences
 /// off the old executor's end and renewals), leased to `executor`, `ending` set to `code` (kept
 /// if an earlier take-over set it). The status does not change: the attempt may still have
@@ -751,13 +784,14 @@ fn take_over(
         let (claim_seq, code): (u32, String) = conn
             .prepare_cached(
                 "UPDATE tasks SET claim_seq = claim_seq + 1, executor_id = ?2, \
-                 lease_until = ?3, ending = COALESCE(ending, ?4) \
+                 lease_until = ?3, ending = COALESCE(ending, ?4), executor_host = ?5 \
                  WHERE id = ?1 AND status = 'running' RETURNING claim_seq, ending",
             )
             .and_then(|mut st| {
-                st.query_row(params![id, executor.id, now + lease_ms, code], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
+                st.query_row(
+                    params![id, executor.id, now + lease_ms, code, executor.host],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
             })
             .map_err(map_err)?;
         let lease_until = lease_until.unwrap_or(now);

@@ -88,6 +88,7 @@ macro_rules! conformance_suite {
             task_cancel_pending_and_running,
             recover_takes_running_tasks_over_until_settled,
             orphans_hold_locks_and_quota_until_settled,
+            dead_executors_are_taken_over_at_once,
             a_requested_cancel_wins_over_the_outcome,
             undeclared_types_go_to_review,
             every_task_transition_is_checked,

@@ -124,7 +124,7 @@ async fn reopen_migrated(db: &TestDatabase) -> Store {
 }
 
 /// Version 8's columns (orphaned task attempts), dropped: every step back goes below 8.
-const ORPHAN_COLUMNS: &str = "ALTER TABLE tasks DROP COLUMN ending; \
+const ORPHAN_COLUMNS: &str = "ALTER TABLE tasks DROP COLUMN ending, DROP COLUMN executor_host; \
     ALTER TABLE task_attempts DROP COLUMN host, DROP COLUMN kill_grace_ms, DROP COLUMN sid;";
 
 /// Version 6's step function (the one that takes), dropped: the older one is left.

@@ -10,14 +10,18 @@
 //! `limit - limit / 2` bytes. While the attempt runs the file holds the head only; the tail is
 //! appended by [`OutputLog::finish`].
 //!
+//! Order: stdout and stderr are kept in the order they arrive, as a terminal shows them — except
+//! what a stream's redactor holds back. A literal secret may be arriving in pieces: the start of
+//! one is held until the rest comes (or does not). With `redact` patterns, which are matched
+//! within a line, each stream's unfinished line is held until it ends: lines of the two streams
+//! then never mix, and are interleaved in the order they end. At the end, what the streams still
+//! hold is released in the order it began.
+//!
 //! Matching rules: a literal secret is caught wherever it appears, split across any number of
-//! reads — and across the two streams: each stream is redacted on its own (a line is released
-//! once complete, so lines of the two streams never mix), and what the two release, merged in
-//! the order it is released, passes once more through the literal secrets, so a secret printed
-//! partly to stdout and partly to stderr with no line end between is found there. At the end
-//! the streams' unfinished lines are released in the order they began. A regex is matched
-//! against whole lines (blocks of complete lines, in fact), so it is
-//! only guaranteed to see a match that lies within one line of up to [`LINE_CAP`] bytes; use
+//! reads — and across the two streams: literal secrets are searched for in the merged bytes (a
+//! secret printed partly to stdout and partly to stderr) and in each stream's own bytes (a
+//! secret printed in two writes with the other stream's output between them). A regex is matched against whole lines (blocks of complete lines, in fact), so it
+//! is only guaranteed to see a match that lies within one line of up to [`LINE_CAP`] bytes; use
 //! `(?m)` for `^`/`$` to mean line starts and ends. Regexes run in Unicode mode (the `regex`
 //! crate's default), where `\S` does not match bytes that are not UTF-8: write `(?-u:\S)` to
 //! match any non-space byte.
@@ -80,8 +84,10 @@ pub enum RuleError {
 
 /// Redacts one stream of bytes that arrives in arbitrary pieces.
 ///
-/// Input is held until a line is complete (or [`LINE_CAP`] is exceeded), so a secret split
-/// across two reads is still found, and lines of two streams written to one place do not mix.
+/// With patterns, input is held until a line is complete (or [`LINE_CAP`] is exceeded): a
+/// pattern is matched within a line, and lines of two streams written to one place do not mix.
+/// With literal secrets only, no more is held than the start of a secret that may still be
+/// arriving. Either way a secret split across two reads is still found.
 pub struct Redactor {
     rules: RedactRules,
     /// Input not yet redacted: the start of an incomplete line.
@@ -126,9 +132,9 @@ pub struct OutputLog {
     /// The tail, created on first use and unlinked at once: nothing is left behind on a crash.
     ring: Option<File>,
     redactors: [Redactor; 2],
-    /// What the two redactors release, merged, redacted once more for literal secrets split
-    /// across the two streams.
-    merged: CrossStream,
+    /// What the two redactors release, merged in arrival order and redacted for literal
+    /// secrets (across the streams, and within each).
+    merged: Merged,
     /// Pushes so far (orders the streams' unfinished lines).
     pushes: u64,
     /// Scratch for redacted output, reused across writes.
@@ -138,56 +144,138 @@ pub struct OutputLog {
     live: broadcast::Sender<Bytes>,
 }
 
-/// Literal secrets across the two streams: holds back only a tail of the merged output that
-/// could be the start of one, and releases the rest redacted.
-struct CrossStream {
+/// The two streams merged in the order their bytes arrive, redacted for literal secrets: a
+/// secret is found in the merged bytes (split across the two streams) and in each stream's own
+/// bytes (split by the other stream's output in between). Holds back only what could be the
+/// start of a secret still arriving, in either view, and never part of a secret found.
+struct Merged {
     rules: RedactRules,
     pending: Vec<u8>,
+    /// Which stream each pending byte came from.
+    origin: Vec<u8>,
     scratch: Scratch,
+    /// Scratch: which pending bytes lie in a secret.
+    covered: Vec<bool>,
+    /// Scratch: one stream's pending bytes, and where each is in `pending`.
+    own: Vec<u8>,
+    places: Vec<usize>,
+    /// Scratch: the secrets found, as (first byte, last byte + 1) in `pending`.
+    found: Vec<(usize, usize)>,
     redactions: u64,
 }
 
-impl CrossStream {
+impl Merged {
     fn new(rules: &RedactRules) -> Self {
         let rules = rules.literals_only();
-        CrossStream {
+        Merged {
             scratch: Scratch::new(&rules.0),
             rules,
             pending: Vec::new(),
+            origin: Vec::new(),
+            covered: Vec::new(),
+            own: Vec::new(),
+            places: Vec::new(),
+            found: Vec::new(),
             redactions: 0,
         }
     }
 
-    fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
+    fn push(&mut self, stream: Stream, input: &[u8], out: &mut Vec<u8>) {
         if self.rules.is_empty() {
             out.extend_from_slice(input);
             return;
         }
         self.pending.extend_from_slice(input);
-        let data = mem::take(&mut self.pending);
-        let hold = self.rules.0.pending_start(&data);
-        let (cut, n) = if hold == data.len() {
-            (0, 0)
-        } else {
-            redact_block(
-                &self.rules.0,
-                &mut self.scratch,
-                &data,
-                data.len() - hold,
-                out,
-            )
-        };
-        self.redactions += n;
-        self.pending = data;
-        self.pending.drain(..cut);
+        self.origin.resize(self.pending.len(), stream.index() as u8);
+        self.release(false, out);
     }
 
+    /// The end of both streams: everything goes.
     fn finish(&mut self, out: &mut Vec<u8>) {
-        let data = mem::take(&mut self.pending);
-        if !data.is_empty() {
-            let (_, n) = redact_block(&self.rules.0, &mut self.scratch, &data, data.len(), out);
-            self.redactions += n;
+        if !self.pending.is_empty() {
+            self.release(true, out);
         }
+    }
+
+    /// Appends what can go now to `out`, each secret's bytes replaced (one [`REDACTED`] for each
+    /// run of them).
+    fn release(&mut self, end: bool, out: &mut Vec<u8>) {
+        let rules = &self.rules.0;
+        let len = self.pending.len();
+        self.covered.clear();
+        self.covered.resize(len, false);
+        self.found.clear();
+        rules.find_spans(&self.pending, &mut self.scratch);
+        for &(start, stop) in &self.scratch.spans {
+            self.covered[start..stop].fill(true);
+            self.found.push((start, stop));
+        }
+        let mut hold = if end {
+            len
+        } else {
+            len - rules.pending_start(&self.pending)
+        };
+        let mixed = self.origin.iter().any(|&o| o != self.origin[0]);
+        for stream in [0u8, 1].into_iter().filter(|_| mixed) {
+            self.own.clear();
+            self.places.clear();
+            for (i, (&b, _)) in self
+                .pending
+                .iter()
+                .zip(&self.origin)
+                .enumerate()
+                .filter(|(_, (_, &o))| o == stream)
+            {
+                self.own.push(b);
+                self.places.push(i);
+            }
+            if self.own.is_empty() {
+                continue;
+            }
+            rules.find_spans(&self.own, &mut self.scratch);
+            for &(start, stop) in &self.scratch.spans {
+                for &p in &self.places[start..stop] {
+                    self.covered[p] = true;
+                }
+                self.found
+                    .push((self.places[start], self.places[stop - 1] + 1));
+            }
+            let tail = rules.pending_start(&self.own);
+            if !end && tail > 0 {
+                hold = hold.min(self.places[self.own.len() - tail]);
+            }
+        }
+        // Never cut through a secret found: hold it whole (its pieces may lie apart).
+        let mut cut = hold;
+        while let Some(&(first, _)) = self
+            .found
+            .iter()
+            .find(|&&(first, stop)| first < cut && cut < stop)
+        {
+            cut = first;
+        }
+        let mut i = 0;
+        while i < cut {
+            let run = self.covered[i];
+            let next = self.covered[i..cut]
+                .iter()
+                .position(|&c| c != run)
+                .map_or(cut, |n| i + n);
+            if run {
+                out.extend_from_slice(REDACTED.as_bytes());
+            } else {
+                out.extend_from_slice(&self.pending[i..next]);
+            }
+            i = next;
+        }
+        // Each secret counted once, as it goes (one found in the merged bytes and in a stream's
+        // own is the same).
+        self.found.retain(|&(_, stop)| stop <= cut);
+        self.found.sort_unstable();
+        self.found.dedup();
+        self.redactions += self.found.len() as u64;
+        self.pending.drain(..cut);
+        self.origin.drain(..cut);
     }
 }
 
@@ -375,13 +463,21 @@ impl Compiled {
             .map(|k| text.len() - k)
     }
 
-    /// How long a tail of `text` could be the start of a literal secret (0: none).
+    /// How long a tail of `text` could be the start of a literal secret (0: none): the longest
+    /// tail that some literal begins with (and is longer than). Positions are tried from the
+    /// farthest back a secret could have begun; most fail at their first byte.
     fn pending_start(&self, text: &[u8]) -> usize {
-        self.literal_bytes
-            .iter()
-            .flat_map(|l| (1..l.len()).filter(|&k| text.ends_with(&l[..k])))
-            .max()
-            .unwrap_or(0)
+        let from = text
+            .len()
+            .saturating_sub(self.longest_literal.saturating_sub(1));
+        (from..text.len())
+            .find(|&i| {
+                let tail = &text[i..];
+                self.literal_bytes
+                    .iter()
+                    .any(|l| l.len() > tail.len() && l.starts_with(tail))
+            })
+            .map_or(0, |i| text.len() - i)
     }
 
     /// Fills `scratch.spans` with every match in `hay`, in order and merged where they overlap.
@@ -578,6 +674,11 @@ impl Redactor {
     fn cut_point(&self, data: &[u8], new_from: usize) -> usize {
         let rules = &self.rules.0;
         let len = data.len();
+        if rules.regexes.is_empty() {
+            // Literals only: hold back no more than the start of a secret that may be arriving,
+            // so output (a progress line without a line end, say) is released as it comes.
+            return len - rules.pending_start(data);
+        }
         let mut cut = data[new_from..]
             .iter()
             .rposition(|&b| b == b'\n')
@@ -658,6 +759,11 @@ impl OutputLog {
     /// replaced. No output, no file. `limit` bounds the stored output (plus the marker line).
     pub fn create(path: &Path, limit: u64, rules: &RedactRules) -> io::Result<Self> {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
+        let per_stream = if rules.0.regexes.is_empty() {
+            RedactRules::default()
+        } else {
+            rules.clone()
+        };
         Ok(OutputLog {
             path: path.to_path_buf(),
             file: None,
@@ -666,8 +772,10 @@ impl OutputLog {
             head_len: 0,
             tail_len: 0,
             ring: None,
-            redactors: [Redactor::new(rules), Redactor::new(rules)],
-            merged: CrossStream::new(rules),
+            // A stream's own redactor matters for patterns (matched within its lines); literal
+            // secrets are found in the merged bytes, which keep the order they arrived in.
+            redactors: [Redactor::new(&per_stream), Redactor::new(&per_stream)],
+            merged: Merged::new(rules),
             pushes: 0,
             buf: Vec::new(),
             merged_buf: Vec::new(),
@@ -686,16 +794,16 @@ impl OutputLog {
             redactor.pending_since = self.pushes;
         }
         redactor.push(chunk, &mut buf);
-        let stored = self.merge(&buf);
+        let stored = self.merge(stream, &buf);
         self.buf = buf;
         stored
     }
 
-    /// Passes what a stream's redactor released through the cross-stream redactor, and on.
-    fn merge(&mut self, released: &[u8]) -> io::Result<()> {
+    /// Passes what a stream's redactor released through the merged redactor, and on.
+    fn merge(&mut self, stream: Stream, released: &[u8]) -> io::Result<()> {
         let mut merged = mem::take(&mut self.merged_buf);
         merged.clear();
-        self.merged.push(released, &mut merged);
+        self.merged.push(stream, released, &mut merged);
         let stored = self.accept(&merged);
         self.merged_buf = merged;
         stored
@@ -730,12 +838,12 @@ impl OutputLog {
         let mut buf = mem::take(&mut self.buf);
         // Unfinished lines in the order they began: a secret whose first part went to one
         // stream and the rest to the other is whole again in the merged output.
-        let mut order = [0, 1];
-        order.sort_by_key(|&i| self.redactors[i].pending_since);
-        for i in order {
+        let mut order = [Stream::Stdout, Stream::Stderr];
+        order.sort_by_key(|s| self.redactors[s.index()].pending_since);
+        for stream in order {
             buf.clear();
-            self.redactors[i].finish(&mut buf);
-            self.merge(&buf)?;
+            self.redactors[stream.index()].finish(&mut buf);
+            self.merge(stream, &buf)?;
         }
         buf.clear();
         self.merged.finish(&mut buf);
@@ -1146,8 +1254,9 @@ mod tests {
     }
 
     #[test]
-    fn streams_interleave_by_line_with_a_redactor_each() {
+    fn streams_keep_arrival_order_and_secrets_are_found_in_each_and_across() {
         let rules = rules(&["s3cr3t"], &[]);
+        // Each stream's secret is split by the other stream's output.
         let writes: [(Stream, &[u8]); 5] = [
             (Stream::Stdout, b"out s3c"),
             (Stream::Stderr, b"err s3"),
@@ -1158,9 +1267,35 @@ mod tests {
         let (stored, summary) = log_of(1 << 20, &rules, &writes);
         assert_eq!(
             String::from_utf8(stored).expect("utf-8"),
-            "out [REDACTED] done\nerr [REDACTED] done\nout 2 end"
+            "out [REDACTED]err [REDACTED] done\nout 2[REDACTED] done\n end"
         );
         assert_eq!(summary.redactions, 2);
+        // One secret, its first part on stdout, the rest on stderr.
+        let writes: [(Stream, &[u8]); 3] = [
+            (Stream::Stdout, b"token=s3c"),
+            (Stream::Stderr, b"r3t"),
+            (Stream::Stdout, b" ok\n"),
+        ];
+        let (stored, summary) = log_of(1 << 20, &rules, &writes);
+        assert_eq!(
+            String::from_utf8(stored).expect("utf-8"),
+            "token=[REDACTED] ok\n"
+        );
+        assert_eq!(summary.redactions, 1);
+        // With a pattern, each stream's lines are kept whole, interleaved as they end.
+        let rules = super::RedactRules::new(vec![b"s3cr3t".to_vec()], &["pw=\\S+".to_owned()])
+            .expect("rules");
+        let writes: [(Stream, &[u8]); 4] = [
+            (Stream::Stdout, b"out pw=a"),
+            (Stream::Stderr, b"err s3"),
+            (Stream::Stdout, b"bc done\n"),
+            (Stream::Stderr, b"cr3t done\n"),
+        ];
+        let (stored, _) = log_of(1 << 20, &rules, &writes);
+        assert_eq!(
+            String::from_utf8(stored).expect("utf-8"),
+            "out [REDACTED] done\nerr [REDACTED] done\n"
+        );
     }
 
     #[test]
@@ -1185,13 +1320,14 @@ mod tests {
             "an existing log is never appended to"
         );
         log.finish().expect("finish");
-        assert_eq!(
-            follow.chunks.try_recv().expect("a chunk"),
-            Bytes::from_static(b"a [REDACTED] b\n")
-        );
-        assert!(matches!(
-            follow.chunks.try_recv(),
-            Err(broadcast::error::TryRecvError::Closed)
-        ));
+        let mut followed = Vec::new();
+        loop {
+            match follow.chunks.try_recv() {
+                Ok(chunk) => followed.extend_from_slice(&chunk),
+                Err(broadcast::error::TryRecvError::Closed) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(followed, b"a [REDACTED] b\n");
     }
 }

@@ -301,8 +301,9 @@ pub struct Ended {
     pub found: usize,
 }
 
-/// End what is left of an attempt: SIGTERM once to each of its processes, then, after `grace`,
-/// SIGKILL to whatever is left, again every second, until nothing of it is left (a process
+/// End what is left of an attempt: SIGTERM once to each of its processes there at the start,
+/// then, after `grace`, SIGKILL to whatever is left, again every second, until nothing of it is
+/// left (a process
 /// that survives SIGKILL — uninterruptible sleep — keeps this waiting: the attempt is not
 /// over while it runs). With `leader`, its group is signalled through it; the leader is not
 /// reaped here.
@@ -314,20 +315,22 @@ pub async fn end(attempt: &Attempt<'_>, mut leader: Option<&mut Leader>, grace: 
         pidfds: HashMap::new(),
         seen: HashSet::new(),
     };
+    // SIGTERM once, to what is there now: the group through its leader, the others one by one.
+    // What is started after (a TERM handler's clean-up, say) is left to finish within the grace,
+    // as a group signal would leave it.
     if let Some(l) = leader.as_deref() {
         l.signal_group(Signal::TERM);
     }
+    let Some(left) = stop.look(leader.as_deref_mut()) else {
+        return stop.ended(false);
+    };
+    stop.signal_new(left, Signal::TERM);
     let until = Instant::now() + grace;
-    loop {
-        let Some(left) = stop.look(leader.as_deref_mut()) else {
-            return stop.ended(false);
-        };
-        // Processes of their own found since get SIGTERM too (once).
-        stop.signal_new(left, Signal::TERM);
-        if Instant::now() >= until {
-            break;
-        }
+    while Instant::now() < until {
         tokio::time::sleep(POLL).await;
+        if stop.look(leader.as_deref_mut()).is_none() {
+            return stop.ended(false);
+        }
     }
     let killing = Instant::now();
     let mut warned = false;
@@ -385,7 +388,8 @@ impl Stop<'_, '_> {
         (!(leader_gone && left.is_empty() && cgroup_empty)).then_some(left)
     }
 
-    /// Signal, through a pidfd, each process of its own not signalled yet.
+    /// Signal, through a pidfd, each process of its own not signalled yet (and hold it by its
+    /// pidfd from then on).
     fn signal_new(&mut self, left: Vec<(ProcStat, Via)>, signal: Signal) {
         for (p, via) in left {
             if via != Via::Pidfd || self.pidfds.contains_key(&(p.pid, p.start)) {
@@ -453,7 +457,9 @@ pub fn maybe_left_behind(attempt: &Attempt<'_>) -> bool {
 /// own session and not in an attempt's group — some other part of the process may wait for it.
 pub fn reap_orphans() {
     let me = std::process::id() as i32;
-    let session = rustix::process::getsid(None).map_or(0, |p| p.as_raw_nonzero().get());
+    // From /proc, not getsid(2): in a pid namespace whose sessions began outside it, the
+    // session id reads 0 there.
+    let session = read_stat(me).map_or(0, |p| p.session);
     let guard = children();
     let Some(held) = guard.as_ref() else {
         return;
@@ -550,6 +556,20 @@ pub fn host_identity() -> String {
         .map(|l| l.display().to_string())
         .unwrap_or_default();
     format!("{machine}/{}/{pid_ns}", boot_id().unwrap_or_default())
+}
+
+/// Whether the executor `id` (`host:pid:run`), an earlier run on this host, is certainly gone:
+/// no live process has its pid any more, or this process has it. A live process with that pid
+/// may be it or another: not gone, as far as anyone can tell.
+pub fn executor_gone(id: &str) -> bool {
+    let mut parts = id.rsplitn(3, ':');
+    let (Some(_run), Some(pid), Some(_host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<i32>() else {
+        return false;
+    };
+    pid == std::process::id() as i32 || read_stat(pid).is_none_or(|p| p.zombie)
 }
 
 /// Whether `host` (a [`host_identity`]) is this machine before a reboot: nothing it ran is

@@ -164,6 +164,31 @@ pub struct Param {
     regex: Regex,
     pub max_length: usize,
     pub default: Option<String>,
+    /// The pattern names control characters explicitly (see [`names_controls`]): only then
+    /// may a value hold one.
+    controls: bool,
+}
+
+/// Whether a pattern is explicit about control characters (`\t`, `\n`, `\x1b`, `[[:cntrl:]]`,
+/// `\pC` …). A class like `[^/]*` matches them too, but rarely on purpose: a tab or an escape
+/// sequence in an argument is a mistake or an attack more often than a value.
+fn names_controls(pattern: &str) -> bool {
+    const EXPLICIT: [&str; 13] = [
+        "\\t",
+        "\\n",
+        "\\r",
+        "\\f",
+        "\\v",
+        "\\a",
+        "\\e",
+        "\\x",
+        "\\u",
+        "[:cntrl:]",
+        "\\pC",
+        "\\p{C",
+        "\\p{Control}",
+    ];
+    EXPLICIT.iter().any(|e| pattern.contains(e))
 }
 
 /// A declared task type, checked and with its defaults filled in.
@@ -262,6 +287,7 @@ impl TaskType {
             params.insert(
                 pname,
                 Param {
+                    controls: names_controls(&p.pattern),
                     pattern: p.pattern,
                     regex,
                     max_length,
@@ -488,6 +514,22 @@ impl TaskType {
                     param.max_length
                 )));
             }
+            // A NUL cannot be passed in argv at all; other control characters only where the
+            // pattern asks for them.
+            if value.contains('\0') {
+                return Err(invalid(format!(
+                    "parameter {name} must not contain a NUL byte (it cannot be passed as an \
+                     argument)"
+                )));
+            }
+            if let Some(c) = value.chars().find(|c| c.is_control()) {
+                if !param.controls {
+                    return Err(invalid(format!(
+                        "parameter {name} must not contain the control character {c:?} (a \
+                         pattern that allows one names it: \\t, \\n, \\x1b, [[:cntrl:]])"
+                    )));
+                }
+            }
             if !param.regex.is_match(&value) {
                 return Err(invalid(format!(
                     "parameter {name} does not match {}",
@@ -713,6 +755,36 @@ mod tests {
         assert_eq!(
             t.check_params(&numeric).map_err(|e| e.code),
             Err("invalid_params")
+        );
+    }
+
+    #[test]
+    fn control_characters_need_a_pattern_that_names_them() {
+        let t = parse(
+            r#"
+            command = ["/bin/echo", "{path}", "{text}"]
+            params.path = { pattern = "[^/]*" }
+            params.text = { pattern = '[a-z\t]*', default = "" }
+        "#,
+        )
+        .expect("valid");
+        let check = |path: &str, text: &str| {
+            t.check_params(&params(&[("path", path), ("text", text)]))
+                .map(drop)
+                .map_err(|e| (e.code, e.message))
+        };
+        assert_eq!(check("plain name", "").map_err(|e| e.0), Ok(()));
+        let (code, message) = check("a\0b", "").expect_err("NUL refused");
+        assert_eq!(code, "invalid_params");
+        assert!(message.contains("NUL"), "{message}");
+        let (_, message) = check("a\u{1b}[2Jb", "").expect_err("escape refused");
+        assert!(message.contains("control character '\\u{1b}'"), "{message}");
+        // A pattern that names a control character decides alone which it allows.
+        assert_eq!(check("a", "tab\there").map_err(|e| e.0), Ok(()));
+        assert_eq!(
+            check("a", "a\0").map_err(|e| e.0),
+            Err("invalid_params"),
+            "never NUL"
         );
     }
 

@@ -22,6 +22,8 @@ mod ssrf_netns;
 mod storage_faults;
 mod task_locks;
 mod task_output;
+mod task_processes;
+mod task_recovery;
 mod task_steps;
 mod tasks;
 mod tidy;

@@ -218,3 +218,187 @@ echo "done" >&2"#,
     assert_eq!(status, 404);
     assert!(String::from_utf8_lossy(&body).contains("output_not_found"));
 }
+
+/// The text of an attempt's output as the API serves it.
+async fn output_of(api: &Api, task: &str) -> String {
+    let (status, _, body) = api
+        .request(http::Method::GET, &format!("/v1/tasks/{task}/output"), None)
+        .await
+        .expect("output");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// A secret printed partly to stdout and partly to stderr, with no line end in between, is
+/// found in the merged output; a result summary is redacted before it is cut, so a secret
+/// cut by the 4 KiB limit leaves no start of itself; a cut inside a UTF-8 character keeps the
+/// summary (up to the character); the result file is private while the attempt runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_split_across_streams_or_cut_by_the_summary_limit_never_show() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    std::fs::write(setup.dir.join("token"), format!("{SECRET}\n")).expect("secret file");
+    setup.script(
+        "split.sh",
+        r#"first=${TOKEN%????????}
+rest=${TOKEN#"$first"}
+printf 'out=%s' "$first"; sleep 0.05; printf '%s' "$rest" >&2; sleep 0.05
+case "$1" in
+  cut) printf '%04090d%s' 0 "$TOKEN" > "$SPOOLD_RESULT_FILE" ;;
+  utf8) printf '%04095d\303\251 and more' 0 > "$SPOOLD_RESULT_FILE" ;;
+  mode) echo "mode $(stat -c %a "$SPOOLD_RESULT_FILE")" > "$SPOOLD_RESULT_FILE" ;;
+esac"#,
+    );
+    let extra = format!(
+        r#"
+[tasks.split]
+command = ["{script}", "{{case}}"]
+params.case = {{ pattern = "cut|utf8|mode" }}
+idempotency_key = "{{case}}"
+secret_env.TOKEN = {{ file = "{token}" }}
+"#,
+        script = setup.path("split.sh"),
+        token = setup.path("token"),
+    );
+    let config = config_with(&setup, &extra);
+    let daemon = crate::InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        crate::Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let mut done = std::collections::BTreeMap::new();
+    for case in ["cut", "utf8", "mode"] {
+        let (_, t) = submit(
+            &daemon.api,
+            json!({"type": "split", "params": {"case": case}}),
+        )
+        .await;
+        let t = wait_task(&daemon.api, &id(&t), &["succeeded", "failed"]).await;
+        assert_eq!(t["status"], "succeeded", "{t}");
+        done.insert(case, t);
+    }
+    let prefix = &SECRET[..4];
+    for (case, t) in &done {
+        let out = output_of(&daemon.api, &id(t)).await;
+        assert!(
+            !out.contains(prefix),
+            "{case}: the secret in the output: {out:?}"
+        );
+        assert!(out.contains("[REDACTED]"), "{case}: {out:?}");
+        let summary = t["resultSummary"].as_str().unwrap_or_default();
+        assert!(
+            !summary.contains(prefix),
+            "{case}: the secret in the summary"
+        );
+    }
+    let cut = done["cut"]["resultSummary"].as_str().expect("a summary");
+    assert!(cut.len() <= 4096, "{}", cut.len());
+    assert!(cut.starts_with("0000"), "{cut}");
+    let utf8 = done["utf8"]["resultSummary"].as_str().expect("a summary");
+    assert_eq!(utf8.len(), 4095, "cut before the character it would split");
+    assert_eq!(done["mode"]["resultSummary"], "mode 600");
+}
+
+/// What the README says of output, true: what a script prints during its kill grace (its
+/// SIGTERM handler's clean-up) is kept; an attempt that printed nothing has an empty output
+/// (200), an attempt that does not exist has none (404 `output_not_found`).
+#[tokio::test(flavor = "multi_thread")]
+async fn output_during_the_grace_is_kept_and_no_output_is_empty() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "graceful.sh",
+        r#"trap 'echo "cleaning up after SIGTERM"; exit 143' TERM
+echo "working"
+while :; do sleep 0.05; done"#,
+    );
+    setup.script("quiet.sh", "exit 0");
+    let extra = format!(
+        "\n[tasks.graceful]\ncommand = [\"{}\"]\ntimeout = \"500ms\"\nkill_grace = \"2s\"\n\
+         \n[tasks.quiet]\ncommand = [\"{}\"]\n",
+        setup.path("graceful.sh"),
+        setup.path("quiet.sh"),
+    );
+    let config = config_with(&setup, &extra);
+    let daemon = crate::InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        crate::Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let (_, g) = submit(
+        &daemon.api,
+        json!({"type": "graceful", "idempotencyKey": "g"}),
+    )
+    .await;
+    let (_, q) = submit(&daemon.api, json!({"type": "quiet", "idempotencyKey": "q"})).await;
+    let g = wait_task(&daemon.api, &id(&g), &["timed_out"]).await;
+    wait_task(&daemon.api, &id(&q), &["succeeded"]).await;
+    // (The shell also says its `sleep` was terminated.)
+    let out = output_of(&daemon.api, &id(&g)).await;
+    assert!(
+        out.starts_with("working\n") && out.contains("cleaning up after SIGTERM\n"),
+        "{out:?}"
+    );
+    assert_eq!(output_of(&daemon.api, &id(&q)).await, "");
+    let (status, _, body) = daemon
+        .api
+        .request(
+            http::Method::GET,
+            &format!("/v1/tasks/{}/output?attempt=2", id(&q)),
+            None,
+        )
+        .await
+        .expect("output");
+    let body: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (404, &json!("output_not_found"))
+    );
+}
+
+/// Output is kept in the order it arrives, as a terminal shows it (a line one stream leaves
+/// unfinished may be continued after the other's); with `redact` patterns, which are matched
+/// within a line, each stream's lines are kept whole and interleaved in the order they end. At
+/// the end, lines still unfinished come in the order they began.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_keeps_arrival_order_or_whole_lines_with_patterns() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "interleave.sh",
+        r#"printf 'out: one'; sleep 0.05
+printf 'err: A\n' >&2; sleep 0.05
+printf ' two\n'; sleep 0.05
+printf 'err: unfinished' >&2; sleep 0.05
+printf 'out: unfinished'"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.plain]\ncommand = [\"{script}\"]\n\
+             \n[tasks.patterned]\ncommand = [\"{script}\"]\nredact = [\"password=\\\\S+\"]\n",
+            script = setup.path("interleave.sh")
+        ),
+    );
+    let daemon = crate::InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        crate::Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let mut out = Vec::new();
+    for kind in ["plain", "patterned"] {
+        let (_, t) = submit(&daemon.api, json!({"type": kind, "idempotencyKey": kind})).await;
+        wait_task(&daemon.api, &id(&t), &["succeeded"]).await;
+        out.push(output_of(&daemon.api, &id(&t)).await);
+    }
+    assert_eq!(
+        out,
+        [
+            "out: oneerr: A\n two\nerr: unfinishedout: unfinished",
+            "err: A\nout: one two\nerr: unfinishedout: unfinished",
+        ]
+    );
+}

@@ -161,3 +161,48 @@ env = {{ SPOOLCTL = "{spoolctl}", LEDGER = "{ledger}", FAIL = "{fail}", TOKENS =
         );
     }
 }
+
+/// A step its script reports while the attempt is being stopped (its SIGTERM handler finished
+/// the step before exiting) is recorded: the work was done, and a later attempt must not do it
+/// again. The task still ends as the stop says (`canceled`), with the step among its
+/// `completedSteps`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_step_done_while_the_attempt_is_stopped_is_recorded() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = crate::tasks::Setup::new(dir.path());
+    let spoolctl = spool_testkit::cargo_bin("spoolctl");
+    setup.script(
+        "finishing.sh",
+        r#"trap '"$SPOOLCTL" step done flush; echo "step done: $?" >> "$LOG"; exit 143' TERM
+echo started >> "$LOG"
+while :; do sleep 0.05; done"#,
+    );
+    let extra = format!(
+        "\n[tasks.finishing]\ncommand = [\"{}\"]\nkill_grace = \"5s\"\n\
+         env = {{ SPOOLCTL = \"{}\", LOG = \"{}\" }}\n",
+        setup.path("finishing.sh"),
+        spoolctl.display(),
+        setup.path("log"),
+    );
+    let config = config_with(&setup, &extra);
+    let d = crate::InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        crate::Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let (_, t) =
+        crate::tasks::submit(&d.api, json!({"type": "finishing", "idempotencyKey": "f"})).await;
+    for _ in 0..500 {
+        if std::fs::read_to_string(setup.dir.join("log")).is_ok_and(|l| l.contains("started")) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let (status, _) = crate::tasks::post(&d.api, &format!("/v1/tasks/{}/cancel", id(&t))).await;
+    assert_eq!(status, 200);
+    let done = wait_task(&d.api, &id(&t), &["canceled"]).await;
+    assert_eq!(done["completedSteps"], json!(["flush"]), "{done}");
+    let log = std::fs::read_to_string(setup.dir.join("log")).expect("log");
+    assert!(log.contains("step done: 0"), "{log}");
+}

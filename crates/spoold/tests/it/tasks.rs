@@ -903,3 +903,44 @@ async fn a_crashed_attempt_stops_writing_after_the_restart() {
     let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
     assert_eq!(attempts["attempts"][0]["outcome"], "interrupted");
 }
+
+/// A NUL byte cannot be passed in argv, and a control character in a parameter is a mistake
+/// or an attack far more often than a value: both are refused at submission (400
+/// `invalid_params`), even by a pattern like `[^/]*` that matches them, unless the pattern
+/// names control characters itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn control_characters_in_parameters_are_refused_at_submission() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!(
+            "\n[tasks.named]\ncommand = [\"{}\", \"{{name}}\"]\nparams.name = {{ pattern = \"[^/]*\" }}\n",
+            setup.path("exit.sh")
+        ),
+    );
+    let daemon = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    for bad in ["a\u{0}b", "a\u{1b}[31mred", "line\nbreak"] {
+        let (status, body) = submit(
+            &daemon.api,
+            json!({"type": "named", "params": {"name": bad}}),
+        )
+        .await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("invalid_params")),
+            "{bad:?}: {body}"
+        );
+    }
+    let (status, body) = submit(
+        &daemon.api,
+        json!({"type": "named", "params": {"name": "0"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}

@@ -80,6 +80,31 @@ fn only_tasks_exec_spawns_processes() {
     );
 }
 
+/// Signals reach processes only through `tasks/processes.rs`, which proves each target the
+/// attempt's first (a held leader, or a verified pidfd); nothing else calls `kill`.
+#[test]
+fn only_tasks_processes_sends_signals() {
+    let offenders: Vec<PathBuf> = sources()
+        .into_iter()
+        .filter(|p| is_under(p, "/spoold/src/") && !p.ends_with("tasks/processes.rs"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            [
+                "kill_process",
+                "kill_process_group",
+                "pidfd_send_signal",
+                "libc::kill",
+            ]
+            .iter()
+            .any(|call| text.contains(call))
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "signals sent outside tasks/processes.rs: {offenders:#?}"
+    );
+}
+
 #[test]
 fn no_unwrap_in_library_code() {
     let offenders: Vec<String> = sources()

@@ -420,6 +420,62 @@ pub async fn recover_takes_running_tasks_over_until_settled(store: Store) {
     );
 }
 
+/// A restarted daemon takes over at once the running tasks of an earlier run on its host that
+/// it knows is gone, whatever their leases; it never touches another host's.
+pub async fn dead_executors_are_taken_over_at_once(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    submit(&store, new_task(2, None, "{}")).await;
+    let here = |id: &str| Executor {
+        id: id.into(),
+        host: "machine/boot/ns".into(),
+    };
+    let old = here("web:7:aaaa");
+    let other = Executor {
+        id: "db:9:bbbb".into(),
+        host: "elsewhere".into(),
+    };
+    for executor in [old.clone(), other.clone()] {
+        store
+            .claim_tasks(1, vec!["backup".into()], 60_000, executor)
+            .await
+            .expect("claim");
+    }
+    let me = here("web:8:cccc");
+    assert_eq!(
+        store
+            .task_executors_on(me.host.clone(), me.id.clone())
+            .await
+            .expect("executors"),
+        std::slice::from_ref(&old.id)
+    );
+    let taken = store
+        .take_over_tasks_from(vec![old.id.clone()], me.clone(), 60_000)
+        .await
+        .expect("take over");
+    assert_eq!(taken.len(), 1);
+    assert_eq!(
+        (
+            taken[0].id.as_str(),
+            taken[0].code.as_str(),
+            taken[0].host.as_str()
+        ),
+        (id(1).as_str(), "daemon_restart", "machine/boot/ns")
+    );
+    assert_eq!(
+        task(&store, 1).await.executor_id.as_deref(),
+        Some("web:8:cccc")
+    );
+    assert_eq!(
+        task(&store, 2).await.executor_id.as_deref(),
+        Some("db:9:bbbb")
+    );
+    assert!(store
+        .task_executors_on(me.host.clone(), me.id.clone())
+        .await
+        .expect("executors")
+        .is_empty());
+}
+
 /// While an orphaned attempt is being ended, its task keeps its locks and its quota slot; once
 /// settled they are free. A cancel requested meanwhile makes it `canceled`.
 pub async fn orphans_hold_locks_and_quota_until_settled(store: Store) {

@@ -50,6 +50,12 @@ fn render(t: &TaskView) -> String {
     field("retry deadline", t.retry_deadline.clone());
     field("retryable", Some(yes_no(t.retryable)));
     field("cancel requested", t.cancel_requested.then(|| yes_no(true)));
+    field(
+        "ending",
+        t.ending.as_ref().map(|why| {
+            format!("its executor is gone ({why}); what is left of its attempt is being ended")
+        }),
+    );
     field("exit code", t.exit_code.map(|c| c.to_string()));
     field("signal", t.signal.map(|s| s.to_string()));
     field("error code", t.error_code.clone());
@@ -127,6 +133,25 @@ mod tests {
              \x20 dumped 3 tables\n\
              \x20 then failed\n\
              last error: exited with 1 (script_error)\n"
+        );
+    }
+
+    #[test]
+    fn a_task_whose_attempt_is_being_ended() {
+        let t: TaskView = serde_json::from_value(serde_json::json!({
+            "id": "0190f3c2a1b27c4e9d0a5b6c7d8e9f01", "type": "deploy", "status": "running",
+            "attempt": 1, "maxAttempts": 1, "params": {}, "scope": "deploy",
+            "createdAt": "2026-07-18T12:00:00.000Z", "retryable": false, "completedSteps": [],
+            "ending": "daemon_restart",
+        }))
+        .expect("a task");
+        assert!(
+            render(&t).contains(
+                "  ending:     its executor is gone (daemon_restart); what is left of its attempt \
+                 is being ended\n"
+            ),
+            "{}",
+            render(&t)
         );
     }
 }

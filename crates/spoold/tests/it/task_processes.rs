@@ -1,0 +1,319 @@
+//! What the daemon does to the processes of attempts: SIGTERM once per process, nothing left
+//! a zombie, a worker that cleared its environment ended after a crash all the same, and
+//! attempts run as the user their type names.
+
+use std::time::Duration;
+
+use serde_json::json;
+use spool_testkit::{privileged, Api, DaemonProcess};
+use tempfile::TempDir;
+
+use crate::task_locks::config_with;
+use crate::tasks::{get, id, kill_all, submit, wait_gone, wait_task, Setup};
+
+/// Zombies whose parent is `parent`, from /proc.
+fn zombie_children(parent: u32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                let mut fields = rest.split_whitespace();
+                let state = fields.next();
+                let ppid = fields.next().and_then(|p| p.parse::<u32>().ok());
+                state == Some("Z") && ppid == Some(parent)
+            })
+        })
+        .collect()
+}
+
+/// A timeout stops an attempt whose leader, a member of its group and an escapee (it called
+/// `setsid`) all trap SIGTERM and stay: each gets SIGTERM exactly once — the group's members
+/// through the group, the escapee on its own — and SIGKILL after the grace. Tools that take a
+/// second SIGTERM for "force quit now" keep their graceful shutdown.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_process_gets_sigterm_once() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "stubborn.sh",
+        r#"trap 'echo "term $$" >> "$TERMS"' TERM
+sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
+setsid sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
+echo $$ >> "$PIDS"
+while :; do sleep 0.05; done"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.stubborn]\ncommand = [\"{}\"]\ntimeout = \"1s\"\nkill_grace = \"1s\"\n\
+             env = {{ TERMS = \"{}\", PIDS = \"{}\" }}\n",
+            setup.path("stubborn.sh"),
+            setup.path("terms"),
+            setup.path("pids"),
+        ),
+    );
+    let daemon = crate::InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        crate::Targets::Loopback,
+        &["--config", &config, "--task-cgroup", "off"],
+    )
+    .await;
+    let (_, task) = submit(
+        &daemon.api,
+        json!({"type": "stubborn", "idempotencyKey": "s"}),
+    )
+    .await;
+    let done = wait_task(&daemon.api, &id(&task), &["timed_out", "failed"]).await;
+    assert_eq!(done["status"], "timed_out", "{done}");
+    let pids = std::fs::read_to_string(setup.dir.join("pids")).expect("pids");
+    let terms = std::fs::read_to_string(setup.dir.join("terms")).unwrap_or_default();
+    let pids: Vec<&str> = pids.lines().collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    for pid in &pids {
+        let got = terms
+            .lines()
+            .filter(|l| *l == format!("term {pid}"))
+            .count();
+        assert_eq!(got, 1, "process {pid} got SIGTERM {got} times: {terms:?}");
+    }
+    let attempts = get(&daemon.api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
+    assert_eq!(attempts["attempts"][0]["killed"], true, "{attempts}");
+}
+
+/// Escapees of attempts (`setsid sleep 1000 &` as the script exits, and the escapee of scripts
+/// that time out) are ended with their attempt and re-parented to the daemon, its subreaper,
+/// which reaps them: no zombie is left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn escapees_leave_no_zombies() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script("leave.sh", "setsid sleep 1000 &\nexit 0");
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.leave]\ncommand = [\"{}\"]\nkill_grace = \"300ms\"\nparams.n = {{ pattern = \"[0-9]\" }}\n",
+            setup.path("leave.sh"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let daemon = DaemonProcess::start(crate::process_opts(&data).args([
+        "--config",
+        config.as_str(),
+        "--task-cgroup",
+        "off",
+    ]))
+    .await
+    .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let (_, t) = submit(
+            &api,
+            json!({"type": "leave", "params": {"n": n.to_string()}}),
+        )
+        .await;
+        ids.push(id(&t));
+    }
+    for n in 0..2 {
+        let (_, t) = submit(
+            &api,
+            json!({"type": "hang", "idempotencyKey": format!("h{n}")}),
+        )
+        .await;
+        ids.push(id(&t));
+    }
+    for id in &ids {
+        wait_task(&api, id, &["succeeded", "timed_out", "failed"]).await;
+    }
+    let left = wait_gone(&setup.processes()).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+    let mut zombies = zombie_children(daemon.pid());
+    for _ in 0..50 {
+        if zombies.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        zombies = zombie_children(daemon.pid());
+    }
+    assert!(
+        zombies.is_empty(),
+        "zombie children of the daemon: {zombies:?}"
+    );
+}
+
+/// kill -9 of the daemon while an attempt's worker runs that cleared its environment (no tag)
+/// but stayed in the attempt's group; its leader exits while no daemon runs. After the restart
+/// the worker is ended all the same — the group's members in the attempt's session that started
+/// after its leader are the attempt's, and a group id cannot be reused while it has members —
+/// before the task moves on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_cleared_its_environment_is_ended_after_a_crash() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "worker.sh",
+        r#"env -i /bin/sh -c 'trap "" PIPE; while :; do echo x >> "$0"; sleep 0.05; done' "$GROW" &
+sleep 1"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.worker]\ncommand = [\"{}\"]\ntimeout = \"60s\"\nenv = {{ GROW = \"{}\" }}\n",
+            setup.path("worker.sh"),
+            setup.path("grow"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let opts =
+        || crate::process_opts(&data).args(["--config", config.as_str(), "--task-cgroup", "off"]);
+    let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, task) = submit(&api, json!({"type": "worker", "idempotencyKey": "w"})).await;
+    let db = crate::db_path(&data);
+    let recorded = || {
+        rusqlite::Connection::open(&db)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT sid FROM task_attempts WHERE sid IS NOT NULL",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .is_ok()
+    };
+    let size = || std::fs::metadata(setup.dir.join("grow")).map_or(0, |m| m.len());
+    for _ in 0..200 {
+        if recorded() && size() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(recorded(), "the attempt's process was recorded");
+    daemon.kill9();
+    // The leader exits meanwhile; the worker goes on.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let workers = setup.processes();
+    let before = size();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(size() > before, "the worker runs on while no daemon does");
+    let daemon = DaemonProcess::start(opts()).await.expect("restart");
+    let api = Api::new(daemon.base_url());
+    let t = wait_task(&api, &id(&task), &["manual_review"]).await;
+    assert_eq!(t["errorCode"], "daemon_restart", "{t}");
+    let left: Vec<i32> = setup.processes();
+    kill_all(&left);
+    assert!(
+        left.is_empty(),
+        "the worker outlived the recovery: {left:?} (was {workers:?})"
+    );
+    let stopped = size();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(size(), stopped, "the file still grows");
+    let recovered = api
+        .metric("spoold_task_recovered_processes_total")
+        .await
+        .expect("metrics");
+    assert!(recovered >= Some(1.0), "{recovered:?}");
+}
+
+/// A type removed from the configuration while its task waits for a retry, keeping its lock:
+/// at the next start the task goes to `manual_review` (`type_undeclared`, naming the type) and
+/// its lock is free.
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_of_a_removed_type_go_to_review_and_free_their_locks() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let base = std::fs::read_to_string(setup.config()).expect("config");
+    let extra = format!(
+        "\n[tasks.gone]\ncommand = [\"{}\", \"75\"]\nlocks = [\"db\"]\nmax_attempts = 5\n\
+         hold_locks_between_attempts = true\nbackoff = {{ base = \"1h\", cap = \"1h\" }}\n",
+        setup.path("exit.sh"),
+    );
+    let config = config_with(&setup, &extra);
+    let data = TempDir::new().expect("data dir");
+    let opts = || crate::process_opts(&data).args(["--config", config.as_str()]);
+    let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, task) = submit(&api, json!({"type": "gone", "idempotencyKey": "g"})).await;
+    // It fails (75: transient) and waits an hour for its retry, holding its lock.
+    for _ in 0..500 {
+        let t = get(&api, &format!("/v1/tasks/{}", id(&task))).await;
+        if t["status"] == "pending" && t["attempt"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let locks = get(&api, "/v1/locks").await;
+    assert_eq!(locks["locks"][0]["name"], "db", "{locks}");
+    daemon.terminate().await.expect("stop");
+    std::fs::write(&config, base).expect("config without the type");
+    let daemon = DaemonProcess::start(opts()).await.expect("restart");
+    let api = Api::new(daemon.base_url());
+    let t = get(&api, &format!("/v1/tasks/{}", id(&task))).await;
+    assert_eq!(
+        (&t["status"], &t["errorCode"]),
+        (&json!("manual_review"), &json!("type_undeclared")),
+        "{t}"
+    );
+    assert!(
+        t["error"].as_str().is_some_and(|e| e.contains("\"gone\"")),
+        "{t}"
+    );
+    let locks = get(&api, "/v1/locks").await;
+    assert_eq!(locks["locks"], json!([]), "{locks}");
+    drop(daemon);
+}
+
+/// A type with `user = "nobody"` runs its attempts as that user (the daemon runs as root), its
+/// result file given to it; the daemon reads the summary back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_runs_as_the_user_it_names() {
+    if privileged::available("SPOOLD_REQUIRE_TOOLS", privileged::require_root()).is_none() {
+        return;
+    }
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "whoami.sh",
+        r#"echo "uid $(id -u) gid $(id -g) groups $(id -G)" > "$SPOOLD_RESULT_FILE""#,
+    );
+    // The scripts and the daemon's files live in private temporary directories: let `nobody`
+    // through (the daemon refuses to start otherwise, naming the directory in the way).
+    use std::os::unix::fs::PermissionsExt;
+    let data = TempDir::new().expect("temp dir");
+    std::fs::create_dir(data.path().join("data")).expect("data dir");
+    for d in [dir.path(), data.path(), &data.path().join("data")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    }
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.whoami]\ncommand = [\"{}\"]\nuser = \"nobody\"\n",
+            setup.path("whoami.sh"),
+        ),
+    );
+    let daemon =
+        crate::InProcess::boot_in(data, crate::Targets::Loopback, &["--config", &config]).await;
+    let (_, task) = submit(
+        &daemon.api,
+        json!({"type": "whoami", "idempotencyKey": "w"}),
+    )
+    .await;
+    let done = wait_task(&daemon.api, &id(&task), &["succeeded", "failed"]).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let nobody = std::fs::read_to_string("/etc/passwd")
+        .expect("passwd")
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&"nobody"))
+                .then(|| format!("uid {} gid {} groups {}", f[2], f[3], f[3]))
+        })
+        .expect("a nobody user");
+    assert_eq!(done["resultSummary"], json!(nobody), "{done}");
+}

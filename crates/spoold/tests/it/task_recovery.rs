@@ -1,0 +1,603 @@
+//! Tasks across crashes and lost leases, tried the way an adversary would: kill -9 of the
+//! daemon while TERM-trapping scripts hold a lock, a host that loses its database but keeps
+//! running, a daemon that is PID 1 of a pid namespace (the same pid on every restart), and pid
+//! reuse made certain in a private pid namespace.
+//!
+//! Lock exclusion is checked by the scripts themselves: each takes a flock on a shared file
+//! for its whole life (every process of an attempt inherits the descriptor), and writes an
+//! overlap down when it cannot take it at once. The flock is free only when every process that
+//! held it is gone — exactly the rule the daemon must keep for its own locks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+use spool_testkit::{privileged, Api, DaemonOptions, DaemonProcess, Proxy, TestDatabase};
+use tempfile::TempDir;
+
+use crate::task_locks::config_with;
+use crate::tasks::{get, id, post, submit, wait_task, Setup};
+
+/// Holds `$LOCKFILE` (flock) from its start to the end of its last process, writes an overlap
+/// down if another attempt still held it, and cleans up for `$CLEANUP` seconds on SIGTERM.
+/// After a crash of the daemon its stdout and stderr have no reader: it ignores SIGPIPE, as a
+/// script whose clean-up must run whatever happens to its output should.
+const DEPLOY: &str = r#"trap '' PIPE
+exec 9>>"$LOCKFILE"
+if ! flock -n 9; then
+  echo "overlap $SPOOLD_TASK_ID $SPOOLD_ATTEMPT" >> "$OVERLAPS"
+  flock 9
+fi
+trap 'sleep "$CLEANUP"; echo "cleaned $SPOOLD_TASK_ID $SPOOLD_ATTEMPT" >> "$LOG"; exit 143' TERM
+echo "start $SPOOLD_TASK_ID $SPOOLD_ATTEMPT" >> "$LOG"
+sleep 1000 &
+while :; do sleep 0.05; done"#;
+
+/// Crash cycles of the lock-exclusion tests.
+const CYCLES: usize = 20;
+
+/// The `deploy` type (a lock per environment) and the `solo` type (a quota of one), both
+/// re-run after a crash, both running [`DEPLOY`]; `grace` is their kill grace.
+fn deploy_types(setup: &Setup, grace: &str, on_interrupt: &str) -> String {
+    setup.script("deploy.sh", DEPLOY);
+    let env = |lock: &str| {
+        format!(
+            r#"{{ LOCKFILE = "{}", OVERLAPS = "{}", LOG = "{}", CLEANUP = "0.4" }}"#,
+            setup.path(lock),
+            setup.path("overlaps"),
+            setup.path("log"),
+        )
+    };
+    config_with(
+        setup,
+        &format!(
+            r#"
+[tasks.deploy]
+command = ["{script}"]
+params.env = {{ pattern = "prod|dev" }}
+params.n = {{ pattern = "[0-9]+" }}
+idempotency_key = "deploy:{{env}}:{{n}}"
+locks = ["env:{{env}}"]
+kill_grace = "{grace}"
+timeout = "600s"
+on_interrupt = "{on_interrupt}"
+max_attempts = 100
+env = {deploy_env}
+
+[tasks.solo]
+command = ["{script}"]
+params.n = {{ pattern = "[0-9]+" }}
+idempotency_key = "solo:{{n}}"
+concurrency = 1
+kill_grace = "{grace}"
+timeout = "600s"
+on_interrupt = "{on_interrupt}"
+max_attempts = 100
+env = {solo_env}
+"#,
+            script = setup.path("deploy.sh"),
+            deploy_env = env("env.lock"),
+            solo_env = env("solo.lock"),
+        ),
+    )
+}
+
+/// Lines of the scripts' log that start with `kind`.
+fn logged(setup: &Setup, kind: &str) -> Vec<String> {
+    std::fs::read_to_string(setup.dir.join("log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split(' ').next() == Some(kind))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn overlaps(setup: &Setup) -> String {
+    std::fs::read_to_string(setup.dir.join("overlaps")).unwrap_or_default()
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Submit two deploys to one environment and two tasks of the quota-of-one type.
+async fn submit_contenders(api: &Api) -> Vec<String> {
+    let mut ids = Vec::new();
+    for body in [
+        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
+        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+        json!({"type": "solo", "params": {"n": "1"}}),
+        json!({"type": "solo", "params": {"n": "2"}}),
+    ] {
+        let (status, t) = submit(api, body).await;
+        assert_eq!(status, 201, "{t}");
+        ids.push(id(&t));
+    }
+    ids
+}
+
+/// Cancel every task (they run forever) and wait until each is over.
+async fn cancel_all(api: &Api, ids: &[String]) {
+    for id in ids {
+        let (status, t) = post(api, &format!("/v1/tasks/{id}/cancel")).await;
+        assert!(status == 200 || status == 409, "{status} {t}");
+    }
+    for id in ids {
+        wait_task(
+            api,
+            id,
+            &["canceled", "manual_review", "failed", "succeeded"],
+        )
+        .await;
+    }
+}
+
+/// kill -9 of the daemon while one deploy holds the lock (the other waits) and one task of the
+/// quota-of-one type runs (the other waits), [`CYCLES`] times; each crashed attempt's script
+/// traps SIGTERM and cleans up for 0.4 s. After every restart the new daemon ends what the old
+/// one left before anything else takes the lock or the slot: no script ever finds its flock
+/// held by another attempt.
+async fn one_holder_across_crashes(db: Option<&TestDatabase>) {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = deploy_types(&setup, "5s", "retry");
+    let data = TempDir::new().expect("data dir");
+    let opts = || {
+        let opts = match db {
+            Some(db) => DaemonOptions::new(PathBuf::from(db.url()))
+                .args(["--data-dir", &data.path().display().to_string()]),
+            None => crate::process_opts(&data),
+        };
+        opts.args(["--config", config.as_str(), "--task-lease", "3s"])
+    };
+    let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
+    let mut api = Api::new(daemon.base_url());
+    let ids = submit_contenders(&api).await;
+    let mut saw_ending = false;
+    for cycle in 0..CYCLES {
+        let want = 2 * (cycle + 1);
+        wait_for("a deploy and a solo task to start", crate::WAIT, || {
+            logged(&setup, "start").len() >= want
+        })
+        .await;
+        daemon.kill9();
+        daemon = DaemonProcess::start(opts()).await.expect("restart");
+        api = Api::new(daemon.base_url());
+        // While the old attempts are being ended their tasks hold the lock, visibly.
+        if !saw_ending {
+            let locks = get(&api, "/v1/locks").await;
+            saw_ending = locks["locks"]
+                .as_array()
+                .expect("locks")
+                .iter()
+                .any(|l| l["name"] == "env:prod" && l["ending"] == "daemon_restart");
+        }
+        assert_eq!(overlaps(&setup), "", "cycle {cycle}");
+    }
+    wait_for("the last waiters to start", crate::WAIT, || {
+        logged(&setup, "start").len() >= 2 * (CYCLES + 1)
+    })
+    .await;
+    assert!(saw_ending, "a lock held by an attempt being ended shows it");
+    assert_eq!(overlaps(&setup), "", "two holders of one lock at once");
+    // Every crashed attempt cleaned up (its SIGTERM handler ran) before the next one started.
+    assert_eq!(logged(&setup, "cleaned").len(), 2 * CYCLES);
+    cancel_all(&api, &ids).await;
+    daemon.terminate().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_has_one_holder_across_crashes() {
+    one_holder_across_crashes(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_has_one_holder_across_crashes_on_postgres() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    one_holder_across_crashes(Some(&db)).await;
+}
+
+/// What a pid namespace test needs: root and `unshare(1)`.
+fn pid_namespaces() -> anyhow::Result<()> {
+    privileged::require_root()?;
+    privileged::run("unshare", ["--pid", "--fork", "--mount-proc", "true"])?;
+    Ok(())
+}
+
+/// Run a daemon as PID 1 of a pid namespace of its own (as in a container); it dies, with
+/// everything in the namespace, when it is killed.
+const AS_PID_1: [&str; 5] = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"];
+
+/// `url` with its host and port replaced by `addr`.
+fn through(url: &str, addr: std::net::SocketAddr) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let (auth, path) = rest.split_once('/').expect("a database");
+    let user = auth.rsplit_once('@').map_or("", |(u, _)| u);
+    format!("{scheme}://{user}@{addr}/{path}")
+}
+
+/// PostgreSQL, two hosts: A runs a deploy holding a lock and then loses its database (its
+/// connections stay open, nothing answers); B's deploy waits for the lock. A cannot renew, so
+/// it stops its attempt before its lease runs out; B, which cannot see A's processes (A runs
+/// in a pid namespace of its own), takes the task over once the lease lapsed and frees the
+/// lock only after A's kill grace too. The waiting deploy never starts while A's runs; A's late
+/// end, once its database is back, changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_that_loses_its_database_stops_its_attempt_first() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    if privileged::available("SPOOLD_REQUIRE_PIDNS", pid_namespaces()).is_none() {
+        return;
+    }
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = deploy_types(&setup, "2s", "review");
+    let upstream: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
+    let proxy = Proxy::start(upstream).await.expect("proxy");
+    let host = |url: String, data: &TempDir| {
+        DaemonOptions::new(PathBuf::from(url)).args([
+            "--data-dir",
+            &data.path().display().to_string(),
+            "--config",
+            config.as_str(),
+            "--task-lease",
+            "3s",
+        ])
+    };
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let mut a =
+        DaemonProcess::start(host(through(db.url(), proxy.addr()), &data_a).wrapper(AS_PID_1))
+            .await
+            .expect("host A");
+    let api_a = Api::new(a.base_url());
+    let (_, x) = submit(
+        &api_a,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
+    )
+    .await;
+    wait_for("A's deploy to start", crate::WAIT, || {
+        !logged(&setup, "start").is_empty()
+    })
+    .await;
+    let mut b = DaemonProcess::start(host(db.url().to_owned(), &data_b))
+        .await
+        .expect("host B");
+    let api_b = Api::new(b.base_url());
+    let (_, y) = submit(
+        &api_b,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+    )
+    .await;
+    proxy.pause();
+    let paused = tokio::time::Instant::now();
+    wait_for(
+        "the waiting deploy to start on B",
+        Duration::from_secs(30),
+        || logged(&setup, "start").len() >= 2,
+    )
+    .await;
+    let waited = paused.elapsed();
+    assert_eq!(overlaps(&setup), "", "two holders of one lock at once");
+    let cleaned = logged(&setup, "cleaned");
+    assert_eq!(cleaned.len(), 1, "A stopped its own attempt: {cleaned:?}");
+    assert!(cleaned[0].contains(&id(&x)), "{cleaned:?}");
+    // B freed the lock only past A's lease and kill grace.
+    assert!(waited >= Duration::from_secs(4), "{waited:?}");
+    let t = get(&api_b, &format!("/v1/tasks/{}", id(&x))).await;
+    assert_eq!(
+        (&t["status"], &t["errorCode"]),
+        (&json!("manual_review"), &json!("lease_expired")),
+        "{t}"
+    );
+    // A's database comes back: its late end of the attempt is refused.
+    proxy.resume();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t = get(&api_b, &format!("/v1/tasks/{}", id(&x))).await;
+    assert_eq!(t["status"], "manual_review", "{t}");
+    let attempts = get(&api_b, &format!("/v1/tasks/{}/attempts", id(&x))).await;
+    assert_eq!(
+        attempts["attempts"][0]["outcome"], "interrupted",
+        "{attempts}"
+    );
+    cancel_all(&api_b, &[id(&y)]).await;
+    b.terminate().await.expect("stop B");
+    a.kill9();
+}
+
+/// PostgreSQL, the daemon as PID 1 of a pid namespace, restarted the same way: the same pid
+/// each time. The restarted daemon is another executor all the same, so the task its crashed
+/// run left `running` (with its lock) is taken over once the lease lapsed, and an operator's
+/// cancel of it — with no live host running its attempt — takes effect; the task waiting for
+/// the lock runs then.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_that_is_pid_1_recovers_its_own_tasks() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    if privileged::available("SPOOLD_REQUIRE_PIDNS", pid_namespaces()).is_none() {
+        return;
+    }
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = deploy_types(&setup, "1s", "review");
+    let data = TempDir::new().expect("data dir");
+    let opts = || {
+        DaemonOptions::new(PathBuf::from(db.url()))
+            .args([
+                "--data-dir",
+                &data.path().display().to_string(),
+                "--config",
+                config.as_str(),
+                "--task-lease",
+                "3s",
+            ])
+            .wrapper(AS_PID_1)
+    };
+    let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, x) = submit(
+        &api,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
+    )
+    .await;
+    let (_, y) = submit(
+        &api,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+    )
+    .await;
+    wait_for("the first deploy to start", crate::WAIT, || {
+        !logged(&setup, "start").is_empty()
+    })
+    .await;
+    let executor = get(&api, &format!("/v1/tasks/{}/attempts", id(&x))).await["attempts"][0]
+        ["executorId"]
+        .clone();
+    daemon.kill9();
+    let daemon = DaemonProcess::start(opts()).await.expect("restart");
+    let api = Api::new(daemon.base_url());
+    let (status, t) = post(&api, &format!("/v1/tasks/{}/cancel", id(&x))).await;
+    assert_eq!((status, &t["cancelRequested"]), (200, &json!(true)), "{t}");
+    let t = wait_task(&api, &id(&x), &["canceled", "manual_review"]).await;
+    assert_eq!(t["status"], "canceled", "the cancel took effect: {t}");
+    wait_task(&api, &id(&y), &["running"]).await;
+    let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id(&y))).await;
+    let other = &attempts["attempts"][0]["executorId"];
+    assert_ne!(other, &executor, "each run is an executor of its own");
+    assert_eq!(overlaps(&setup), "");
+    cancel_all(&api, &[id(&y)]).await;
+    drop(daemon);
+}
+
+/// PostgreSQL, two hosts: an operator cancels through host B a task whose attempt runs on host
+/// A, and the script exits with a retryable code right after. A learns of the cancel through
+/// its lease renewals — but the store decides anyway: a cancel recorded before the attempt's
+/// end wins over its outcome, so the task ends `canceled` and no further attempt starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_through_another_host_wins_over_a_retryable_exit() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "await.sh",
+        r#"echo "run $SPOOLD_ATTEMPT" >> "$LOG"
+while [ ! -e "$GO" ]; do sleep 0.01; done
+exit 75"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.awaiting]\ncommand = [\"{}\"]\nmax_attempts = 3\n\
+             backoff = {{ base = \"50ms\", cap = \"50ms\" }}\n\
+             env = {{ GO = \"{}\", LOG = \"{}\" }}\n",
+            setup.path("await.sh"),
+            setup.path("go"),
+            setup.path("log"),
+        ),
+    );
+    let host = |data: &TempDir| {
+        DaemonOptions::new(PathBuf::from(db.url())).args([
+            "--data-dir",
+            &data.path().display().to_string(),
+            "--config",
+            config.as_str(),
+            "--task-lease",
+            "30s",
+        ])
+    };
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let a = DaemonProcess::start(host(&data_a)).await.expect("host A");
+    let api_a = Api::new(a.base_url());
+    let (_, t) = submit(&api_a, json!({"type": "awaiting", "idempotencyKey": "x"})).await;
+    wait_for("the attempt to run on A", crate::WAIT, || {
+        !logged(&setup, "run").is_empty()
+    })
+    .await;
+    let b = DaemonProcess::start(host(&data_b)).await.expect("host B");
+    let api_b = Api::new(b.base_url());
+    let (status, body) = post(&api_b, &format!("/v1/tasks/{}/cancel", id(&t))).await;
+    assert_eq!(
+        (status, &body["cancelRequested"]),
+        (200, &json!(true)),
+        "{body}"
+    );
+    std::fs::write(setup.dir.join("go"), "").expect("go");
+    let done = wait_task(&api_b, &id(&t), &["canceled", "failed"]).await;
+    assert_eq!(done["status"], "canceled", "{done}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(logged(&setup, "run").len(), 1, "no further attempt ran");
+    let attempts = get(&api_b, &format!("/v1/tasks/{}/attempts", id(&t))).await;
+    assert_eq!(
+        attempts["attempts"].as_array().map(Vec::len),
+        Some(1),
+        "{attempts}"
+    );
+    assert_eq!(
+        attempts["attempts"][0]["outcome"], "failed",
+        "the attempt as it ended"
+    );
+    drop((a, b));
+}
+
+/// `sh` as PID 1 of a pid namespace, running the daemon (so the daemon can be killed alone).
+fn under_init(wrapper_init: &str) -> Vec<String> {
+    [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        "/bin/sh",
+        "-c",
+        wrapper_init,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The namespace's init (the wrapper's child), by its pid outside the namespace.
+fn namespace_init(daemon: &DaemonProcess) -> i32 {
+    let pid = daemon.pid();
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .expect("children")
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the namespace's init")
+}
+
+/// Run `script` with `sh` inside the pid (and mount) namespace of `init`; its stdout.
+fn in_namespace(init: i32, script: &str) -> String {
+    privileged::run(
+        "nsenter",
+        [
+            "-t",
+            &init.to_string(),
+            "-p",
+            "-m",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ],
+    )
+    .expect("nsenter")
+}
+
+/// Start, inside the namespace of `init`, a process that takes pid `pid` there if it is free
+/// (`ns_last_pid`) and makes itself a session and group leader (`setsid`): an unrelated
+/// process that a daemon signalling a stale group id would hit. It writes down every signal
+/// it gets.
+fn foreign(init: i32, pid: i32, dir: &Path) -> String {
+    let hits = dir.join("foreign-hits");
+    let pids = dir.join("foreign-pids");
+    in_namespace(
+        init,
+        &format!(
+            "echo {} > /proc/sys/kernel/ns_last_pid; \
+             setsid /bin/sh -c 'trap \"echo TERM >> {hits}\" TERM; echo $$ >> {pids}; \
+             while :; do sleep 0.1; done' >/dev/null 2>&1 & echo $!",
+            pid - 1,
+            hits = hits.display(),
+            pids = pids.display(),
+        ),
+    )
+    .trim()
+    .to_owned()
+}
+
+/// Pid reuse made certain: the daemon runs in a pid namespace of its own, where the test can
+/// pick the pid a new process gets. An attempt times out; its leader and group exit on
+/// SIGTERM, but a TERM-ignoring escapee (it called `setsid`; it carries the attempt's tag)
+/// keeps the stop going through the kill grace. Meanwhile the test keeps trying to start an
+/// unrelated process with the leader's pid, as its own group's leader. That process is never
+/// signalled: the leader is held (a zombie, unreaped) until the escapee is gone too, so its
+/// pid — and group id — is not free while the daemon might still signal the group.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reused_pid_is_never_signalled() {
+    if privileged::available("SPOOLD_REQUIRE_PIDNS", pid_namespaces()).is_none() {
+        return;
+    }
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "reuse.sh",
+        r#"setsid sh -c 'trap "" TERM; exec sleep 1000' &
+echo $$ > "$LEADER"
+sleep 1000"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.reuse]\ncommand = [\"{}\"]\ntimeout = \"1s\"\nkill_grace = \"3s\"\n\
+             env = {{ LEADER = \"{}\" }}\n",
+            setup.path("reuse.sh"),
+            setup.path("leader"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let daemon = DaemonProcess::start(
+        crate::process_opts(&data)
+            .args(["--config", config.as_str(), "--task-cgroup", "off"])
+            .wrapper(under_init(r#""$0" "$@" & wait"#)),
+    )
+    .await
+    .expect("daemon");
+    let init = namespace_init(&daemon);
+    let api = Api::new(daemon.base_url());
+    let (_, task) = submit(&api, json!({"type": "reuse", "idempotencyKey": "r"})).await;
+    wait_for("the leader to write its pid", crate::WAIT, || {
+        setup.dir.join("leader").exists()
+    })
+    .await;
+    let leader: i32 = std::fs::read_to_string(setup.dir.join("leader"))
+        .expect("leader")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // Until the task is over (and a while after): whenever the leader's pid is free in the
+    // namespace, take it.
+    let mut taken = Vec::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut over_at = None;
+    while tokio::time::Instant::now() < until {
+        let free = in_namespace(init, &format!("test -e /proc/{leader} || echo free"));
+        if free.trim() == "free" && taken.is_empty() {
+            taken.push(foreign(init, leader, &setup.dir));
+        }
+        let t = get(&api, &format!("/v1/tasks/{}", id(&task))).await;
+        if t["status"] == "timed_out" && over_at.is_none() {
+            over_at = Some(tokio::time::Instant::now());
+        }
+        if over_at.is_some_and(|at| at.elapsed() > Duration::from_secs(1)) && !taken.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(over_at.is_some(), "the attempt timed out and was ended");
+    assert!(!taken.is_empty(), "the leader's pid came free at last");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hits = std::fs::read_to_string(setup.dir.join("foreign-hits")).unwrap_or_default();
+    assert_eq!(hits, "", "an unrelated process was signalled");
+    let pids = std::fs::read_to_string(setup.dir.join("foreign-pids")).unwrap_or_default();
+    for pid in pids.lines() {
+        let alive = in_namespace(
+            init,
+            &format!("test -e /proc/{pid} && echo alive || echo gone"),
+        );
+        assert_eq!(alive.trim(), "alive", "foreign process {pid} was killed");
+    }
+    // The namespace goes with its init, and everything in it.
+    drop(daemon);
+}
