@@ -79,6 +79,8 @@ struct Attempt {
     lease_deadline: Instant,
     /// An attempt of another executor this one took over to end ([`Orphaned`]).
     orphan: bool,
+    /// Its processes are not on this host (an orphan this host cannot see): it takes no slot.
+    elsewhere: bool,
     /// SHA-256 of the attempt's step token (the token itself is only in its environment).
     step_token: Option<[u8; 32]>,
     output: Option<Arc<Mutex<OutputLog>>>,
@@ -119,10 +121,9 @@ impl Running {
     fn start(&self, task: &ClaimedTask, claimed_at: Instant, lease: Duration) -> Tokens {
         let tokens = self.register(
             &task.id,
-            task.attempt,
-            task.claim_seq,
+            (task.attempt, task.claim_seq),
             claimed_at + lease,
-            false,
+            None,
         );
         if self.lock().early.remove(&task.id) {
             tokens.cancel.cancel();
@@ -130,24 +131,30 @@ impl Running {
         tokens
     }
 
-    /// Register an orphan taken over at `taken_at`.
-    fn adopt(&self, orphan: &Orphaned, taken_at: Instant, lease: Duration) -> Tokens {
+    /// Register an orphan taken over at `taken_at`, whose processes are where `whereabouts`
+    /// says.
+    fn adopt(
+        &self,
+        orphan: &Orphaned,
+        taken_at: Instant,
+        lease: Duration,
+        whereabouts: Whereabouts,
+    ) -> Tokens {
         self.register(
             &orphan.id,
-            orphan.attempt,
-            orphan.claim_seq,
+            (orphan.attempt, orphan.claim_seq),
             taken_at + lease,
-            true,
+            Some(whereabouts),
         )
     }
 
+    /// `orphan`: where the processes of an orphan are (`None`: an attempt started here).
     fn register(
         &self,
         id: &str,
-        number: u32,
-        claim_seq: u32,
+        (number, claim_seq): (u32, u32),
         lease_until: Instant,
-        orphan: bool,
+        orphan: Option<Whereabouts>,
     ) -> Tokens {
         let tokens = Tokens {
             cancel: CancellationToken::new(),
@@ -161,7 +168,8 @@ impl Running {
                 cancel: tokens.cancel.clone(),
                 lease_lost: tokens.lease_lost.clone(),
                 lease_deadline: lease_until.checked_sub(LEASE_SAFETY).unwrap_or(lease_until),
-                orphan,
+                orphan: orphan.is_some(),
+                elsewhere: orphan == Some(Whereabouts::Elsewhere),
                 step_token: None,
                 output: None,
             },
@@ -191,10 +199,14 @@ impl Running {
             .is_some_and(|a| a.number == number)
     }
 
-    /// How many attempts are running here (orphans being ended included: their processes
-    /// may still run, and they take a slot).
+    /// How many attempts take a slot here: those running here, and orphans being ended here
+    /// (their processes may still run on this host); not orphans whose processes are elsewhere.
     pub fn count(&self) -> usize {
-        self.lock().attempts.len()
+        self.lock()
+            .attempts
+            .values()
+            .filter(|a| !a.elsewhere)
+            .count()
     }
 
     /// The attempt of `task_id` whose step token this is, if it runs here.
@@ -332,11 +344,14 @@ impl Runner {
         attempts: &TaskTracker,
     ) {
         for orphan in orphans {
-            let tokens = self.running.adopt(&orphan, taken_at, self.lease);
+            let whereabouts = self.whereabouts(&orphan.host);
+            let tokens = self
+                .running
+                .adopt(&orphan, taken_at, self.lease, whereabouts);
             let me = Arc::clone(self);
             attempts.spawn(async move {
                 let id = orphan.id.clone();
-                me.end_orphan(orphan, tokens.lease_lost).await;
+                me.end_orphan(orphan, whereabouts, tokens.lease_lost).await;
                 me.running.end(&id);
             });
         }
@@ -345,11 +360,15 @@ impl Runner {
     /// End what is left of an orphaned attempt, then settle its task: `canceled` if that was
     /// asked meanwhile, otherwise `interrupted` and on by the type's `on_interrupt`. Two copies
     /// of a deploy never run: the task keeps its locks and slot until then.
-    async fn end_orphan(&self, orphan: Orphaned, lost: CancellationToken) {
+    async fn end_orphan(
+        &self,
+        orphan: Orphaned,
+        whereabouts: Whereabouts,
+        lost: CancellationToken,
+    ) {
         let kind = self.types.get(&orphan.task_type);
         let grace = Duration::from_millis(orphan.kill_grace_ms.max(0) as u64);
         let tag = exec::attempt_tag(&orphan.id, orphan.attempt);
-        let whereabouts = self.whereabouts(&orphan.host);
         info!(task_id = %orphan.id, attempt = orphan.attempt, code = %orphan.code,
               whereabouts = ?whereabouts, "ending an attempt whose executor is gone");
         match whereabouts {

@@ -164,13 +164,7 @@ echo "done" >&2"#,
         "\n[tasks.ticks]\ncommand = [\"{}\"]\n",
         setup.path("ticks.sh")
     );
-    let config = config_with(&setup, &extra);
-    let d = crate::InProcess::boot_in(
-        TempDir::new().expect("temp dir"),
-        crate::Targets::Loopback,
-        &["--config", &config],
-    )
-    .await;
+    let d = crate::task_locks::boot_with(&setup, &extra, &[]).await;
     let (_, task) = submit(&d.api, json!({"type": "ticks", "idempotencyKey": "t"})).await;
     let task_id = id(&task);
     wait_task(&d.api, &task_id, &["running"]).await;
@@ -260,13 +254,7 @@ secret_env.TOKEN = {{ file = "{token}" }}
         script = setup.path("split.sh"),
         token = setup.path("token"),
     );
-    let config = config_with(&setup, &extra);
-    let daemon = crate::InProcess::boot_in(
-        TempDir::new().expect("temp dir"),
-        crate::Targets::Loopback,
-        &["--config", &config],
-    )
-    .await;
+    let daemon = crate::task_locks::boot_with(&setup, &extra, &[]).await;
     let mut done = std::collections::BTreeMap::new();
     for case in ["cut", "utf8", "mode"] {
         let (_, t) = submit(
@@ -320,13 +308,7 @@ while :; do sleep 0.05; done"#,
         setup.path("graceful.sh"),
         setup.path("quiet.sh"),
     );
-    let config = config_with(&setup, &extra);
-    let daemon = crate::InProcess::boot_in(
-        TempDir::new().expect("temp dir"),
-        crate::Targets::Loopback,
-        &["--config", &config],
-    )
-    .await;
+    let daemon = crate::task_locks::boot_with(&setup, &extra, &[]).await;
     let (_, g) = submit(
         &daemon.api,
         json!({"type": "graceful", "idempotencyKey": "g"}),

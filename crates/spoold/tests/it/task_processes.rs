@@ -12,7 +12,7 @@ use crate::task_locks::config_with;
 use crate::tasks::{get, id, kill_all, submit, wait_gone, wait_task, Setup};
 
 /// Zombies whose parent is `parent`, from /proc.
-fn zombie_children(parent: u32) -> Vec<i32> {
+pub(crate) fn zombie_children(parent: u32) -> Vec<i32> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -157,7 +157,8 @@ async fn a_worker_that_cleared_its_environment_is_ended_after_a_crash() {
     let setup = Setup::new(dir.path());
     setup.script(
         "worker.sh",
-        r#"env -i /bin/sh -c 'trap "" PIPE; while :; do echo x >> "$0"; sleep 0.05; done' "$GROW" &
+        r#"echo "raw: the summary as the script wrote it" > "$SPOOLD_RESULT_FILE"
+env -i /bin/sh -c 'trap "" PIPE; while :; do echo x >> "$0"; sleep 0.05; done' "$GROW" &
 sleep 1"#,
     );
     let config = config_with(
@@ -175,17 +176,7 @@ sleep 1"#,
     let api = Api::new(daemon.base_url());
     let (_, task) = submit(&api, json!({"type": "worker", "idempotencyKey": "w"})).await;
     let db = crate::db_path(&data);
-    let recorded = || {
-        rusqlite::Connection::open(&db)
-            .and_then(|c| {
-                c.query_row(
-                    "SELECT sid FROM task_attempts WHERE sid IS NOT NULL",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )
-            })
-            .is_ok()
-    };
+    let recorded = || crate::tasks::process_recorded(&db);
     let size = || std::fs::metadata(setup.dir.join("grow")).map_or(0, |m| m.len());
     for _ in 0..200 {
         if recorded() && size() > 0 {
@@ -219,6 +210,13 @@ sleep 1"#,
         .await
         .expect("metrics");
     assert!(recovered >= Some(1.0), "{recovered:?}");
+    // The raw result file of the crashed attempt (it may hold secrets) is gone.
+    let results: Vec<_> = std::fs::read_dir(data.path().join("data/task-results"))
+        .expect("results dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(results.is_empty(), "{results:?}");
 }
 
 /// A type removed from the configuration while its task waits for a retry, keeping its lock:
@@ -316,4 +314,48 @@ async fn a_type_runs_as_the_user_it_names() {
         })
         .expect("a nobody user");
     assert_eq!(done["resultSummary"], json!(nobody), "{done}");
+}
+
+/// Without the privilege to switch users, a daemon whose configuration has a type with `user`
+/// refuses to start, in one line naming the type, the user and what it needs (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_type_with_a_user_needs_the_privilege_to_switch() {
+    if privileged::available("SPOOLD_REQUIRE_TOOLS", privileged::require_root()).is_none() {
+        return;
+    }
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.as_root]\ncommand = [\"{}\", \"0\"]\nuser = \"root\"\n",
+            setup.path("exit.sh")
+        ),
+    );
+    // The daemon runs as nobody, in a directory of its own; nobody reads the configuration.
+    use std::os::unix::fs::PermissionsExt;
+    let data = TempDir::new().expect("data dir");
+    for d in [dir.path(), data.path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    }
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (status, stderr) = DaemonProcess::run_to_exit(
+        crate::process_opts(&data)
+            .args(["--config", config.as_str()])
+            .wrapper([
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+            ]),
+    )
+    .await
+    .expect("the daemon runs");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .contains("[tasks.as_root] user = \"root\": running tasks as another user needs root"),
+        "{stderr}"
+    );
 }

@@ -149,13 +149,11 @@ async fn one_holder_across_crashes(db: Option<&TestDatabase>) {
     let setup = Setup::new(dir.path());
     let config = deploy_types(&setup, "5s", "retry");
     let data = TempDir::new().expect("data dir");
-    let opts = || {
-        let opts = match db {
-            Some(db) => DaemonOptions::new(PathBuf::from(db.url()))
-                .args(["--data-dir", &data.path().display().to_string()]),
-            None => crate::process_opts(&data),
-        };
-        opts.args(["--config", config.as_str(), "--task-lease", "3s"])
+    let opts = || match db {
+        Some(db) => pg_host(db.url(), &data, &config),
+        None => {
+            crate::process_opts(&data).args(["--config", config.as_str(), "--task-lease", "3s"])
+        }
     };
     let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
     let mut api = Api::new(daemon.base_url());
@@ -190,7 +188,13 @@ async fn one_holder_across_crashes(db: Option<&TestDatabase>) {
     // Every crashed attempt cleaned up (its SIGTERM handler ran) before the next one started.
     assert_eq!(logged(&setup, "cleaned").len(), 2 * CYCLES);
     cancel_all(&api, &ids).await;
+    let zombies = crate::task_processes::zombie_children(daemon.pid());
+    assert!(
+        zombies.is_empty(),
+        "zombie children of the daemon: {zombies:?}"
+    );
     daemon.terminate().await.expect("stop");
+    // No process is left (the setup checks that when it is dropped).
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -225,6 +229,27 @@ fn through(url: &str, addr: std::net::SocketAddr) -> String {
     format!("{scheme}://{user}@{addr}/{path}")
 }
 
+/// The server of a PostgreSQL URL.
+fn server_of(url: &str) -> std::net::SocketAddr {
+    let rest = url.split_once("://").expect("a URL").1;
+    let auth = rest.split_once('/').map_or(rest, |(a, _)| a);
+    let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+    host.parse().expect("127.0.0.1:PORT")
+}
+
+/// A daemon on the PostgreSQL database at `url` with the task types of `config`, keeping its
+/// files in `data`, with a task lease of 3 s (the shortest allowed).
+fn pg_host(url: &str, data: &TempDir, config: &str) -> DaemonOptions {
+    DaemonOptions::new(PathBuf::from(url)).args([
+        "--data-dir",
+        &data.path().display().to_string(),
+        "--config",
+        config,
+        "--task-lease",
+        "3s",
+    ])
+}
+
 /// PostgreSQL, two hosts: A runs a deploy holding a lock and then loses its database (its
 /// connections stay open, nothing answers); B's deploy waits for the lock. A cannot renew, so
 /// it stops its attempt before its lease runs out; B, which cannot see A's processes (A runs
@@ -242,23 +267,13 @@ async fn a_host_that_loses_its_database_stops_its_attempt_first() {
     let dir = TempDir::new().expect("temp dir");
     let setup = Setup::new(dir.path());
     let config = deploy_types(&setup, "2s", "review");
-    let upstream: std::net::SocketAddr = "127.0.0.1:5432".parse().expect("address");
-    let proxy = Proxy::start(upstream).await.expect("proxy");
-    let host = |url: String, data: &TempDir| {
-        DaemonOptions::new(PathBuf::from(url)).args([
-            "--data-dir",
-            &data.path().display().to_string(),
-            "--config",
-            config.as_str(),
-            "--task-lease",
-            "3s",
-        ])
-    };
+    let proxy = Proxy::start(server_of(db.url())).await.expect("proxy");
     let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
-    let mut a =
-        DaemonProcess::start(host(through(db.url(), proxy.addr()), &data_a).wrapper(AS_PID_1))
-            .await
-            .expect("host A");
+    let mut a = DaemonProcess::start(
+        pg_host(&through(db.url(), proxy.addr()), &data_a, &config).wrapper(AS_PID_1),
+    )
+    .await
+    .expect("host A");
     let api_a = Api::new(a.base_url());
     let (_, x) = submit(
         &api_a,
@@ -269,7 +284,7 @@ async fn a_host_that_loses_its_database_stops_its_attempt_first() {
         !logged(&setup, "start").is_empty()
     })
     .await;
-    let mut b = DaemonProcess::start(host(db.url().to_owned(), &data_b))
+    let mut b = DaemonProcess::start(pg_host(db.url(), &data_b, &config))
         .await
         .expect("host B");
     let api_b = Api::new(b.base_url());
@@ -331,18 +346,7 @@ async fn a_daemon_that_is_pid_1_recovers_its_own_tasks() {
     let setup = Setup::new(dir.path());
     let config = deploy_types(&setup, "1s", "review");
     let data = TempDir::new().expect("data dir");
-    let opts = || {
-        DaemonOptions::new(PathBuf::from(db.url()))
-            .args([
-                "--data-dir",
-                &data.path().display().to_string(),
-                "--config",
-                config.as_str(),
-                "--task-lease",
-                "3s",
-            ])
-            .wrapper(AS_PID_1)
-    };
+    let opts = || pg_host(db.url(), &data, &config).wrapper(AS_PID_1);
     let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
     let api = Api::new(daemon.base_url());
     let (_, x) = submit(
@@ -406,25 +410,19 @@ exit 75"#,
             setup.path("log"),
         ),
     );
-    let host = |data: &TempDir| {
-        DaemonOptions::new(PathBuf::from(db.url())).args([
-            "--data-dir",
-            &data.path().display().to_string(),
-            "--config",
-            config.as_str(),
-            "--task-lease",
-            "30s",
-        ])
-    };
     let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
-    let a = DaemonProcess::start(host(&data_a)).await.expect("host A");
+    let a = DaemonProcess::start(pg_host(db.url(), &data_a, &config))
+        .await
+        .expect("host A");
     let api_a = Api::new(a.base_url());
     let (_, t) = submit(&api_a, json!({"type": "awaiting", "idempotencyKey": "x"})).await;
     wait_for("the attempt to run on A", crate::WAIT, || {
         !logged(&setup, "run").is_empty()
     })
     .await;
-    let b = DaemonProcess::start(host(&data_b)).await.expect("host B");
+    let b = DaemonProcess::start(pg_host(db.url(), &data_b, &config))
+        .await
+        .expect("host B");
     let api_b = Api::new(b.base_url());
     let (status, body) = post(&api_b, &format!("/v1/tasks/{}/cancel", id(&t))).await;
     assert_eq!(
@@ -449,6 +447,11 @@ exit 75"#,
     );
     drop((a, b));
 }
+
+/// The init of the namespace the daemon runs in: runs the daemon, and reaps what is
+/// re-parented to it for as long as the namespace lives (a daemon killed alone may be started
+/// again inside it).
+const INIT: &str = r#""$0" "$@" & while :; do wait; sleep 0.05; done"#;
 
 /// `sh` as PID 1 of a pid namespace, running the daemon (so the daemon can be killed alone).
 fn under_init(wrapper_init: &str) -> Vec<String> {
@@ -499,7 +502,7 @@ fn in_namespace(init: i32, script: &str) -> String {
 /// (`ns_last_pid`) and makes itself a session and group leader (`setsid`): an unrelated
 /// process that a daemon signalling a stale group id would hit. It writes down every signal
 /// it gets.
-fn foreign(init: i32, pid: i32, dir: &Path) -> String {
+fn foreign(init: i32, pid: i32, dir: &Path) {
     let hits = dir.join("foreign-hits");
     let pids = dir.join("foreign-pids");
     in_namespace(
@@ -512,9 +515,56 @@ fn foreign(init: i32, pid: i32, dir: &Path) -> String {
             hits = hits.display(),
             pids = pids.display(),
         ),
-    )
-    .trim()
-    .to_owned()
+    );
+}
+
+/// Until task `task` is `done` (and a second after): whenever the pid `leader` had in the pid
+/// namespace of `init` is free, start an unrelated process with it, once ([`foreign`]). Then
+/// check that such a process was started, with that pid, and never signalled.
+async fn take_the_pid_meanwhile(
+    api: &Api,
+    task: &str,
+    done: &str,
+    (init, leader): (i32, i32),
+    dir: &Path,
+) {
+    let mut taken = false;
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut over_at = None;
+    while tokio::time::Instant::now() < until {
+        let free = in_namespace(init, &format!("test -e /proc/{leader} || echo free"));
+        if free.trim() == "free" && !taken {
+            foreign(init, leader, dir);
+            taken = true;
+        }
+        let t = get(api, &format!("/v1/tasks/{task}")).await;
+        if t["status"] == done && over_at.is_none() {
+            over_at = Some(tokio::time::Instant::now());
+        }
+        if taken && over_at.is_some_and(|at| at.elapsed() > Duration::from_secs(1)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        over_at.is_some(),
+        "the attempt was ended: its task is {done}"
+    );
+    assert!(taken, "the leader's pid came free at last");
+    let hits = std::fs::read_to_string(dir.join("foreign-hits")).unwrap_or_default();
+    assert_eq!(hits, "", "an unrelated process was signalled");
+    let pids = std::fs::read_to_string(dir.join("foreign-pids")).unwrap_or_default();
+    assert!(
+        pids.lines().any(|p| p.trim() == leader.to_string()),
+        "the unrelated process got the leader's pid {leader}: {pids}"
+    );
+    for pid in pids.lines() {
+        let alive = in_namespace(
+            init,
+            &format!("test -e /proc/{pid} && echo alive || echo gone"),
+        );
+        assert_eq!(alive.trim(), "alive", "foreign process {pid} was killed");
+    }
 }
 
 /// Pid reuse made certain: the daemon runs in a pid namespace of its own, where the test can
@@ -550,7 +600,7 @@ sleep 1000"#,
     let daemon = DaemonProcess::start(
         crate::process_opts(&data)
             .args(["--config", config.as_str(), "--task-cgroup", "off"])
-            .wrapper(under_init(r#""$0" "$@" & wait"#)),
+            .wrapper(under_init(INIT)),
     )
     .await
     .expect("daemon");
@@ -566,38 +616,102 @@ sleep 1000"#,
         .trim()
         .parse()
         .expect("a pid");
-    // Until the task is over (and a while after): whenever the leader's pid is free in the
-    // namespace, take it.
-    let mut taken = Vec::new();
-    let until = tokio::time::Instant::now() + Duration::from_secs(15);
-    let mut over_at = None;
-    while tokio::time::Instant::now() < until {
-        let free = in_namespace(init, &format!("test -e /proc/{leader} || echo free"));
-        if free.trim() == "free" && taken.is_empty() {
-            taken.push(foreign(init, leader, &setup.dir));
-        }
-        let t = get(&api, &format!("/v1/tasks/{}", id(&task))).await;
-        if t["status"] == "timed_out" && over_at.is_none() {
-            over_at = Some(tokio::time::Instant::now());
-        }
-        if over_at.is_some_and(|at| at.elapsed() > Duration::from_secs(1)) && !taken.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(over_at.is_some(), "the attempt timed out and was ended");
-    assert!(!taken.is_empty(), "the leader's pid came free at last");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let hits = std::fs::read_to_string(setup.dir.join("foreign-hits")).unwrap_or_default();
-    assert_eq!(hits, "", "an unrelated process was signalled");
-    let pids = std::fs::read_to_string(setup.dir.join("foreign-pids")).unwrap_or_default();
-    for pid in pids.lines() {
-        let alive = in_namespace(
-            init,
-            &format!("test -e /proc/{pid} && echo alive || echo gone"),
-        );
-        assert_eq!(alive.trim(), "alive", "foreign process {pid} was killed");
-    }
+    take_the_pid_meanwhile(&api, &id(&task), "timed_out", (init, leader), &setup.dir).await;
     // The namespace goes with its init, and everything in it.
     drop(daemon);
+}
+
+/// The pid, outside the namespace, of the one child of `init` (the daemon it runs).
+fn child_of(init: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
+        .expect("children")
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a child")
+}
+
+/// The restart path, with pid reuse made certain: the daemon is killed (kill -9) while an
+/// attempt runs whose leader exits at once on SIGTERM and whose escapee ignores it; a new
+/// daemon started in the same pid namespace ends what is left. While the escapee keeps that
+/// going through the kill grace, an unrelated process takes the dead leader's pid and makes it
+/// its own session and group. It is never signalled: after a crash the daemon signals no group
+/// at all, only processes shown to be the attempt's (its tag; its recorded group's members in
+/// the recorded session), each through a pidfd.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reused_pid_is_never_signalled_after_a_restart() {
+    if privileged::available("SPOOLD_REQUIRE_PIDNS", pid_namespaces()).is_none() {
+        return;
+    }
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "reuse.sh",
+        r#"trap '' PIPE
+trap 'exit 143' TERM
+setsid sh -c 'trap "" TERM; exec sleep 1000' &
+echo $$ > "$LEADER"
+while :; do sleep 0.05; done"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.reuse]\ncommand = [\"{}\"]\ntimeout = \"600s\"\nkill_grace = \"3s\"\n\
+             env = {{ LEADER = \"{}\" }}\n",
+            setup.path("reuse.sh"),
+            setup.path("leader"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let opts =
+        || crate::process_opts(&data).args(["--config", config.as_str(), "--task-cgroup", "off"]);
+    let first = DaemonProcess::start(opts().wrapper(under_init(INIT)))
+        .await
+        .expect("daemon");
+    let init = namespace_init(&first);
+    let api = Api::new(first.base_url());
+    let (_, task) = submit(&api, json!({"type": "reuse", "idempotencyKey": "r"})).await;
+    let db = crate::db_path(&data);
+    let recorded = || crate::tasks::process_recorded(&db);
+    wait_for("the attempt's process to be recorded", crate::WAIT, || {
+        recorded() && setup.dir.join("leader").exists()
+    })
+    .await;
+    let leader: i32 = std::fs::read_to_string(setup.dir.join("leader"))
+        .expect("leader")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // kill -9 of the daemon alone; its namespace (and the attempt) live on.
+    let daemon = child_of(init);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(daemon).expect("a pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill -9 the daemon");
+    wait_for("the daemon to be gone", crate::WAIT, || {
+        !Path::new(&format!("/proc/{daemon}")).exists()
+    })
+    .await;
+    let second = DaemonProcess::start(opts().wrapper([
+        "nsenter".to_owned(),
+        "-t".to_owned(),
+        init.to_string(),
+        "-p".to_owned(),
+        "-m".to_owned(),
+        "--".to_owned(),
+    ]))
+    .await
+    .expect("restart in the same namespace");
+    let api = Api::new(second.base_url());
+    take_the_pid_meanwhile(
+        &api,
+        &id(&task),
+        "manual_review",
+        (init, leader),
+        &setup.dir,
+    )
+    .await;
+    drop(second);
+    drop(first);
 }

@@ -184,13 +184,7 @@ while :; do sleep 0.05; done"#,
         spoolctl.display(),
         setup.path("log"),
     );
-    let config = config_with(&setup, &extra);
-    let d = crate::InProcess::boot_in(
-        TempDir::new().expect("temp dir"),
-        crate::Targets::Loopback,
-        &["--config", &config],
-    )
-    .await;
+    let d = crate::task_locks::boot_with(&setup, &extra, &[]).await;
     let (_, t) =
         crate::tasks::submit(&d.api, json!({"type": "finishing", "idempotencyKey": "f"})).await;
     for _ in 0..500 {

@@ -241,6 +241,20 @@ pub(crate) async fn wait_gone(pids: &[i32]) -> Vec<i32> {
     pids.iter().copied().filter(|p| alive(*p)).collect()
 }
 
+/// Whether an attempt's process (group, session, leader's start) is on record in the SQLite
+/// database at `db` yet (it is recorded once the attempt has run for 20 ms).
+pub(crate) fn process_recorded(db: &Path) -> bool {
+    rusqlite::Connection::open(db)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT pgid FROM task_attempts WHERE pgid IS NOT NULL",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+        })
+        .is_ok()
+}
+
 /// End whatever a failed test left alive, by pid.
 pub(crate) fn kill_all(pids: &[i32]) {
     for pid in pids {
