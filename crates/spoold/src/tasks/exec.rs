@@ -205,13 +205,16 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     .into_iter()
     .filter_map(|(stream, fd)| Some((stream, fd?)))
     .collect();
-    let mut pump = OutputPump::start(pipes, spawn.output.clone(), stop_pump);
+    let exited = Arc::new(tokio::sync::Notify::new());
+    let watch = leader.pidfd().ok().map(|fd| (fd, Arc::clone(&exited)));
+    let watched = watch.is_some().then_some(&*exited);
+    let mut pump = OutputPump::start(pipes, spawn.output.clone(), stop_pump, watch);
     let mut output = None;
     let deadline = tokio::time::sleep(spawn.timeout);
     tokio::pin!(deadline);
     let exit = loop {
         tokio::select! {
-            exit = leader.exited() => break Some(exit),
+            exit = leader.exited(watched) => break Some(exit),
             n = &mut pump.thread, if output.is_none() => output = Some(n.unwrap_or(0)),
             () = &mut deadline => { finished.stopped = Some(Stopped::TimedOut); break None; }
             () = spawn.cancel.cancelled() => { finished.stopped = Some(Stopped::Canceled); break None; }
@@ -265,7 +268,8 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
 /// stores that before it looks again. While it redacts, the script's output gathers in the
 /// pipe (or the script blocks on it), so a chatty script is read in large pieces with one
 /// wake-up each; the runtime's event loop is not involved, and the async side only awaits the
-/// thread's end.
+/// thread's end. The same `poll` watches the leader's pidfd, which becomes readable when the
+/// leader exits, and tells the async side: one wake-up for its attempt alone.
 struct OutputPump {
     /// Dropping it (the write end of a pipe the thread also polls) stops the thread.
     stop: Option<OwnedFd>,
@@ -288,8 +292,9 @@ impl OutputPump {
         pipes: Vec<(Stream, OwnedFd)>,
         log: Option<Arc<Mutex<OutputLog>>>,
         (stop_rx, stop_tx): (OwnedFd, OwnedFd),
+        exit: Option<(OwnedFd, Arc<tokio::sync::Notify>)>,
     ) -> Self {
-        let thread = tokio::task::spawn_blocking(move || pump(pipes, log, &stop_rx));
+        let thread = tokio::task::spawn_blocking(move || pump(pipes, log, &stop_rx, exit));
         OutputPump {
             stop: Some(stop_tx),
             thread,
@@ -303,11 +308,13 @@ impl OutputPump {
     }
 }
 
-/// The pump's thread: until every pipe is closed or `stop` is.
+/// The pump's thread: until every pipe is closed and the leader's exit was told (`exit`: its
+/// pidfd, and whom to tell), or `stop` is.
 fn pump(
     mut pipes: Vec<(Stream, OwnedFd)>,
     log: Option<Arc<Mutex<OutputLog>>>,
     stop: &OwnedFd,
+    mut exit: Option<(OwnedFd, Arc<tokio::sync::Notify>)>,
 ) -> u64 {
     use rustix::event::{poll, PollFd, PollFlags};
     // Pipes keep the kernel's size until a read fills the buffer (a chatty script): only then
@@ -318,10 +325,14 @@ fn pump(
     let mut buf = Vec::new();
     let mut log = log;
     let mut total = 0u64;
-    while !pipes.is_empty() {
+    while !pipes.is_empty() || exit.is_some() {
         let mut fds: Vec<PollFd<'_>> = pipes
             .iter()
             .map(|(_, fd)| PollFd::new(fd, PollFlags::IN))
+            .chain(
+                exit.as_ref()
+                    .map(|(pidfd, _)| PollFd::new(pidfd, PollFlags::IN)),
+            )
             .chain(std::iter::once(PollFd::new(stop, PollFlags::IN)))
             .collect();
         match poll(&mut fds, None) {
@@ -338,6 +349,11 @@ fn pump(
         }
         let ready: Vec<bool> = ready.iter().map(|fd| !fd.revents().is_empty()).collect();
         drop(fds);
+        if ready.get(pipes.len()).copied().unwrap_or(false) {
+            if let Some((_, exited)) = exit.take() {
+                exited.notify_one();
+            }
+        }
         if buf.is_empty() {
             buf = vec![0u8; size.min(FIRST_READ)];
         }

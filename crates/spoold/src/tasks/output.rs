@@ -150,6 +150,9 @@ pub struct OutputLog {
 /// start of a secret still arriving, in either view, and never part of a secret found.
 struct Merged {
     rules: RedactRules,
+    /// Each stream's own redactor found its literal secrets already (a type with patterns):
+    /// what comes from one stream alone need not be searched again.
+    streams_redacted: bool,
     pending: Vec<u8>,
     /// Which stream each pending byte came from.
     origin: Vec<u8>,
@@ -166,9 +169,11 @@ struct Merged {
 
 impl Merged {
     fn new(rules: &RedactRules) -> Self {
+        let streams_redacted = !rules.0.regexes.is_empty();
         let rules = rules.literals_only();
         Merged {
             scratch: Scratch::new(&rules.0),
+            streams_redacted,
             rules,
             pending: Vec::new(),
             origin: Vec::new(),
@@ -205,17 +210,19 @@ impl Merged {
         self.covered.clear();
         self.covered.resize(len, false);
         self.found.clear();
-        rules.find_spans(&self.pending, &mut self.scratch);
-        for &(start, stop) in &self.scratch.spans {
-            self.covered[start..stop].fill(true);
-            self.found.push((start, stop));
+        let mixed = self.origin.iter().any(|&o| o != self.origin[0]);
+        if mixed || !self.streams_redacted {
+            rules.find_spans(&self.pending, &mut self.scratch);
+            for &(start, stop) in &self.scratch.spans {
+                self.covered[start..stop].fill(true);
+                self.found.push((start, stop));
+            }
         }
         let mut hold = if end {
             len
         } else {
             len - rules.pending_start(&self.pending)
         };
-        let mixed = self.origin.iter().any(|&o| o != self.origin[0]);
         for stream in [0u8, 1].into_iter().filter(|_| mixed) {
             self.own.clear();
             self.places.clear();

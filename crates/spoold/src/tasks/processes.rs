@@ -22,6 +22,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -77,18 +78,23 @@ pub struct Leader {
 }
 
 /// Start an attempt's leader with `spawn` (which returns its pid, and must make it the leader
-/// of a new process group) and hold it. The reaper is kept out meanwhile, so the leader is
-/// never taken for an orphan, even if it exits at once.
+/// of a new process group) and hold it.
+///
+/// The reaper must never take a leader for an orphan. It only looks at the children of this
+/// process's main thread (where the kernel re-parents orphans), and a leader is a child of the
+/// thread that spawned it: spawned on a worker thread, it is never among them, and no lock is
+/// held across the spawn (a fork would stall every worker waiting on it). Spawned on the main
+/// thread, the reaper is kept out until the leader is registered.
 pub fn hold_leader(spawn: impl FnOnce() -> io::Result<u32>) -> io::Result<Leader> {
-    let pid = {
+    let on_main_thread = rustix::thread::gettid() == rustix::process::getpid();
+    let pid = if on_main_thread {
         let mut guard = children();
-        let held = guard.get_or_insert_with(Children::default);
         let pid = spawn()? as i32;
-        held.leaders.insert(pid);
-        if held.groups.len() >= RECENT_GROUPS {
-            held.groups.pop_front();
-        }
-        held.groups.push_back(pid);
+        register(&mut guard, pid);
+        pid
+    } else {
+        let pid = spawn()? as i32;
+        register(&mut children(), pid);
         pid
     };
     let raw =
@@ -114,6 +120,16 @@ pub fn hold_leader(spawn: impl FnOnce() -> io::Result<u32>) -> io::Result<Leader
     }
 }
 
+/// Hold `pid` as a leader, and remember its group.
+fn register(guard: &mut Option<Children>, pid: i32) {
+    let held = guard.get_or_insert_with(Children::default);
+    held.leaders.insert(pid);
+    if held.groups.len() >= RECENT_GROUPS {
+        held.groups.pop_front();
+    }
+    held.groups.push_back(pid);
+}
+
 fn forget_leader(pid: i32) {
     if let Some(held) = children().as_mut() {
         held.leaders.remove(&pid);
@@ -125,23 +141,25 @@ impl Leader {
         self.pid
     }
 
-    /// Until the leader has exited (it is not reaped: see [`Leader::reap`]). Every child's exit
-    /// raises SIGCHLD, which wakes this to look; the listener is in place before the first look,
-    /// so an exit between the two is not missed (and a slow poll backs it up).
-    pub async fn exited(&mut self) -> Exit {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut exits = signal(SignalKind::child()).ok();
+    /// A second descriptor of its pidfd, for a thread that `poll`s it: it becomes readable when
+    /// the leader exits.
+    pub fn pidfd(&self) -> io::Result<OwnedFd> {
+        self.pidfd.try_clone()
+    }
+
+    /// Until the leader has exited (it is not reaped: see [`Leader::reap`]). Whoever polls its
+    /// [`Leader::pidfd`] notifies `exited` when it becomes readable (a slow poll backs that up);
+    /// without one (`None`), the exit is looked for every 20 ms.
+    pub async fn exited(&mut self, exited: Option<&tokio::sync::Notify>) -> Exit {
         loop {
             if let Some(exit) = self.poll_exit() {
                 return exit;
             }
-            match exits.as_mut() {
-                Some(exits) => {
-                    tokio::select! {
-                        _ = exits.recv() => {}
-                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
+            match exited {
+                Some(exited) => tokio::select! {
+                    () = exited.notified() => {}
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                },
                 None => tokio::time::sleep(POLL).await,
             }
         }
@@ -441,7 +459,9 @@ pub fn maybe_left_behind(attempt: &Attempt<'_>) -> bool {
     }) {
         return true;
     }
-    let Some(children) = own_children() else {
+    // Not a subreaper: what the leader left went to init, not to us.
+    let children = own_children().filter(|_| SUBREAPER.load(Ordering::Relaxed));
+    let Some(children) = children else {
         return !attempt.scan(true).is_empty();
     };
     children.into_iter().any(|pid| {
@@ -452,9 +472,11 @@ pub fn maybe_left_behind(attempt: &Attempt<'_>) -> bool {
 }
 
 /// Reap zombies this process adopted (it is a child subreaper): members of recent attempts'
-/// groups and processes of other sessions (escapees that called `setsid`). Attempt leaders
-/// are left alone (held until their group is empty), and so is any other child of ours in our
-/// own session and not in an attempt's group — some other part of the process may wait for it.
+/// groups and processes of other sessions (escapees that called `setsid`), among the children
+/// of its main thread, where the kernel re-parents orphans. Attempt leaders are left alone
+/// (held until their group is empty), and so is any other child in our own session and not in
+/// an attempt's group — some other part of the process may wait for it. Where the kernel does
+/// not list a thread's children, only members of attempts' groups are reaped.
 pub fn reap_orphans() {
     let me = std::process::id() as i32;
     // From /proc, not getsid(2): in a pid namespace whose sessions began outside it, the
@@ -464,19 +486,23 @@ pub fn reap_orphans() {
     let Some(held) = guard.as_ref() else {
         return;
     };
-    let candidates: Vec<i32> = match own_children() {
-        Some(children) => children,
-        None => processes()
-            .filter(|p| p.ppid == me)
-            .map(|p| p.pid)
-            .collect(),
+    let (candidates, listed) = match own_children() {
+        Some(children) => (children, true),
+        None => (
+            processes()
+                .filter(|p| p.ppid == me)
+                .map(|p| p.pid)
+                .collect(),
+            false,
+        ),
     };
     for pid in candidates {
         if held.leaders.contains(&pid) {
             continue;
         }
         let Some(p) = read_stat(pid) else { continue };
-        if p.zombie && p.ppid == me && (p.session != session || held.groups.contains(&p.pgrp)) {
+        let ours = held.groups.contains(&p.pgrp) || (listed && p.session != session);
+        if p.zombie && p.ppid == me && ours {
             if let Some(pid) = Pid::from_raw(pid) {
                 let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
             }
@@ -522,8 +548,14 @@ pub async fn end_leftovers(
 /// Make this process a child subreaper, so that orphaned descendants of attempts are
 /// re-parented to it rather than to init. Once, at start-up, before any attempt runs.
 pub fn become_subreaper() -> io::Result<()> {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).map_err(io::Error::from)
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(io::Error::from)?;
+    SUBREAPER.store(true, Ordering::Relaxed);
+    Ok(())
 }
+
+/// Whether this process is a child subreaper ([`become_subreaper`]).
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 /// Whether this kernel has pidfds (Linux 5.3), which attempts need: checked at start-up.
 pub fn pidfds_supported() -> io::Result<()> {
