@@ -246,7 +246,6 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     finished.signal = exit.signal;
     // Nothing of its group is left: its id may go.
     leader.reap();
-    processes::reap_orphans();
     if let Some(cg) = cgroup {
         cg.remove().await;
     }

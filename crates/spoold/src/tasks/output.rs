@@ -1,9 +1,11 @@
 //! Capture of one task attempt's output: stdout and stderr, redacted, into one bounded log file.
 //!
-//! **Invariants.** Secrets never reach disk nor a live follower: every byte passes through a
-//! [`Redactor`] before it is written or broadcast. Memory is bounded independent of output size:
-//! a redactor holds at most about one line ([`LINE_CAP`]) per stream, and the tail of a long
-//! output lives in a ring *file* written with positioned writes, not in memory.
+//! **Invariants.** Secrets never reach disk nor a live follower: every byte passes through the
+//! literal secrets' search (in the two streams merged in arrival order) and then its stream's
+//! [`Redactor`] (patterns) before it is written or broadcast. Memory is bounded independent of
+//! output size: what is held back is at most a secret's start or about one line
+//! ([`LINE_CAP`]) per stream, and the tail of a long output lives in a ring *file* written with
+//! positioned writes, not in memory.
 //!
 //! The stored file is the first `limit / 2` bytes of the (redacted) output, then — only if
 //! something was dropped — a marker line `\n[spoold: N bytes of output omitted]\n`, then the last
@@ -11,20 +13,21 @@
 //! appended by [`OutputLog::finish`].
 //!
 //! Order: stdout and stderr are kept in the order they arrive, as a terminal shows them — except
-//! what a stream's redactor holds back. A literal secret may be arriving in pieces: the start of
-//! one is held until the rest comes (or does not). With `redact` patterns, which are matched
-//! within a line, each stream's unfinished line is held until it ends: lines of the two streams
-//! then never mix, and are interleaved in the order they end. At the end, what the streams still
-//! hold is released in the order it began.
+//! what is held back. A literal secret may be arriving in pieces: the start of one is held until
+//! the rest comes (or does not). With `redact` patterns, which are matched within a line, each
+//! stream's unfinished line is held until it ends: lines of the two streams then never mix, and
+//! are interleaved in the order they end. At the end, what the streams still hold is released
+//! in the order it began.
 //!
-//! Matching rules: a literal secret is caught wherever it appears, split across any number of
-//! reads — and across the two streams: literal secrets are searched for in the merged bytes (a
-//! secret printed partly to stdout and partly to stderr) and in each stream's own bytes (a
-//! secret printed in two writes with the other stream's output between them). A regex is matched against whole lines (blocks of complete lines, in fact), so it
-//! is only guaranteed to see a match that lies within one line of up to [`LINE_CAP`] bytes; use
-//! `(?m)` for `^`/`$` to mean line starts and ends. Regexes run in Unicode mode (the `regex`
-//! crate's default), where `\S` does not match bytes that are not UTF-8: write `(?-u:\S)` to
-//! match any non-space byte.
+//! Matching rules: literal secrets are searched for first, in the two streams merged in the
+//! order their bytes arrived — so a secret split across any number of reads is found, also one
+//! printed partly to stdout and partly to stderr — and in each stream's own bytes (a secret
+//! printed in two writes with the other stream's output between them; one marker replaces it
+//! where it begins). A regex is then matched against each stream's whole lines (blocks of
+//! complete lines, in fact), so it is only guaranteed to see a match that lies within one line
+//! of up to [`LINE_CAP`] bytes; use `(?m)` for `^`/`$` to mean line starts and ends. Regexes run
+//! in Unicode mode (the `regex` crate's default), where `\S` does not match bytes that are not
+//! UTF-8: write `(?-u:\S)` to match any non-space byte.
 
 use std::fmt::{self, Write as _};
 use std::fs::{self, File, OpenOptions};
@@ -43,6 +46,10 @@ use tokio::sync::broadcast;
 /// A line longer than this is redacted in pieces: literals are still caught across the cut,
 /// regexes may miss a match that crosses it.
 pub const LINE_CAP: usize = 64 * 1024;
+
+/// How much of the other stream's output is held back behind the start of a secret one stream
+/// left unfinished, waiting for that stream to finish it.
+const CROSS_HOLD: usize = LINE_CAP;
 
 /// What a redacted match is replaced by.
 pub const REDACTED: &str = "[REDACTED]";
@@ -132,27 +139,25 @@ pub struct OutputLog {
     /// The tail, created on first use and unlinked at once: nothing is left behind on a crash.
     ring: Option<File>,
     redactors: [Redactor; 2],
-    /// What the two redactors release, merged in arrival order and redacted for literal
-    /// secrets (across the streams, and within each).
+    /// Both streams in arrival order, redacted for literal secrets (across the streams, and
+    /// within each) before each goes on to its own redactor.
     merged: Merged,
+    /// Scratch: what `merged` released.
+    released: Released,
     /// Pushes so far (orders the streams' unfinished lines).
     pushes: u64,
     /// Scratch for redacted output, reused across writes.
     buf: Vec<u8>,
-    /// Scratch for the merged output.
-    merged_buf: Vec<u8>,
     live: broadcast::Sender<Bytes>,
 }
 
 /// The two streams merged in the order their bytes arrive, redacted for literal secrets: a
 /// secret is found in the merged bytes (split across the two streams) and in each stream's own
 /// bytes (split by the other stream's output in between). Holds back only what could be the
-/// start of a secret still arriving, in either view, and never part of a secret found.
+/// start of a secret still arriving, in either view, and never part of a secret found. What it
+/// releases goes on to each stream's own redactor (for patterns), in the order it arrived.
 struct Merged {
     rules: RedactRules,
-    /// Each stream's own redactor found its literal secrets already (a type with patterns):
-    /// what comes from one stream alone need not be searched again.
-    streams_redacted: bool,
     pending: Vec<u8>,
     /// Which stream each pending byte came from.
     origin: Vec<u8>,
@@ -167,13 +172,46 @@ struct Merged {
     redactions: u64,
 }
 
+/// What [`Merged`] released: bytes, in runs of one stream each, in the order they arrived.
+#[derive(Default)]
+struct Released {
+    bytes: Vec<u8>,
+    runs: Vec<(Stream, usize)>,
+}
+
+impl Released {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.runs.clear();
+    }
+
+    fn push(&mut self, stream: Stream, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.bytes.extend_from_slice(bytes);
+        match self.runs.last_mut() {
+            Some((s, len)) if *s == stream => *len += bytes.len(),
+            _ => self.runs.push((stream, bytes.len())),
+        }
+    }
+
+    /// Each run: its stream and its bytes.
+    fn runs(&self) -> impl Iterator<Item = (Stream, &[u8])> {
+        let mut at = 0;
+        self.runs.iter().map(move |&(stream, len)| {
+            let run = &self.bytes[at..at + len];
+            at += len;
+            (stream, run)
+        })
+    }
+}
+
 impl Merged {
     fn new(rules: &RedactRules) -> Self {
-        let streams_redacted = !rules.0.regexes.is_empty();
         let rules = rules.literals_only();
         Merged {
             scratch: Scratch::new(&rules.0),
-            streams_redacted,
             rules,
             pending: Vec::new(),
             origin: Vec::new(),
@@ -185,9 +223,9 @@ impl Merged {
         }
     }
 
-    fn push(&mut self, stream: Stream, input: &[u8], out: &mut Vec<u8>) {
+    fn push(&mut self, stream: Stream, input: &[u8], out: &mut Released) {
         if self.rules.is_empty() {
-            out.extend_from_slice(input);
+            out.push(stream, input);
             return;
         }
         self.pending.extend_from_slice(input);
@@ -196,34 +234,51 @@ impl Merged {
     }
 
     /// The end of both streams: everything goes.
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if !self.pending.is_empty() {
-            self.release(true, out);
-        }
+    fn finish(&mut self, out: &mut Released) {
+        self.release(true, out);
     }
 
-    /// Appends what can go now to `out`, each secret's bytes replaced (one [`REDACTED`] for each
-    /// run of them).
-    fn release(&mut self, end: bool, out: &mut Vec<u8>) {
+    /// Appends what can go now to `out`, each secret replaced by one [`REDACTED`] where it
+    /// begins (in the stream its first byte came from).
+    fn release(&mut self, end: bool, out: &mut Released) {
         let rules = &self.rules.0;
         let len = self.pending.len();
-        self.covered.clear();
-        self.covered.resize(len, false);
-        self.found.clear();
-        let mixed = self.origin.iter().any(|&o| o != self.origin[0]);
-        if mixed || !self.streams_redacted {
-            rules.find_spans(&self.pending, &mut self.scratch);
-            for &(start, stop) in &self.scratch.spans {
-                self.covered[start..stop].fill(true);
-                self.found.push((start, stop));
-            }
-        }
+        let Some(&first) = self.origin.first() else {
+            return;
+        };
+        rules.find_spans(&self.pending, &mut self.scratch);
         let mut hold = if end {
             len
         } else {
             len - rules.pending_start(&self.pending)
         };
-        for stream in [0u8, 1].into_iter().filter(|_| mixed) {
+        if self.origin.iter().all(|&o| o == first) {
+            // One stream: the merged bytes are its own, the spans its secrets.
+            let spans = &self.scratch.spans;
+            if let Some(&(start, _)) = spans.iter().find(|&&(s, e)| s < hold && hold < e) {
+                hold = start;
+            }
+            let stream = stream_of(first);
+            let mut done = 0;
+            for &(start, stop) in spans.iter().take_while(|&&(_, e)| e <= hold) {
+                out.push(stream, &self.pending[done..start]);
+                out.push(stream, REDACTED.as_bytes());
+                done = stop;
+                self.redactions += 1;
+            }
+            out.push(stream, &self.pending[done..hold]);
+            self.pending.drain(..hold);
+            self.origin.drain(..hold);
+            return;
+        }
+        self.covered.clear();
+        self.covered.resize(len, false);
+        self.found.clear();
+        for &(start, stop) in &self.scratch.spans {
+            self.covered[start..stop].fill(true);
+            self.found.push((start, stop));
+        }
+        for stream in [0u8, 1] {
             self.own.clear();
             self.places.clear();
             for (i, (&b, _)) in self
@@ -247,42 +302,64 @@ impl Merged {
                 self.found
                     .push((self.places[start], self.places[stop - 1] + 1));
             }
+            // A start of a secret at the end of one stream's bytes is held for the rest of it,
+            // while the other stream's output after it stays under [`CROSS_HOLD`]: past that,
+            // it goes as it is (a secret so far apart is not one piece of output any more).
             let tail = rules.pending_start(&self.own);
             if !end && tail > 0 {
-                hold = hold.min(self.places[self.own.len() - tail]);
+                let at = self.places[self.own.len() - tail];
+                if len - at <= CROSS_HOLD {
+                    hold = hold.min(at);
+                }
             }
         }
+        self.found.sort_unstable();
+        self.found.dedup();
         // Never cut through a secret found: hold it whole (its pieces may lie apart).
         let mut cut = hold;
-        while let Some(&(first, _)) = self
+        while let Some(&(start, _)) = self
             .found
             .iter()
-            .find(|&&(first, stop)| first < cut && cut < stop)
+            .find(|&&(start, stop)| start < cut && cut < stop)
         {
-            cut = first;
+            cut = start;
         }
         let mut i = 0;
+        // The secrets, by where they begin, walked along with the runs.
+        let mut next_secret = 0;
         while i < cut {
-            let run = self.covered[i];
-            let next = self.covered[i..cut]
-                .iter()
-                .position(|&c| c != run)
-                .map_or(cut, |n| i + n);
+            let (run, o) = (self.covered[i], self.origin[i]);
+            let next = (i..cut)
+                .find(|&j| self.covered[j] != run || (!run && self.origin[j] != o))
+                .unwrap_or(cut);
             if run {
-                out.extend_from_slice(REDACTED.as_bytes());
+                // One marker a secret, where it begins: the later pieces of a secret split by
+                // the other stream's output go without one.
+                while self.found.get(next_secret).is_some_and(|&(s, _)| s < i) {
+                    next_secret += 1;
+                }
+                if self.found.get(next_secret).is_some_and(|&(s, _)| s < next) {
+                    out.push(stream_of(o), REDACTED.as_bytes());
+                }
             } else {
-                out.extend_from_slice(&self.pending[i..next]);
+                out.push(stream_of(o), &self.pending[i..next]);
             }
             i = next;
         }
         // Each secret counted once, as it goes (one found in the merged bytes and in a stream's
         // own is the same).
-        self.found.retain(|&(_, stop)| stop <= cut);
-        self.found.sort_unstable();
-        self.found.dedup();
-        self.redactions += self.found.len() as u64;
+        self.redactions += self.found.iter().filter(|&&(_, stop)| stop <= cut).count() as u64;
         self.pending.drain(..cut);
         self.origin.drain(..cut);
+    }
+}
+
+/// The stream of an origin tag (0: stdout, 1: stderr).
+fn stream_of(origin: u8) -> Stream {
+    if origin == 0 {
+        Stream::Stdout
+    } else {
+        Stream::Stderr
     }
 }
 
@@ -435,7 +512,24 @@ impl RedactRules {
         self.0.literals.is_none() && self.0.regexes.is_empty()
     }
 
-    /// The literal secrets alone: what the merged streams pass through once more.
+    /// The patterns alone: what each stream's redactor matches within its lines.
+    fn patterns_only(&self) -> RedactRules {
+        let c = &self.0;
+        if c.regexes.is_empty() {
+            return RedactRules::default();
+        }
+        RedactRules(Arc::new(Compiled {
+            literals: None,
+            literal_bytes: Vec::new(),
+            literal_count: 0,
+            regexes: c.regexes.clone(),
+            longest_literal: 0,
+            longest_multiline_literal: 0,
+            parallel: c.parallel,
+        }))
+    }
+
+    /// The literal secrets alone: what the merged streams are searched for.
     fn literals_only(&self) -> RedactRules {
         let c = &self.0;
         RedactRules(Arc::new(Compiled {
@@ -766,11 +860,7 @@ impl OutputLog {
     /// replaced. No output, no file. `limit` bounds the stored output (plus the marker line).
     pub fn create(path: &Path, limit: u64, rules: &RedactRules) -> io::Result<Self> {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
-        let per_stream = if rules.0.regexes.is_empty() {
-            RedactRules::default()
-        } else {
-            rules.clone()
-        };
+        let per_stream = rules.patterns_only();
         Ok(OutputLog {
             path: path.to_path_buf(),
             file: None,
@@ -779,13 +869,13 @@ impl OutputLog {
             head_len: 0,
             tail_len: 0,
             ring: None,
-            // A stream's own redactor matters for patterns (matched within its lines); literal
-            // secrets are found in the merged bytes, which keep the order they arrived in.
+            // Literal secrets are found in the merged bytes, in the order they arrived; a
+            // stream's own redactor then matches patterns within its lines.
             redactors: [Redactor::new(&per_stream), Redactor::new(&per_stream)],
             merged: Merged::new(rules),
+            released: Released::default(),
             pushes: 0,
             buf: Vec::new(),
-            merged_buf: Vec::new(),
             live,
         })
     }
@@ -794,25 +884,31 @@ impl OutputLog {
     /// and stores it (head in the file, the rest in the tail ring).
     pub fn write(&mut self, stream: Stream, chunk: &[u8]) -> io::Result<()> {
         self.pushes += 1;
-        let mut buf = mem::take(&mut self.buf);
-        buf.clear();
-        let redactor = &mut self.redactors[stream.index()];
-        if redactor.pending.is_empty() {
-            redactor.pending_since = self.pushes;
-        }
-        redactor.push(chunk, &mut buf);
-        let stored = self.merge(stream, &buf);
-        self.buf = buf;
+        let mut released = mem::take(&mut self.released);
+        released.clear();
+        self.merged.push(stream, chunk, &mut released);
+        let stored = self.through_streams(&released);
+        self.released = released;
         stored
     }
 
-    /// Passes what a stream's redactor released through the merged redactor, and on.
-    fn merge(&mut self, stream: Stream, released: &[u8]) -> io::Result<()> {
-        let mut merged = mem::take(&mut self.merged_buf);
-        merged.clear();
-        self.merged.push(stream, released, &mut merged);
-        let stored = self.accept(&merged);
-        self.merged_buf = merged;
+    /// Passes what the merged redactor released through each stream's redactor, and on.
+    fn through_streams(&mut self, released: &Released) -> io::Result<()> {
+        let mut buf = mem::take(&mut self.buf);
+        let mut stored = Ok(());
+        for (stream, bytes) in released.runs() {
+            let redactor = &mut self.redactors[stream.index()];
+            if redactor.pending.is_empty() {
+                redactor.pending_since = self.pushes;
+            }
+            buf.clear();
+            redactor.push(bytes, &mut buf);
+            stored = self.accept(&buf);
+            if stored.is_err() {
+                break;
+            }
+        }
+        self.buf = buf;
         stored
     }
 
@@ -842,19 +938,19 @@ impl OutputLog {
     /// Ends the output: releases what the redactors still hold, then appends the marker (if
     /// anything was dropped) and the tail to the file, and syncs it.
     pub fn finish(mut self) -> io::Result<OutputSummary> {
+        let mut released = mem::take(&mut self.released);
+        released.clear();
+        self.merged.finish(&mut released);
+        self.through_streams(&released)?;
+        // The streams' unfinished lines, in the order they began.
         let mut buf = mem::take(&mut self.buf);
-        // Unfinished lines in the order they began: a secret whose first part went to one
-        // stream and the rest to the other is whole again in the merged output.
         let mut order = [Stream::Stdout, Stream::Stderr];
         order.sort_by_key(|s| self.redactors[s.index()].pending_since);
         for stream in order {
             buf.clear();
             self.redactors[stream.index()].finish(&mut buf);
-            self.merge(stream, &buf)?;
+            self.accept(&buf)?;
         }
-        buf.clear();
-        self.merged.finish(&mut buf);
-        self.accept(&buf)?;
         let omitted = self.tail_len.saturating_sub(self.tail_cap);
         if let Some(file) = self.file.as_mut() {
             if omitted > 0 {
@@ -1263,7 +1359,8 @@ mod tests {
     #[test]
     fn streams_keep_arrival_order_and_secrets_are_found_in_each_and_across() {
         let rules = rules(&["s3cr3t"], &[]);
-        // Each stream's secret is split by the other stream's output.
+        // Each stream's secret is split by the other stream's output: one marker where it
+        // begins.
         let writes: [(Stream, &[u8]); 5] = [
             (Stream::Stdout, b"out s3c"),
             (Stream::Stderr, b"err s3"),
@@ -1274,7 +1371,7 @@ mod tests {
         let (stored, summary) = log_of(1 << 20, &rules, &writes);
         assert_eq!(
             String::from_utf8(stored).expect("utf-8"),
-            "out [REDACTED]err [REDACTED] done\nout 2[REDACTED] done\n end"
+            "out [REDACTED]err [REDACTED] done\nout 2 done\n end"
         );
         assert_eq!(summary.redactions, 2);
         // One secret, its first part on stdout, the rest on stderr.
@@ -1303,6 +1400,58 @@ mod tests {
             String::from_utf8(stored).expect("utf-8"),
             "out [REDACTED] done\nerr [REDACTED] done\n"
         );
+    }
+
+    /// A secret cut at every position into two writes, on either stream each, with or without
+    /// the other stream's output (or a line end) between the two: never stored whole, and
+    /// counted once — with literal secrets only, and with a pattern too.
+    #[test]
+    fn a_secret_split_across_writes_and_streams_is_never_stored() {
+        const SECRET: &[u8] = b"s3cr3t-XYZ";
+        let literal = rules(&["s3cr3t-XYZ"], &[]);
+        let patterned =
+            super::RedactRules::new(vec![SECRET.to_vec()], &["pw=\\S+".to_owned()]).expect("rules");
+        for rules in [&literal, &patterned] {
+            for k in 1..SECRET.len() {
+                let (first, rest) = SECRET.split_at(k);
+                for (a, b) in [
+                    (Stream::Stdout, Stream::Stdout),
+                    (Stream::Stdout, Stream::Stderr),
+                    (Stream::Stderr, Stream::Stdout),
+                    (Stream::Stderr, Stream::Stderr),
+                ] {
+                    let other = if a == Stream::Stdout {
+                        Stream::Stderr
+                    } else {
+                        Stream::Stdout
+                    };
+                    let between: [&[(Stream, &[u8])]; 2] = [&[], &[(other, b"noise\n")]];
+                    for middle in between {
+                        // Between the parts of one stream's secret, the other's output is fine;
+                        // between parts on two streams, only adjacency makes one secret.
+                        if a != b && !middle.is_empty() {
+                            continue;
+                        }
+                        let mut writes = vec![(Stream::Stdout, &b"start "[..]), (a, first)];
+                        writes.extend_from_slice(middle);
+                        writes.extend([(b, rest), (Stream::Stdout, &b" end\n"[..])]);
+                        let (stored, summary) = log_of(1 << 20, rules, &writes);
+                        assert!(
+                            !stored.windows(SECRET.len()).any(|w| w == SECRET),
+                            "k={k} {a:?}/{b:?} middle={}: {:?}",
+                            middle.len(),
+                            String::from_utf8_lossy(&stored)
+                        );
+                        assert_eq!(
+                            summary.redactions,
+                            1,
+                            "{:?}",
+                            String::from_utf8_lossy(&stored)
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

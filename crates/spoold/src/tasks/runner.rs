@@ -1072,7 +1072,8 @@ impl Runner {
 }
 
 /// Reap what this process adopted (escapees of attempts, re-parented to it) as they exit:
-/// SIGCHLD wakes it, and a slow poll covers a signal that could not be waited for.
+/// SIGCHLD wakes it (every attempt's end raises one too, so at most ten looks a second), and
+/// a slow poll covers a signal that could not be waited for.
 async fn reap_adopted() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut exits = signal(SignalKind::child()).ok();
@@ -1087,6 +1088,7 @@ async fn reap_adopted() {
             None => tokio::time::sleep(Duration::from_secs(1)).await,
         }
         processes::reap_orphans();
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
