@@ -67,6 +67,8 @@ pub struct Metrics {
     pub admission_rejections: Counter,
     pub expired: Counter,
     pub undone: Counter,
+    /// At-least-once attempts to be sent again though a redirect had answered them.
+    pub resent_after_redirect: Counter,
     pub pruned: Counter,
     pub allow_private_targets: Gauge,
     pub allowed_target_ranges: Gauge,
@@ -123,6 +125,7 @@ impl Metrics {
             admission_rejections: Counter::default(),
             expired: Counter::default(),
             undone: Counter::default(),
+            resent_after_redirect: Counter::default(),
             pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
             allowed_target_ranges: Gauge::default(),
@@ -225,6 +228,12 @@ impl Metrics {
             "Attempts started ahead of their turn and undone unsent (target stopped answering, \
              shutdown, or started too long ago)",
             m.undone.clone(),
+        );
+        registry.register(
+            "spoold_delivery_resent_after_redirect",
+            "At-least-once attempts retried though a hop had answered with a redirect that was \
+             followed: the request had reached the target, and is sent again from its first hop",
+            m.resent_after_redirect.clone(),
         );
         registry.register(
             "spoold_journal_pruned_deliveries",

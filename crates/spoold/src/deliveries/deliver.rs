@@ -850,10 +850,12 @@ impl Deliverer {
             }
             Sent::Done(Ok(resp)) => {
                 result.http_status = Some(resp.status);
-                let verdict = if at_most_once {
-                    retry::classify_status_at_most_once(resp.status)
-                } else {
-                    retry::classify_status(resp.status)
+                let verdict = match (at_most_once, resp.first_status) {
+                    (true, None) => retry::classify_status_at_most_once(resp.status),
+                    (true, Some(_)) => retry::after_redirect_at_most_once(
+                        retry::classify_status_at_most_once(resp.status),
+                    ),
+                    (false, _) => retry::classify_status(resp.status),
                 };
                 match verdict {
                     Verdict::Succeeded => {
@@ -870,7 +872,12 @@ impl Deliverer {
                             result.error_code = Some("http_status".into());
                         }
                         result.disposition = match verdict {
-                            Verdict::Retry => retry_in(Some(resp.status), Some(&resp.headers)),
+                            Verdict::Retry => {
+                                if resp.first_status.is_some() {
+                                    self.metrics.resent_after_redirect.inc();
+                                }
+                                retry_in(Some(resp.status), Some(&resp.headers))
+                            }
                             Verdict::Unknown => unknown,
                             _ => Disposition::Failed,
                         };
@@ -882,6 +889,9 @@ impl Deliverer {
                 result.error = Some(e.message);
                 // Asking again cannot help when the policy or the request itself forbids it.
                 let verdict = match (at_most_once, e.code.is_retryable()) {
+                    (true, _) if e.answered.is_some() => {
+                        retry::after_redirect_at_most_once(Verdict::Failed)
+                    }
                     (true, retryable) => {
                         retry::classify_error_at_most_once(e.may_have_arrived, retryable)
                     }
@@ -889,7 +899,12 @@ impl Deliverer {
                     (false, false) => Verdict::Failed,
                 };
                 result.disposition = match verdict {
-                    Verdict::Retry => retry_in(None, None),
+                    Verdict::Retry => {
+                        if e.answered.is_some() {
+                            self.metrics.resent_after_redirect.inc();
+                        }
+                        retry_in(None, None)
+                    }
                     Verdict::Unknown => unknown,
                     _ => Disposition::Failed,
                 };
@@ -958,7 +973,13 @@ fn status_error(resp: &outbound::Response) -> String {
     let excerpt = excerpt.trim();
     let mut text = format!("HTTP {}", resp.status);
     if resp.redirects > 0 {
-        text.push_str(&format!(" after {} redirects", resp.redirects));
+        let first = resp
+            .first_status
+            .map_or_else(String::new, |s| format!(", the first answering {s}"));
+        text.push_str(&format!(
+            " after {} redirects{first} (the request reached the target)",
+            resp.redirects
+        ));
     }
     if (300..400).contains(&resp.status) {
         if let Some(loc) = resp

@@ -9,6 +9,13 @@
 //! it did not process it: 408, 425, 429, 503) is it sent again. An answer that leaves it open
 //! (500, 502, 504 and other server errors) and anything after the first byte left (a timeout, a
 //! reset) make the outcome `unknown`.
+//!
+//! Redirects (`--max-redirects`): once a hop has answered with a redirect that was followed, the
+//! request has reached the target — a 303 after a POST usually means it was processed. At most
+//! once, whatever fails after that (a later hop's status, a refused connection, a blocked
+//! address, a bad `Location`) makes the outcome `unknown`, never a resend; only a later hop's
+//! 2xx is a success. At least once, the last hop decides as it would alone (a retry sends the
+//! request again from the first hop, counted as `spoold_delivery_resent_after_redirect_total`).
 
 use std::time::{Duration, SystemTime};
 
@@ -48,6 +55,15 @@ pub fn classify_status_at_most_once(status: u16) -> Verdict {
         500..=599 => Verdict::Unknown,
         // 3xx (not followed), other 4xx, and anything stranger: a definite answer.
         _ => Verdict::Failed,
+    }
+}
+
+/// At most once, the verdict on an attempt a redirect answered (the request reached the
+/// target): `last` is what its last hop alone would have been.
+pub fn after_redirect_at_most_once(last: Verdict) -> Verdict {
+    match last {
+        Verdict::Succeeded => Verdict::Succeeded,
+        _ => Verdict::Unknown,
     }
 }
 
@@ -129,6 +145,21 @@ mod tests {
         for (status, want) in cases {
             assert_eq!(classify_status(status), want, "{status}");
         }
+    }
+
+    #[test]
+    fn after_a_followed_redirect_only_a_success_is_not_unknown() {
+        for last in [Verdict::Retry, Verdict::Failed, Verdict::Unknown] {
+            assert_eq!(
+                after_redirect_at_most_once(last),
+                Verdict::Unknown,
+                "{last:?}"
+            );
+        }
+        assert_eq!(
+            after_redirect_at_most_once(Verdict::Succeeded),
+            Verdict::Succeeded
+        );
     }
 
     #[test]

@@ -187,3 +187,78 @@ async fn bearer_token_guards_everything_but_health() {
         assert_eq!(resp.status().as_u16(), 200, "{path}");
     }
 }
+
+/// A followed redirect means the request reached the target (a 303 after a POST usually means
+/// it was processed). At most once, whatever fails after that ends `unknown` — never a resend
+/// from the first hop, never `failed`: a later hop that answers 503, 429 or 404, refuses the
+/// connection, or is an address the policy blocks. At least once, the last hop decides (a 503
+/// is retried, sending the request again from the first hop, and counted as such).
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_followed_redirect_at_most_once_never_resends() {
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let d = InProcess::boot_in(
+        dir,
+        Targets::PolicyDefault,
+        &["--max-redirects", "1", "--allow-target", "127.0.0.1/32"],
+    )
+    .await;
+    let end = Receiver::start().await.expect("receiver");
+    let refusing = format!("http://127.0.0.1:{}/gone", Receiver::refusing_port());
+    let cases: [(&str, Option<u16>, String); 5] = [
+        ("503", Some(503), end.url("/end")),
+        ("429", Some(429), end.url("/end")),
+        ("404", Some(404), end.url("/end")),
+        ("refused", None, refusing),
+        ("blocked", None, "http://127.0.0.2:9/internal".to_owned()),
+    ];
+    for (case, end_status, location) in cases {
+        if let Some(status) = end_status {
+            end.respond_with(Reply::status(status));
+        }
+        let first = redirecting(303, &location).await;
+        let (status, created) = d
+            .api
+            .create(
+                json!({"targetUrl": first.url("/start"), "mode": "at_most_once",
+                           "body": {"case": case}, "maxAttempts": 5}),
+            )
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{created}");
+        let done = d
+            .api
+            .wait_status(&id_of(&created), &["unknown", "failed", "succeeded"], WAIT)
+            .await
+            .expect("settles");
+        assert_eq!(done["status"], "unknown", "{case}: {done}");
+        assert!(
+            done["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("303") && e.contains("reached")),
+            "{case}: {done}"
+        );
+        // Time for retries that must not come.
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        assert_eq!(first.requests().len(), 1, "{case}: the POST was sent again");
+    }
+    // At least once: the 503 after the 303 is retried from the first hop, and counted.
+    end.push_replies([Reply::status(503)]);
+    end.respond_with(Reply::status(200));
+    let first = redirecting(303, &end.url("/end")).await;
+    let (_, created) = d
+        .api
+        .create(json!({"targetUrl": first.url("/start"), "body": {"case": "alo"}}))
+        .await
+        .expect("create");
+    d.api
+        .wait_status(&id_of(&created), &["succeeded"], WAIT)
+        .await
+        .expect("succeeds");
+    assert_eq!(first.requests().len(), 2, "sent again from the first hop");
+    let resent = d
+        .api
+        .metric("spoold_delivery_resent_after_redirect_total")
+        .await
+        .expect("metrics");
+    assert_eq!(resent, Some(1.0));
+}

@@ -49,6 +49,7 @@ pub(super) fn describe(err: &reqwest::Error, url: &Url) -> SendError {
         // A failure to connect (TLS handshakes included) wrote nothing the application could
         // see; anything later may have.
         may_have_arrived: !err.is_connect(),
+        answered: None,
     }
 }
 
@@ -58,6 +59,7 @@ pub(super) fn timed_out(limit: Duration, why: &str) -> SendError {
         code: SendErrorCode::Timeout,
         // The connection may have been made and the request written before time ran out.
         may_have_arrived: true,
+        answered: None,
         message: format!(
             "no response within {} ({why})",
             spool_proto::units::format_duration(limit)
@@ -78,6 +80,7 @@ pub(super) fn blocked(name: Option<&str>, denied: &Denied) -> SendError {
         code: SendErrorCode::TargetBlocked,
         message: format!("{what}; {}", denied.remedy()),
         may_have_arrived: false,
+        answered: None,
     }
 }
 
@@ -98,12 +101,14 @@ fn resolve_failure(r: &ResolveError) -> SendError {
                 code: SendErrorCode::DnsFailed,
                 message: format!("DNS: cannot resolve {host}: {cause}"),
                 may_have_arrived: false,
+                answered: None,
             }
         }
         ResolveError::NoAddresses { host } => SendError {
             code: SendErrorCode::DnsFailed,
             message: format!("DNS: {host} has no addresses"),
             may_have_arrived: false,
+            answered: None,
         },
     }
 }

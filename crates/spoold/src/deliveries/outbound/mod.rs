@@ -10,6 +10,7 @@ mod errors;
 pub mod policy;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,6 +67,8 @@ pub struct Response {
     pub truncated: bool,
     /// Redirects followed to get here.
     pub redirects: u32,
+    /// With redirects, the status of the first answer (the request reached the target there).
+    pub first_status: Option<u16>,
 }
 
 /// Why no response was obtained, with a stable code.
@@ -78,6 +81,9 @@ pub struct SendError {
     /// handshake failed) or the target answered. A timeout or a connection lost after the
     /// request was handed to a connection is `true`: bytes may have left.
     pub may_have_arrived: bool,
+    /// A hop before the failure answered (the redirect followed): the request certainly reached
+    /// the target — with the status of its first answer. `None`: nothing answered.
+    pub answered: Option<u16>,
 }
 
 /// Stable transport error codes (they appear as `lastErrorCode`).
@@ -160,12 +166,16 @@ impl Outbound {
             code: SendErrorCode::InvalidRequest,
             message,
             may_have_arrived: false,
+            answered: None,
         };
         let mut url = Url::parse(req.url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
         let mut method = reqwest::Method::from_bytes(req.method.as_bytes())
             .map_err(|e| invalid(format!("method: {e}")))?;
         let mut headers = req.headers;
         let mut body = req.body;
+        // The status of the first hop that answered with a redirect we followed: from then on
+        // the request has certainly reached the target, whatever becomes of the next hops.
+        let first_answer = AtomicU16::new(0);
         let work = async {
             let mut redirects = 0;
             loop {
@@ -182,6 +192,12 @@ impl Outbound {
                 let status = resp.status().as_u16();
                 if redirects < self.max_redirects && is_followed_redirect(status) {
                     if let Some(location) = resp.headers().get(reqwest::header::LOCATION) {
+                        let _ = first_answer.compare_exchange(
+                            0,
+                            status,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
                         let next = next_hop(&url, location)?;
                         if !same_origin(&url, &next) {
                             // Credentials are for the origin they were given for.
@@ -200,13 +216,32 @@ impl Outbound {
                         continue;
                     }
                 }
-                return read_excerpt(resp, &url, redirects, req.keep_body).await;
+                let first = first_answer.load(Ordering::Relaxed);
+                return read_excerpt(resp, &url, redirects, req.keep_body)
+                    .await
+                    .map(|r| Response {
+                        first_status: (first != 0).then_some(first),
+                        ..r
+                    });
             }
         };
-        match tokio::time::timeout(req.timeout, work).await {
+        let result = match tokio::time::timeout(req.timeout, work).await {
             Ok(result) => result,
             Err(_) => Err(errors::timed_out(req.timeout, req.timeout_reason)),
-        }
+        };
+        result.map_err(|e| match first_answer.load(Ordering::Relaxed) {
+            0 => e,
+            first => SendError {
+                message: format!(
+                    "{} (after the target answered HTTP {first} and the redirect was followed: \
+                     the request reached it)",
+                    e.message
+                ),
+                may_have_arrived: true,
+                answered: Some(first),
+                ..e
+            },
+        })
     }
 }
 
@@ -221,6 +256,7 @@ fn next_hop(current: &Url, location: &HeaderValue) -> Result<Url, SendError> {
         code: SendErrorCode::RedirectRefused,
         message,
         may_have_arrived: false,
+        answered: None,
     };
     let text = location
         .to_str()
@@ -288,6 +324,7 @@ async fn read_excerpt(
         excerpt,
         truncated,
         redirects,
+        first_status: None,
     })
 }
 
