@@ -7,7 +7,10 @@
 //! a reservation: it is started, with a fenced check that it was not canceled and has not
 //! expired, no more than [`AHEAD_FOR`] before it is sent. An attempt started ahead — a
 //! reservation started, or a delivery taken — is sent within [`AHEAD_FOR`] of its start or
-//! undone, never left counted; an at-most-once attempt is never started ahead. No request outlives its lease: the send's
+//! undone, never left counted. An at-most-once attempt is started only when its request goes
+//! out next, with no other request of its slot on the wire and nothing lined up before it
+//! (a reservation is started only then, whatever its mode: [`Slot::may_start`]), so a crash
+//! never makes `unknown` of a request that was not written. No request outlives its lease: the send's
 //! deadline is the sooner of `--request-timeout` and the lease (less a margin for recording the
 //! result), and leases of attempts still running here are renewed, never taken back.
 
@@ -165,10 +168,11 @@ impl Started {
 /// The price: a crash can leave up to this many attempts per slot started but never sent, and
 /// recovery treats them as any started attempt (interrupted and not charged); a cancel that
 /// comes after the start is too late for that request, as for one on the wire. An
-/// at-most-once attempt is never left started ahead — recovery would have to call it
-/// `unknown` — but sent as soon as its start is answered: one that a start ahead met is undone
-/// at once, and after it the slot starts none ahead (a take only reserves an at-most-once
-/// delivery, and the slot turns careful at once). While the daemon lives, an attempt
+/// at-most-once attempt is never started ahead — recovery would have to call it `unknown` —
+/// but only when its request goes out next: a take only reserves an at-most-once delivery (and
+/// the slot turns careful), and a reservation is started only once nothing is lined up or on
+/// the wire before it ([`Slot::may_start`]); nothing is taken ahead of a waiting reservation.
+/// While the daemon lives, an attempt
 /// started ahead and not sent (the target stopped answering, shutdown, or its start is older
 /// than [`AHEAD_FOR`]) is undone: it never happened.
 const LEAD: usize = 8;
@@ -224,6 +228,16 @@ struct Written {
 }
 
 impl Slot {
+    /// Whether the oldest reservation may be started now: nothing is lined up to be sent before
+    /// it, and nothing is being started or taken that would be. A reservation may be at most
+    /// once, and an at-most-once attempt is started only when its request goes out next — on a
+    /// free connection, not while another of this slot's requests is on the wire — so that a
+    /// crash never finds it started and unsent (recovery would have to call it `unknown`). The
+    /// slot calls this only between two requests.
+    fn may_start(&self) -> bool {
+        !self.reserved.is_empty() && self.ready.is_empty() && self.taking == 0 && self.starting == 0
+    }
+
     /// How many attempts to keep started ahead now: as many as the target answers, one after
     /// another, in a third of [`AHEAD_FOR`] (at its last answer's pace), up to [`LEAD`] — so the
     /// last of them seldom waits long for its turn, and a target slower than that gets none.
@@ -385,12 +399,16 @@ impl Deliverer {
                 let leading = slot.lead() > 0;
                 let then = if !going {
                     Then::Nothing
-                } else if let Some(next) = slot.reserved.pop_front() {
+                } else if slot.may_start() {
+                    let next = slot
+                        .reserved
+                        .pop_front()
+                        .expect("may_start: one is reserved");
                     Then::Start {
                         next,
                         reserve: !leading,
                     }
-                } else if leading {
+                } else if leading && slot.reserved.is_empty() {
                     Then::Take
                 } else if slot.starting > 0 {
                     unrecorded.push_front(result);
@@ -425,24 +443,14 @@ impl Deliverer {
             // from before is started; otherwise the next delivery is taken — one take at a
             // time once one found nothing, so that running out of work costs one write, not
             // the lead's worth.
+            // A reservation waiting is never started ahead (it may be at most once), and
+            // nothing is taken ahead of it: the lead resumes once it has been sent.
             while slot.ready.len() + slot.starting + slot.taking < slot.lead()
+                && slot.reserved.is_empty()
+                && (slot.taking == 0 || !slot.dry)
                 && self.may_go_on(&interrupt)
             {
-                match slot.reserved.pop_front() {
-                    Some(next) => slot.write(
-                        self,
-                        &origin,
-                        None,
-                        Then::Start {
-                            next,
-                            reserve: false,
-                        },
-                    ),
-                    None if slot.taking == 0 || !slot.dry => {
-                        slot.write(self, &origin, None, Then::Take);
-                    }
-                    None => break,
-                }
+                slot.write(self, &origin, None, Then::Take);
             }
             // Without a lead, reserve while the request is on the wire, unless the writes under
             // way bring one: each starts one attempt and reserves one more.
@@ -762,6 +770,8 @@ impl Deliverer {
                     "request timeout"
                 },
                 keep_body,
+                write_by: write_by(attempt.send_by, self.request_timeout),
+                max_redirects: None,
             };
             tokio::select! {
                 sent = self.outbound.send(request) => Sent::Done(sent),
@@ -884,6 +894,11 @@ impl Deliverer {
                     }
                 }
             }
+            Sent::Done(Err(e)) if e.code == SendErrorCode::LeaseSpent && e.answered.is_none() => {
+                // Nothing was written: as a lease spent before the request began.
+                result.error_code = Some(e.code.as_str().to_owned());
+                result.error = Some(format!("{}; it will be sent again", e.message));
+            }
             Sent::Done(Err(e)) => {
                 result.error_code = Some(e.code.as_str().to_owned());
                 result.error = Some(e.message);
@@ -919,6 +934,14 @@ impl Deliverer {
 /// wire. Zero when the lease is already spent.
 fn send_timeout(request_timeout: Duration, send_by: Instant, now: Instant) -> Duration {
     request_timeout.min(send_by.saturating_duration_since(now))
+}
+
+/// The last instant a request (or a redirect hop) of an attempt that must be done by
+/// `send_by` may begin: a whole request timeout before it. A host paused past it (SIGSTOP, a
+/// frozen VM) writes nothing when it wakes: by then another host may have taken the claim back
+/// and called the delivery `unknown`, and asked the target about it.
+fn write_by(send_by: Instant, request_timeout: Duration) -> Instant {
+    send_by.checked_sub(request_timeout).unwrap_or(send_by)
 }
 
 /// What became of a request.

@@ -360,9 +360,8 @@ impl Reconciler {
                 HeaderValue::from_static(crate::deliveries::deliver::USER_AGENT_VALUE),
             );
         }
-        if let Ok(v) = HeaderValue::from_str(&d.id) {
-            headers.insert(spool_proto::DELIVERY_ID_HEADER, v);
-        }
+        // Never the delivery's own `X-Spoold-Delivery-ID` or attempt headers: the query is not
+        // the delivery, and a target that keys on them must not take it for one.
         let request = outbound::Request {
             method: spec.method.as_deref().unwrap_or("GET"),
             url: &url,
@@ -371,6 +370,11 @@ impl Reconciler {
             timeout: self.request_timeout,
             timeout_reason: "request timeout",
             keep_body: MAX_ANSWER_BYTES,
+            // A query holds no claim: nothing but its own timeout bounds it.
+            write_by: std::time::Instant::now() + self.request_timeout,
+            // A redirect is a definite answer, never followed: a query must not land on the
+            // delivery's own target (a redirect to the create endpoint would ask it again).
+            max_redirects: Some(0),
         };
         match self.outbound.send(request).await {
             Err(e) => (

@@ -790,3 +790,174 @@ async fn kill9_mid_stream_leaves_unknown_only_what_may_have_been_sent() {
         ambiguous.len()
     );
 }
+
+/// The ids of the deliveries the receiver `r` saw, each with how many requests.
+fn received_by(r: &Receiver) -> std::collections::HashMap<String, usize> {
+    let mut seen = std::collections::HashMap::new();
+    for q in r.requests() {
+        if let Some(id) = q.header(spool_proto::DELIVERY_ID_HEADER) {
+            *seen.entry(id.to_owned()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// One slot on a quick target, which it would keep attempts started ahead for, and a mixed
+/// sequence: at least once, at least once, at least once (the target stalls on this one), at
+/// most once. The at-most-once delivery is only reserved while the stalled request is on the
+/// wire — never started — so kill -9 then leaves it pending, not `unknown`: after the restart it
+/// is sent, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_at_most_once_delivery_is_not_started_while_another_request_is_on_the_wire() {
+    let dir = TempDir::new().expect("temp dir");
+    let r = Receiver::start().await.expect("receiver");
+    // The second answer takes a while, so that every take the first answer set off is in
+    // before it: the at-most-once delivery is then reserved, and the stalled one lined up.
+    r.push_replies([
+        Reply::status(200),
+        Reply::status(200).delay(Duration::from_millis(200)),
+        Reply::hang(),
+    ]);
+    r.respond_with(Reply::status(200));
+    let one_slot = ["--per-target-concurrency", "1"];
+    let mut daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    // All due together, so that one slot takes them one after another.
+    let due = spool_proto::units::format_time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            + 1_000,
+    );
+    let mut ids = Vec::new();
+    for (n, mode) in [
+        "at_least_once",
+        "at_least_once",
+        "at_least_once",
+        "at_most_once",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, created) = api
+            .create(json!({"targetUrl": r.url(&format!("/{n}")), "mode": mode, "notBefore": due}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{created}");
+        ids.push(id_of(&created));
+    }
+    r.wait_for_requests(3, WAIT)
+        .await
+        .expect("the third stalls");
+    // Time for the slot to do whatever it does while the stalled request is on the wire.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(received_by(&r).get(&ids[3]), None, "not sent yet");
+    daemon.kill9();
+    let daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let done = api
+        .wait_status(&ids[3], &["succeeded", "unknown", "failed"], WAIT)
+        .await
+        .expect("settles");
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(received_by(&r).get(&ids[3]), Some(&1));
+    drop(daemon);
+}
+
+/// Mixed modes on one busy slot, kill -9 three times in the middle of the stream: an
+/// at-most-once delivery is `unknown` after a restart only if the target received it — save at
+/// most the one request per kill whose start had just been committed when the kill came (its
+/// bytes about to leave: the intent is durable before anything is sent, so that window cannot
+/// close; reconciliation asks about it).
+#[tokio::test(flavor = "multi_thread")]
+async fn kill9_of_a_mixed_stream_leaves_unknown_only_what_was_received() {
+    const KILLS: usize = 3;
+    const DELIVERIES: usize = 300;
+    let dir = TempDir::new().expect("temp dir");
+    let r = Receiver::start().await.expect("receiver");
+    r.respond_with(Reply::status(200).delay(Duration::from_millis(5)));
+    let one_slot = ["--per-target-concurrency", "1"];
+    let mut daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+        .await
+        .expect("daemon");
+    let due = spool_proto::units::format_time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            + 1_000,
+    );
+    let api = Api::new(daemon.base_url());
+    let mut at_most_once = std::collections::HashSet::new();
+    for n in 0..DELIVERIES {
+        // Two at least once, one at most once, over and over.
+        let mode = if n % 3 == 2 {
+            "at_most_once"
+        } else {
+            "at_least_once"
+        };
+        let (status, created) = api
+            .create(json!({"targetUrl": r.url(&format!("/{n}")), "mode": mode, "notBefore": due}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{created}");
+        if mode == "at_most_once" {
+            at_most_once.insert(id_of(&created));
+        }
+    }
+    for kill in 1..=KILLS {
+        r.wait_for_requests(60 * kill, WAIT)
+            .await
+            .expect("the stream is under way");
+        daemon.kill9();
+        daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+            .await
+            .expect("restart");
+    }
+    r.wait_for_requests(60 * (KILLS + 1), WAIT)
+        .await
+        .expect("the stream is under way");
+    daemon.kill9();
+    let received = received_by(&r);
+    let daemon = DaemonProcess::start(process_opts(&dir).args(one_slot))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let mut ambiguous = Vec::new();
+    for status in ["unknown", "manual_review"] {
+        let (_, listed) = api
+            .list(&format!("status={status}&limit=500"))
+            .await
+            .expect("list");
+        ambiguous.extend(
+            listed["deliveries"]
+                .as_array()
+                .expect("deliveries")
+                .iter()
+                .map(id_of),
+        );
+    }
+    assert!(
+        ambiguous.iter().all(|id| at_most_once.contains(id)),
+        "only at-most-once deliveries can be ambiguous"
+    );
+    let never_received: Vec<&String> = ambiguous
+        .iter()
+        .filter(|id| !received.contains_key(*id))
+        .collect();
+    assert!(
+        never_received.len() <= KILLS + 1,
+        "started but never sent, now ambiguous: {never_received:?} of {}",
+        ambiguous.len()
+    );
+    // Nothing was sent twice.
+    let twice: Vec<_> = received
+        .iter()
+        .filter(|(id, n)| at_most_once.contains(*id) && **n > 1)
+        .collect();
+    assert!(twice.is_empty(), "{twice:?}");
+    drop(daemon);
+}

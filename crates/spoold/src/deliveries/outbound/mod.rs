@@ -12,7 +12,7 @@ pub mod policy;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
@@ -55,6 +55,14 @@ pub struct Request<'a> {
     pub timeout_reason: &'static str,
     /// How much of the response body to keep (at least [`MAX_RESPONSE_EXCERPT`] is sensible).
     pub keep_body: usize,
+    /// No hop is begun after this instant (monotonic, so a paused host sees the time it was
+    /// stopped): for a delivery, its claim's lease less the request timeout and the margin to
+    /// record the result — past it another host may own the delivery. The check is made right
+    /// before each hop's request is handed to a connection; a host paused between the check
+    /// and the write is the window left.
+    pub write_by: Instant,
+    /// Redirects followed, instead of the client's `--max-redirects` (reconciliation: 0).
+    pub max_redirects: Option<u32>,
 }
 
 /// A response: the status and the start of its body (at most the request's `keep_body` bytes).
@@ -98,6 +106,9 @@ pub enum SendErrorCode {
     /// A redirect pointed somewhere we will not go (not http/https, unparsable).
     RedirectRefused,
     RequestFailed,
+    /// Not sent: the claim's lease was too near its end to begin (the host was paused, or a
+    /// write stalled).
+    LeaseSpent,
 }
 
 impl SendErrorCode {
@@ -111,6 +122,7 @@ impl SendErrorCode {
             SendErrorCode::InvalidRequest => "invalid_request",
             SendErrorCode::RedirectRefused => "redirect_refused",
             SendErrorCode::RequestFailed => "request_failed",
+            SendErrorCode::LeaseSpent => "lease_expired",
         }
     }
 
@@ -173,6 +185,8 @@ impl Outbound {
             .map_err(|e| invalid(format!("method: {e}")))?;
         let mut headers = req.headers;
         let mut body = req.body;
+        let max_redirects = req.max_redirects.unwrap_or(self.max_redirects);
+        let write_by = req.write_by;
         // The status of the first hop that answered with a redirect we followed: from then on
         // the request has certainly reached the target, whatever becomes of the next hops.
         let first_answer = AtomicU16::new(0);
@@ -181,6 +195,16 @@ impl Outbound {
             loop {
                 self.check_literal(&url)
                     .map_err(|denied| errors::blocked(None, &denied))?;
+                if Instant::now() > write_by {
+                    return Err(SendError {
+                        code: SendErrorCode::LeaseSpent,
+                        message: "not sent: the claim's lease was too near its end to begin \
+                                  the request (was the host paused?)"
+                            .into(),
+                        may_have_arrived: false,
+                        answered: None,
+                    });
+                }
                 let resp = self
                     .client
                     .request(method.clone(), url.clone())
@@ -190,7 +214,7 @@ impl Outbound {
                     .await
                     .map_err(|e| errors::describe(&e, &url))?;
                 let status = resp.status().as_u16();
-                if redirects < self.max_redirects && is_followed_redirect(status) {
+                if redirects < max_redirects && is_followed_redirect(status) {
                     if let Some(location) = resp.headers().get(reqwest::header::LOCATION) {
                         let _ = first_answer.compare_exchange(
                             0,
