@@ -47,6 +47,12 @@ async fn check_received(receiver: &Receiver, json_id: &str, bin_id: &str) {
     let b = by_id(bin_id);
     assert_eq!(b.body.as_ref(), binary_body().as_slice());
     assert_eq!(b.header("Content-Type"), Some("application/octet-stream"));
+    // A body of known length, never chunked (the body written through the lease's gate too).
+    for r in [j, b] {
+        let len = r.body.len().to_string();
+        assert_eq!(r.header("Content-Length"), Some(len.as_str()));
+        assert_eq!(r.header("Transfer-Encoding"), None);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

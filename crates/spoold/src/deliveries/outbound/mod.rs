@@ -7,6 +7,7 @@
 //! not followed.
 
 mod errors;
+mod gate;
 pub mod policy;
 
 use std::net::{IpAddr, SocketAddr};
@@ -57,9 +58,10 @@ pub struct Request<'a> {
     pub keep_body: usize,
     /// No hop is begun after this instant (monotonic, so a paused host sees the time it was
     /// stopped): for a delivery, its claim's lease less the request timeout and the margin to
-    /// record the result — past it another host may own the delivery. The check is made right
-    /// before each hop's request is handed to a connection; a host paused between the check
-    /// and the write is the window left.
+    /// record the result — past it another host may own the delivery. It is checked before
+    /// each hop, and again by the body when the connection asks for it, right before the
+    /// request is flushed (see `gate`); a host paused between that look at the clock and the
+    /// write is the window left (requests without a body: from the check before the hop).
     pub write_by: Instant,
     /// Redirects followed, instead of the client's `--max-redirects` (reconciliation: 0).
     pub max_redirects: Option<u32>,
@@ -196,23 +198,27 @@ impl Outbound {
                 self.check_literal(&url)
                     .map_err(|denied| errors::blocked(None, &denied))?;
                 if Instant::now() > write_by {
-                    return Err(SendError {
-                        code: SendErrorCode::LeaseSpent,
-                        message: "not sent: the claim's lease was too near its end to begin \
-                                  the request (was the host paused?)"
-                            .into(),
-                        may_have_arrived: false,
-                        answered: None,
-                    });
+                    return Err(not_written(
+                        "the claim's lease was too near its end to begin the request",
+                    ));
                 }
                 let resp = self
                     .client
                     .request(method.clone(), url.clone())
                     .headers(headers.clone())
-                    .body(body.clone())
+                    .body(gate::body(body.clone(), write_by))
                     .send()
                     .await
-                    .map_err(|e| errors::describe(&e, &url))?;
+                    .map_err(|e| {
+                        if gate::closed(&e) {
+                            not_written(
+                                "the connection was ready only after the claim's lease \
+                                 allowed the request to be written",
+                            )
+                        } else {
+                            errors::describe(&e, &url)
+                        }
+                    })?;
                 let status = resp.status().as_u16();
                 if redirects < max_redirects && is_followed_redirect(status) {
                     if let Some(location) = resp.headers().get(reqwest::header::LOCATION) {
@@ -266,6 +272,16 @@ impl Outbound {
                 ..e
             },
         })
+    }
+}
+
+/// Nothing was written: past [`Request::write_by`].
+fn not_written(why: &str) -> SendError {
+    SendError {
+        code: SendErrorCode::LeaseSpent,
+        message: format!("not sent: {why} (was the host paused?)"),
+        may_have_arrived: false,
+        answered: None,
     }
 }
 
