@@ -470,3 +470,106 @@ async fn a_database_restart_is_ridden_out() {
         .expect("create after the restart");
     assert_eq!(status, 201, "{d}");
 }
+
+/// Stop cycles of the SIGSTOP test (each stops host A past its lease: about 4.5 s).
+const STOP_CYCLES: usize = 50;
+
+/// PostgreSQL, two hosts, at-most-once deliveries streaming to a quick target. Host A is stopped
+/// (SIGSTOP) past its lease again and again, and host B takes A's claims back: those whose
+/// request may have left become `unknown`. When A wakes it writes no request for a claim it lost:
+/// no request reaches the target after the moment its delivery was called `unknown`, and no
+/// delivery is received twice. (The window left — A paused between the body's last look at the
+/// clock and the write itself — is a few microseconds wide.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_host_writes_nothing_after_its_claim_was_taken_back() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    receiver.respond_with(Reply::status(200).delay(Duration::from_millis(20)));
+    // With the short lease every host here has (`--lease 3s --request-timeout 1s`).
+    let flags = ["--reconcile-base", "5m", "--per-target-concurrency", "8"];
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let mut a = host(&db, &data_a, &flags).await;
+    let b = host(&db, &data_b, &flags).await;
+    let api_b = Api::new(b.base_url());
+    // The test's clock and the database's agree (one machine): receipts in wall-clock time.
+    let (mono, wall) = (std::time::Instant::now(), std::time::SystemTime::now());
+    let wall_ms = |at: std::time::Instant| {
+        let t = wall + at.duration_since(mono);
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    };
+    // A client keeps the queue fed, so a stop finds requests at every step of their way out.
+    let creating = tokio::spawn({
+        let api = Api::new(b.base_url());
+        let url = receiver.url("/orders");
+        async move {
+            while let Ok((201, _)) = api
+                .create(json!({"targetUrl": url, "mode": "at_most_once"}))
+                .await
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    for cycle in 0..STOP_CYCLES {
+        // A moment of work, then a stop that outlasts A's lease.
+        tokio::time::sleep(Duration::from_millis(300 + 37 * (cycle as u64 % 11))).await;
+        a.signal("STOP").await.expect("SIGSTOP");
+        tokio::time::sleep(Duration::from_millis(3_800)).await;
+        a.signal("CONT").await.expect("SIGCONT");
+    }
+    creating.abort();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let received = receiver.requests();
+    let counts = seen(&receiver);
+    let twice: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "received more than once: {twice:?}");
+    // Every delivery taken back is still `unknown` (its reconciliation is minutes away).
+    let mut unknown = std::collections::HashSet::new();
+    let mut query = "status=unknown&limit=500".to_owned();
+    loop {
+        let (status, page) = api_b.list(&query).await.expect("list");
+        assert_eq!(status, 200, "{page}");
+        for d in page["deliveries"].as_array().expect("deliveries") {
+            unknown.insert(id_of(d));
+        }
+        match page["nextCursor"].as_str() {
+            Some(cursor) => query = format!("status=unknown&limit=500&cursor={cursor}"),
+            None => break,
+        }
+    }
+    let (mut late, mut taken_back) = (Vec::new(), 0);
+    for r in &received {
+        let Some(id) = r
+            .header(spool_proto::DELIVERY_ID_HEADER)
+            .filter(|id| unknown.contains(*id))
+        else {
+            continue;
+        };
+        let (_, log) = api_b.transitions(id).await.expect("transitions");
+        let unknown_at = log["transitions"]
+            .as_array()
+            .expect("transitions")
+            .iter()
+            .find(|t| t["to"] == "unknown" && t["reason"] == "lease_expired")
+            .and_then(|t| t["at"].as_str())
+            .map(|at| spool_proto::units::parse_time(at).expect("a time"));
+        if let Some(unknown_at) = unknown_at {
+            taken_back += 1;
+            // The whole request had arrived by `received_at`; it began leaving just before.
+            if wall_ms(r.received_at) > unknown_at + 20 {
+                late.push((id.to_owned(), wall_ms(r.received_at) - unknown_at));
+            }
+        }
+    }
+    eprintln!(
+        "{} requests received, {taken_back} of them taken back while on the wire",
+        received.len()
+    );
+    assert!(taken_back > 0, "no stop came while a request was out");
+    assert!(late.is_empty(), "written after the claim was taken back: {late:?}");
+    a.kill9();
+    drop(b);
+}
