@@ -67,22 +67,16 @@ impl DeliveryStatus {
             DeliveryStatus::ManualReview => "manual_review",
         }
     }
+}
 
-    /// Whether an operator's cancel is allowed from this status (an at-most-once delivery's
-    /// request may be on the wire while it is in flight: see [`Mode::can_cancel`]).
-    pub fn can_cancel(self) -> bool {
-        matches!(self, DeliveryStatus::Pending | DeliveryStatus::InFlight)
-    }
-
-    /// Whether an operator's retry (a new cycle) is allowed from this status.
-    pub fn can_retry(self) -> bool {
-        self == DeliveryStatus::Failed
-    }
-
-    /// Whether an operator may resolve an at-most-once delivery from this status.
-    pub fn can_resolve(self) -> bool {
-        matches!(self, DeliveryStatus::Unknown | DeliveryStatus::ManualReview)
-    }
+/// An operator's action on one delivery (see [`Delivery::refusal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperatorAction {
+    Cancel,
+    /// A new cycle of attempts for a `failed` delivery.
+    Retry,
+    /// A person's decision on an at-most-once delivery whose outcome is not known.
+    Resolve,
 }
 
 /// How a delivery may be sent.
@@ -100,15 +94,6 @@ impl Mode {
         match self {
             Mode::AtLeastOnce => "at_least_once",
             Mode::AtMostOnce => "at_most_once",
-        }
-    }
-
-    /// Whether an operator's cancel is allowed in `status`: an at-most-once delivery in flight
-    /// may already be at the target, so canceling it would claim what nobody knows.
-    pub fn can_cancel(self, status: DeliveryStatus) -> bool {
-        match self {
-            Mode::AtLeastOnce => status.can_cancel(),
-            Mode::AtMostOnce => status == DeliveryStatus::Pending,
         }
     }
 }
@@ -250,6 +235,46 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// Whether an at-most-once request of this cycle may have reached the target: it became
+    /// `unknown`, whatever was decided since. Such a delivery is sent again only by a person
+    /// (`resolve` with `resend` and a note), never by `retry`.
+    pub fn may_have_arrived(&self) -> bool {
+        self.mode == Mode::AtMostOnce && self.unknown_since.is_some()
+    }
+
+    /// Why `action` may not change this delivery now (`None`: it may). Both backends judge
+    /// an operator's action here, on the row as it is locked.
+    ///
+    /// - cancel: from `pending` or `in_flight` — but an at-most-once delivery in flight may
+    ///   already be at the target, so canceling it would claim what nobody knows;
+    /// - retry: from `failed` — unless its request may have arrived ([`Self::may_have_arrived`]:
+    ///   an operator who resolved it `failed` declared it must not be sent);
+    /// - resolve: from `unknown` or `manual_review`, and from a `failed` that may have arrived
+    ///   (to resend it deliberately, or to correct the record).
+    pub fn refusal(&self, action: OperatorAction) -> Option<TransitionOutcome> {
+        use DeliveryStatus::{Failed, InFlight, ManualReview, Pending, Unknown};
+        let at_most_once = self.mode == Mode::AtMostOnce;
+        let (from_status, in_mode) = match action {
+            OperatorAction::Cancel => (
+                matches!(self.status, Pending | InFlight),
+                !(at_most_once && self.status == InFlight),
+            ),
+            OperatorAction::Retry => (self.status == Failed, !self.may_have_arrived()),
+            OperatorAction::Resolve => (
+                matches!(self.status, Unknown | ManualReview)
+                    || (self.status == Failed && self.may_have_arrived()),
+                true,
+            ),
+        };
+        if !from_status {
+            Some(TransitionOutcome::Invalid(self.status))
+        } else if !in_mode {
+            Some(TransitionOutcome::InvalidForMode(self.status))
+        } else {
+            None
+        }
+    }
+
     /// The row an insert of `new` at `now` writes, due at `due`: what a backend answers a
     /// create with, without reading the row back.
     pub fn created(

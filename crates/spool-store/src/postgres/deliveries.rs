@@ -24,8 +24,8 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptResult, Body, Capacity, Check, CheckResult, CheckVerdict,
     ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, Mode,
-    NewDelivery, OriginCounts, Page, Reclaimed, Reservation, Resolution, StartOutcome, Stats,
-    Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+    NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed, Reservation, Resolution,
+    StartOutcome, Stats, Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
 // No index hints: PostgreSQL's planner picks the partial indexes of `schema.sql` by itself
@@ -945,16 +945,7 @@ async fn take_back(
 
 /// An operator's cancel: pending or in-flight work (in-flight only at least once) is canceled.
 pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| {
-        if !d.status.can_cancel() {
-            Allowed::NotFromStatus
-        } else if !d.mode.can_cancel(d.status) {
-            Allowed::NotInMode
-        } else {
-            Allowed::Yes
-        }
-    };
-    let from = match lock_for_transition(tx, id, allowed).await? {
+    let from = match lock_for_transition(tx, id, OperatorAction::Cancel).await? {
         Ok(from) => from,
         Err(refused) => return Ok(refused),
     };
@@ -976,8 +967,7 @@ pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<Transit
 /// An operator's retry of a failed delivery: a new cycle, with a fresh attempt budget, due at
 /// once (a deadline that has passed is dropped).
 pub(crate) async fn retry(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| Allowed::when(d.status.can_retry());
-    let from = match lock_for_transition(tx, id, allowed).await? {
+    let from = match lock_for_transition(tx, id, OperatorAction::Retry).await? {
         Ok(from) => from,
         Err(refused) => return Ok(refused),
     };
@@ -1007,8 +997,7 @@ pub(crate) async fn resolve(
     note: &str,
     now: Millis,
 ) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| Allowed::when(d.status.can_resolve());
-    let from = match lock_for_transition(tx, id, allowed).await? {
+    let from = match lock_for_transition(tx, id, OperatorAction::Resolve).await? {
         Ok(from) => from,
         Err(refused) => return Ok(refused),
     };
@@ -1206,31 +1195,12 @@ async fn exists<C: GenericClient>(c: &C, id: &str) -> Result<bool> {
         .is_some())
 }
 
-/// Whether an operator action applies to a delivery.
-enum Allowed {
-    Yes,
-    /// Not from its status.
-    NotFromStatus,
-    /// Not from its status in its mode.
-    NotInMode,
-}
-
-impl Allowed {
-    fn when(allowed: bool) -> Allowed {
-        if allowed {
-            Allowed::Yes
-        } else {
-            Allowed::NotFromStatus
-        }
-    }
-}
-
 /// The first half of an operator action: lock the delivery and judge it. `Ok(status)` to go
 /// ahead from `status`; `Err(outcome)` to answer `outcome` without changing anything.
 async fn lock_for_transition(
     tx: &Tx<'_>,
     id: &str,
-    allowed: impl FnOnce(&Delivery) -> Allowed,
+    action: OperatorAction,
 ) -> Result<Result<DeliveryStatus, TransitionOutcome>> {
     let current = row(
         tx,
@@ -1246,10 +1216,9 @@ async fn lock_for_transition(
         return Ok(Err(TransitionOutcome::NotFound));
     };
     let current = row_to_delivery(&current, true)?;
-    Ok(match allowed(&current) {
-        Allowed::Yes => Ok(current.status),
-        Allowed::NotFromStatus => Err(TransitionOutcome::Invalid(current.status)),
-        Allowed::NotInMode => Err(TransitionOutcome::InvalidForMode(current.status)),
+    Ok(match current.refusal(action) {
+        Some(refused) => Err(refused),
+        None => Ok(current.status),
     })
 }
 

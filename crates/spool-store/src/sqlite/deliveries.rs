@@ -11,8 +11,8 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, Check,
     CheckResult, CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition,
-    InsertOutcome, Millis, Mode, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
-    Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
+    InsertOutcome, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed,
+    Reservation, Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
     DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
@@ -923,16 +923,7 @@ fn take_back(
 }
 
 pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| {
-        if !d.status.can_cancel() {
-            Allowed::NotFromStatus
-        } else if !d.mode.can_cancel(d.status) {
-            Allowed::NotInMode
-        } else {
-            Allowed::Yes
-        }
-    };
-    transition(conn, id, allowed, |conn, from| {
+    transition(conn, id, OperatorAction::Cancel, |conn, from| {
         let step = conn
             .prepare_cached(
                 "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
@@ -947,8 +938,7 @@ pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<Transit
 }
 
 pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| Allowed::when(d.status.can_retry());
-    transition(conn, id, allowed, |conn, from| {
+    transition(conn, id, OperatorAction::Retry, |conn, from| {
         let step = conn
             .prepare_cached(
                 "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
@@ -973,8 +963,7 @@ pub(crate) fn resolve(
     note: &str,
     now: Millis,
 ) -> Result<TransitionOutcome> {
-    let allowed = |d: &Delivery| Allowed::when(d.status.can_resolve());
-    transition(conn, id, allowed, |conn, from| {
+    transition(conn, id, OperatorAction::Resolve, |conn, from| {
         let (to, reason, remote_id) = match resolution {
             Resolution::Succeeded { remote_id } => {
                 (DeliveryStatus::Succeeded, "resolved", remote_id.as_deref())
@@ -1159,38 +1148,17 @@ fn exists(conn: &Connection, id: &str) -> Result<bool> {
         .map_err(map_err)
 }
 
-/// Whether an operator action applies to a delivery.
-enum Allowed {
-    Yes,
-    /// Not from its status.
-    NotFromStatus,
-    /// Not from its status in its mode.
-    NotInMode,
-}
-
-impl Allowed {
-    fn when(allowed: bool) -> Allowed {
-        if allowed {
-            Allowed::Yes
-        } else {
-            Allowed::NotFromStatus
-        }
-    }
-}
-
 fn transition(
     conn: &Connection,
     id: &str,
-    allowed: impl FnOnce(&Delivery) -> Allowed,
+    action: OperatorAction,
     apply: impl FnOnce(&Connection, DeliveryStatus) -> Result<()>,
 ) -> Result<TransitionOutcome> {
     let Some(current) = get(conn, id)? else {
         return Ok(TransitionOutcome::NotFound);
     };
-    match allowed(&current) {
-        Allowed::Yes => {}
-        Allowed::NotFromStatus => return Ok(TransitionOutcome::Invalid(current.status)),
-        Allowed::NotInMode => return Ok(TransitionOutcome::InvalidForMode(current.status)),
+    if let Some(refused) = current.refusal(action) {
+        return Ok(refused);
     }
     apply(conn, current.status)?;
     let updated = get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;

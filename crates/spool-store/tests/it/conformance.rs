@@ -81,6 +81,7 @@ macro_rules! conformance_suite {
             recover_makes_started_at_most_once_unknown,
             resolve_transitions,
             cancel_of_at_most_once_in_flight_is_refused,
+            retry_of_at_most_once_that_may_have_arrived_is_refused,
             task_submission_is_idempotent_by_scope_and_key,
             concurrent_task_submissions_create_one,
             task_attempts_retry_then_succeed,
@@ -2507,6 +2508,45 @@ pub async fn cancel_of_at_most_once_in_flight_is_refused(store: Store) {
     assert!(matches!(
         store.cancel(id(2)).await.expect("cancel"),
         TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Canceled
+    ));
+}
+
+pub async fn retry_of_at_most_once_that_may_have_arrived_is_refused(store: Store) {
+    let note = || "must not be sent".to_owned();
+    make_unknown(&store, at_most_once(&id(1))).await;
+    let done = store
+        .resolve(id(1), Resolution::Failed, note())
+        .await
+        .expect("resolve");
+    assert!(matches!(done, TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Failed));
+    assert_eq!(
+        store.retry(id(1)).await.expect("retry"),
+        TransitionOutcome::InvalidForMode(DeliveryStatus::Failed)
+    );
+    assert_eq!(get(&store, &id(1)).await.status, DeliveryStatus::Failed);
+    // Only a person's resend sends it again: a new cycle, the unknown past cleared.
+    let done = store
+        .resolve(id(1), Resolution::Resend, note())
+        .await
+        .expect("resolve");
+    assert!(matches!(done, TransitionOutcome::Done(ref d)
+        if d.status == DeliveryStatus::Pending && d.cycle == 2 && d.unknown_since.is_none()));
+    // A failure that was never unknown (nothing arrived) is retried as any other; and resolve
+    // does not apply to it.
+    create(&store, at_most_once(&id(2))).await;
+    let claimed = claim(&store, 10).await;
+    let claimed = claimed.iter().find(|c| c.id == id(2)).expect("claimed");
+    complete(&store, claimed, Disposition::Failed, Some(400)).await;
+    assert_eq!(
+        store
+            .resolve(id(2), Resolution::Resend, note())
+            .await
+            .expect("resolve"),
+        TransitionOutcome::Invalid(DeliveryStatus::Failed)
+    );
+    assert!(matches!(
+        store.retry(id(2)).await.expect("retry"),
+        TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending
     ));
 }
 

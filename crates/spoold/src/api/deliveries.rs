@@ -288,7 +288,7 @@ pub async fn checks(
         (status = 200, description = "Resolved: `succeeded`, `failed`, or `pending` again (resend, a new cycle)", body = DeliveryView),
         (status = 400, description = "`invalid_request`: no outcome, no note, or a bad field", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
-        (status = 409, description = "`invalid_transition`: not unknown or manual_review", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not unknown or manual_review (nor a failed at-most-once delivery that was unknown)", body = ErrorBody),
     )
 )]
 pub async fn resolve(
@@ -375,7 +375,7 @@ pub async fn cancel(
     responses(
         (status = 200, description = "A new cycle started: pending, attempts reset, history kept", body = DeliveryView),
         (status = 404, description = "`not_found`", body = ErrorBody),
-        (status = 409, description = "`invalid_transition`: not failed", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not failed, or an at-most-once delivery that may have reached the target (it was `unknown`; only a resolve with outcome `resend` sends it again)", body = ErrorBody),
     )
 )]
 pub async fn retry(
@@ -395,10 +395,17 @@ fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError>
         )),
         TransitionOutcome::InvalidForMode(status) => Err(ApiError::new(
             ErrorCode::InvalidTransition,
-            format!(
-                "invalid delivery state transition from {status}: an at-most-once request in \
-                 flight may already have reached the target; wait for its outcome"
-            ),
+            match status {
+                model::DeliveryStatus::Failed => format!(
+                    "invalid delivery state transition from {status}: this at-most-once request \
+                     may have reached the target (it was unknown), so retry does not send it; \
+                     if it must be sent, resolve it with outcome resend and a note"
+                ),
+                _ => format!(
+                    "invalid delivery state transition from {status}: an at-most-once request \
+                     in flight may already have reached the target; wait for its outcome"
+                ),
+            },
         )),
     }
 }

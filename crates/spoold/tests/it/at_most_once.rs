@@ -11,7 +11,7 @@ use spool_testkit::{
 };
 use tempfile::TempDir;
 
-use crate::{id_of, process_opts, InProcess, Targets, WAIT};
+use crate::{id_of, process_opts, wait_for, InProcess, Targets, WAIT};
 
 /// Short timeouts so that `unknown` comes quickly, and quick reconciliation.
 const FLAGS: &[&str] = &[
@@ -68,22 +68,6 @@ async fn log_of(api: &Api, id: &str) -> Vec<(String, String, String)> {
             (text("from"), text("to"), text("reason"))
         })
         .collect()
-}
-
-/// Poll until `done` holds for the delivery, or fail after [`WAIT`].
-async fn wait_for(api: &Api, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let (_, d) = api.get(id).await.expect("get");
-        if done(&d) {
-            return d;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "delivery never got {what}: {d}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The article's demo: the remote commits the record, then the client gets no reliable answer;
@@ -486,6 +470,80 @@ async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
             .is_some_and(|m| m.contains("may already have reached")),
         "{err}"
     );
+}
+
+/// An operator resolved an `unknown` delivery `failed`: it must not be sent. `retry` (meant
+/// for deliveries the target certainly did not take) refuses it and says what would send it; a
+/// deliberate `resolve` with `resend` and a note does. An at-most-once delivery that failed
+/// without ever being `unknown` (the target refused the connection every time) is retried as
+/// any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_resolved_failed_is_sent_again_only_by_a_resend() {
+    let remote = RemoteApi::start().await;
+    remote.set_create_once(CreateBehavior::Status(502));
+    let daemon = InProcess::boot(FLAGS).await;
+    let api = &daemon.api;
+    let d = daemon
+        .deliver(
+            json!({"targetUrl": remote.url("/records"), "mode": "at_most_once",
+                   "body": {"fingerprint": "order-11"}}),
+            &["unknown"],
+        )
+        .await;
+    let id = id_of(&d);
+    let path = format!("/v1/deliveries/{id}/resolve");
+    let (status, d) = post(
+        api,
+        &path,
+        json!({"outcome": "failed", "note": "must not go"}),
+    )
+    .await;
+    assert_eq!((status, &d["status"]), (200, &json!("failed")), "{d}");
+
+    let (status, err) = api.retry(&id).await.expect("retry");
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (409, &json!("invalid_transition")),
+        "{err}"
+    );
+    let message = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("resend"), "{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(remote.creates(), 1, "retry sent it again");
+    assert_eq!(api.get(&id).await.expect("get").1["status"], "failed");
+
+    // A person decides to send it after all.
+    let (status, d) = post(
+        api,
+        &path,
+        json!({"outcome": "resend", "note": "vendor asked"}),
+    )
+    .await;
+    assert_eq!((status, &d["status"]), (200, &json!("pending")), "{d}");
+    api.wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("resent");
+    assert_eq!(remote.creates(), 2);
+    let log = log_of(api, &id).await;
+    assert!(
+        log.iter()
+            .any(|(from, to, why)| (from.as_str(), to.as_str(), why.as_str())
+                == ("failed", "pending", "resend")),
+        "{log:?}"
+    );
+
+    // Never `unknown`: refused connections only. Failed, and retried on request.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/records", closed.local_addr().expect("addr"));
+    drop(closed);
+    let d = daemon
+        .deliver(
+            json!({"targetUrl": url, "mode": "at_most_once", "maxAttempts": 2}),
+            &["failed"],
+        )
+        .await;
+    let (status, d) = api.retry(&id_of(&d)).await.expect("retry");
+    assert_eq!((status, &d["status"]), (200, &json!("pending")), "{d}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

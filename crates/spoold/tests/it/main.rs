@@ -176,3 +176,19 @@ pub async fn create_for_later(api: &Api, n: u32) {
         assert_eq!(status, 201);
     }
 }
+
+/// Poll until `done` holds for the delivery, or fail after [`WAIT`].
+pub async fn wait_for(api: &Api, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, d) = api.get(id).await.expect("get");
+        if done(&d) {
+            return d;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "delivery never got {what}: {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

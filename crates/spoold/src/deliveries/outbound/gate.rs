@@ -98,7 +98,9 @@ mod tests {
     #[tokio::test]
     async fn a_connection_ready_only_after_the_instant_writes_nothing() {
         let socket = TcpSocket::new_v4().expect("socket");
-        socket.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        socket
+            .bind("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind");
         // A backlog of 0 leaves room for one connection: the filler takes it.
         let listener = socket.listen(0).expect("listen");
         let addr = listener.local_addr().expect("addr");
