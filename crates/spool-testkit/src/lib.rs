@@ -14,7 +14,7 @@
 //! - [`api`]: [`Api`] calls the daemon's HTTP API (TCP or unix socket) and returns
 //!   `(status, json)` pairs.
 //! - [`pg`]: [`TestDatabase`], a PostgreSQL database of a test's own (`SPOOLD_TEST_PG_URL`);
-//!   [`PrivateServer`], a PostgreSQL server of a test's own, to restart.
+//!   [`PrivateServer`], a PostgreSQL server of a test's own, to restart or to crowd.
 //! - [`proxy`]: [`Proxy`], a TCP proxy a test can pause, for a daemon that loses its database
 //!   while its connections stay open.
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
@@ -54,7 +54,7 @@ pub mod remote;
 pub use api::Api;
 pub use bin_path::cargo_bin;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
-pub use pg::{PrivateServer, TestDatabase};
+pub use pg::{HeldConnections, PrivateServer, TestDatabase};
 pub use proxy::Proxy;
 pub use receiver::{Receiver, Recorded, Reply};
 pub use remote::{CreateBehavior, Record, RemoteApi, SearchBehavior};

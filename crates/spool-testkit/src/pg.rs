@@ -160,12 +160,26 @@ pub struct PrivateServer {
     dir: tempfile::TempDir,
     bin: std::path::PathBuf,
     port: u16,
+    /// `-c name=value` settings the server runs with.
+    settings: Vec<String>,
+}
+
+/// Connections a test holds open on a server (see [`PrivateServer::hold`]); closed when
+/// dropped.
+#[derive(Debug)]
+pub struct HeldConnections {
+    _clients: Vec<tokio_postgres::Client>,
 }
 
 impl PrivateServer {
     /// Create and start a server. Fails when not root or without PostgreSQL's binaries; pass
     /// the result to [`crate::privileged::available`].
     pub fn start() -> anyhow::Result<PrivateServer> {
+        PrivateServer::start_with(&[])
+    }
+
+    /// Like [`PrivateServer::start`], with server settings (`("max_connections", "8")`).
+    pub fn start_with(settings: &[(&str, &str)]) -> anyhow::Result<PrivateServer> {
         crate::privileged::require_root()?;
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .context("no PostgreSQL server binaries under /usr/lib/postgresql")?
@@ -181,7 +195,16 @@ impl PrivateServer {
         let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?
             .local_addr()?
             .port();
-        let server = PrivateServer { dir, bin, port };
+        let settings = settings
+            .iter()
+            .map(|(name, value)| format!(" -c {name}={value}"))
+            .collect();
+        let server = PrivateServer {
+            dir,
+            bin,
+            port,
+            settings,
+        };
         server.as_postgres(
             "initdb",
             &[
@@ -203,6 +226,29 @@ impl PrivateServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// Open `n` connections and keep them until the result is dropped (to use up the server's
+    /// `max_connections`).
+    pub async fn hold(&self, n: usize) -> anyhow::Result<HeldConnections> {
+        let mut held = Vec::with_capacity(n);
+        for _ in 0..n {
+            held.push(connect(&self.url()).await?);
+        }
+        Ok(HeldConnections { _clients: held })
+    }
+
+    /// How many client connections the server has, besides the one asking.
+    pub async fn client_count(&self) -> anyhow::Result<usize> {
+        let client = connect(&self.url()).await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await?;
+        Ok(usize::try_from(row.get::<_, i64>(0))?)
+    }
+
     /// Restart the server (`pg_ctl restart -m fast`): every connection is dropped, the server
     /// is down for a moment, then accepts connections again.
     pub fn restart(&self) -> anyhow::Result<()> {
@@ -215,9 +261,10 @@ impl PrivateServer {
 
     fn pg_ctl(&self, action: &str) -> anyhow::Result<()> {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            "-p {} -k {} -c listen_addresses=127.0.0.1{}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.settings.concat()
         );
         let log = self.dir.path().join("server.log").display().to_string();
         self.as_postgres(

@@ -71,6 +71,11 @@ pub struct Args {
     #[arg(long, env = "SPOOLD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
+    /// PostgreSQL: connections this host opens to the database in all (at least 5). The default
+    /// lets ten hosts share a server at PostgreSQL's default max_connections (100).
+    #[arg(long, default_value_t = spool_store::postgres::DEFAULT_CONNECTIONS, value_name = "N")]
+    pub db_connections: usize,
+
     /// Refuse new deliveries (507 journal_full) once the database is this large; 0 = no limit.
     #[arg(long, alias = "max-journal-bytes", default_value = "1GiB", value_parser = parse_size_arg, value_name = "SIZE")]
     pub max_db_bytes: u64,
@@ -179,6 +184,7 @@ pub struct Config {
     /// Task results and output logs (absolute).
     pub data_dir: PathBuf,
     pub max_db_bytes: u64,
+    pub db_connections: usize,
     pub concurrency: u32,
     pub per_target_concurrency: u32,
     pub request_timeout: Duration,
@@ -339,6 +345,9 @@ impl Args {
                 spool_proto::units::format_duration(LEASE_SLACK),
             )));
         }
+        if self.db_connections < 5 {
+            return err("--db-connections must be at least 5");
+        }
         if self.shutdown_timeout.is_zero() {
             return err("--shutdown-timeout must be greater than 0");
         }
@@ -355,6 +364,7 @@ impl Args {
             db,
             data_dir,
             max_db_bytes: self.max_db_bytes,
+            db_connections: self.db_connections,
             concurrency: self.concurrency,
             per_target_concurrency,
             request_timeout: self.request_timeout,

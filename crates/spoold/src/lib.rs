@@ -483,8 +483,8 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
         Database::Postgres(url) => {
             let mut pg = PgConfig::new(url.clone());
             pg.max_db_bytes = config.max_db_bytes;
-            // Enough for every attempt's result and the API besides.
-            pg.pool_size = (config.concurrency as usize / 4).clamp(4, 16);
+            pg.connections = config.db_connections;
+            pg.clock = config.clock.clone();
             Ok(Store::Postgres(PgStore::open(&pg).await?))
         }
     }

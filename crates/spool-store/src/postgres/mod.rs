@@ -12,6 +12,7 @@
 //! - No transaction stays open across an HTTP request or a child process: claims commit at once.
 
 mod connect;
+mod db_clock;
 mod deliveries;
 mod notify;
 mod schema;
@@ -32,6 +33,7 @@ pub use connect::redact_url;
 /// The schema version this binary migrates a database to.
 pub use schema::LATEST as SCHEMA_VERSION;
 
+use crate::clock::Clock;
 use crate::error::{Result, StoreError};
 use crate::model::{
     Advanced, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, ClaimBatch, Delivery,
@@ -54,8 +56,9 @@ const CONTENTION_RETRIES: u32 = 5;
 /// The database's clock, in microseconds since the epoch.
 const CLOCK_SQL: &str = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
 
-/// How long the shortest clock round trip seen is kept as the bar a new reading must meet.
-const CLOCK_SAMPLE_TTL: Duration = Duration::from_secs(60);
+/// Connections a host opens by default: ten hosts fit in PostgreSQL's default
+/// `max_connections` (100, of which 3 are kept for superusers).
+pub const DEFAULT_CONNECTIONS: usize = 9;
 
 /// How often, at most, a reservation looks for due work from the start of its origin's due
 /// index rather than from where the last one left off (`spoold_reserve`).
@@ -74,11 +77,16 @@ pub struct PgConfig {
     pub url: String,
     /// Refuse new deliveries once the database uses this many bytes; 0 = no limit.
     pub max_db_bytes: u64,
-    /// Connections kept in the pool.
-    pub pool_size: usize,
+    /// Connections this host opens to the database in all: the creates' writers
+    /// ([`enqueue::WRITERS`]), the one listening for notifications, and a pool for the rest
+    /// (at least two).
+    pub connections: usize,
     /// How often, without any notification, waiters are woken to look for work another host
     /// made due (the safety net under LISTEN/NOTIFY).
     pub poll_interval: Duration,
+    /// Carries the estimate of the database clock between readings ([`Clock::steady_micros`]:
+    /// a step of this host's wall clock changes nothing).
+    pub clock: Clock,
 }
 
 impl PgConfig {
@@ -86,8 +94,9 @@ impl PgConfig {
         PgConfig {
             url: url.into(),
             max_db_bytes: 0,
-            pool_size: 16,
+            connections: DEFAULT_CONNECTIONS,
             poll_interval: Duration::from_secs(5),
+            clock: Clock::system(),
         }
     }
 }
@@ -101,11 +110,7 @@ pub struct PgStore {
 struct Inner {
     pool: Pool,
     max_db_bytes: u64,
-    /// Database clock minus this host's clock, in microseconds, from a recent transaction with
-    /// a short round trip; `i64::MIN` until the first.
-    clock_offset: AtomicI64,
-    /// The round trip (µs) of the reading the offset came from, and when it was taken.
-    clock_best: Mutex<(i64, Option<Instant>)>,
+    db_clock: db_clock::DbClock,
     db_size: Mutex<Option<(Instant, u64)>>,
     /// Per origin, how far this host's reservations got (see [`PgStore::reserve_from`]).
     reserve_cursors: Mutex<HashMap<String, ReserveCursor>>,
@@ -194,7 +199,12 @@ impl PgStore {
     /// lock: two hosts starting together apply each migration once).
     pub async fn open(config: &PgConfig) -> Result<PgStore> {
         let target = connect::Target::parse(&config.url)?;
-        let pool = target.pool(config.pool_size)?;
+        let pool = target.pool(
+            config
+                .connections
+                .saturating_sub(enqueue::WRITERS + 1)
+                .max(2),
+        )?;
         // Creates have connections of their own: a client waiting for its acknowledgement
         // never queues behind delivery work.
         let enqueue_pool = target.pool(enqueue::WRITERS)?;
@@ -217,8 +227,7 @@ impl PgStore {
             inner: Arc::new_cyclic(|inner| Inner {
                 pool,
                 max_db_bytes: config.max_db_bytes,
-                clock_offset: AtomicI64::new(i64::MIN),
-                clock_best: Mutex::new((i64::MAX, None)),
+                db_clock: db_clock::DbClock::new(config.clock.clone()),
                 db_size: Mutex::new(None),
                 reserve_cursors: Mutex::new(HashMap::new()),
                 stats: WriterStats::default(),
@@ -237,32 +246,14 @@ impl PgStore {
         self.inner.pool.get().await.map_err(map_pool_err)
     }
 
-    /// The database's clock, in milliseconds; also refines [`PgStore::now_ms`]'s offset (see
-    /// [`PgStore::clock_sample`]).
+    /// The database's clock, in milliseconds; also a reading for [`PgStore::now_ms`]'s estimate
+    /// ([`db_clock`]).
     async fn db_now(&self, tx: &Tx<'_>) -> Result<Millis> {
-        let sent = host_micros();
+        let clock = &self.inner.db_clock;
+        let sent = clock.steady_micros();
         let db: i64 = one(tx, CLOCK_SQL, &[]).await?.get(0);
-        self.clock_sample(sent, db, host_micros());
+        clock.sample(sent, db, clock.steady_micros());
         Ok(db.div_euclid(1000))
-    }
-
-    /// Take a clock reading into the offset if its round trip was the shortest seen lately: the
-    /// midpoint of the round trip stands for the moment the database read its clock, so the
-    /// offset is off by at most half the round trip, and the shortest one bounds that best
-    /// (as NTP filters its samples). The best is forgotten after a minute, so the offset
-    /// follows a clock that drifts.
-    fn clock_sample(&self, sent: i64, db: i64, received: i64) {
-        let round_trip = received - sent;
-        let Ok(mut best) = self.inner.clock_best.lock() else {
-            return;
-        };
-        let stale = best.1.is_none_or(|at| at.elapsed() > CLOCK_SAMPLE_TTL);
-        if stale || round_trip <= best.0 {
-            *best = (round_trip, Some(Instant::now()));
-            self.inner
-                .clock_offset
-                .store(db - (sent + round_trip / 2), Ordering::Relaxed);
-        }
     }
 
     /// Learn the database clock before anyone asks for it: of a few readings, the one with the
@@ -270,9 +261,10 @@ impl PgStore {
     async fn learn_clock(&self) -> Result<()> {
         let client = self.client().await?;
         for _ in 0..8 {
-            let sent = host_micros();
+            let clock = &self.inner.db_clock;
+            let sent = clock.steady_micros();
             let db: i64 = one(&client, CLOCK_SQL, &[]).await?.get(0);
-            self.clock_sample(sent, db, host_micros());
+            clock.sample(sent, db, clock.steady_micros());
         }
         Ok(())
     }
@@ -286,14 +278,10 @@ impl PgStore {
         }
     }
 
-    /// The database clock as this host estimates it (its own clock plus the offset measured
-    /// at the latest transaction). Decisions are made on the database clock itself.
+    /// The database clock as this host estimates it (see [`db_clock`]). Decisions in the
+    /// database are made on the database clock itself.
     pub fn now_ms(&self) -> Millis {
-        let offset = match self.inner.clock_offset.load(Ordering::Relaxed) {
-            i64::MIN => 0,
-            known => known,
-        };
-        (host_micros() + offset).div_euclid(1000)
+        self.inner.db_clock.now_ms()
     }
 
     pub fn writer_stats(&self) -> &WriterStats {
@@ -925,13 +913,6 @@ impl PgStore {
     }
 }
 
-/// This host's wall clock, in microseconds since the epoch.
-fn host_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 /// Fold the count deltas into one row per count. Concurrent writers keep appending meanwhile
 /// (their rows are not in this transaction's snapshot); a concurrent fold waits for this one
 /// and then finds the rows it would delete gone.
@@ -1024,10 +1005,39 @@ pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 /// database is unavailable: nothing was written.
 pub(crate) fn map_pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
+        deadpool_postgres::PoolError::Backend(e)
+            if e.as_db_error()
+                .is_some_and(|db| *db.code() == SqlState::TOO_MANY_CONNECTIONS) =>
+        {
+            let message = format!(
+                "the database refused a connection ({}): its max_connections is taken; every \
+                 host opens up to --db-connections (default {DEFAULT_CONNECTIONS}), so lower it \
+                 or raise max_connections",
+                describe(&e)
+            );
+            warn_every(&REFUSED_LOGGED, &message);
+            StoreError::Unavailable(message)
+        }
         deadpool_postgres::PoolError::Backend(e) => {
             StoreError::Unavailable(format!("cannot connect: {}", describe(&e)))
         }
         other => StoreError::Unavailable(format!("no database connection: {other}")),
+    }
+}
+
+/// When (seconds on the steady clock) a refused connection was last logged.
+static REFUSED_LOGGED: AtomicI64 = AtomicI64::new(i64::MIN);
+
+/// Log `message` at warning level unless it was logged in the last ten seconds.
+fn warn_every(last: &AtomicI64, message: &str) {
+    let now = crate::clock::steady_micros() / 1_000_000;
+    let before = last.load(Ordering::Relaxed);
+    if now.saturating_sub(before) >= 10
+        && last
+            .compare_exchange(before, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!("{message}");
     }
 }
 

@@ -401,6 +401,75 @@ async fn hosts_ride_out_a_database_outage() {
     assert_eq!(ready, 200);
 }
 
+/// A server whose `max_connections` is taken refuses the daemon's next connection: the create
+/// that needed it is answered 503 `storage_unavailable`, the log names the cause and the flag
+/// (once, not per request), and the daemon serves again as soon as connections are free.
+/// Under load a host opens at most `--db-connections` (9 by default: ten hosts fit in
+/// PostgreSQL's default 100).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_out_of_connections_is_named_and_ridden_out() {
+    const MAX: usize = 12;
+    let Some(server) = spool_testkit::privileged::available(
+        "SPOOLD_REQUIRE_TOOLS",
+        PrivateServer::start_with(&[("max_connections", &MAX.to_string())]),
+    ) else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    let data = TempDir::new().expect("dir");
+    let opts = DaemonOptions::new(PathBuf::from(server.url()))
+        .args(FAST_RETRIES.iter().copied())
+        .args(["--data-dir".to_owned(), data.path().display().to_string()]);
+    let daemon = DaemonProcess::start(opts).await.expect("daemon starts");
+    let api = Api::new(daemon.base_url());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The test takes every connection the idle daemon does not hold; a create needs another.
+    let idle = server.client_count().await.expect("count");
+    let crowd = server.hold(MAX - idle).await.expect("hold connections");
+    let create = || api.create(json!({"targetUrl": receiver.url("/hook")}));
+    let (status, err) = create().await.expect("create");
+    assert_eq!(status, 503, "{err}");
+    assert_eq!(err["error"]["code"], "storage_unavailable", "{err}");
+    for _ in 0..5 {
+        assert_eq!(create().await.expect("create").0, 503);
+    }
+    let log = daemon.stderr();
+    let named: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("max_connections is taken"))
+        .collect();
+    assert_eq!(named.len(), 1, "{log}");
+    assert!(named[0].contains("--db-connections"), "{log}");
+
+    drop(crowd);
+    let (status, d) = create().await.expect("create");
+    assert_eq!(status, 201, "{d}");
+    api.wait_status(&id_of(&d), &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    // Under load: every create answered, never more than nine connections.
+    let mut load = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (api, url) = (Api::new(daemon.base_url()), receiver.url("/hook"));
+        load.spawn(async move {
+            for _ in 0..10 {
+                let (status, d) = api.create(json!({"targetUrl": url})).await.expect("create");
+                assert_eq!(status, 201, "{d}");
+            }
+        });
+    }
+    let mut most = 0;
+    while !load.is_empty() {
+        most = most.max(server.client_count().await.expect("count"));
+        if let Ok(Some(done)) =
+            tokio::time::timeout(Duration::from_millis(20), load.join_next()).await
+        {
+            done.expect("creates");
+        }
+    }
+    assert!((idle..=9).contains(&most), "{most} connections");
+}
+
 /// The PostgreSQL server itself restarts while creates keep coming: the daemon reconnects by
 /// itself, every create it acknowledged (201) is delivered, and it serves again afterwards.
 /// On a server of the test's own (restarting the shared one would cut off other tests).
@@ -569,7 +638,10 @@ async fn a_paused_host_writes_nothing_after_its_claim_was_taken_back() {
         received.len()
     );
     assert!(taken_back > 0, "no stop came while a request was out");
-    assert!(late.is_empty(), "written after the claim was taken back: {late:?}");
+    assert!(
+        late.is_empty(),
+        "written after the claim was taken back: {late:?}"
+    );
     a.kill9();
     drop(b);
 }
