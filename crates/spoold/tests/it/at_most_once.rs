@@ -546,6 +546,56 @@ async fn a_delivery_resolved_failed_is_sent_again_only_by_a_resend() {
     assert_eq!((status, &d["status"]), (200, &json!("pending")), "{d}");
 }
 
+/// A reconcile query is not the delivery: it carries neither `X-Spoold-Delivery-ID` nor
+/// `X-Spoold-Attempt`, and it follows no redirect even where deliveries do (`--max-redirects`):
+/// a 307 pointing at the create endpoint is a failed check, not a request to it.
+#[tokio::test(flavor = "multi_thread")]
+async fn reconcile_queries_follow_no_redirect_and_carry_no_delivery_id() {
+    let remote = RemoteApi::start().await;
+    remote.set_create(CreateBehavior::Status(500));
+    let search = Receiver::start().await.expect("receiver");
+    search.respond_with(Reply::status(307).header("location", remote.url("/records")));
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--max-redirects", "3"]);
+    let daemon = InProcess::boot(&flags).await;
+    let (status, created) = daemon
+        .api
+        .create(json!({
+            "targetUrl": remote.url("/records"),
+            "mode": "at_most_once",
+            "fingerprint": "order-12",
+            "body": {"fingerprint": "order-12"},
+            "reconcile": {"url": search.url("/search?f={fingerprint}"), "matchesPointer": "/data"},
+        }))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    let d = wait_for(&daemon.api, &id, "two checks", |d| {
+        d["checks"].as_u64() >= Some(2)
+    })
+    .await;
+    assert_eq!(d["status"], "unknown", "{d}");
+    let checks = get_json(&daemon.api, &format!("/v1/deliveries/{id}/checks")).await;
+    let first = &checks["checks"][0];
+    assert_eq!(
+        (&first["httpStatus"], &first["errorCode"]),
+        (&json!(307), &json!("http_status")),
+        "{checks}"
+    );
+    for r in search.requests() {
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("GET", "/search"));
+        for header in [spool_proto::DELIVERY_ID_HEADER, spool_proto::ATTEMPT_HEADER] {
+            assert!(r.header(header).is_none(), "{header} on a reconcile query");
+        }
+    }
+    assert_eq!(
+        remote.creates(),
+        1,
+        "the redirect was followed to the create endpoint"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn at_most_once_fields_are_validated_and_part_of_idempotency() {
     let daemon = InProcess::boot(FLAGS).await;
