@@ -228,6 +228,14 @@ impl Store {
         dispatch!(self, s => s.resolve(id, resolution, note).await)
     }
 
+    /// A 2xx that answered an at-most-once attempt after its claim was taken back ([`Self::complete`]
+    /// answered `Fenced`): when the delivery is still `unknown` or in `manual_review` from that
+    /// attempt, the answer is recorded on the attempt and the delivery settles `succeeded`
+    /// (`late_answer` in the transition log). Whether it did; anything else is left unchanged.
+    pub async fn late_answer(&self, result: AttemptResult) -> Result<bool> {
+        dispatch!(self, s => s.late_answer(result).await)
+    }
+
     /// Record one reconciliation step: the check itself (always kept) and its verdict, applied
     /// only while the delivery is still `unknown` (`Fenced` otherwise: an operator came first).
     pub async fn record_check(&self, result: model::CheckResult) -> Result<Applied> {

@@ -676,6 +676,13 @@ pub enum TransitionOutcome {
     InvalidForMode(DeliveryStatus),
 }
 
+/// The transition-log note of an `unknown` delivery settled by a 2xx that answered its attempt
+/// after the attempt's claim was taken back (reason `late_answer`).
+pub fn late_answer_note(http_status: Option<u16>) -> String {
+    let status = http_status.map_or_else(|| "2xx".to_owned(), |s| s.to_string());
+    format!("its attempt was answered HTTP {status} after its claim was taken back")
+}
+
 /// The longest error text kept per attempt and in `last_error`.
 pub const MAX_ERROR_BYTES: usize = 4096;
 

@@ -1040,6 +1040,58 @@ pub(crate) async fn resolve(
     transitioned(tx, id).await
 }
 
+/// See the SQLite twin: a late 2xx settles the `unknown` (or `manual_review`) delivery its
+/// attempt left, when nothing else changed it since. Whether it did.
+pub(crate) async fn late_answer(tx: &Tx<'_>, result: &AttemptResult, now: Millis) -> Result<bool> {
+    if result.disposition != Disposition::Succeeded {
+        return Ok(false);
+    }
+    let claim_seq = i64::from(result.claim_seq);
+    let from = row(
+        tx,
+        "SELECT status FROM deliveries WHERE id = $1 AND claim_seq = $2 \
+         AND mode = 'at_most_once' AND status IN ('unknown', 'manual_review') FOR UPDATE",
+        &[&result.id, &claim_seq],
+    )
+    .await?;
+    let Some(from) = from else {
+        return Ok(false);
+    };
+    let from = parse_status(&col::<String>(&from, "status")?)?;
+    let http_status = result.http_status.map(i64::from);
+    exec(
+        tx,
+        "UPDATE attempts SET outcome = 'succeeded', http_status = $3, error_code = NULL, \
+         error = NULL, finished_at = $4 WHERE delivery_id = $1 AND seq = $2",
+        &[&result.id, &claim_seq, &http_status, &now],
+    )
+    .await?;
+    let changed = one(
+        tx,
+        "UPDATE deliveries SET status = 'succeeded', check_at = NULL, next_attempt_at = NULL, \
+         remote_id = COALESCE($3, remote_id), last_response_code = $4, last_error = NULL, \
+         last_error_code = NULL, updated_at = $2, log_seq = log_seq + 1 \
+         WHERE id = $1 RETURNING log_seq, attempts",
+        &[&result.id, &now, &result.remote_id, &http_status],
+    )
+    .await?;
+    let step = Step::read(&changed)?;
+    let note = crate::model::late_answer_note(result.http_status);
+    let to = DeliveryStatus::Succeeded;
+    log(
+        tx,
+        &result.id,
+        Some(from),
+        to,
+        step,
+        now,
+        "late_answer",
+        Some(&note),
+    )
+    .await?;
+    Ok(true)
+}
+
 /// Record a reconciliation step for an `unknown` delivery: the check (always kept), and its
 /// verdict (applied only while the delivery is still `unknown`, so an operator's decision that
 /// came first wins).

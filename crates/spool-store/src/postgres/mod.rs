@@ -618,6 +618,10 @@ impl PgStore {
         out
     }
 
+    pub async fn late_answer(&self, result: AttemptResult) -> Result<bool> {
+        in_tx!(self, |tx, now| deliveries::late_answer(&tx, &result, now))
+    }
+
     pub async fn record_check(&self, result: CheckResult) -> Result<Applied> {
         in_tx!(self, |tx, now| deliveries::record_check(&tx, &result, now))
     }

@@ -1001,6 +1001,70 @@ pub(crate) fn resolve(
     })
 }
 
+/// A 2xx that answered an at-most-once attempt after its claim was taken back (`complete` said
+/// `Fenced`): the request arrived and was taken. When the delivery is still `unknown` or in
+/// `manual_review` because of that very attempt (its claim unchanged), the answer is recorded
+/// on the attempt and settles the delivery `succeeded` (`late_answer`). Whether it did.
+pub(crate) fn late_answer(conn: &Connection, result: &AttemptResult, now: Millis) -> Result<bool> {
+    if result.disposition != Disposition::Succeeded {
+        return Ok(false);
+    }
+    let from: Option<String> = conn
+        .prepare_cached(
+            "SELECT status FROM deliveries WHERE id = ?1 AND claim_seq = ?2 \
+             AND mode = 'at_most_once' AND status IN ('unknown', 'manual_review')",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![result.id, result.claim_seq], |r| r.get(0))
+                .optional()
+        })
+        .map_err(map_err)?;
+    let Some(from) = from else {
+        return Ok(false);
+    };
+    conn.prepare_cached(
+        "UPDATE attempts SET outcome = 'succeeded', http_status = ?3, error_code = NULL, \
+         error = NULL, finished_at = ?4 WHERE delivery_id = ?1 AND seq = ?2",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            result.id,
+            result.claim_seq,
+            result.http_status,
+            now
+        ])
+    })
+    .map_err(map_err)?;
+    let step = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = 'succeeded', check_at = NULL, next_attempt_at = NULL, \
+             remote_id = COALESCE(?3, remote_id), last_response_code = ?4, last_error = NULL, \
+             last_error_code = NULL, updated_at = ?2, log_seq = log_seq + 1 \
+             WHERE id = ?1 RETURNING log_seq, attempts",
+        )
+        .and_then(|mut st| {
+            st.query_row(
+                params![result.id, now, result.remote_id, result.http_status],
+                |r| Step::read(r, 0),
+            )
+        })
+        .map_err(map_err)?;
+    let note = crate::model::late_answer_note(result.http_status);
+    let from = parse_status(&from)?;
+    let to = DeliveryStatus::Succeeded;
+    log(
+        conn,
+        &result.id,
+        Some(from),
+        to,
+        step,
+        now,
+        "late_answer",
+        Some(&note),
+    )?;
+    Ok(true)
+}
+
 /// Record a reconciliation step for an `unknown` delivery: the check (always kept), and its
 /// verdict (applied only while the delivery is still `unknown`, so an operator's decision that
 /// came first wins).
@@ -1457,6 +1521,11 @@ fn row_to_delivery(r: &Row<'_>, full: bool) -> rusqlite::Result<Delivery> {
 }
 
 fn parse_mode(text: &str) -> Result<Mode> {
+    text.parse()
+        .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
+}
+
+fn parse_status(text: &str) -> Result<DeliveryStatus> {
     text.parse()
         .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
 }

@@ -598,6 +598,14 @@ impl SqliteStore {
             .await
     }
 
+    /// See [`crate::Store::late_answer`].
+    pub async fn late_answer(&self, result: AttemptResult) -> Result<bool> {
+        self.inner
+            .writer
+            .write(move |c, now| deliveries::late_answer(c, &result, now))
+            .await
+    }
+
     /// See [`crate::Store::record_check`].
     pub async fn record_check(&self, result: CheckResult) -> Result<Applied> {
         self.inner

@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             resolve_transitions,
             cancel_of_at_most_once_in_flight_is_refused,
             retry_of_at_most_once_that_may_have_arrived_is_refused,
+            a_late_success_settles_the_unknown_its_attempt_left,
             task_submission_is_idempotent_by_scope_and_key,
             concurrent_task_submissions_create_one,
             task_attempts_retry_then_succeed,
@@ -2548,6 +2549,67 @@ pub async fn retry_of_at_most_once_that_may_have_arrived_is_refused(store: Store
         store.retry(id(2)).await.expect("retry"),
         TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending
     ));
+}
+
+pub async fn a_late_success_settles_the_unknown_its_attempt_left(store: Store) {
+    for n in 1..=3 {
+        create(&store, at_most_once(&id(n))).await;
+    }
+    // Leases that ran out at once; nothing is live: all three are taken back, `unknown`.
+    let lapsed = store
+        .claim_due(3, unlimited(), -1)
+        .await
+        .expect("claim")
+        .claimed;
+    assert_eq!(lapsed.len(), 3);
+    let taken = store
+        .renew_and_reclaim(Vec::new(), 120_000, 60_000)
+        .await
+        .expect("reclaim");
+    assert_eq!(taken.unknown, 3, "{taken:?}");
+    let of = |n: u32| lapsed.iter().find(|c| c.id == id(n)).expect("claimed");
+    // The first attempt's request had arrived: its 201 comes late, and is fenced.
+    let mut late = succeeded(of(1));
+    late.http_status = Some(201);
+    late.remote_id = Some("rec-1".into());
+    assert_eq!(
+        store.complete(late.clone()).await.expect("complete"),
+        Applied::Fenced
+    );
+    assert!(store.late_answer(late.clone()).await.expect("late answer"));
+    let d = get(&store, &id(1)).await;
+    assert_eq!(d.status, DeliveryStatus::Succeeded);
+    assert_eq!(
+        (d.remote_id.as_deref(), d.last_response_code),
+        (Some("rec-1"), Some(201))
+    );
+    let tried = attempts(&store, &id(1)).await;
+    assert_eq!(
+        (tried[0].outcome.as_deref(), tried[0].http_status),
+        (Some("succeeded"), Some(201))
+    );
+    let log = log_of(&store, &id(1)).await;
+    let last = log.last().expect("logged");
+    assert_eq!((last.0, last.1), (Some("unknown"), "succeeded"));
+    assert_eq!(last.3, "late_answer", "{log:?}");
+    // Once settled, a second copy changes nothing.
+    assert!(!store.late_answer(late).await.expect("late answer"));
+    // A late failure settles nothing: the request may still have been taken.
+    let mut failed = succeeded(of(2));
+    failed.disposition = Disposition::Failed;
+    failed.http_status = Some(400);
+    assert!(!store.late_answer(failed).await.expect("late answer"));
+    assert_eq!(get(&store, &id(2)).await.status, DeliveryStatus::Unknown);
+    // An operator who decided first is not overruled.
+    store
+        .resolve(id(3), Resolution::Failed, "checked".into())
+        .await
+        .expect("resolve");
+    assert!(!store
+        .late_answer(succeeded(of(3)))
+        .await
+        .expect("late answer"));
+    assert_eq!(get(&store, &id(3)).await.status, DeliveryStatus::Failed);
 }
 
 /// A task's status now.

@@ -674,6 +674,7 @@ impl Deliverer {
         let (id, claim_seq, disposition) =
             (result.id.clone(), result.claim_seq, result.disposition);
         let error_code = result.error_code.clone();
+        let late = (disposition == Disposition::Succeeded).then(|| result.clone());
         let recorded = match first {
             None | Some(Err(StoreError::Unavailable(_))) => {
                 self.patiently(&id, || self.store.complete(result.clone()))
@@ -703,10 +704,22 @@ impl Deliverer {
                 self.activity
                     .result(origin, counted, error_code.as_deref(), self.store.now_ms());
             }
-            Ok(Applied::Fenced) => {
-                info!(delivery_id = %id, claim_seq,
-                      "attempt result arrived after its claim ended; delivery left unchanged");
-            }
+            Ok(Applied::Fenced) => match late {
+                // At most once, a success that comes after the claim was taken back still
+                // proves the request arrived: it settles the `unknown` the take-back left.
+                Some(late) => match self.store.late_answer(late).await {
+                    Ok(true) => info!(delivery_id = %id, claim_seq,
+                        "a 2xx arrived after the attempt's claim was taken back; the delivery \
+                         it left unknown is settled as succeeded"),
+                    Ok(false) => info!(delivery_id = %id, claim_seq,
+                        "attempt result arrived after its claim ended; delivery left unchanged"),
+                    Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
+                        "a 2xx arrived after the attempt's claim was taken back and could not \
+                         be recorded; the delivery stays as it was"),
+                },
+                None => info!(delivery_id = %id, claim_seq,
+                    "attempt result arrived after its claim ended; delivery left unchanged"),
+            },
             Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
                             "could not record attempt result; it will be retried after the lease"),
         }

@@ -401,6 +401,65 @@ async fn hosts_ride_out_a_database_outage() {
     assert_eq!(ready, 200);
 }
 
+/// At most once, host A's request has arrived and its 200 is on the way back when A is stopped
+/// past its lease; host B takes the claim back, and the delivery is `unknown`. When A wakes it
+/// reads the 200 after all: that answer is recorded on the attempt and settles the delivery
+/// `succeeded` (`late_answer`) instead of leaving it for a check or a person. Nothing is sent
+/// again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_success_settles_what_a_take_back_left_unknown() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    receiver.respond_with(Reply::status(200).delay(Duration::from_millis(400)));
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let mut a = host(&db, &data_a, &["--reconcile-base", "5m"]).await;
+    let (status, created) = Api::new(a.base_url())
+        .create(json!({"targetUrl": receiver.url("/orders"), "mode": "at_most_once"}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    receiver
+        .wait_for_requests(1, WAIT)
+        .await
+        .expect("the request arrived");
+    a.signal("STOP").await.expect("SIGSTOP");
+    let b = host(&db, &data_b, &["--reconcile-base", "5m"]).await;
+    let api_b = Api::new(b.base_url());
+    api_b
+        .wait_status(&id, &["unknown"], WAIT)
+        .await
+        .expect("taken back");
+    a.signal("CONT").await.expect("SIGCONT");
+    let d = match api_b.wait_status(&id, &["succeeded"], WAIT).await {
+        Ok(d) => d,
+        Err(e) => panic!(
+            "not settled by the late answer: {e:#}\nhost A:\n{}",
+            a.stderr()
+        ),
+    };
+    assert_eq!(d["lastResponseCode"], 200, "{d}");
+    let (_, log) = api_b.transitions(&id).await.expect("transitions");
+    let last = &log["transitions"]
+        .as_array()
+        .expect("log")
+        .last()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (&last["from"], &last["reason"]),
+        (&json!("unknown"), &json!("late_answer")),
+        "{log}"
+    );
+    let (_, tried) = api_b.attempts(&id).await.expect("attempts");
+    assert_eq!(tried["attempts"][0]["httpStatus"], 200, "{tried}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.requests().len(), 1, "sent again");
+    drop((a, b));
+}
+
 /// A server whose `max_connections` is taken refuses the daemon's next connection: the create
 /// that needed it is answered 503 `storage_unavailable`, the log names the cause and the flag
 /// (once, not per request), and the daemon serves again as soon as connections are free.

@@ -25,6 +25,11 @@ pub use policy::{AddressPolicy, Cidr, Denied};
 /// How much of a response body is kept (for `lastError`).
 pub const MAX_RESPONSE_EXCERPT: usize = 4096;
 
+/// How long past its deadline a request may still take to hand over an answer that is already
+/// on its way (read by the connection's own task): a host paused past the deadline while the
+/// answer arrived reads it instead of calling the outcome unknown.
+const ANSWER_GRACE: Duration = Duration::from_millis(50);
+
 /// A configured outbound client. Cheap to clone.
 #[derive(Clone)]
 pub struct Outbound {
@@ -255,9 +260,15 @@ impl Outbound {
                     });
             }
         };
-        let result = match tokio::time::timeout(req.timeout, work).await {
+        tokio::pin!(work);
+        let result = match tokio::time::timeout(req.timeout, &mut work).await {
             Ok(result) => result,
-            Err(_) => Err(errors::timed_out(req.timeout, req.timeout_reason)),
+            // An answer already waiting when the deadline passes (the host was paused while it
+            // arrived) is still the answer: the connection's task gets a moment to hand it over.
+            Err(_) => match tokio::time::timeout(ANSWER_GRACE, &mut work).await {
+                Ok(result) => result,
+                Err(_) => Err(errors::timed_out(req.timeout, req.timeout_reason)),
+            },
         };
         result.map_err(|e| match first_answer.load(Ordering::Relaxed) {
             0 => e,
