@@ -201,15 +201,29 @@ pub(crate) async fn post(api: &Api, path: &str) -> (u16, Value) {
 
 /// Poll the task until its status is one of `want`.
 pub(crate) async fn wait_task(api: &Api, id: &str, want: &[&str]) -> Value {
+    let what = format!("{want:?}");
+    wait_task_until(api, id, &what, |t| {
+        t["status"].as_str().is_some_and(|s| want.contains(&s))
+    })
+    .await
+}
+
+/// Poll the task until `done` holds for it, or fail after [`WAIT`] naming `what`.
+pub(crate) async fn wait_task_until(
+    api: &Api,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let t = get(api, &format!("/v1/tasks/{id}")).await;
-        if t["status"].as_str().is_some_and(|s| want.contains(&s)) {
+        if done(&t) {
             return t;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "task never reached {want:?}: {t}"
+            "task never reached {what}: {t}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -774,9 +788,12 @@ async fn a_crash_leaves_no_task_running() {
             (json!("manual_review"), json!("on_interrupt")),
         ]
     );
-    // The re-runnable one ran again by itself: cancel it (it hangs).
-    let again = wait_task(&api, &id(&rerun), &["running"]).await;
-    assert_eq!(again["attempt"], 2, "{again}");
+    // The re-runnable one runs again by itself (its first attempt is taken over first): cancel
+    // it (it hangs).
+    wait_task_until(&api, &id(&rerun), "its second attempt", |t| {
+        t["status"] == "running" && t["attempt"] == 2
+    })
+    .await;
     // Both crashed attempts were ended (the re-run starts only after its old one is gone).
     let recovered = api
         .metric("spoold_task_recovered_processes_total")
