@@ -565,6 +565,16 @@ impl Store {
         dispatch!(self, s => s.now_ms())
     }
 
+    /// How this binary fits a shared database's schema now: another host of a newer spoold may
+    /// have migrated it past what this one can run with (see `postgres::SchemaFit`). `None`
+    /// for SQLite, which one process owns.
+    pub async fn schema_fit(&self) -> Result<Option<postgres::SchemaFit>> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(s) => s.schema_fit().await.map(Some),
+        }
+    }
+
     /// Whether other hosts may share this store (PostgreSQL): their claims are alive and can
     /// only be taken back when their leases lapse.
     pub fn is_shared(&self) -> bool {

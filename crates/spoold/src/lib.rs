@@ -10,6 +10,7 @@
 //! - [`tasks`]: declared task types, the runner, and `exec`, the only place that spawns
 //!   processes.
 //! - `backoff`: exponential backoff with jitter, shared by both.
+//! - `schema_watch`: stops the daemon when a newer host migrates a shared database past it.
 //! - [`metrics`], [`logging`].
 //!
 //! Durable state lives in the `spool-store` crate; wire types in `spool-proto`.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod deliveries;
 pub mod logging;
 pub mod metrics;
+mod schema_watch;
 pub mod tasks;
 mod unix_socket;
 
@@ -95,6 +97,7 @@ pub struct Running {
     pub bound: Bound,
     stop: CancellationToken,
     task: JoinHandle<()>,
+    failure: schema_watch::Failure,
 }
 
 impl Running {
@@ -103,12 +106,23 @@ impl Running {
         self.stop.cancel();
     }
 
+    /// Resolves once a shutdown has begun, asked for or begun by the daemon itself (a shared
+    /// database migrated past this binary).
+    pub async fn stopping(&self) {
+        self.stop.cancelled().await;
+    }
+
     /// Wait until the daemon has stopped: API closed, in-flight attempts finished or
     /// interrupted and recorded, its store handle dropped (an API connection task that is
     /// just ending may hold one a moment longer; the process exiting closes everything).
-    pub async fn wait(self) {
+    /// `Err` with the reason when the daemon stopped by itself.
+    pub async fn wait(self) -> Result<(), String> {
         if let Err(e) = self.task.await {
             warn!(error = %e, "daemon task ended abnormally");
+        }
+        match self.failure.lock().map(|mut f| f.take()) {
+            Ok(Some(why)) => Err(why),
+            _ => Ok(()),
         }
     }
 }
@@ -295,6 +309,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     // their attempts is gone, which may take a type's kill_grace.
     runner.adopt(orphans, tokio::time::Instant::now(), &task_attempts);
     let runner_task = tokio::spawn(Arc::clone(&runner).run(task_attempts.clone()));
+    let failure = schema_watch::Failure::default();
+    let schema_task = tokio::spawn(schema_watch::run(
+        store.clone(),
+        Arc::clone(&failure),
+        stop.clone(),
+    ));
     let retention_task = tokio::spawn(retention::run(
         store.clone(),
         config.terminal_retention,
@@ -310,6 +330,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         info!("shutting down: no new requests or claims");
         let _ = scheduler_task.await;
         let _ = retention_task.await;
+        let _ = schema_task.await;
         let _ = reconciler_task.await;
         let _ = runner_task.await;
         attempts.close();
@@ -360,7 +381,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         drop(store);
         info!("stopped");
     });
-    Ok(Running { bound, stop, task })
+    Ok(Running {
+        bound,
+        stop,
+        task,
+        failure,
+    })
 }
 
 /// This daemon run as the executor of task attempts: `host:pid:run` (unique per run, even when

@@ -1,7 +1,8 @@
 //! The `spoold` binary: flags, logging, signals. Everything else is in the library.
 //!
 //! Exit codes: 0 after a clean shutdown, 1 if the daemon cannot start (database locked,
-//! corrupt or too new, address in use), 2 for invalid flags.
+//! corrupt or too new, address in use) or stopped by itself (a shared database migrated past
+//! it), 2 for invalid flags.
 
 use std::process::ExitCode;
 
@@ -42,10 +43,12 @@ fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
         let running = spoold::start(config)
             .await
             .map_err(|e| (1, e.to_string()))?;
-        wait_for_signal().await;
+        tokio::select! {
+            () = wait_for_signal() => {}
+            () = running.stopping() => {}
+        }
         running.shutdown();
-        running.wait().await;
-        Ok(())
+        running.wait().await.map_err(|why| (1, why))
     })
 }
 

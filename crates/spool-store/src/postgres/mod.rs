@@ -31,7 +31,7 @@ use tokio_postgres::Row;
 
 pub use connect::redact_url;
 /// The schema version this binary migrates a database to.
-pub use schema::LATEST as SCHEMA_VERSION;
+pub use schema::{Fit as SchemaFit, LATEST as SCHEMA_VERSION, OLDEST_HOST};
 
 use crate::clock::Clock;
 use crate::error::{Result, StoreError};
@@ -219,7 +219,12 @@ impl PgStore {
                 "synchronous_commit is {sync}, expected on"
             )));
         }
-        schema::migrate(&client).await?;
+        if let SchemaFit::NewerCompatible { found } = schema::migrate(&client).await? {
+            tracing::warn!(
+                "the database's schema ({found}) is newer than this spoold's ({SCHEMA_VERSION}); \
+                 the spoold that migrated it lets this one run beside it: upgrade this host"
+            );
+        }
         drop(client);
         let wake = notify::Wakeups::default();
         let listener = notify::Listener::spawn(target, wake.clone(), config.poll_interval);
@@ -616,6 +621,11 @@ impl PgStore {
             matches!(&out, Ok(TransitionOutcome::Done(d)) if d.status == DeliveryStatus::Pending),
         );
         out
+    }
+
+    /// How this binary fits the database's schema now (another host may have migrated it).
+    pub async fn schema_fit(&self) -> Result<SchemaFit> {
+        read!(self, |c| schema::fit(c))
     }
 
     pub async fn late_answer(&self, result: AttemptResult) -> Result<bool> {

@@ -133,7 +133,7 @@ impl InProcess {
     pub async fn stop(mut self) -> TempDir {
         if let Some(r) = self.running.take() {
             r.shutdown();
-            r.wait().await;
+            let _ = r.wait().await;
         }
         self.dir
     }
