@@ -73,7 +73,12 @@ pub struct Args {
 
     /// PostgreSQL: connections this host opens to the database in all (at least 5). The default
     /// lets ten hosts share a server at PostgreSQL's default max_connections (100).
-    #[arg(long, default_value_t = spool_store::postgres::DEFAULT_CONNECTIONS, value_name = "N")]
+    #[arg(
+        long,
+        env = "SPOOLD_DB_CONNECTIONS",
+        default_value_t = spool_store::postgres::DEFAULT_CONNECTIONS,
+        value_name = "N"
+    )]
     pub db_connections: usize,
 
     /// Refuse new deliveries (507 journal_full) once the database is this large; 0 = no limit.

@@ -34,7 +34,8 @@ pub const LATEST: i64 = MIGRATIONS.len() as i64;
 /// (columns, result types, functions' bodies), so: only hosts of this very schema.
 pub const OLDEST_HOST: i64 = LATEST;
 
-/// Where the migrating host leaves [`OLDEST_HOST`] for the others.
+/// Where the migrating host leaves [`OLDEST_HOST`] for the others, as `VERSION:OLDEST` (so a
+/// value left by an older migration is not taken for the newer schema's).
 const OLDEST_HOST_KEY: &str = "schema_oldest_host";
 
 /// How this binary fits the database's schema.
@@ -65,7 +66,10 @@ pub(crate) async fn fit(client: &tokio_postgres::Client) -> Result<Fit> {
         .and_then(|row| row.get(0));
     // A newer schema that does not say which hosts it serves serves only its own.
     let oldest_host = oldest_host
-        .and_then(|v| v.parse::<i64>().ok())
+        .as_deref()
+        .and_then(|v| v.split_once(':'))
+        .filter(|(version, _)| version.parse() == Ok(found))
+        .and_then(|(_, oldest)| oldest.parse::<i64>().ok())
         .unwrap_or(found);
     Ok(if oldest_host <= LATEST {
         Fit::NewerCompatible { found }
@@ -160,7 +164,7 @@ async fn apply(client: &ClientWrapper) -> Result<Fit> {
         .execute(
             "INSERT INTO meta (key, value) VALUES ($1, $2) \
              ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            &[&OLDEST_HOST_KEY, &OLDEST_HOST.to_string()],
+            &[&OLDEST_HOST_KEY, &format!("{LATEST}:{OLDEST_HOST}")],
         )
         .await
         .map_err(map_err)?;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use spool_store::model::{Applied, DeliveryStatus, InsertOutcome, StartOutcome, TransitionOutcome};
-use spool_store::postgres::{PgConfig, PgStore, SCHEMA_VERSION};
+use spool_store::postgres::{PgConfig, PgStore, SchemaFit, SCHEMA_VERSION};
 use spool_store::{Capacity, Store, StoreError};
 use spool_testkit::TestDatabase;
 
@@ -429,6 +429,79 @@ async fn a_newer_schema_is_refused() {
         Err(StoreError::TooNew { found: 99, .. }) => {}
         other => panic!("expected TooNew, got {other:?}"),
     }
+}
+
+/// A newer spoold's migration says which hosts may run beside it (`schema_oldest_host`): one
+/// that still serves this binary's schema lets it open (and run); one that does not is refused
+/// at open and seen by a store already open.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_schema_serves_the_hosts_it_names() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let store = open(db.url(), 0).await.expect("first open");
+    assert_eq!(
+        db.scalar("SELECT value FROM meta WHERE key = 'schema_oldest_host'")
+            .await
+            .expect("meta"),
+        Some(format!(
+            "{SCHEMA_VERSION}:{}",
+            spool_store::postgres::OLDEST_HOST
+        ))
+    );
+    assert_eq!(
+        store.schema_fit().await.expect("fit"),
+        Some(SchemaFit::Same)
+    );
+    let newer = SCHEMA_VERSION + 1;
+    db.execute(&format!(
+        "UPDATE spoold_schema SET version = {newer}; \
+         UPDATE meta SET value = '{newer}:{SCHEMA_VERSION}' WHERE key = 'schema_oldest_host'"
+    ))
+    .await
+    .expect("a migration that serves this binary");
+    assert_eq!(
+        store.schema_fit().await.expect("fit"),
+        Some(SchemaFit::NewerCompatible { found: newer })
+    );
+    drop(
+        open(db.url(), 0)
+            .await
+            .expect("opens beside the newer schema"),
+    );
+    // Opening did not write this binary's schema over the newer one.
+    assert_eq!(
+        db.scalar("SELECT version::text FROM spoold_schema")
+            .await
+            .expect("version"),
+        Some(newer.to_string())
+    );
+    db.execute(&format!(
+        "UPDATE meta SET value = '{newer}:{newer}' WHERE key = 'schema_oldest_host'"
+    ))
+    .await
+    .expect("a migration past this binary");
+    assert_eq!(
+        store.schema_fit().await.expect("fit"),
+        Some(SchemaFit::MovedPast {
+            found: newer,
+            oldest_host: newer
+        })
+    );
+    match open(db.url(), 0).await {
+        Err(StoreError::TooNew { found, .. }) => assert_eq!(found, newer),
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+    // A newer schema that names no hosts (or only an older schema's) serves only its own.
+    db.execute(&format!(
+        "UPDATE meta SET value = '{SCHEMA_VERSION}:1' WHERE key = 'schema_oldest_host'"
+    ))
+    .await
+    .expect("delete");
+    assert!(matches!(
+        store.schema_fit().await.expect("fit"),
+        Some(SchemaFit::MovedPast { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -487,7 +487,8 @@ async fn a_host_stops_when_a_newer_host_migrates_past_it() {
 
     db.execute(&format!(
         "UPDATE spoold_schema SET version = {}; \
-         UPDATE meta SET value = '{ours}' WHERE key = 'schema_oldest_host'",
+         UPDATE meta SET value = '{}:{ours}' WHERE key = 'schema_oldest_host'",
+        ours + 1,
         ours + 1
     ))
     .await
@@ -505,7 +506,7 @@ async fn a_host_stops_when_a_newer_host_migrates_past_it() {
     assert_eq!(warned, 1, "{}", daemon.stderr());
 
     db.execute(&format!(
-        "UPDATE meta SET value = '{}' WHERE key = 'schema_oldest_host'",
+        "UPDATE meta SET value = '{0}:{0}' WHERE key = 'schema_oldest_host'",
         ours + 1
     ))
     .await
