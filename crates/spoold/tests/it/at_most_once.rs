@@ -362,21 +362,28 @@ async fn the_remote_id_is_read_from_a_2xx_body() {
     assert_eq!(d["remoteIdPointer"], "/id", "{d}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
+/// A daemon with one at-most-once delivery made `unknown` (the remote answered its create 502
+/// once), without a reconcile query, so it stays unknown for its window (an hour by default):
+/// the daemon, the remote and the delivery's id.
+async fn one_unknown(fingerprint: &str) -> (InProcess, RemoteApi, String) {
     let remote = RemoteApi::start().await;
     remote.set_create_once(CreateBehavior::Status(502));
     let daemon = InProcess::boot(FLAGS).await;
-    let api = &daemon.api;
-    // No reconcile query: it stays unknown (for the window, an hour by default).
     let d = daemon
         .deliver(
             json!({"targetUrl": remote.url("/records"), "mode": "at_most_once",
-                   "body": {"fingerprint": "order-8"}}),
+                   "body": {"fingerprint": fingerprint}}),
             &["unknown"],
         )
         .await;
     let id = id_of(&d);
+    (daemon, remote, id)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
+    let (daemon, remote, id) = one_unknown("order-8").await;
+    let api = &daemon.api;
     let path = format!("/v1/deliveries/{id}/resolve");
     let resolve = |body: Value| post(api, &path, body);
 
@@ -479,18 +486,8 @@ async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
 /// any other.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_resolved_failed_is_sent_again_only_by_a_resend() {
-    let remote = RemoteApi::start().await;
-    remote.set_create_once(CreateBehavior::Status(502));
-    let daemon = InProcess::boot(FLAGS).await;
+    let (daemon, remote, id) = one_unknown("order-11").await;
     let api = &daemon.api;
-    let d = daemon
-        .deliver(
-            json!({"targetUrl": remote.url("/records"), "mode": "at_most_once",
-                   "body": {"fingerprint": "order-11"}}),
-            &["unknown"],
-        )
-        .await;
-    let id = id_of(&d);
     let path = format!("/v1/deliveries/{id}/resolve");
     let (status, d) = post(
         api,
