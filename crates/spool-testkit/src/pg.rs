@@ -236,14 +236,16 @@ impl PrivateServer {
         Ok(HeldConnections { _clients: held })
     }
 
-    /// How many client connections the server has, besides the one asking.
-    pub async fn client_count(&self) -> anyhow::Result<usize> {
+    /// How many client connections the server has besides the one asking, or only those of
+    /// `application` (`application_name`: spoold's are `spoold`).
+    pub async fn client_count(&self, application: Option<&str>) -> anyhow::Result<usize> {
         let client = connect(&self.url()).await?;
         let row = client
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity \
-                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
-                &[],
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() \
+                 AND ($1::text IS NULL OR application_name = $1)",
+                &[&application],
             )
             .await?;
         Ok(usize::try_from(row.get::<_, i64>(0))?)

@@ -481,7 +481,7 @@ async fn a_host_stops_when_a_newer_host_migrates_past_it() {
         .expect("read meta");
     assert_eq!(
         oldest,
-        Some(ours.to_string()),
+        Some(format!("{ours}:{ours}")),
         "the migrating host says whom it serves"
     );
 
@@ -556,7 +556,7 @@ async fn a_server_out_of_connections_is_named_and_ridden_out() {
     let api = Api::new(daemon.base_url());
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The test takes every connection the idle daemon does not hold; a create needs another.
-    let idle = server.client_count().await.expect("count");
+    let idle = server.client_count(None).await.expect("count");
     let crowd = server.hold(MAX - idle).await.expect("hold connections");
     let create = || api.create(json!({"targetUrl": receiver.url("/hook")}));
     let (status, err) = create().await.expect("create");
@@ -592,7 +592,8 @@ async fn a_server_out_of_connections_is_named_and_ridden_out() {
     }
     let mut most = 0;
     while !load.is_empty() {
-        most = most.max(server.client_count().await.expect("count"));
+        let spoold = server.client_count(Some("spoold")).await.expect("count");
+        most = most.max(spoold);
         if let Ok(Some(done)) =
             tokio::time::timeout(Duration::from_millis(20), load.join_next()).await
         {
