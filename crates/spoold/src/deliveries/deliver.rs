@@ -214,9 +214,18 @@ enum Then {
     Nothing,
 }
 
+/// An attempt's result on its way to the store, with what its log line needs: the line is
+/// written, and the attempt counted, once the store has decided what the result made of the
+/// delivery (a retry with no attempts left is a failure).
+struct Finished {
+    result: AttemptResult,
+    attempt: u32,
+    origin: String,
+}
+
 /// A write's answer, with what it was asked to do.
 struct Written {
-    result: Option<AttemptResult>,
+    result: Option<Finished>,
     next: Option<Reservation>,
     took: bool,
     /// When it was asked: the lease of an attempt it started runs from here.
@@ -255,17 +264,11 @@ impl Slot {
 
     /// Write `result` (if any) and do `then`, on a task of its own so that it goes on while
     /// this slot's request is on the wire.
-    fn write(
-        &mut self,
-        deliverer: &Deliverer,
-        origin: &str,
-        result: Option<AttemptResult>,
-        then: Then,
-    ) {
+    fn write(&mut self, deliverer: &Deliverer, origin: &str, result: Option<Finished>, then: Then) {
         let asked = Instant::now();
         let store = deliverer.store.clone();
         let lease_ms = deliverer.lease_ms();
-        let to_record = result.clone();
+        let to_record = result.as_ref().map(|f| f.result.clone());
         let (next, took) = match &then {
             Then::Start { next, .. } => (Some(next.clone()), false),
             Then::Take => (None, true),
@@ -377,7 +380,7 @@ impl Deliverer {
         };
         // Results not yet written: each waits for a reservation to start in the same step,
         // while a write under way is bringing one.
-        let mut unrecorded: VecDeque<AttemptResult> = VecDeque::new();
+        let mut unrecorded: VecDeque<Finished> = VecDeque::new();
         let mut health = TargetHealth::Answered;
         let mut going = true;
         loop {
@@ -468,7 +471,11 @@ impl Deliverer {
             let welcome =
                 health == TargetHealth::Answered && !matches!(result.http_status, Some(429 | 503));
             going = welcome && self.may_go_on(&interrupt);
-            unrecorded.push_back(result);
+            unrecorded.push_back(Finished {
+                result,
+                attempt: current.claimed.attempt,
+                origin: current.claimed.origin.clone(),
+            });
         }
         released(health);
         // Every write answered; what was started ahead or reserved and will not be sent now is
@@ -536,8 +543,8 @@ impl Deliverer {
             }
         };
         let record = async {
-            if let Some(result) = result {
-                self.recorded(origin, result, applied).await;
+            if let Some(finished) = result {
+                self.recorded(finished, applied).await;
             }
         };
         let (started, ()) = tokio::join!(start, record);
@@ -665,15 +672,20 @@ impl Deliverer {
     /// could not be recorded: the claim then stays in the store with its lease, and when the
     /// lease runs out the delivery is reclaimed and sent again (at least once), so nothing is
     /// lost. A write the database was out of reach for is made again, patiently.
-    async fn recorded(
-        &self,
-        origin: &str,
-        result: AttemptResult,
-        first: Option<Result<Applied, StoreError>>,
-    ) {
+    async fn recorded(&self, finished: Finished, first: Option<Result<Applied, StoreError>>) {
+        let Finished {
+            result,
+            attempt,
+            origin,
+        } = finished;
+        let origin = origin.as_str();
         let (id, claim_seq, disposition) =
             (result.id.clone(), result.claim_seq, result.disposition);
-        let error_code = result.error_code.clone();
+        let (error_code, http_status, duration_ms) = (
+            result.error_code.clone(),
+            result.http_status,
+            result.duration_ms,
+        );
         let late = (disposition == Disposition::Succeeded).then(|| result.clone());
         let recorded = match first {
             None | Some(Err(StoreError::Unavailable(_))) => {
@@ -683,7 +695,7 @@ impl Deliverer {
             Some(done) => done,
         };
         self.live.forget(&id, claim_seq);
-        match recorded {
+        let outcome = match recorded {
             Ok(Applied::Now(status)) => {
                 let (label, counted) = match (disposition, status) {
                     (Disposition::Succeeded, _) => ("succeeded", activity::Result::Succeeded),
@@ -703,26 +715,48 @@ impl Deliverer {
                     .inc();
                 self.activity
                     .result(origin, counted, error_code.as_deref(), self.store.now_ms());
+                attempt_outcome(disposition, status)
             }
-            Ok(Applied::Fenced) => match late {
-                // At most once, a success that comes after the claim was taken back still
-                // proves the request arrived: it settles the `unknown` the take-back left.
-                Some(late) => match self.store.late_answer(late).await {
-                    Ok(true) => info!(delivery_id = %id, claim_seq,
-                        "a 2xx arrived after the attempt's claim was taken back; the delivery \
-                         it left unknown is settled as succeeded"),
-                    Ok(false) => info!(delivery_id = %id, claim_seq,
-                        "attempt result arrived after its claim ended; delivery left unchanged"),
-                    Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
-                        "a 2xx arrived after the attempt's claim was taken back and could not \
-                         be recorded; the delivery stays as it was"),
+            // At most once, a success that comes after the claim was taken back still proves
+            // the request arrived: it settles the `unknown` the take-back left.
+            Ok(Applied::Fenced) => match late.map(|late| self.store.late_answer(late)) {
+                Some(settling) => match settling.await {
+                    Ok(true) => {
+                        info!(delivery_id = %id, claim_seq,
+                              "a 2xx arrived after the attempt's claim was taken back; the \
+                               delivery it left unknown is settled as succeeded");
+                        "succeeded"
+                    }
+                    Ok(false) => "superseded",
+                    Err(e) => {
+                        warn!(delivery_id = %id, claim_seq, error = %e,
+                              "a 2xx arrived after the attempt's claim was taken back and could \
+                               not be recorded; the delivery stays as it was");
+                        "superseded"
+                    }
                 },
-                None => info!(delivery_id = %id, claim_seq,
-                    "attempt result arrived after its claim ended; delivery left unchanged"),
+                None => "superseded",
             },
-            Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
-                            "could not record attempt result; it will be retried after the lease"),
-        }
+            Err(e) => {
+                warn!(delivery_id = %id, claim_seq, error = %e,
+                      "could not record attempt result; it will be retried after the lease");
+                "unrecorded"
+            }
+        };
+        self.metrics
+            .attempt_duration
+            .get_or_create(&OutcomeLabel { outcome })
+            .observe(duration_ms.max(0) as f64 / 1000.0);
+        info!(
+            delivery_id = %id,
+            attempt,
+            target_origin = %origin,
+            outcome,
+            http_status,
+            error_code = error_code.as_deref(),
+            duration_ms,
+            "delivery attempt finished"
+        );
     }
 
     /// Run a store write again while the database is out of reach (a PostgreSQL server
@@ -800,24 +834,9 @@ impl Deliverer {
         };
         let result = self.judge(claimed, sent, elapsed);
         let health = throttle.map_or_else(|| TargetHealth::of(&result), TargetHealth::Throttled);
-        let outcome = outcome_name(result.disposition);
-        self.metrics
-            .attempt_duration
-            .get_or_create(&OutcomeLabel { outcome })
-            .observe(elapsed.as_secs_f64());
         if result.error_code.as_deref() == Some(SendErrorCode::TargetBlocked.as_str()) {
             self.metrics.blocked.inc();
         }
-        info!(
-            delivery_id = %claimed.id,
-            attempt = claimed.attempt,
-            target_origin = %claimed.origin,
-            outcome,
-            http_status = result.http_status,
-            error_code = result.error_code.as_deref(),
-            duration_ms = result.duration_ms,
-            "delivery attempt finished"
-        );
         (result, health)
     }
 
@@ -966,11 +985,13 @@ enum Sent {
     LeaseSpent,
 }
 
-fn outcome_name(d: Disposition) -> &'static str {
+/// What an attempt came to, as the store decided it: a retryable failure with no attempts or
+/// time left is `failed`, not `retry`.
+fn attempt_outcome(d: Disposition, now: spool_store::model::DeliveryStatus) -> &'static str {
     match d {
         Disposition::Succeeded => "succeeded",
-        Disposition::Retry { .. } => "retry",
-        Disposition::Failed => "failed",
+        Disposition::Retry { .. } if now == spool_store::model::DeliveryStatus::Pending => "retry",
+        Disposition::Retry { .. } | Disposition::Failed => "failed",
         Disposition::Interrupted => "interrupted",
         Disposition::Unknown { .. } => "unknown",
     }

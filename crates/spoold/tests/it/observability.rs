@@ -145,3 +145,119 @@ async fn attempts_are_logged_with_stable_fields_and_no_secrets() {
         "{requests:?}"
     );
 }
+
+/// Each attempt's log line and `spoold_attempt_duration_seconds{outcome}` say what the store
+/// decided, for every way a delivery ends: its attempts spent (the last retryable failure is
+/// `failed`, not `retry`), its deadline passed, a permanent 4xx, a cancel while on the wire
+/// (`superseded`), at most once `unknown`, and success after retries. Checked line by line
+/// against the attempts the API records.
+#[tokio::test(flavor = "multi_thread")]
+async fn attempts_are_logged_and_counted_as_the_store_decided() {
+    let dir = TempDir::new().expect("temp dir");
+    let r = Receiver::start().await.expect("receiver");
+    r.respond_with(Reply::status(503));
+    let (refusing, failing) = (
+        Receiver::start().await.expect("receiver"),
+        Receiver::start().await.expect("receiver"),
+    );
+    refusing.respond_with(Reply::status(400));
+    failing.respond_with(Reply::status(500));
+    let slow = Receiver::start().await.expect("receiver");
+    slow.respond_with(Reply::status(200).delay(std::time::Duration::from_secs(2)));
+    let mut daemon = DaemonProcess::start(process_opts(&dir).args(["--request-timeout", "3s"]))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let create = |body: serde_json::Value| {
+        let api = &api;
+        async move {
+            let (status, d) = api.create(body).await.expect("create");
+            assert_eq!(status, 201, "{d}");
+            id_of(&d)
+        }
+    };
+    let spent = create(json!({"targetUrl": r.url("/spent"), "maxAttempts": 3})).await;
+    let deadline = {
+        let at = std::time::SystemTime::now() + std::time::Duration::from_millis(400);
+        let at = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_millis() as i64;
+        create(json!({"targetUrl": r.url("/late"),
+                      "expiresAt": spool_proto::units::format_time(at)}))
+        .await
+    };
+    let rejected = create(json!({"targetUrl": refusing.url("/reject"), "maxAttempts": 3})).await;
+    let unknown = create(json!({"targetUrl": failing.url("/once"), "mode": "at_most_once"})).await;
+    let canceled = create(json!({"targetUrl": slow.url("/cancel")})).await;
+    slow.wait_for_requests(1, WAIT).await.expect("on the wire");
+    let (status, _) = api.cancel(&canceled).await.expect("cancel");
+    assert_eq!(status, 200);
+    for (id, want) in [
+        (&spent, "failed"),
+        (&deadline, "failed"),
+        (&rejected, "failed"),
+        (&unknown, "unknown"),
+        (&canceled, "canceled"),
+    ] {
+        api.wait_status(id, &[want], WAIT)
+            .await
+            .unwrap_or_else(|e| panic!("{id}: {e:#}"));
+    }
+    // The canceled attempt's answer comes 2 s after it left.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let lines: Vec<serde_json::Value> = daemon
+        .stderr()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["message"] == "delivery attempt finished")
+        .collect();
+    let mut counted = std::collections::HashMap::<String, u64>::new();
+    for line in &lines {
+        *counted
+            .entry(line["outcome"].as_str().unwrap_or_default().to_owned())
+            .or_default() += 1;
+    }
+    for id in [&spent, &deadline, &rejected, &unknown] {
+        let (_, tried) = api.attempts(id).await.expect("attempts");
+        let recorded: Vec<(u64, String)> = tried["attempts"]
+            .as_array()
+            .expect("attempts")
+            .iter()
+            .map(|a| {
+                (
+                    a["number"].as_u64().unwrap_or_default(),
+                    a["outcome"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let logged: Vec<(u64, String)> = lines
+            .iter()
+            .filter(|l| l["delivery_id"] == id.as_str())
+            .map(|l| {
+                (
+                    l["attempt"].as_u64().unwrap_or_default(),
+                    l["outcome"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(logged, recorded, "{id}");
+    }
+    let of = |id: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["delivery_id"] == id)
+            .map(|l| l["outcome"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(of(&spent), ["retry", "retry", "failed"]);
+    assert_eq!(of(&unknown), ["unknown"]);
+    assert_eq!(of(&canceled), ["superseded"]);
+    assert_eq!(of(&rejected), ["failed"]);
+    for (outcome, n) in &counted {
+        let series = format!("spoold_attempt_duration_seconds_count{{outcome=\"{outcome}\"}}");
+        let value = api.metric(&series).await.expect("metrics");
+        assert_eq!(value, Some(*n as f64), "{series}");
+    }
+    daemon.terminate().await.expect("stops");
+}
