@@ -214,6 +214,53 @@ pub struct Config {
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
 }
 
+impl Config {
+    /// The settings a running daemon keeps as it started with them — all but the declared task
+    /// types — that differ in `other`, by their flag names: a reload (SIGHUP) names them and
+    /// keeps them; they take effect at the next start.
+    pub fn fixed_changes(&self, other: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        macro_rules! compare {
+            ($($field:ident => $flag:literal),* $(,)?) => {
+                $(
+                    if format!("{:?}", self.$field) != format!("{:?}", other.$field) {
+                        changed.push($flag);
+                    }
+                )*
+            };
+        }
+        compare!(
+            listen => "--listen",
+            db => "--db",
+            data_dir => "--data-dir",
+            max_db_bytes => "--max-db-bytes",
+            db_connections => "--db-connections",
+            concurrency => "--concurrency",
+            per_target_concurrency => "--per-target-concurrency",
+            request_timeout => "--request-timeout",
+            lease => "--lease",
+            shutdown_timeout => "--shutdown-timeout",
+            retry_base => "--retry-base",
+            retry_cap => "--retry-cap",
+            reconcile_base => "--reconcile-base",
+            retry_window => "--retry-window",
+            terminal_retention => "--terminal-retention",
+            allow_private_targets => "--allow-private-targets",
+            allow_targets => "--allow-target",
+            max_redirects => "--max-redirects",
+            task_concurrency => "--task-concurrency",
+            task_lease => "--task-lease",
+            task_cgroup => "--task-cgroup",
+        );
+        // Its `Debug` hides the value.
+        let token = |c: &Config| c.auth_token.as_ref().map(|t| t.0.clone());
+        if token(self) != token(other) {
+            changed.push("--auth-token-file");
+        }
+        changed
+    }
+}
+
 /// The API bearer token. Its `Debug` never shows the value.
 #[derive(Clone)]
 pub struct AuthToken(String);

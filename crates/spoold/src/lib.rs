@@ -98,12 +98,73 @@ pub struct Running {
     stop: CancellationToken,
     task: JoinHandle<()>,
     failure: schema_watch::Failure,
+    /// The configuration in force (its task types as last reloaded).
+    config: Config,
+    declared: Arc<tasks::Declared>,
+}
+
+/// What a reload ([`Running::reload`]) did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Task types declared now that were not before, gone, and declared differently.
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    /// Settings that differ in the new configuration but cannot change while the daemon runs,
+    /// by flag name: kept as they were until the next start.
+    pub kept: Vec<&'static str>,
 }
 
 impl Running {
     /// Begin a graceful shutdown (what SIGTERM does).
     pub fn shutdown(&self) {
         self.stop.cancel();
+    }
+
+    /// Apply a configuration read again (SIGHUP): the declared task types are replaced, after
+    /// the checks a start makes (pidfds, the users they run as, their directories); a submission
+    /// or claim from then on sees the new set, while attempts already running keep the type they
+    /// started with. Pending tasks of a type no longer declared wait (a start sends them to
+    /// review). Every other setting that differs is kept and named in the answer. `Err`
+    /// (nothing changed) when the new task types cannot be run.
+    pub fn reload(&mut self, new: Config) -> Result<Reloaded, StartError> {
+        let types = &new.task_types;
+        if !types.is_empty() {
+            tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
+            check_task_users(types)?;
+            let data = &self.config.data_dir;
+            let (results, output) = (data.join("task-results"), data.join("task-output"));
+            for dir in [&results, &output] {
+                if let Err(e) = create_private_dir(dir) {
+                    warn!(error = %e, dir = %dir.display(), "cannot create a task directory");
+                }
+            }
+            open_results_to_task_users(&results, types)?;
+            if let Err(e) = tasks::processes::become_subreaper() {
+                warn!(error = %e, "cannot become a child subreaper");
+            }
+        }
+        let old = self.declared.now();
+        let described = |t: &tasks::TaskTypes, name: &str| t.get(name).map(|k| format!("{k:?}"));
+        let mut reloaded = Reloaded {
+            kept: self.config.fixed_changes(&new),
+            ..Reloaded::default()
+        };
+        for name in types.names() {
+            match described(&old, &name) {
+                None => reloaded.added.push(name),
+                before if before != described(types, &name) => reloaded.changed.push(name),
+                Some(_) => {}
+            }
+        }
+        reloaded.removed = old
+            .names()
+            .into_iter()
+            .filter(|name| types.get(name).is_none())
+            .collect();
+        self.declared.replace(Arc::clone(types));
+        self.config.task_types = new.task_types;
+        Ok(reloaded)
     }
 
     /// Resolves once a shutdown has begun, asked for or begun by the daemon itself (a shared
@@ -147,6 +208,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         }
     }
     let running_tasks = Arc::new(tasks::runner::Running::default());
+    let declared = Arc::new(tasks::Declared::new(Arc::clone(&config.task_types)));
     let task_cgroup = if config.task_types.is_empty() {
         None
     } else {
@@ -195,7 +257,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         readiness: api::system::Readiness::default(),
         activity: Arc::clone(&activity),
         max_db_bytes: config.max_db_bytes,
-        task_types: Arc::clone(&config.task_types),
+        task_types: Arc::clone(&declared),
         running_tasks: Arc::clone(&running_tasks),
         task_output_dir: data_dir.join("task-output"),
     });
@@ -279,7 +341,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let task_attempts = TaskTracker::new();
     let runner = Arc::new(tasks::runner::Runner {
         store: store.clone(),
-        types: Arc::clone(&config.task_types),
+        types: Arc::clone(&declared),
         concurrency: config.task_concurrency,
         executor,
         lease: config.task_lease,
@@ -386,6 +448,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         stop,
         task,
         failure,
+        config,
+        declared,
     })
 }
 

@@ -1,4 +1,5 @@
-//! The `spoold` binary: flags, logging, signals. Everything else is in the library.
+//! The `spoold` binary: flags, logging, signals (SIGTERM/SIGINT stop it gracefully, SIGHUP
+//! reloads the configuration). Everything else is in the library.
 //!
 //! Exit codes: 0 after a clean shutdown, 1 if the daemon cannot start (database locked,
 //! corrupt or too new, address in use) or stopped by itself (a shared database migrated past
@@ -40,30 +41,88 @@ fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
         .build()
         .map_err(|e| (1, format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
-        let running = spoold::start(config)
+        let mut running = spoold::start(config)
             .await
             .map_err(|e| (1, e.to_string()))?;
-        tokio::select! {
-            () = wait_for_signal() => {}
-            () = running.stopping() => {}
+        let mut signals = Signals::new().map_err(|e| (1, format!("cannot handle signals: {e}")))?;
+        loop {
+            tokio::select! {
+                signal = signals.next() => match signal {
+                    Signal::Stop => break,
+                    Signal::Reload => reload(&mut running),
+                },
+                () = running.stopping() => break,
+            }
         }
         running.shutdown();
         running.wait().await.map_err(|why| (1, why))
     })
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+/// The signals the daemon acts on.
+enum Signal {
+    /// SIGTERM or SIGINT: a graceful shutdown.
+    Stop,
+    /// SIGHUP: read the configuration again (it no longer ends the daemon).
+    Reload,
+}
+
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    async fn next(&mut self) -> Signal {
+        let (name, signal) = tokio::select! {
+            _ = self.term.recv() => ("SIGTERM", Signal::Stop),
+            _ = self.int.recv() => ("SIGINT", Signal::Stop),
+            _ = self.hup.recv() => ("SIGHUP", Signal::Reload),
+        };
+        tracing::info!(signal = name, "signal received");
+        signal
+    }
+}
+
+/// Read the flags and the configuration file again, as at start, and apply what may change
+/// while running (the task types); a configuration that does not load is refused whole and
+/// the running one kept.
+fn reload(running: &mut spoold::Running) {
+    let loaded = match parse_args(normalize_go_flags(std::env::args())) {
+        Ok(args) => args.into_config().map_err(|e| e.to_string()),
+        Err(ArgsError::Usage(e)) => Err(e.to_string().trim_end().to_owned()),
+        Err(ArgsError::Config(e)) => Err(e.to_string()),
+    };
+    let applied = loaded.and_then(|config| running.reload(config).map_err(|e| e.to_string()));
+    match applied {
+        Ok(r) => {
+            tracing::info!(
+                added = ?r.added,
+                removed = ?r.removed,
+                changed = ?r.changed,
+                "configuration reloaded: task types applied"
+            );
+            if !r.kept.is_empty() {
+                tracing::warn!(
+                    settings = ?r.kept,
+                    "these settings changed but cannot while the daemon runs: kept as they \
+                     were until the next start"
+                );
             }
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        Err(e) => tracing::error!(
+            error = %e,
+            "configuration not reloaded: the running one is kept"
+        ),
     }
-    tracing::info!("signal received");
 }

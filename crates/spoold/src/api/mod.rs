@@ -47,7 +47,8 @@ pub struct AppState {
     /// The admission limit (`--max-db-bytes`); 0 = none.
     pub max_db_bytes: u64,
     /// The declared task types.
-    pub task_types: Arc<crate::tasks::TaskTypes>,
+    /// The declared task types now (a reload replaces them).
+    pub task_types: Arc<crate::tasks::Declared>,
     /// Attempts running here: to stop one whose task an operator canceled, to check a step
     /// token, to follow an attempt's output.
     pub running_tasks: Arc<crate::tasks::runner::Running>,

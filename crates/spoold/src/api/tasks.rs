@@ -50,7 +50,8 @@ async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, A
     let req: SubmitTask =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
     let name = req.task_type.unwrap_or_default();
-    let Some(kind) = state.task_types.get(&name) else {
+    let declared = state.task_types.now();
+    let Some(kind) = declared.get(&name) else {
         return Err(ApiError::new(
             ErrorCode::UnknownTaskType,
             if name.is_empty() {
@@ -326,7 +327,8 @@ pub async fn retry(
     let Some(task) = state.store.get_task(id.clone()).await? else {
         return Err(not_found());
     };
-    let kind = state.task_types.get(&task.task_type);
+    let declared = state.task_types.now();
+    let kind = declared.get(&task.task_type);
     if !kind.is_some_and(|k| k.operator_retry) {
         return Err(ApiError::new(
             ErrorCode::InvalidTransition,
@@ -348,6 +350,7 @@ pub async fn retry(
 pub async fn types(State(state): State<SharedState>) -> Response {
     let types = state
         .task_types
+        .now()
         .iter()
         .map(|t| TaskTypeView {
             name: t.name.clone(),

@@ -12,12 +12,53 @@ pub mod types;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 pub use types::{TaskType, TypeError, TypeSpec};
 
 /// Every declared task type, by name.
 #[derive(Debug, Clone, Default)]
 pub struct TaskTypes(BTreeMap<String, TaskType>);
+
+/// The declared task types as they are now, shared by the API and the runner; a reload
+/// (SIGHUP) replaces them whole. A reader takes the current set once per decision
+/// ([`Declared::now`]), so it never mixes two of them.
+#[derive(Debug, Default)]
+pub struct Declared {
+    types: RwLock<Arc<TaskTypes>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Declared {
+    pub fn new(types: Arc<TaskTypes>) -> Declared {
+        Declared {
+            types: RwLock::new(types),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The current set.
+    pub fn now(&self) -> Arc<TaskTypes> {
+        match self.types.read() {
+            Ok(types) => Arc::clone(&types),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Put `types` in place of the current set, and wake whoever waits on [`Self::changed`].
+    pub fn replace(&self, types: Arc<TaskTypes>) {
+        match self.types.write() {
+            Ok(mut current) => *current = types,
+            Err(poisoned) => *poisoned.into_inner() = types,
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Resolves at the next [`Self::replace`].
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
 
 impl TaskTypes {
     /// Check the `[tasks.*]` tables of `file`.

@@ -38,7 +38,7 @@ use super::exec::{self, Finished, Stopped};
 use super::output::{self, OutputLog, OutputSummary, RedactRules, Subscription};
 use super::processes;
 use super::types::{ExitClass, OnInterrupt, OnPartialFailure, TaskType};
-use super::TaskTypes;
+use super::{Declared, TaskTypes};
 use crate::backoff::Backoff;
 use crate::metrics::{Metrics, TaskEndLabel, TaskWaitLabel, TypeLabel};
 
@@ -303,7 +303,7 @@ impl Running {
 /// What the runner needs.
 pub struct Runner {
     pub store: Store,
-    pub types: Arc<TaskTypes>,
+    pub types: Arc<Declared>,
     pub concurrency: u32,
     /// This daemon run: recorded with every attempt, holder of its leases.
     pub executor: Executor,
@@ -366,7 +366,8 @@ impl Runner {
         whereabouts: Whereabouts,
         lost: CancellationToken,
     ) {
-        let kind = self.types.get(&orphan.task_type);
+        let declared = self.types.now();
+        let kind = declared.get(&orphan.task_type);
         let grace = Duration::from_millis(orphan.kill_grace_ms.max(0) as u64);
         let tag = exec::attempt_tag(&orphan.id, orphan.attempt);
         info!(task_id = %orphan.id, attempt = orphan.attempt, code = %orphan.code,
@@ -476,8 +477,8 @@ impl Runner {
     }
 
     /// What claims may take: every declared type with its quota and kill grace.
-    fn claim_types(&self) -> Vec<ClaimType> {
-        self.types
+    fn claim_types(declared: &TaskTypes) -> Vec<ClaimType> {
+        declared
             .iter()
             .map(|t| ClaimType {
                 name: t.name.clone(),
@@ -491,8 +492,6 @@ impl Runner {
     pub async fn run(self: Arc<Self>, attempts: TaskTracker) {
         let wake = self.store.tasks_available();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<()>();
-        let names = self.types.names();
-        let types = self.claim_types();
         let background = [
             tokio::spawn(Arc::clone(&self).heartbeat(attempts.clone(), done_tx.clone())),
             tokio::spawn(Arc::clone(&self).watch_leases()),
@@ -505,6 +504,9 @@ impl Runner {
             if self.stop.is_cancelled() {
                 break;
             }
+            // The types declared now: a reload (SIGHUP) may have changed them since last time.
+            let declared = self.types.now();
+            let (names, types) = (declared.names(), Self::claim_types(&declared));
             let free = self.concurrency.saturating_sub(self.running.count() as u32);
             let mut wait = Duration::from_secs(60);
             if free > 0 && !names.is_empty() {
@@ -513,7 +515,7 @@ impl Runner {
                     .store
                     .claim_tasks(
                         free,
-                        types.clone(),
+                        types,
                         self.lease.as_millis() as i64,
                         self.executor.clone(),
                     )
@@ -559,6 +561,7 @@ impl Runner {
             tokio::select! {
                 () = self.stop.cancelled() => break,
                 () = wake.notified() => {}
+                () = self.types.changed() => {}
                 Some(()) = done_rx.recv() => {}
                 () = tokio::time::sleep(wait) => continue,
             }
@@ -714,7 +717,8 @@ impl Runner {
 
     /// Run one attempt and record it; the next task claimed for this slot in the same commit.
     async fn attempt(&self, task: ClaimedTask, tokens: Tokens) -> Option<(ClaimedTask, Instant)> {
-        let Some(kind) = self.types.get(&task.task_type) else {
+        let declared = self.types.now();
+        let Some(kind) = declared.get(&task.task_type) else {
             // Claims only ever take declared types; a type removed from the file meanwhile
             // cannot run.
             warn!(task_id = %task.id, task_type = %task.task_type, "task type is no longer declared");
@@ -893,7 +897,7 @@ impl Runner {
         let types = if self.stop.is_cancelled() {
             Vec::new()
         } else {
-            self.claim_types()
+            Self::claim_types(&self.types.now())
         };
         let (recorded, next) = match self.finish_patiently(end, types).await {
             Ok((status, next)) => (Ok(status), next),

@@ -1,0 +1,72 @@
+//! SIGHUP reads the configuration again: task types change while the daemon runs, an attempt
+//! already running is not disturbed, settings that cannot change live are named and kept, and
+//! a configuration that does not load is refused whole.
+
+use std::time::Duration;
+
+use serde_json::json;
+use spool_testkit::{Api, DaemonProcess};
+use tempfile::TempDir;
+
+use crate::tasks::{id, submit, wait_task};
+use crate::{process_opts, WAIT};
+
+/// Wait until the daemon's log has `n` lines containing `text`.
+async fn logged(daemon: &DaemonProcess, text: &str, n: usize) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while daemon.stderr().matches(text).count() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never logged {text:?} {n} times:\n{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_reloads_task_types_and_keeps_what_cannot_change() {
+    let dir = TempDir::new().expect("temp dir");
+    let config = dir.path().join("spoold.toml");
+    let slow = "[tasks.slow]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 1; echo done\"]\n";
+    std::fs::write(&config, slow).expect("write config");
+    let opts = process_opts(&dir).args(["--config".to_owned(), config.display().to_string()]);
+    let mut daemon = DaemonProcess::start(opts).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (status, running) = submit(&api, json!({"type": "slow"})).await;
+    assert_eq!(status, 201, "{running}");
+    wait_task(&api, &id(&running), &["running"]).await;
+    let (status, err) = submit(&api, json!({"type": "quick"})).await;
+    assert_eq!(err["error"]["code"], "unknown_task_type", "{status} {err}");
+
+    // A type added, and a setting that cannot change while running.
+    std::fs::write(
+        &config,
+        format!("concurrency = 3\n{slow}[tasks.quick]\ncommand = [\"/bin/true\"]\n"),
+    )
+    .expect("write config");
+    daemon.signal("HUP").await.expect("SIGHUP");
+    logged(&daemon, "configuration reloaded", 1).await;
+    let log = daemon.stderr();
+    let kept = log
+        .lines()
+        .find(|l| l.contains("cannot while the daemon runs"))
+        .unwrap_or_default();
+    assert!(kept.contains("--concurrency"), "{log}");
+    let (status, quick) = submit(&api, json!({"type": "quick"})).await;
+    assert_eq!(status, 201, "{quick}");
+    wait_task(&api, &id(&quick), &["succeeded"]).await;
+    // The attempt that was running when the signal came ran to its end, once.
+    let done = wait_task(&api, &id(&running), &["succeeded"]).await;
+    assert_eq!(done["attempt"], 1, "{done}");
+
+    // A configuration that does not load changes nothing.
+    std::fs::write(&config, "[tasks.quick\ncommand = ").expect("write config");
+    daemon.signal("HUP").await.expect("SIGHUP");
+    logged(&daemon, "configuration not reloaded", 1).await;
+    let (status, again) = submit(&api, json!({"type": "quick"})).await;
+    assert_eq!(status, 201, "{again}");
+    wait_task(&api, &id(&again), &["succeeded"]).await;
+    let status = daemon.terminate().await.expect("stops");
+    assert!(status.success(), "{status:?}");
+}
