@@ -356,6 +356,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         interrupt: interrupt.clone(),
         metrics: Arc::clone(&deliverer_metrics),
         cgroup: task_cgroup,
+        spoolctl: spoolctl_next_to_daemon(),
     });
     if !config.task_types.is_empty() {
         for dir in [&runner.results_dir, &runner.output_dir] {
@@ -545,6 +546,14 @@ fn open_results_to_task_users(
         }
     }
     Ok(())
+}
+
+/// The `spoolctl` installed beside this daemon's executable (the same build, or the same
+/// package), for task scripts.
+fn spoolctl_next_to_daemon() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let ctl = exe.parent()?.join("spoolctl");
+    ctl.is_file().then_some(ctl)
 }
 
 /// Remove the files directly in `dir` (best effort).

@@ -323,6 +323,9 @@ pub struct Runner {
     pub metrics: Arc<Metrics>,
     /// Where attempts get cgroups of their own (`--task-cgroup`), if anywhere.
     pub cgroup: Option<super::cgroup::CgroupRoot>,
+    /// The `spoolctl` next to this daemon's executable, if there is one: attempts get it as
+    /// `SPOOLD_CTL`, and its directory at the end of their `PATH`.
+    pub spoolctl: Option<PathBuf>,
 }
 
 /// Where an orphaned attempt's processes are, seen from here.
@@ -679,7 +682,14 @@ impl Runner {
         task: &ClaimedTask,
         result_file: &std::path::Path,
     ) -> Result<AttemptEnv, String> {
-        let mut env: Vec<(String, String)> = vec![("PATH".into(), CHILD_PATH.into())];
+        let path = match self.spoolctl.as_deref().and_then(std::path::Path::parent) {
+            Some(dir) => format!("{CHILD_PATH}:{}", dir.display()),
+            None => CHILD_PATH.to_owned(),
+        };
+        let mut env: Vec<(String, String)> = vec![("PATH".into(), path)];
+        if let Some(ctl) = &self.spoolctl {
+            env.push(("SPOOLD_CTL".into(), ctl.display().to_string()));
+        }
         env.extend(kind.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut secrets = Vec::new();
         for (name, file) in &kind.secret_env {

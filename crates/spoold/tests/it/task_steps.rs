@@ -200,3 +200,95 @@ while :; do sleep 0.05; done"#,
     let log = std::fs::read_to_string(setup.dir.join("log")).expect("log");
     assert!(log.contains("step done: 0"), "{log}");
 }
+
+/// The README's checkpoint script, taken from the README and run as it is written (with a
+/// stand-in `pg_dump` on the type's `PATH`): it finds `spoolctl` through `SPOOLD_CTL`, which
+/// the daemon sets to the `spoolctl` beside it. Its first attempt dumps and records the step,
+/// then fails (the type's command fails after the script while a marker exists), and goes to
+/// review; the operator's retry skips the dump.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_readme_checkpoint_script_runs_as_written() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .expect("README.md");
+    let marker = "# A task's script: steps done by an earlier attempt are not done again.";
+    let at = readme.find(marker).expect("the checkpoint example");
+    let start = readme[..at].rfind("#!/bin/sh").expect("its first line");
+    let end = at + readme[at..].find("```").expect("its end");
+    let script = &readme[start..end];
+
+    let dir = TempDir::new().expect("temp dir");
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let write_script = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path(name), body).expect("write");
+        std::fs::set_permissions(path(name), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+    };
+    write_script("backup.sh", script);
+    std::fs::create_dir(path("bin")).expect("bin");
+    write_script(
+        "bin/pg_dump",
+        "#!/bin/sh\necho \"dump of $1\"\necho dumped >> \"$BACKUP_DIR/ledger\"\n",
+    );
+    std::fs::write(path("fail"), "").expect("marker");
+    let config = path("spoold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[tasks.backup]
+command = ["/bin/sh", "-c", "\"$0\" && [ ! -e \"$FAIL\" ]", "{script}"]
+env = {{ PATH = "{bin}:/usr/bin:/bin", DB = "shop", BACKUP_DIR = "{dir}", FAIL = "{fail}" }}
+"#,
+            script = path("backup.sh"),
+            bin = path("bin"),
+            dir = dir.path().display(),
+            fail = path("fail"),
+        ),
+    )
+    .expect("config");
+    // The daemon's spoolctl is the one beside its executable.
+    spool_testkit::cargo_bin("spoolctl");
+    let data = TempDir::new().expect("temp dir");
+    let mut daemon = spool_testkit::DaemonProcess::start(
+        crate::process_opts(&data).args(["--config".to_owned(), config]),
+    )
+    .await
+    .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (status, task) = crate::tasks::submit(&api, json!({"type": "backup"})).await;
+    assert_eq!(status, 201, "{task}");
+    let t = wait_task(&api, &id(&task), &["manual_review"]).await;
+    assert_eq!(t["completedSteps"], json!(["dump"]), "{t}");
+    let dumped = std::fs::read_to_string(path("ledger")).expect("ledger");
+    assert_eq!(dumped, "dumped\n");
+    assert_eq!(
+        std::fs::read_to_string(path("db.sql")).expect("the dump"),
+        "dump of shop\n"
+    );
+
+    std::fs::remove_file(path("fail")).expect("marker");
+    let (status, _) = crate::tasks::post(&api, &format!("/v1/tasks/{}/retry", id(&task))).await;
+    assert_eq!(status, 200);
+    wait_task(&api, &id(&task), &["succeeded"]).await;
+    assert_eq!(
+        std::fs::read_to_string(path("ledger")).expect("ledger"),
+        "dumped\n",
+        "dumped again"
+    );
+    let (_, _, output) = api
+        .request(
+            http::Method::GET,
+            &format!("/v1/tasks/{}/output?attempt=2", id(&task)),
+            None,
+        )
+        .await
+        .expect("output");
+    let output = String::from_utf8_lossy(&output);
+    assert!(
+        output.contains("dump: done by an earlier attempt"),
+        "{output}"
+    );
+    daemon.terminate().await.expect("stops");
+}
