@@ -1,5 +1,6 @@
-//! The formats humans type and read: durations (`500ms`, `3s`, `1h30m`, as in Go), sizes (`4096`,
-//! `64KiB`, `1MiB`) and RFC 3339 UTC times (`2026-07-18T12:00:00.25Z`).
+//! The formats humans type and read: durations (`500ms`, `3s`, `1h30m`, as in Go, and `1d`),
+//! sizes (`4096`, `64KiB`, `1MiB`) and RFC 3339 UTC times (`2026-07-18T12:00:00.25Z`), or a
+//! time given as a duration from now (`10m`).
 
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ fn parse_err(kind: &'static str, input: &str, reason: &'static str) -> ParseErro
 }
 
 /// Parse a Go-style duration: one or more `<number><unit>` pairs, units `ns`, `us`, `µs`,
-/// `ms`, `s`, `m`, `h`; fractions allowed (`1.5h`); a bare `0` is zero. Negative durations are
+/// `ms`, `s`, `m`, `h`, and `d` (24 h, which Go lacks); fractions allowed (`1.5h`); a bare `0`
+/// is zero. Negative durations are
 /// refused: nothing here waits a negative time.
 pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
     const KIND: &str = "duration";
@@ -61,8 +63,21 @@ pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
             "s" => 1e9,
             "m" => 60e9,
             "h" => 3600e9,
-            "" => return Err(parse_err(KIND, input, "missing unit (use ms, s, m or h)")),
-            _ => return Err(parse_err(KIND, input, "unknown unit (use ms, s, m or h)")),
+            "d" => 86_400e9,
+            "" => {
+                return Err(parse_err(
+                    KIND,
+                    input,
+                    "missing unit (use ms, s, m, h or d)",
+                ))
+            }
+            _ => {
+                return Err(parse_err(
+                    KIND,
+                    input,
+                    "unknown unit (use ms, s, m, h or d)",
+                ))
+            }
         };
         rest = &rest[unit_len..];
         total_ns += number * unit_ns;
@@ -176,9 +191,41 @@ pub fn parse_time(input: &str) -> Result<i64, ParseError> {
         .map_err(|_| parse_err("time", input, "out of range"))
 }
 
+/// A time as people give it on a command line: RFC 3339 (any offset), or a duration from
+/// `now_ms` (`10m`, `1d12h`). Milliseconds since the epoch.
+pub fn parse_time_or_from_now(input: &str, now_ms: i64) -> Result<i64, ParseError> {
+    if let Ok(at) = parse_time(input) {
+        return Ok(at);
+    }
+    let from_now = parse_duration(input).map_err(|_| {
+        parse_err(
+            "time",
+            input,
+            "expected RFC 3339 (2026-07-18T12:00:00Z) or a duration from now (10m, 1d)",
+        )
+    })?;
+    i64::try_from(from_now.as_millis())
+        .ok()
+        .and_then(|ms| now_ms.checked_add(ms))
+        .ok_or_else(|| parse_err("time", input, "out of range"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_rfc3339_or_a_duration_from_now() {
+        let now = 1_800_000_000_000;
+        assert_eq!(parse_time_or_from_now("10m", now), Ok(now + 600_000));
+        assert_eq!(parse_time_or_from_now("1d12h", now), Ok(now + 129_600_000));
+        assert_eq!(
+            parse_time_or_from_now("2026-07-18T12:00:00Z", now),
+            parse_time("2026-07-18T12:00:00Z")
+        );
+        let err = parse_time_or_from_now("tomorrow", now).expect_err("refused");
+        assert!(err.to_string().contains("or a duration from now"), "{err}");
+    }
 
     #[test]
     fn sizes_format_to_what_parses_back() {
@@ -201,6 +248,9 @@ mod tests {
             ("3s", 3000),
             ("5m", 300_000),
             ("1h30m", 5_400_000),
+            ("1d", 86_400_000),
+            ("1d12h", 129_600_000),
+            ("1m30s", 90_000),
             ("1.5h", 5_400_000),
             ("168h", 604_800_000),
             ("2m3s4ms", 123_004),

@@ -22,9 +22,10 @@ Exit codes:
   4  `wait`, `task wait`: the delivery or task was canceled
   5  `wait`, `task wait`: timed out waiting (still not in a final status)
   6  `task wait`: the task timed out (its type's timeout or queue_timeout)
-  7  `task wait`: the task is in manual review
+  7  `wait`, `task wait`: the delivery or task is in manual review: a person decides
   8  `step done`: the attempt is no longer the task's running attempt (stop the script)
-  9  `step check`: spoold returned an error or could not be reached";
+  9  `step check`: spoold returned an error or could not be reached
+  10 `wait`, `send --wait`: at most once, the outcome is unknown (the request may have arrived)";
 
 /// A mistake in the command line that clap cannot see (bad JSON body, bad header, bad
 /// `--server`). Exits 2 like clap's own errors, and is checked before any network call.
@@ -235,7 +236,10 @@ Exit codes:
   2  usage error
   3  the delivery failed
   4  the delivery was canceled
-  5  timed out: the delivery is still pending, in flight, unknown or in manual review";
+  5  timed out: the delivery is still pending or in flight
+  7  the delivery is in manual review: a person decides (`spoolctl resolve`)
+  10 at most once, the outcome is unknown (the request may have arrived): spoold asks the
+     target (`spoolctl checks ID`), or a person resolves it";
 
 #[derive(Debug, Args)]
 #[command(after_long_help = EXIT_CODES)]
@@ -294,7 +298,8 @@ pub struct RequestArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MAX_ATTEMPTS)))]
     pub max_attempts: Option<u32>,
 
-    /// Make no attempt before this RFC 3339 time, e.g. 2026-07-18T12:00:00Z
+    /// Make no attempt before this time: RFC 3339 (2026-07-18T12:00:00Z) or a duration from
+    /// now (10m, 1d)
     #[arg(long, value_name = "TIME")]
     pub not_before: Option<String>,
 
@@ -591,7 +596,8 @@ pub struct TaskSubmitArgs {
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
 
-    /// Start no attempt before this RFC 3339 time, e.g. 2026-07-18T12:00:00Z
+    /// Start no attempt before this time: RFC 3339 (2026-07-18T12:00:00Z) or a duration from
+    /// now (10m, 1d)
     #[arg(long, value_name = "TIME")]
     pub not_before: Option<String>,
 

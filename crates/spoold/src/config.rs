@@ -334,15 +334,7 @@ impl Args {
                 return err("--unix-socket must be an absolute path")
             }
             Some(path) => Listen::Unix(path),
-            None => match self.listen.parse::<SocketAddr>() {
-                Ok(addr) => Listen::Tcp(addr),
-                Err(_) => {
-                    return Err(ConfigError(format!(
-                        "--listen {:?} is not an address like 127.0.0.1:8080",
-                        self.listen
-                    )))
-                }
-            },
+            None => Listen::Tcp(listen_addr(&self.listen)?),
         };
         let auth_token = self
             .auth_token_file
@@ -627,6 +619,31 @@ pub enum ArgsError {
     Config(ConfigError),
 }
 
+/// `--listen` as people write it: an address (`127.0.0.1:8080`, `[::1]:8080`), `:8080` (on
+/// loopback, 127.0.0.1 — never every interface by surprise, as Go would), `localhost:8080`
+/// (127.0.0.1, without asking a resolver), or another host name, resolved once at start.
+fn listen_addr(text: &str) -> Result<SocketAddr, ConfigError> {
+    use std::net::{Ipv4Addr, ToSocketAddrs};
+    let bad = || {
+        ConfigError(format!(
+            "--listen {text:?} is not an address like 127.0.0.1:8080, localhost:8080 or :8080"
+        ))
+    };
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.is_empty() || host.eq_ignore_ascii_case("localhost") {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| ConfigError(format!("--listen {text:?}: cannot resolve {host:?}: {e}")))?
+        .next()
+        .ok_or_else(bad)
+}
+
 /// Accept spoold v0.1.0's Go-style single-dash long flags (`-listen x`, `-workers=4`) by
 /// rewriting them to `--listen x` before clap sees them. Single-letter flags (`-h`, `-V`) and
 /// values are left alone.
@@ -671,6 +688,26 @@ mod tests {
             .map_err(|e| e.to_string())?
             .into_config()
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn listen_takes_what_people_type_and_stays_on_loopback() {
+        let tcp = |text: &str| parse(&["--listen", text]).map(|c| c.listen);
+        let loopback = |port: u16| Ok(Listen::Tcp(SocketAddr::from(([127, 0, 0, 1], port))));
+        assert_eq!(tcp(":8282"), loopback(8282));
+        assert_eq!(tcp("localhost:8282"), loopback(8282));
+        assert_eq!(tcp("LOCALHOST:1"), loopback(1));
+        assert_eq!(
+            tcp("[::1]:8282"),
+            Ok(Listen::Tcp("[::1]:8282".parse().expect("addr")))
+        );
+        for bad in ["8282", "localhost", "localhost:http", ":70000", ""] {
+            let err = tcp(bad).expect_err(bad);
+            assert!(err.contains("is not an address like"), "{bad}: {err}");
+        }
+        // Every interface is asked for in so many words, and needs a token.
+        let err = tcp("0.0.0.0:8282").expect_err("needs a token");
+        assert!(err.contains("not a loopback address"), "{err}");
     }
 
     #[test]

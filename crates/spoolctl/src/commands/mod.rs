@@ -44,8 +44,11 @@ pub enum Exit {
     WaitTimedOut,
     /// `task wait`: the task itself timed out (its type's `timeout` or `queue_timeout`).
     TaskTimedOut,
-    /// `task wait`: the task is in manual review; a person decides.
+    /// `wait`, `task wait`: the delivery or task is in manual review; a person decides.
     ManualReview,
+    /// `wait`: an at-most-once delivery's outcome is unknown (it may have arrived); spoold
+    /// reconciles it with the target, or a person resolves it.
+    Unknown,
     /// `step check`: the step is not done. 1, like a runtime error elsewhere.
     NotDone,
     /// `step done`: the attempt is no longer the task's running attempt; the script should
@@ -65,6 +68,7 @@ impl Exit {
             Exit::WaitTimedOut => 5,
             Exit::TaskTimedOut => 6,
             Exit::ManualReview => 7,
+            Exit::Unknown => 10,
             Exit::NotDone => 1,
             Exit::NotCurrentAttempt => 8,
             Exit::StepUnknown => 9,

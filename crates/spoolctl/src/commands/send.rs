@@ -81,15 +81,7 @@ pub enum Body {
 pub fn build_request(args: RequestArgs, stdin: &mut dyn Read) -> anyhow::Result<CreateDelivery> {
     let headers = parse_headers(&args.headers)?;
     let source = body_source(args.data, args.data_file, args.data_binary)?;
-    let not_before = args
-        .not_before
-        .as_deref()
-        .map(|t| {
-            units::parse_time(t)
-                .map(units::format_time)
-                .map_err(|e| UsageError::new(format!("--not-before: {e}")))
-        })
-        .transpose()?;
+    let not_before = args.not_before.as_deref().map(not_before).transpose()?;
     let expires_at = args.expires_in.map(expires_at).transpose()?;
     let at_most_once = AtMostOnce::from_args(args.at_most_once)?;
     let body = source.map(|s| load_body(s, stdin)).transpose()?;
@@ -173,6 +165,16 @@ impl AtMostOnce {
 
 /// `--expires-in` as an absolute time, so a queued request means the same thing however long
 /// it waits.
+/// `--not-before`: an RFC 3339 time, or a duration from now (`10m`, `1d`), sent as RFC 3339.
+pub(crate) fn not_before(t: &str) -> Result<String, UsageError> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |n| n.as_millis() as i64);
+    units::parse_time_or_from_now(t, now)
+        .map(units::format_time)
+        .map_err(|e| UsageError::new(format!("--not-before: {e}")))
+}
+
 fn expires_at(d: Duration) -> Result<String, UsageError> {
     if d.is_zero() {
         return Err(UsageError::new("--expires-in must be greater than zero"));
@@ -510,6 +512,17 @@ mod tests {
         a.not_before = Some("tomorrow".into());
         let err = build_request(a, &mut io::empty()).expect_err("bad time");
         assert!(is_usage(&err));
+
+        // A duration from now, as --expires-in takes it.
+        let mut a = args("http://127.0.0.1:9090/");
+        a.not_before = Some("1d".into());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_millis() as i64;
+        let req = build_request(a, &mut io::empty()).expect("valid");
+        let at = units::parse_time(req.not_before.as_deref().expect("set")).expect("RFC 3339");
+        assert!((at - now - 86_400_000).abs() < 5_000, "{at} vs {now}");
 
         let mut a = args("http://127.0.0.1:9090/");
         a.expires_in = Some(Duration::from_secs(600));

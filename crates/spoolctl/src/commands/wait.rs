@@ -49,11 +49,11 @@ pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<
             DeliveryStatus::Succeeded => Some(Exit::Success),
             DeliveryStatus::Failed => Some(Exit::Failed),
             DeliveryStatus::Canceled => Some(Exit::Canceled),
-            // Not settled yet: reconciliation or an operator's `resolve` still decides.
-            DeliveryStatus::Pending
-            | DeliveryStatus::InFlight
-            | DeliveryStatus::Unknown
-            | DeliveryStatus::ManualReview => None,
+            // Not settled, and not by waiting here: reconciliation (which may take the whole
+            // observation window) or a person's `resolve` decides.
+            DeliveryStatus::Unknown => Some(Exit::Unknown),
+            DeliveryStatus::ManualReview => Some(Exit::ManualReview),
+            DeliveryStatus::Pending | DeliveryStatus::InFlight => None,
         },
     )
     .await?;
@@ -96,13 +96,25 @@ pub fn report(out: &mut Output<'_>, waited: &Waited) -> std::io::Result<Exit> {
     } else {
         out.delivery("wait", d)?;
     }
-    if waited.exit == Exit::WaitTimedOut {
-        eprintln!(
+    match waited.exit {
+        Exit::WaitTimedOut => eprintln!(
             "spoolctl: timed out after {}: delivery {} is still {}",
             format_duration(waited.timeout),
             d.id,
             d.status
-        );
+        ),
+        Exit::Unknown => eprintln!(
+            "spoolctl: the outcome of delivery {id} is unknown (the request may have reached the \
+             target): spoold asks the target if it has a reconcile query (`spoolctl checks \
+             {id}`), or a person decides (`spoolctl resolve {id} …`)",
+            id = d.id
+        ),
+        Exit::ManualReview => eprintln!(
+            "spoolctl: delivery {id} needs a person: `spoolctl resolve {id} --succeeded | \
+             --failed | --resend --note …`",
+            id = d.id
+        ),
+        _ => {}
     }
     Ok(waited.exit)
 }

@@ -285,12 +285,16 @@ async fn an_operator_resolves_an_unknown_outcome() {
         assert!(field(&text, name).is_some(), "{name} in\n{text}");
     }
 
-    // `wait` waits through `unknown`: it is not an outcome.
-    let o = s.ctl(&["wait", &id, "--timeout", "300ms"]).await;
-    assert_eq!(o.status.code(), Some(5), "stderr: {}", stderr(&o));
+    // `wait` stops at `unknown` with its own code: waiting here would not settle it.
+    let o = s.ctl(&["wait", &id, "--timeout", "30s"]).await;
+    assert_eq!(o.status.code(), Some(10), "stderr: {}", stderr(&o));
     assert_eq!(
         stderr(&o),
-        format!("spoolctl: timed out after 300ms: delivery {id} is still unknown\n")
+        format!(
+            "spoolctl: the outcome of delivery {id} is unknown (the request may have reached \
+             the target): spoold asks the target if it has a reconcile query (`spoolctl checks \
+             {id}`), or a person decides (`spoolctl resolve {id} …`)\n"
+        )
     );
 
     let stats = check_ok(&s.ctl(&["stats"]).await);
@@ -399,6 +403,10 @@ async fn resend_after_manual_review() {
         .wait_status(&id, &["manual_review"], WAIT)
         .await
         .expect("two matches: manual review");
+    // `wait` says a person decides, with its own code.
+    let o = s.ctl(&["wait", &id]).await;
+    assert_eq!(o.status.code(), Some(7), "stderr: {}", stderr(&o));
+    assert!(stderr(&o).contains("needs a person"), "{}", stderr(&o));
     let listed = check_ok(&s.ctl(&["list", "--status", "manual_review"]).await);
     assert!(
         listed.lines().nth(1).is_some_and(|l| l.starts_with(&id)),

@@ -115,6 +115,8 @@ fn help_documents_exit_codes() {
         "3  the delivery failed",
         "4  the delivery was canceled",
         "5  timed out",
+        "7  the delivery is in manual review",
+        "10 at most once, the outcome is unknown",
     ] {
         assert!(help.contains(line), "{help}");
     }
@@ -139,7 +141,8 @@ fn task_help_documents_exit_codes() {
     let help = stdout(&run(&["--help"]));
     for line in [
         "6  `task wait`: the task timed out",
-        "7  `task wait`: the task is in manual review",
+        "7  `wait`, `task wait`: the delivery or task is in manual review",
+        "10 `wait`, `send --wait`: at most once, the outcome is unknown",
     ] {
         assert!(help.contains(line), "{help}");
     }

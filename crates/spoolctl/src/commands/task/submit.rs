@@ -5,7 +5,7 @@
 
 use std::io;
 
-use spool_proto::{units, SubmitTask};
+use spool_proto::SubmitTask;
 
 use crate::cli::{FollowArgs, TaskSubmitArgs, UsageError};
 use crate::client::{Client, Submitted};
@@ -88,11 +88,7 @@ fn build_request(args: TaskSubmitArgs) -> Result<SubmitTask, UsageError> {
     let not_before = args
         .not_before
         .as_deref()
-        .map(|t| {
-            units::parse_time(t)
-                .map(units::format_time)
-                .map_err(|e| UsageError::new(format!("--not-before: {e}")))
-        })
+        .map(crate::commands::send::not_before)
         .transpose()?;
     Ok(SubmitTask {
         task_type: Some(task_type.to_owned()),
