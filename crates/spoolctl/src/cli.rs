@@ -132,11 +132,22 @@ pub enum Command {
     #[command(
         long_about = "Wait until a delivery is succeeded, failed or canceled.\n\n\
             Polls the delivery every --interval until its status is terminal or --timeout \
-            has passed, then prints it. An at-most-once delivery that is unknown or in \
-            manual review is not terminal: it is waited for like a pending one.",
+            has passed, then prints it. An at-most-once delivery that becomes unknown or goes \
+            to manual review ends the wait too (exit 10 or 7): reconciliation or a person \
+            settles it, not waiting here.",
         after_long_help = WAIT_EXIT_CODES
     )]
     Wait(WaitArgs),
+    /// Run a small HTTP receiver that prints every request it gets (for trying spoold out)
+    #[command(
+        long_about = "Run a small HTTP receiver that prints every request it gets.\n\n\
+            For trying spoold out, and for developing against it: each request is printed \
+            (method, path, X-Spoold-Delivery-ID, X-Spoold-Attempt, content type, size and the \
+            body, or with --json one object per line) and answered --status (200). --fail N \
+            answers the first N requests --fail-status (503) instead, so you can watch retries; \
+            --delay makes every answer wait. It runs in the foreground until Ctrl-C."
+    )]
+    Receive(ReceiveArgs),
     /// Run and manage ops tasks: the task types declared in spoold's configuration
     Task {
         #[command(subcommand)]
@@ -481,6 +492,29 @@ pub struct ResolveArgs {
     /// Why: kept in the transition log
     #[arg(long, value_name = "TEXT", required = true)]
     pub note: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ReceiveArgs {
+    /// Where to listen (ADDR:PORT; port 0 picks a free one, printed at start)
+    #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+
+    /// Answer the first N requests with --fail-status instead
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub fail: u32,
+
+    /// The status of the failing answers
+    #[arg(long, default_value_t = 503, value_name = "CODE", value_parser = clap::value_parser!(u16).range(100..=599))]
+    pub fail_status: u16,
+
+    /// The status of every other answer
+    #[arg(long, default_value_t = 200, value_name = "CODE", value_parser = clap::value_parser!(u16).range(100..=599))]
+    pub status: u16,
+
+    /// Wait this long before each answer (e.g. 2s)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub delay: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

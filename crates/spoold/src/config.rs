@@ -48,8 +48,13 @@ pub struct Args {
     #[arg(long, default_value = "auto", value_name = "DIR|auto|off")]
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
 
-    /// TCP address of the control API.
-    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    /// TCP address of the control API (:PORT and localhost:PORT are on loopback).
+    #[arg(
+        long,
+        env = "SPOOLD_LISTEN",
+        default_value = "127.0.0.1:8080",
+        value_name = "ADDR"
+    )]
     pub listen: String,
 
     /// Serve the control API on this unix socket (absolute path) instead of TCP.

@@ -8,6 +8,7 @@ mod completion;
 mod get;
 mod list;
 mod locks;
+mod receive;
 mod resolve;
 mod send;
 mod stats;
@@ -111,6 +112,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::Targets(args) => block_on(targets::run(&connect(global)?, args, out))?,
             Command::Task { command } => block_on(task::run(&connect(global)?, command, out))?,
             Command::Locks => block_on(locks::run(&connect(global)?, out))?,
+            Command::Receive(args) => block_on(receive::run(args, out))?,
             Command::Step { command } => {
                 let (client, env) = step::connect(global)?;
                 block_on(step::run(&client, &env, command, out))?

@@ -1023,11 +1023,18 @@ fn request_headers(claimed: &Claimed) -> http::HeaderMap {
     headers
 }
 
-/// `HTTP 503: <start of the body>`, as spoold words it; 3xx names where it pointed.
+/// The longest one-line summary of a body that is not JSON, in `lastError`.
+const BODY_LINE: usize = 200;
+
+/// `HTTP 503: <the body>`, as spoold words it; 3xx names where it pointed. A JSON body is kept
+/// as it came (up to the 4 KiB excerpt): it is the target's explanation. Any other body is
+/// shown on one line — tags dropped from HTML, whitespace folded, cut — followed by its
+/// content type and size when it was not one short line already (an HTML error page is not
+/// thirteen lines of `lastError`).
 fn status_error(resp: &outbound::Response) -> String {
     let shown = resp.excerpt.len().min(outbound::MAX_RESPONSE_EXCERPT);
     let excerpt = String::from_utf8_lossy(&resp.excerpt[..shown]);
-    let excerpt = excerpt.trim();
+    let excerpt = body_line(resp, excerpt.trim());
     let mut text = format!("HTTP {}", resp.status);
     if resp.redirects > 0 {
         let first = resp
@@ -1049,14 +1056,144 @@ fn status_error(resp: &outbound::Response) -> String {
     }
     if !excerpt.is_empty() {
         text.push_str(": ");
-        text.push_str(excerpt);
+        text.push_str(&excerpt);
     }
     text
+}
+
+/// See [`status_error`].
+fn body_line(resp: &outbound::Response, excerpt: &str) -> String {
+    let content_type = resp
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or(v).trim().to_ascii_lowercase());
+    let kind = content_type.as_deref().unwrap_or("");
+    if kind == "application/json" || kind.ends_with("+json") {
+        return excerpt.to_owned();
+    }
+    let html = kind.contains("html") || excerpt.starts_with('<');
+    let text = if html {
+        without_tags(excerpt)
+    } else {
+        excerpt.to_owned()
+    };
+    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut line: String = folded.chars().take(BODY_LINE).collect();
+    if line.len() < folded.len() {
+        line.push('…');
+    }
+    if !html && !resp.truncated && line == excerpt {
+        return line;
+    }
+    let size = resp
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(
+            || {
+                format!(
+                    "{}{}",
+                    resp.excerpt.len(),
+                    if resp.truncated { "+" } else { "" }
+                )
+            },
+            str::to_owned,
+        );
+    format!(
+        "{line} ({}, {size} bytes)",
+        content_type.as_deref().unwrap_or("no content type")
+    )
+}
+
+/// The text of an HTML excerpt: tags, comments and the contents of `<script>`/`<style>`
+/// dropped, each tag standing for a space.
+fn without_tags(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut rest = html;
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        out.push(' ');
+        let tag = &rest[open..];
+        let lower = tag.get(..7).unwrap_or(tag).to_ascii_lowercase();
+        let skip_to = if lower.starts_with("<script") || lower.starts_with("<style") {
+            let close = if lower.starts_with("<script") {
+                "</script"
+            } else {
+                "</style"
+            };
+            tag.to_ascii_lowercase()
+                .find(close)
+                .map(|at| at + close.len())
+        } else {
+            Some(0)
+        };
+        let Some(from) = skip_to else { return out };
+        match tag[from..].find('>') {
+            Some(end) => rest = &tag[from + end + 1..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn answered(content_type: Option<&str>, body: &str) -> outbound::Response {
+        let mut headers = http::HeaderMap::new();
+        if let Some(t) = content_type {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_str(t).expect("t"),
+            );
+        }
+        outbound::Response {
+            status: 501,
+            headers,
+            excerpt: body.as_bytes().to_vec(),
+            truncated: false,
+            redirects: 0,
+            first_status: None,
+        }
+    }
+
+    #[test]
+    fn an_error_body_is_one_line_unless_it_is_json() {
+        // What `python3 -m http.server` answers a POST with.
+        let page = "<!DOCTYPE HTML>\n<html lang=\"en\">\n    <head>\n        <meta charset=\"utf-8\">\n\
+            <style type=\"text/css\">\n:root { color-scheme: light dark; }\n</style>\n\
+            <title>Error response</title>\n    </head>\n    <body>\n        <h1>Error response</h1>\n\
+            <p>Error code: 501</p>\n        <p>Message: Unsupported method ('POST').</p>\n\
+            </body>\n</html>\n";
+        let html = status_error(&answered(Some("text/html;charset=utf-8"), page));
+        assert_eq!(
+            html,
+            format!(
+                "HTTP 501: Error response Error response Error code: 501 Message: Unsupported \
+                 method ('POST'). (text/html, {} bytes)",
+                page.len()
+            )
+        );
+        assert_eq!(
+            status_error(&answered(Some("text/plain"), "busy")),
+            "HTTP 501: busy"
+        );
+        assert_eq!(
+            status_error(&answered(None, "two\nlines")),
+            "HTTP 501: two lines (no content type, 9 bytes)"
+        );
+        let json = "{\n  \"error\": \"nope\"\n}";
+        assert_eq!(
+            status_error(&answered(Some("application/problem+json"), json)),
+            format!("HTTP 501: {json}")
+        );
+        let long = "x".repeat(300);
+        let cut = status_error(&answered(Some("text/plain"), &long));
+        assert!(cut.ends_with("… (text/plain, 300 bytes)"), "{cut}");
+    }
 
     #[test]
     fn the_lead_is_what_the_target_answers_in_a_third_of_a_second() {
