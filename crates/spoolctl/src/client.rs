@@ -84,7 +84,8 @@ pub enum ClientError {
     },
     #[error("spoold response exceeds size limit")]
     ResponseTooLarge,
-    #[error("decode spoold response: {0}")]
+    /// A 2xx answer that is not what spoold sends: another JSON API behind `--server`.
+    #[error("the server did not answer like spoold ({0}): is --server (or SPOOLD_URL) spoold's address?")]
     Decode(String),
     #[error("build request: {0}")]
     Request(String),
@@ -251,11 +252,9 @@ pub struct Token(HeaderValue);
 /// Why a token file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("read token file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    // Not `source`: the reason is said once, in this line.
+    #[error("read token file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("token file {path} is empty")]
     Empty { path: String },
     #[error("token file {path} contains characters not allowed in an HTTP header")]
@@ -266,9 +265,9 @@ impl Token {
     /// Reads the file; one trailing newline (`\n` or `\r\n`) is not part of the token.
     pub fn from_file(path: &Path) -> Result<Token, TokenError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| TokenError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| TokenError::Read {
             path: shown.clone(),
-            source,
+            error,
         })?;
         Token::from_contents(&text).ok_or_else(|| {
             if text.trim_end_matches(['\r', '\n']).is_empty() {
@@ -781,7 +780,13 @@ impl Client {
         ))
     }
 
-    fn unreachable(&self, reason: String) -> ClientError {
+    fn unreachable(&self, mut reason: String) -> ClientError {
+        if reason.to_ascii_lowercase().contains("refused") || reason.contains("No such file") {
+            reason.push_str(
+                ": is spoold running there? (it listens on --listen, 127.0.0.1:8080 by default; \
+                 spoolctl asks --server or SPOOLD_URL)",
+            );
+        }
         ClientError::Unreachable {
             server: self.server.given.clone(),
             reason,
@@ -893,8 +898,15 @@ fn status_error(resp: &RawResponse, server: &Server) -> ClientError {
     match serde_json::from_slice::<spool_proto::ErrorBody>(&resp.body) {
         Ok(body) if !body.error.code.is_empty() => ClientError::Api {
             status,
+            message: match status {
+                401 => format!(
+                    "{}: give spoolctl the token spoold requires with --token-file or \
+                     SPOOLD_TOKEN_FILE",
+                    one_line(&body.error.message)
+                ),
+                _ => one_line(&body.error.message),
+            },
             code: body.error.code,
-            message: one_line(&body.error.message),
         },
         Ok(body) if !body.error.message.is_empty() => ClientError::Http {
             status,

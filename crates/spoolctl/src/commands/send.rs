@@ -268,14 +268,21 @@ pub fn json_body(bytes: &[u8]) -> Result<Box<RawValue>, UsageError> {
 /// The target URL checked as far as can be done here, so that the message is the same when
 /// spoold is down: it needs a scheme.
 fn check_target(url: &str) -> Result<(), UsageError> {
-    let lower = url.trim().to_ascii_lowercase();
-    if !lower.starts_with("http://") && !lower.starts_with("https://") {
+    let url = url.trim();
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https://") {
+        return Ok(());
+    }
+    // Another scheme: suggesting `http://ftp://…` would not help.
+    if let Some((scheme, _)) = lower.split_once("://") {
         return Err(UsageError::new(format!(
-            "target URL needs http:// or https://, as in http://{}",
-            url.trim()
+            "target URL has the scheme {scheme}://: spoold sends HTTP requests only (http:// or \
+             https://)"
         )));
     }
-    Ok(())
+    Err(UsageError::new(format!(
+        "target URL needs http:// or https://, as in http://{url}"
+    )))
 }
 
 /// Names that resolve to this machine, which spoold's default address policy refuses.

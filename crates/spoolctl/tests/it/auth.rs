@@ -32,6 +32,13 @@ async fn token_file_authenticates_every_command() {
         "{}",
         stderr(&out)
     );
+    assert!(
+        stderr(&out).ends_with(
+            ": give spoolctl the token spoold requires with --token-file or SPOOLD_TOKEN_FILE\n"
+        ),
+        "{}",
+        stderr(&out)
+    );
 
     let mut with_flag = spoolctl();
     with_flag.args(["list", "--server", &server, "--token-file", &token]);

@@ -230,6 +230,11 @@ fn send_usage_errors_exit_2_before_any_request() {
             "target URL needs http:// or https://, as in http://hooks.example.com/x",
         ),
         (
+            &["send", "ftp://files.example.com/x"],
+            "target URL has the scheme ftp://: spoold sends HTTP requests only (http:// or \
+             https://)",
+        ),
+        (
             &["send", url, "-d", "{}", "--data-file", "-"],
             "--data, --data-file, and --data-binary cannot be used together",
         ),
@@ -447,6 +452,13 @@ fn refused_connection_exits_1() {
         let err = stderr(&o);
         let prefix = format!("spoolctl: contact spoold at {server}: connect: ");
         assert!(err.starts_with(&prefix), "{args:?}: {err}");
+        assert!(
+            err.ends_with(
+                ": is spoold running there? (it listens on --listen, 127.0.0.1:8080 by default; \
+                 spoolctl asks --server or SPOOLD_URL)\n"
+            ),
+            "{args:?}: {err}"
+        );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 
@@ -486,13 +498,13 @@ fn unreadable_token_file_exits_1() {
         path_str(&missing),
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).starts_with(&format!(
-            "spoolctl: read token file {}: ",
+    // The operating system's reason, once.
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "spoolctl: read token file {}: No such file or directory (os error 2)\n",
             missing.display()
-        )),
-        "{}",
-        stderr(&o)
+        )
     );
 
     let empty = dir.path().join("empty-token");
@@ -698,4 +710,26 @@ fn localhost_targets_are_warned_about() {
     );
     // Then the real error: nothing listens at the server.
     assert_eq!(o.status.code(), Some(1), "{err}");
+}
+
+/// A server that answers JSON but is not spoold (another API on the port): the error says so,
+/// instead of what field its answer lacked.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_json_api_is_not_taken_for_spoold() {
+    let other = Receiver::start().await.expect("receiver");
+    other.respond_with(
+        spool_testkit::Reply::status(200)
+            .header("content-type", "application/json")
+            .body(r#"{"hello":"world"}"#),
+    );
+    let mut cmd = spoolctl();
+    cmd.args(["stats", "--server", &other.url("")]);
+    let o = capture(cmd, None).await;
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("spoolctl: the server did not answer like spoold (")
+            && err.ends_with("): is --server (or SPOOLD_URL) spoold's address?\n"),
+        "{err}"
+    );
 }

@@ -391,7 +391,15 @@ fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError>
         TransitionOutcome::NotFound => Err(not_found()),
         TransitionOutcome::Invalid(status) => Err(ApiError::new(
             ErrorCode::InvalidTransition,
-            format!("invalid delivery state transition from {status}"),
+            match status {
+                // Only a person settles these: say how.
+                model::DeliveryStatus::Unknown | model::DeliveryStatus::ManualReview => format!(
+                    "invalid delivery state transition from {status}: whether this at-most-once \
+                     request arrived is not known; settle it with resolve (POST \
+                     /v1/deliveries/{{id}}/resolve, spoolctl resolve) as succeeded, failed or resend"
+                ),
+                _ => format!("invalid delivery state transition from {status}"),
+            },
         )),
         TransitionOutcome::InvalidForMode(status) => Err(ApiError::new(
             ErrorCode::InvalidTransition,

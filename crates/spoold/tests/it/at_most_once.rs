@@ -384,6 +384,19 @@ async fn one_unknown(fingerprint: &str) -> (InProcess, RemoteApi, String) {
 async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
     let (daemon, remote, id) = one_unknown("order-8").await;
     let api = &daemon.api;
+    // Neither cancel nor retry settles it: the answer says what does.
+    for (status, err) in [
+        api.cancel(&id).await.expect("cancel"),
+        api.retry(&id).await.expect("retry"),
+    ] {
+        assert_eq!(status, 409, "{err}");
+        let message = err["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("invalid delivery state transition from unknown: whether this")
+                && message.contains("settle it with resolve"),
+            "{err}"
+        );
+    }
     let path = format!("/v1/deliveries/{id}/resolve");
     let resolve = |body: Value| post(api, &path, body);
 
