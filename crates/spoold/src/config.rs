@@ -516,12 +516,77 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
     toml::from_str(&text).map_err(|e| {
-        ConfigError(format!(
-            "{}: {}",
-            path.display(),
-            e.to_string().trim_end().replace('\n', " ")
-        ))
+        // toml's own form, several lines with a caret under the place: kept as it is.
+        let mut message = format!("{}: {}", path.display(), e.to_string().trim_end());
+        if let Some(hint) = misplaced_setting(&e, &text) {
+            message.push('\n');
+            message.push_str(&hint);
+        }
+        ConfigError(message)
     })
+}
+
+/// A daemon setting written after a `[tasks.NAME]` header belongs to that table, where it is
+/// an unknown field: say so, naming the table.
+fn misplaced_setting(e: &toml::de::Error, text: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let field = e
+        .message()
+        .strip_prefix("unknown field `")?
+        .split('`')
+        .next()?;
+    let long = field.replace('_', "-");
+    let command = Args::command();
+    let known = command
+        .get_arguments()
+        .any(|a| a.get_long() == Some(long.as_str()));
+    let table = e
+        .span()
+        .and_then(|span| text.get(..span.start))
+        .and_then(|before| {
+            before
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| l.starts_with('['))
+        })
+        .unwrap_or("[tasks.NAME]");
+    known.then(|| {
+        format!(
+            "`{field}` is a daemon setting, but keys after the {table} header belong to that \
+             table: put daemon settings at the top of the file, before the first table"
+        )
+    })
+}
+
+/// The daemon setting whose name is nearest `long` (a typo), if one is near.
+fn closest_setting(command: &clap::Command, long: &str) -> Option<String> {
+    command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|name| *name != "config")
+        .map(|name| (edit_distance(name, long), name))
+        .filter(|(d, name)| *d <= 2.max(name.len() / 4))
+        .min()
+        .map(|(_, name)| name.replace('-', "_"))
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The task types declared in `path`.
@@ -554,8 +619,11 @@ pub fn parse_args(argv: Vec<String>) -> Result<Args, ArgsError> {
             .get_arguments()
             .find(|a| a.get_long() == Some(long.as_str()) && long != "config")
             .ok_or_else(|| {
+                let suggestion = closest_setting(&command, &long)
+                    .map_or_else(String::new, |name| format!("did you mean {name:?}? "));
                 ArgsError::Config(ConfigError(format!(
-                    "{}: unknown key {key:?} (a daemon setting is a flag's long name, e.g.                      listen, db; task types go in [tasks.NAME])",
+                    "{}: unknown key {key:?} ({suggestion}a daemon setting is a flag's long name, \
+                     e.g. listen, db; task types go in [tasks.NAME])",
                     path.display()
                 )))
             })?;
@@ -606,7 +674,8 @@ pub fn parse_args(argv: Vec<String>) -> Result<Args, ArgsError> {
     })
 }
 
-/// [`parse_args`] and [`Args::into_config`] in one, every error as one line.
+/// [`parse_args`] and [`Args::into_config`] in one, every error as text (one line, but for a
+/// TOML error, which keeps its caret under the place).
 pub fn load(argv: Vec<String>) -> Result<Config, String> {
     match parse_args(argv) {
         Ok(args) => args.into_config().map_err(|e| e.to_string()),

@@ -621,6 +621,39 @@ async fn configuration_errors_stop_the_daemon_naming_file_type_and_key() {
     std::fs::write(&path, "listen = \"127.0.0.1:0\"\nnope = 1\n").expect("write");
     let err = spoold::config::load(argv()).expect_err("unknown key");
     assert!(err.contains("unknown key \"nope\""), "{err}");
+    // A typo gets a suggestion, in one readable line.
+    std::fs::write(&path, "lisen = \"127.0.0.1:0\"\n").expect("write");
+    let err = spoold::config::load(argv()).expect_err("a typo");
+    assert_eq!(
+        err,
+        format!(
+            "{}: unknown key \"lisen\" (did you mean \"listen\"? a daemon setting is a flag's \
+             long name, e.g. listen, db; task types go in [tasks.NAME])",
+            path.display()
+        )
+    );
+    // A setting after a table belongs to the table: said, with TOML's own caret kept.
+    std::fs::write(
+        &path,
+        "[tasks.backup]\ncommand = [\"/bin/true\"]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .expect("write");
+    let err = spoold::config::load(argv()).expect_err("a setting inside a table");
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines.len() > 3, "{err}");
+    assert!(lines.contains(&"  | ^^^^^^"), "{err}");
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "`listen` is a daemon setting, but keys after the [tasks.backup] header belong to \
+             that table: put daemon settings at the top of the file, before the first table"
+        ),
+        "{err}"
+    );
+    std::fs::write(&path, "[tasks.backup\n").expect("write");
+    let err = spoold::config::load(argv()).expect_err("a TOML error");
+    let caret = |l: &str| l.starts_with("  |") && l.trim_end().ends_with('^');
+    assert!(err.lines().any(caret), "{err}");
 }
 
 /// A cgroup v2 directory for this test, removed on drop.
