@@ -32,8 +32,9 @@ pub use step::{
     ReportStep, StepName, StepNameError, TaskStepList, TaskStepView, MAX_STEP_NAME_BYTES,
 };
 pub use task::{
-    SubmitTask, TaskAttemptList, TaskAttemptView, TaskList, TaskParamView, TaskStatus,
-    TaskTransitionList, TaskTransitionView, TaskTypeList, TaskTypeView, TaskView,
+    ResolveTask, SubmitTask, TaskAttemptList, TaskAttemptView, TaskList, TaskParamView,
+    TaskResolveOutcome, TaskStatus, TaskTransitionList, TaskTransitionView, TaskTypeList,
+    TaskTypeView, TaskView,
 };
 
 /// Managed headers: set by spoold itself, refused in a create request.

@@ -7,6 +7,29 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// `POST /v1/tasks/{id}/resolve`: a person's decision on a task in `manual_review`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolveTask {
+    /// `succeeded` (the work was done after all) or `failed` (it was not, and is not to be
+    /// run again by itself). Required. (To run it again: retry; to drop it: cancel.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false)]
+    pub outcome: Option<TaskResolveOutcome>,
+    /// Why; kept in the transition log. Required, at most 4096 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false, pattern = r"\S", max_length = 4096)]
+    pub note: Option<String>,
+}
+
+/// What a person decided for a task in review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskResolveOutcome {
+    Succeeded,
+    Failed,
+}
+
 /// `POST /v1/tasks`: run a declared task type.
 #[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -72,7 +72,7 @@ impl TaskStatus {
                 | (Failed | TimedOut | Interrupted, Pending)
                 | (Interrupted, Failed | ManualReview)
                 | (Failed, ManualReview)
-                | (ManualReview, Pending | Failed | Canceled)
+                | (ManualReview, Pending | Failed | Canceled | Succeeded)
         )
     }
 
@@ -615,6 +615,7 @@ mod tests {
             (ManualReview, Pending),
             (ManualReview, Failed),
             (ManualReview, Canceled),
+            (ManualReview, Succeeded),
         ];
         for from in TaskStatus::ALL {
             for to in TaskStatus::ALL {

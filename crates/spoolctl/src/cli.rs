@@ -495,6 +495,25 @@ pub struct ResolveArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("outcome").required(true).args(["succeeded", "failed"])))]
+pub struct TaskResolveArgs {
+    /// The task ID
+    pub id: String,
+
+    /// The work was done: the task succeeded
+    #[arg(long)]
+    pub succeeded: bool,
+
+    /// It was not: the task failed (and is not run again by itself)
+    #[arg(long)]
+    pub failed: bool,
+
+    /// Why: kept in the transition log
+    #[arg(long, value_name = "TEXT", required = true)]
+    pub note: String,
+}
+
+#[derive(Debug, Args)]
 pub struct ReceiveArgs {
     /// Where to listen (ADDR:PORT; port 0 picks a free one, printed at start)
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "ADDR")]
@@ -588,6 +607,16 @@ pub enum TaskCommand {
             refuses (409) a task in another status, or of a type with operator_retry = false."
     )]
     Retry(TaskIdArgs),
+    /// Settle a task in manual review: it succeeded after all, or it failed
+    #[command(
+        override_usage = "spoolctl task resolve <ID> (--succeeded | --failed) --note <TEXT>",
+        long_about = "Settle a task in manual review: it succeeded after all, or it failed.\n\n\
+            A person looked at what the task did (a partial failure, an interrupted deploy) \
+            and says how it ended; the --note is kept in the transition log. To run it \
+            again instead: `task retry`; to drop it: `task cancel`. spoold refuses (409) a \
+            task that is not in manual review."
+    )]
+    Resolve(TaskResolveArgs),
     /// List the declared task types
     Types,
     /// Wait until a task is in a final status

@@ -22,8 +22,8 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use spool_proto::{
     AttemptList, CheckList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView, LockList,
-    ReportStep, ResolveRequest, StatsView, SubmitTask, TargetList, TaskAttemptList, TaskList,
-    TaskStatus, TaskStepList, TaskStepView, TaskTransitionList, TaskTypeList, TaskView,
+    ReportStep, ResolveRequest, ResolveTask, StatsView, SubmitTask, TargetList, TaskAttemptList,
+    TaskList, TaskStatus, TaskStepList, TaskStepView, TaskTransitionList, TaskTypeList, TaskView,
     TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
@@ -528,6 +528,13 @@ impl Client {
     ) -> Result<TaskView, ClientError> {
         let path = format!("{}/{}", task_path(id), action.as_str());
         decode(&self.send(Method::POST, &path, None).await?)
+    }
+
+    /// `POST /v1/tasks/{id}/resolve`
+    pub async fn resolve_task(&self, id: &str, req: &ResolveTask) -> Result<TaskView, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        let path = format!("{}/resolve", task_path(id));
+        decode(&self.send(Method::POST, &path, Some(body.into())).await?)
     }
 
     /// `GET /v1/task-types`

@@ -523,4 +523,41 @@ async fn an_interrupted_task_waits_in_manual_review() {
         ["pending", "running", "interrupted", "manual_review"],
         "{log}"
     );
+
+    // A person looked: it succeeded after all. Said with a note, kept in the log.
+    let o = t.ctl(&["task", "resolve", &id, "--succeeded"]).await;
+    assert_eq!(o.status.code(), Some(2), "the note is required");
+    let out = check_ok(
+        &t.ctl(&[
+            "task",
+            "resolve",
+            &id,
+            "--succeeded",
+            "--note",
+            "deployed, checked by hand",
+        ])
+        .await,
+    );
+    assert!(
+        out.starts_with(&row("resolve", &id, "succeeded", "1/1", "hang")),
+        "{out}"
+    );
+    let log = check_ok(&t.ctl(&["task", "transitions", &id]).await);
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("succeeded")
+            && last.contains("resolved")
+            && last.contains("deployed, checked by hand"),
+        "{log}"
+    );
+    // Settled: a second decision is refused.
+    let o = t
+        .ctl(&["task", "resolve", &id, "--failed", "--note", "x"])
+        .await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("invalid task state transition from succeeded: only a task in manual_review is resolved"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -297,26 +297,14 @@ pub async fn resolve(
     body: HttpBody,
 ) -> Result<Response, ApiError> {
     let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
-    let bytes = axum::body::to_bytes(body, 64 * 1024)
-        .await
-        .map_err(|_| invalid("decode JSON: request body too large".into()))?;
-    let req: ResolveRequest =
-        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
+    let req: ResolveRequest = super::decision(body).await?;
     let Some(outcome) = req.outcome else {
         return Err(invalid(
             "outcome is required: succeeded, failed or resend".into(),
         ));
     };
-    let note = req.note.unwrap_or_default();
-    let note = note.trim();
-    if note.is_empty() {
-        return Err(invalid(
-            "note is required: say why, for the transition log".into(),
-        ));
-    }
-    if note.len() > model::MAX_ERROR_BYTES {
-        return Err(invalid("note must not exceed 4096 bytes".into()));
-    }
+    let note = super::decision_note(req.note)?;
+    let note = note.as_str();
     let remote_id = req
         .remote_id
         .map(|r| r.trim().to_owned())

@@ -91,6 +91,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/tasks/{id}/transitions", get(tasks::transitions))
         .route("/v1/tasks/{id}/cancel", post(tasks::cancel))
         .route("/v1/tasks/{id}/retry", post(tasks::retry))
+        .route("/v1/tasks/{id}/resolve", post(tasks::resolve))
         .route("/v1/tasks/{id}/steps", post(steps::report).get(steps::list))
         .route("/v1/tasks/{id}/output", get(task_output::output))
         .route("/v1/locks", get(locks::list))
@@ -228,6 +229,32 @@ pub(crate) fn page_cursor(params: &BTreeMap<String, String>) -> Result<Option<St
             "cursor must be the nextCursor of a previous page",
         )),
     }
+}
+
+/// The body of an operator's decision (`resolve`), decoded: at most 64 KiB of JSON.
+pub(crate) async fn decision<T: serde::de::DeserializeOwned>(
+    body: axum::body::Body,
+) -> Result<T, ApiError> {
+    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
+    let bytes = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map_err(|_| invalid("decode JSON: request body too large".into()))?;
+    serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))
+}
+
+/// The note a decision must carry (kept in the transition log): given, not blank, at most
+/// 4096 bytes; trimmed.
+pub(crate) fn decision_note(note: Option<String>) -> Result<String, ApiError> {
+    let invalid = |message: &str| ApiError::new(ErrorCode::InvalidRequest, message);
+    let note = note.unwrap_or_default();
+    let note = note.trim();
+    if note.is_empty() {
+        return Err(invalid("note is required: say why, for the transition log"));
+    }
+    if note.len() > spool_store::model::MAX_ERROR_BYTES {
+        return Err(invalid("note must not exceed 4096 bytes"));
+    }
+    Ok(note.to_owned())
 }
 
 /// 32 lowercase hex characters: a delivery's or a task's id.

@@ -11,8 +11,9 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use spool_proto::units::{format_duration, format_time};
 use spool_proto::{
-    ErrorBody, ErrorCode, SubmitTask, TaskAttemptList, TaskAttemptView, TaskList, TaskParamView,
-    TaskStatus, TaskTransitionList, TaskTransitionView, TaskTypeList, TaskTypeView, TaskView,
+    ErrorBody, ErrorCode, ResolveTask, SubmitTask, TaskAttemptList, TaskAttemptView, TaskList,
+    TaskParamView, TaskResolveOutcome, TaskStatus, TaskTransitionList, TaskTransitionView,
+    TaskTypeList, TaskTypeView, TaskView,
 };
 use spool_store::tasks::{self as model, NewTask, TaskAction, TaskInsert};
 
@@ -402,6 +403,58 @@ pub async fn types(State(state): State<SharedState>) -> Response {
         })
         .collect();
     json(StatusCode::OK, &TaskTypeList { types })
+}
+
+#[utoipa::path(
+    post, path = "/v1/tasks/{id}/resolve", tag = "tasks",
+    params(("id" = String, Path, description = "Task id")),
+    request_body = ResolveTask,
+    responses(
+        (status = 200, description = "Settled as the person decided: `succeeded` or `failed` (the note is in the transition log)", body = TaskView),
+        (status = 400, description = "`invalid_request`: no outcome, no note, or a bad field", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`invalid_transition`: not in manual review", body = ErrorBody),
+    )
+)]
+pub async fn resolve(
+    State(state): State<SharedState>,
+    Path(id): Path<String>,
+    body: HttpBody,
+) -> Result<Response, ApiError> {
+    let req: ResolveTask = super::decision(body).await?;
+    let Some(outcome) = req.outcome else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "outcome is required: succeeded or failed (to run it again: retry; to drop it: \
+             cancel)",
+        ));
+    };
+    let note = super::decision_note(req.note)?;
+    let to = match outcome {
+        TaskResolveOutcome::Succeeded => model::TaskStatus::Succeeded,
+        TaskResolveOutcome::Failed => model::TaskStatus::Failed,
+    };
+    // Only from review: a failed or running task is not a person's to settle this way.
+    if let Some(task) = state.store.get_task(id.clone()).await? {
+        if task.status != model::TaskStatus::ManualReview {
+            return Err(ApiError::new(
+                ErrorCode::InvalidTransition,
+                format!(
+                    "invalid task state transition from {}: only a task in manual_review is \
+                     resolved",
+                    task.status
+                ),
+            ));
+        }
+    }
+    let action = state
+        .store
+        .decide_task(id, to, "resolved".into(), Some(note.clone()))
+        .await?;
+    if let TaskAction::Done(t) = &action {
+        tracing::info!(task_id = %t.id, status = %t.status, note, "task resolved by an operator");
+    }
+    action_response(action)
 }
 
 fn action_response(action: TaskAction) -> Result<Response, ApiError> {

@@ -34,6 +34,7 @@ pub async fn run(
         TaskCommand::Logs(args) => logs::run(client, args, out).await,
         TaskCommand::Cancel(args) => transition::run(client, Transition::Cancel, args, out).await,
         TaskCommand::Retry(args) => transition::run(client, Transition::Retry, args, out).await,
+        TaskCommand::Resolve(args) => transition::resolve(client, args, out).await,
         TaskCommand::Types => types::run(client, out).await,
         TaskCommand::Wait(args) => wait::run(client, args, out).await,
     }
