@@ -72,11 +72,12 @@ pub fn render(d: &DeliveryView) -> String {
         out.push_str(&reconcile_section(reconcile));
     }
     out.push_str(&body_section(d));
+    let label = crate::output::error_label(d);
     if let Some(err) = d.last_error.as_deref().filter(|e| !e.is_empty()) {
-        out.push_str(&format!("last error: {err}\n"));
+        out.push_str(&format!("{label}: {err}\n"));
     }
     if let Some(code) = d.last_error_code.as_deref().filter(|c| !c.is_empty()) {
-        out.push_str(&format!("last error code: {code}\n"));
+        out.push_str(&format!("{label} code: {code}\n"));
     }
     out
 }
@@ -229,7 +230,7 @@ pub fn pretty_json(text: &str) -> String {
 }
 
 /// At most `max` bytes of `text`, on a character boundary.
-fn cut(text: &str, max: usize) -> &str {
+pub(crate) fn cut(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }
@@ -317,6 +318,25 @@ mod tests {
              last error: HTTP 400: bad input\n\
              last error code: http_status\n"
         );
+    }
+
+    #[test]
+    fn an_error_before_a_success_is_labelled_so() {
+        let d = view(serde_json::json!({
+            "status": "succeeded",
+            "mode": "at_most_once",
+            "lastError": "no response within 10s",
+            "lastErrorCode": "timeout",
+        }));
+        let shown = render(&d);
+        assert!(
+            shown.ends_with(
+                "earlier error (before it succeeded): no response within 10s\n\
+                 earlier error (before it succeeded) code: timeout\n"
+            ),
+            "{shown}"
+        );
+        assert!(!shown.contains("last error"), "{shown}");
     }
 
     #[test]

@@ -66,13 +66,13 @@ impl<'a> Output<'a> {
     }
 
     /// A delivery as one table row prefixed with `action`, then its last error, if any (as
-    /// spoold v0.1.0's spoolctl prints it).
+    /// spoold v0.1.0's spoolctl prints it; after a success, labelled as what came before).
     pub fn delivery(&mut self, action: &str, d: &DeliveryView) -> io::Result<()> {
         let mut table = Table::new();
         table.row(delivery_row(Some(action), d));
         self.table(&table)?;
         if let Some(err) = d.last_error.as_deref().filter(|e| !e.is_empty()) {
-            self.line(&format!("last error: {err}"))?;
+            self.line(&format!("{}: {err}", error_label(d)))?;
         }
         Ok(())
     }
@@ -200,6 +200,16 @@ pub fn delivery_row(action: Option<&str>, d: &DeliveryView) -> Vec<String> {
 
 /// `charged/max`, and the interrupted attempts (not charged) beside it: `3/8 (+1 interrupted)`.
 /// The first number never exceeds the second.
+/// What a delivery's `lastError` is called: it explains the current state, unless the
+/// delivery has succeeded since (then it is what an earlier attempt met).
+pub fn error_label(d: &DeliveryView) -> &'static str {
+    if d.status == spool_proto::DeliveryStatus::Succeeded {
+        "earlier error (before it succeeded)"
+    } else {
+        "last error"
+    }
+}
+
 pub fn attempts(d: &DeliveryView) -> String {
     let interrupted = d.interrupted_attempts.unwrap_or(0);
     let charged = format!(

@@ -328,8 +328,8 @@ async fn an_operator_resolves_an_unknown_outcome() {
             &format!("1/{max}"),
             "POST",
             &url
-        ) + "last error: no response within 2s (request timeout)\n",
-        "the row, then why the outcome was unknown, as `retry` and `cancel` print it"
+        ) + "earlier error (before it succeeded): no response within 2s (request timeout)\n",
+        "the row, then why the outcome was unknown, labelled as what came before the success"
     );
     let d: Value =
         serde_json::from_str(&check_ok(&s.ctl(&["get", &id, "--json"]).await)).expect("JSON");
