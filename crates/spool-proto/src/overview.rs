@@ -61,6 +61,13 @@ pub struct TargetView {
     pub in_flight: u64,
     /// Deliveries to it that failed for good in the last hour.
     pub failed_last_hour: u64,
+    /// Attempts to it that failed in the last hour, whatever came of them (retried, failed for
+    /// good, unknown): what an outage shows first.
+    #[serde(default)]
+    pub failed_attempts_last_hour: u64,
+    /// When an attempt to it last failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_at: Option<String>,
     /// Attempts in a row that could not connect (refused, unreachable, name not resolved).
     pub connect_failures: u32,
     /// Whether nothing is sent to it now: paused for refusing connections, or waiting out a

@@ -28,7 +28,11 @@ fn table(s: &StatsView) -> Table {
         "oldest due".to_owned(),
         match (&s.oldest_due_at, &s.oldest_due_age) {
             (Some(at), Some(age)) => format!("{at} (waiting {age})"),
-            _ => "none waiting".to_owned(),
+            // Pending but not due: each waits for its retry's backoff or its notBefore.
+            _ => match s.deliveries.get("pending").copied().unwrap_or(0) {
+                0 => "nothing pending".to_owned(),
+                n => format!("none due now ({n} pending wait for a retry or their notBefore)"),
+            },
         },
     ]);
     t.row(["last 5 minutes".to_owned(), activity(&s.last_five_minutes)]);

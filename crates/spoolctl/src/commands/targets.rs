@@ -9,14 +9,18 @@ use crate::commands::{fetch_pages, Exit, Listing};
 use crate::output::{Output, Table};
 
 /// The header of `targets`.
-const HEADER: [&str; 8] = [
+/// `FAILED_1H` counts failed attempts (retried or not: an outage shows at once), `GAVE_UP_1H`
+/// the deliveries that failed for good.
+const HEADER: [&str; 10] = [
     "TARGET",
     "PENDING",
     "IN_FLIGHT",
     "FAILED_1H",
+    "GAVE_UP_1H",
     "CONNECT_FAILS",
     "PAUSED_UNTIL",
     "LAST_ERROR",
+    "LAST_FAILURE",
     "LAST_SUCCESS",
 ];
 
@@ -67,10 +71,12 @@ fn row(t: &TargetView) -> Vec<String> {
         t.origin.clone(),
         t.pending.to_string(),
         t.in_flight.to_string(),
+        t.failed_attempts_last_hour.to_string(),
         t.failed_last_hour.to_string(),
         t.connect_failures.to_string(),
         t.paused_until.clone().unwrap_or_else(dash),
         t.last_error_code.clone().unwrap_or_else(dash),
+        t.last_failure_at.clone().unwrap_or_else(dash),
         t.last_success_at.clone().unwrap_or_else(dash),
     ]
 }

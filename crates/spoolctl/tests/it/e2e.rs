@@ -518,7 +518,7 @@ async fn stats_and_targets_give_the_overview() {
          succeeded 0, unknown 0",
         "{stats}"
     );
-    assert_eq!(lines[1], "oldest due      none waiting", "{stats}");
+    assert_eq!(lines[1], "oldest due      nothing pending", "{stats}");
     assert_eq!(
         lines[2],
         "last 5 minutes  1 attempts: 0 succeeded, 0 to retry, 1 failed, 0 interrupted, 0 unknown",
@@ -534,16 +534,50 @@ async fn stats_and_targets_give_the_overview() {
     let origin = format!("http://127.0.0.1:{}", s.receiver.port());
     let lines: Vec<&str> = targets.lines().collect();
     assert_eq!(lines.len(), 2, "{targets}");
-    assert!(
-        lines[0].starts_with("TARGET") && lines[0].ends_with("LAST_ERROR   LAST_SUCCESS"),
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "TARGET",
+            "PENDING",
+            "IN_FLIGHT",
+            "FAILED_1H",
+            "GAVE_UP_1H",
+            "CONNECT_FAILS",
+            "PAUSED_UNTIL",
+            "LAST_ERROR",
+            "LAST_FAILURE",
+            "LAST_SUCCESS"
+        ],
         "{targets}"
     );
     let cells: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
-        cells,
-        [origin.as_str(), "0", "0", "1", "0", "-", "http_status", "-"],
+        cells[..8],
+        [origin.as_str(), "0", "0", "1", "1", "0", "-", "http_status"],
         "{targets}"
     );
+    assert!(
+        spool_proto::units::parse_time(cells[8]).is_ok(),
+        "{targets}"
+    );
+    assert_eq!(cells[9], "-", "{targets}");
+    // Retried failures count too: an outage shows before anything fails for good.
+    s.receiver
+        .push_replies([Reply::status(503), Reply::status(503)]);
+    let out = check_ok(&s.ctl(&["send", &url, "-d", "{}"]).await);
+    s.api()
+        .wait_status(&row_id(&out), &["succeeded"], WAIT)
+        .await
+        .expect("delivered after two 503s");
+    let targets = check_ok(&s.ctl(&["targets"]).await);
+    let cells: Vec<&str> = targets
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(cells[3..5], ["3", "1"], "{targets}");
     let json: Value =
         serde_json::from_str(&check_ok(&s.ctl(&["targets", "--all", "--json"]).await))
             .expect("JSON");

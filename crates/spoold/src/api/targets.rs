@@ -56,7 +56,7 @@ pub async fn targets(
         .into_iter()
         .filter(|(o, _)| after.as_ref().is_none_or(|a| o > a))
     {
-        let shown = activity.failed_last_hour > 0
+        let shown = activity.failed_attempts_last_hour > 0
             || activity.paused_until.is_some()
             || rows.contains_key(&origin);
         if shown {
@@ -74,6 +74,8 @@ pub async fn targets(
             pending,
             in_flight,
             failed_last_hour: a.failed_last_hour,
+            failed_attempts_last_hour: a.failed_attempts_last_hour,
+            last_failure_at: a.last_failure_at.map(format_time),
             connect_failures: a.connect_failures,
             paused: a.paused_until.is_some(),
             paused_until: a.paused_until.map(format_time),

@@ -38,6 +38,9 @@ pub struct Window {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TargetActivity {
     pub failed_last_hour: u64,
+    /// Attempts that failed (retryable, terminal or unknown) in the last hour.
+    pub failed_attempts_last_hour: u64,
+    pub last_failure_at: Option<Millis>,
     /// Attempts in a row that could not connect.
     pub connect_failures: u32,
     /// Paused (refusing connections) or holding us back (`Retry-After`) until then.
@@ -67,6 +70,8 @@ struct Inner {
 #[derive(Debug, Default)]
 struct Target {
     failed: Minutes,
+    failed_attempts: Minutes,
+    last_failure_at: Option<Millis>,
     connect_failures: u32,
     paused_until: Option<Millis>,
     last_error_code: Option<String>,
@@ -137,6 +142,13 @@ impl Activity {
             Result::TerminalFailure => target.failed.add(minute),
             _ => {}
         }
+        if matches!(
+            result,
+            Result::RetryableFailure | Result::TerminalFailure | Result::Unknown
+        ) {
+            target.failed_attempts.add(minute);
+            target.last_failure_at = Some(now);
+        }
         if let Some(code) = error_code {
             target.last_error_code = Some(code.to_owned());
         }
@@ -184,6 +196,8 @@ impl Activity {
                     origin.clone(),
                     TargetActivity {
                         failed_last_hour: t.failed.sum(minute, MINUTES),
+                        failed_attempts_last_hour: t.failed_attempts.sum(minute, MINUTES),
+                        last_failure_at: t.last_failure_at,
                         connect_failures: t.connect_failures,
                         paused_until: t.paused_until.filter(|p| *p > now),
                         last_error_code: t.last_error_code.clone(),
@@ -236,6 +250,13 @@ mod tests {
             Some("http_status"),
             1_000,
         );
+        // An outage answered 503: retried, not failed for good, but counted as failed attempts.
+        a.result(
+            "http://127.0.0.1:80",
+            Result::RetryableFailure,
+            Some("http_status"),
+            1_500,
+        );
         a.result("http://127.0.0.1:80", Result::Succeeded, None, 2_000);
         a.health("http://127.0.0.2:80", 3, Some(10_000));
         let (five, hour) = a.windows();
@@ -252,6 +273,8 @@ mod tests {
                 "http://127.0.0.1:80".to_owned(),
                 TargetActivity {
                     failed_last_hour: 1,
+                    failed_attempts_last_hour: 2,
+                    last_failure_at: Some(1_500),
                     connect_failures: 0,
                     paused_until: None,
                     last_error_code: Some("http_status".into()),
