@@ -561,3 +561,20 @@ async fn an_interrupted_task_waits_in_manual_review() {
         stderr(&o)
     );
 }
+
+/// `task logs -f` on a task that has not started yet waits for its attempt (saying so once on
+/// stderr), then prints its output; without `-f` there is no output yet, said as an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn following_the_logs_of_a_task_not_yet_started_waits_for_it() {
+    let t = TaskSpoold::start(&[]).await;
+    let id = t.submit(&["fail", "--not-before", "1s"]).await;
+    let o = t.ctl(&["task", "logs", &id]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = t.ctl(&["task", "logs", &id, "-f"]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "boom\n");
+    assert_eq!(
+        stderr(&o),
+        format!("spoolctl: task {id} is pending; waiting for attempt 1 to start\n")
+    );
+}

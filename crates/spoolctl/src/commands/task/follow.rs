@@ -7,13 +7,10 @@ use spool_proto::TaskView;
 
 use crate::cli::FollowArgs;
 use crate::client::{Client, ClientError, OutputQuery};
-use crate::commands::task::logs;
+use crate::commands::task::logs::{self, OUTPUT_NOT_FOUND};
 use crate::commands::task::wait::final_exit;
 use crate::commands::Exit;
 use crate::output::Output;
-
-/// spoold's error code for an attempt without output (none kept, or not there yet).
-const OUTPUT_NOT_FOUND: &str = "output_not_found";
 
 /// Follows the task's attempts, then returns its last state and what it means for the exit
 /// status (as `task wait` maps it). Past `args.timeout`, if there is one, the task is read once
