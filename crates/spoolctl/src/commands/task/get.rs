@@ -1,7 +1,7 @@
 //! `spoolctl task get ID`: the whole task: its row, every field that is set, its parameters,
 //! the steps it reported done, what it wrote to its result file, and its error.
 
-use spool_proto::TaskView;
+use spool_proto::{LockList, TaskStatus, TaskView};
 
 use crate::cli::TaskIdArgs;
 use crate::client::Client;
@@ -15,13 +15,61 @@ pub async fn run(client: &Client, args: TaskIdArgs, out: &mut Output<'_>) -> any
     if out.is_json() {
         out.json(&task)?;
     } else {
-        out.raw(render(&task).as_bytes())?;
+        // What a pending task that is due waits for: a lock shows in the locks' queues.
+        let locks = match task.status {
+            TaskStatus::Pending => client.locks().await.ok(),
+            _ => None,
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let waiting = waiting_for(&task, locks.as_ref(), now);
+        out.raw(render(&task, waiting).as_bytes())?;
     }
     Ok(Exit::Success)
 }
 
+/// What a pending task waits for, in words: its next run (a retry's backoff, its notBefore),
+/// or, when it is due, the lock another task holds, or a free slot.
+fn waiting_for(t: &TaskView, locks: Option<&LockList>, now: i64) -> Option<String> {
+    if t.status != TaskStatus::Pending {
+        return None;
+    }
+    let next = t
+        .next_run_at
+        .as_deref()
+        .and_then(|at| spool_proto::units::parse_time(at).ok());
+    if let Some(at) = next.filter(|at| *at > now) {
+        let why = if t.attempt == 0 {
+            "its notBefore"
+        } else {
+            "the backoff before its next attempt"
+        };
+        return Some(format!(
+            "{why}, {} from now",
+            spool_proto::units::format_duration(std::time::Duration::from_millis(
+                (at - now) as u64
+            ))
+        ));
+    }
+    let held = locks.and_then(|l| {
+        l.locks
+            .iter()
+            .find(|lock| lock.waiting.iter().any(|w| *w == t.id))
+    });
+    Some(match held {
+        Some(lock) => format!(
+            "the lock {} (held by task {}, {})",
+            lock.name, lock.task_id, lock.task_status
+        ),
+        None => {
+            "a free slot: its type's concurrency, --task-concurrency, or the next claim".to_owned()
+        }
+    })
+}
+
 /// The lines `task get` prints.
-fn render(t: &TaskView) -> String {
+fn render(t: &TaskView, waiting: Option<String>) -> String {
     let mut out = String::new();
     let mut row = Table::new();
     row.row(task_row(Some("get"), t));
@@ -46,6 +94,7 @@ fn render(t: &TaskView) -> String {
     field("started", t.started_at.clone());
     field("finished", t.finished_at.clone());
     field("next run", t.next_run_at.clone());
+    field("waiting for", waiting);
     field("queue deadline", t.queue_deadline.clone());
     field("retry deadline", t.retry_deadline.clone());
     field("retryable", Some(yes_no(t.retryable)));
@@ -114,7 +163,7 @@ mod tests {
         }))
         .expect("a task");
         assert_eq!(
-            render(&t),
+            render(&t, None),
             "get  0190f3c2a1b27c4e9d0a5b6c7d8e9f01  failed  2/2  backup\n\
              \x20 type:        backup\n\
              \x20 status:      failed\n\
@@ -146,12 +195,50 @@ mod tests {
         }))
         .expect("a task");
         assert!(
-            render(&t).contains(
+            render(&t, None).contains(
                 "  ending:     its executor is gone (daemon_restart); what is left of its attempt \
                  is being ended\n"
             ),
             "{}",
-            render(&t)
+            render(&t, None)
         );
+    }
+
+    #[test]
+    fn a_pending_task_says_what_it_waits_for() {
+        let pending = |attempt: u32, next: &str| -> TaskView {
+            serde_json::from_value(serde_json::json!({
+                "id": "0190f3c2a1b27c4e9d0a5b6c7d8e9f01", "type": "deploy", "status": "pending",
+                "attempt": attempt, "maxAttempts": 3, "params": {}, "scope": "deploy",
+                "createdAt": "2026-07-18T12:00:00.000Z", "retryable": true,
+                "completedSteps": [], "nextRunAt": next,
+            }))
+            .expect("a task")
+        };
+        let now = spool_proto::units::parse_time("2026-07-18T12:00:00.000Z").expect("time");
+        assert_eq!(
+            waiting_for(&pending(0, "2026-07-18T12:01:30.000Z"), None, now).as_deref(),
+            Some("its notBefore, 1m30s from now")
+        );
+        assert_eq!(
+            waiting_for(&pending(1, "2026-07-18T12:00:04.000Z"), None, now).as_deref(),
+            Some("the backoff before its next attempt, 4s from now")
+        );
+        let locks: LockList = serde_json::from_value(serde_json::json!({"locks": [{
+            "name": "env:prod", "taskId": "0190f3c2a1b27c4e9d0a5b6c7d8e9f02", "taskType": "deploy",
+            "taskStatus": "running", "attempt": 1, "since": "2026-07-18T11:59:00.000Z",
+            "waiting": ["0190f3c2a1b27c4e9d0a5b6c7d8e9f01"],
+        }]}))
+        .expect("locks");
+        let due = pending(0, "2026-07-18T11:59:59.000Z");
+        assert_eq!(
+            waiting_for(&due, Some(&locks), now).as_deref(),
+            Some("the lock env:prod (held by task 0190f3c2a1b27c4e9d0a5b6c7d8e9f02, running)")
+        );
+        assert_eq!(
+            waiting_for(&due, None, now).as_deref(),
+            Some("a free slot: its type's concurrency, --task-concurrency, or the next claim")
+        );
+        assert!(render(&due, waiting_for(&due, None, now)).contains("  waiting for: "));
     }
 }
