@@ -52,11 +52,7 @@ fn waiting_for(t: &TaskView, locks: Option<&LockList>, now: i64) -> Option<Strin
             ))
         ));
     }
-    let held = locks.and_then(|l| {
-        l.locks
-            .iter()
-            .find(|lock| lock.waiting.iter().any(|w| *w == t.id))
-    });
+    let held = locks.and_then(|l| l.locks.iter().find(|lock| lock.waiting.contains(&t.id)));
     Some(match held {
         Some(lock) => format!(
             "the lock {} (held by task {}, {})",
