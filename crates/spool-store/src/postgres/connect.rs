@@ -23,6 +23,18 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// Where it connects, for messages: `host:port` (or the socket directory), no credentials.
+    pub(crate) fn address(&self) -> String {
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        match self.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(host)) => format!("{host}:{port}"),
+            Some(tokio_postgres::config::Host::Unix(dir)) => {
+                format!("{}/.s.PGSQL.{port}", dir.display())
+            }
+            None => format!("localhost:{port}"),
+        }
+    }
+
     /// Parse `url`. `sslmode=require`, `verify-ca` and `verify-full` connect with TLS and verify
     /// the server's certificate against the system's roots (rustls has no unverified mode);
     /// without `sslmode`, or with `disable`/`prefer`, the connection is not encrypted.

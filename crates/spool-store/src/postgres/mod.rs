@@ -208,7 +208,13 @@ impl PgStore {
         // Creates have connections of their own: a client waiting for its acknowledgement
         // never queues behind delivery work.
         let enqueue_pool = target.pool(enqueue::WRITERS)?;
-        let client = pool.get().await.map_err(map_pool_err)?;
+        // The first connection says where it went: a daemon that cannot start names the server.
+        let client = pool.get().await.map_err(|e| match map_pool_err(e) {
+            StoreError::Unavailable(why) => {
+                StoreError::Unavailable(format!("PostgreSQL at {}: {why}", target.address()))
+            }
+            other => other,
+        })?;
         let sync: String = client
             .query_one("SHOW synchronous_commit", &[])
             .await
@@ -1055,11 +1061,23 @@ fn warn_every(last: &AtomicI64, message: &str) {
     }
 }
 
+/// The server's own words for a database error; otherwise the error with its causes (`error
+/// connecting to server: Connection refused (os error 111)`), passwords redacted.
 fn describe(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{}: {}", db.severity(), db.message()),
-        None => redact_url(&e.to_string()),
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
     }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    redact_url(&text)
 }
 
 /// Classify a PostgreSQL error into the store's terms.

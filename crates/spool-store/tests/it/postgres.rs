@@ -509,7 +509,12 @@ async fn an_unreachable_server_is_unavailable() {
     // Port 1 on loopback: nothing listens there.
     match open("postgres://postgres@127.0.0.1:1/none", 0).await {
         Err(StoreError::Unavailable(message)) => {
-            assert!(!message.is_empty());
+            // The server, where it was sought, and why it did not answer.
+            assert!(
+                message.starts_with("PostgreSQL at 127.0.0.1:1: cannot connect: ")
+                    && message.ends_with("Connection refused (os error 111)"),
+                "{message}"
+            );
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }

@@ -98,8 +98,14 @@ async fn an_unreachable_database_server_exits_1() {
     .await
     .expect("runs");
     assert_eq!(status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("database unavailable: cannot connect"),
+    // The server, where, and why: one line, its last.
+    let last = stderr.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        format!(
+            "spoold: database unavailable: PostgreSQL at 127.0.0.1:{port}: cannot connect: error \
+             connecting to server: Connection refused (os error 111)"
+        ),
         "{stderr}"
     );
     assert!(!stderr.contains("hunter2"), "{stderr}");
