@@ -299,7 +299,22 @@ impl Store {
         limit: u32,
         after: Option<String>,
     ) -> Result<Page> {
-        dispatch!(self, s => s.list(status, limit, after).await)
+        let filter = model::ListFilter {
+            status,
+            ..model::ListFilter::default()
+        };
+        self.list_filtered(filter, limit, after).await
+    }
+
+    /// The deliveries `filter` picks, in its order, without headers and bodies; `after` is a
+    /// cursor from a previous page of the same listing.
+    pub async fn list_filtered(
+        &self,
+        filter: model::ListFilter,
+        limit: u32,
+        after: Option<String>,
+    ) -> Result<Page> {
+        dispatch!(self, s => s.list(filter, limit, after).await)
     }
 
     /// The attempt history across all cycles, oldest first; `None` if the delivery is unknown.

@@ -635,6 +635,18 @@ pub enum Resolution {
     Resend,
 }
 
+/// Which deliveries a listing shows, in which order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    pub status: Option<DeliveryStatus>,
+    /// Only to this origin (`scheme://host:port`).
+    pub origin: Option<String>,
+    /// Only those created at or after this time.
+    pub created_after: Option<Millis>,
+    /// Newest first (ids are in creation order); oldest first otherwise.
+    pub newest_first: bool,
+}
+
 /// A page of a listing.
 #[derive(Debug, Clone)]
 pub struct Page {

@@ -416,6 +416,23 @@ pub struct ListArgs {
     #[arg(long, value_enum)]
     pub status: Option<StatusArg>,
 
+    /// Only deliveries to this target (a URL or scheme://host[:port])
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
+
+    /// Only deliveries created since: a duration ago (24h, 7d) or an RFC 3339 time
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+
+    /// Oldest first [default: newest first, but oldest first for --status pending|in_flight,
+    /// the order they are sent in]
+    #[arg(long, conflicts_with = "newest_first")]
+    pub oldest_first: bool,
+
+    /// Newest first, whatever --status
+    #[arg(long)]
+    pub newest_first: bool,
+
     #[command(flatten)]
     pub page: PageArgs,
 }

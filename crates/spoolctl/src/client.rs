@@ -302,6 +302,11 @@ impl fmt::Debug for Token {
 #[derive(Debug, Clone, Default)]
 pub struct ListQuery<'a> {
     pub status: Option<DeliveryStatus>,
+    /// Only to this target (a URL or origin).
+    pub target: Option<&'a str>,
+    /// Only created at or after this RFC 3339 time.
+    pub created_after: Option<&'a str>,
+    pub newest_first: bool,
     pub limit: u32,
     pub cursor: Option<&'a str>,
 }
@@ -405,6 +410,15 @@ impl Client {
         q.append_pair("limit", &query.limit.to_string());
         if let Some(status) = query.status {
             q.append_pair("status", status.as_str());
+        }
+        if let Some(target) = query.target {
+            q.append_pair("target", target);
+        }
+        if let Some(after) = query.created_after {
+            q.append_pair("createdAfter", after);
+        }
+        if query.newest_first {
+            q.append_pair("order", "desc");
         }
         if let Some(cursor) = query.cursor {
             q.append_pair("cursor", cursor);

@@ -23,8 +23,8 @@ use super::{exec, get as col, one, row, rows, Call, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptResult, Body, Capacity, Check, CheckResult, CheckVerdict,
-    ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, Millis, Mode,
-    NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed, Reservation, Resolution,
+    ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, ListFilter, Millis,
+    Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed, Reservation, Resolution,
     StartOutcome, Stats, Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
@@ -1348,50 +1348,40 @@ pub(crate) async fn get<C: GenericClient>(c: &C, id: &str) -> Result<Option<Deli
 /// Oldest first (ids are time-ordered); `after` is the id of the last row of the previous page.
 pub(crate) async fn list<C: GenericClient>(
     c: &C,
-    status: Option<DeliveryStatus>,
+    filter: &ListFilter,
     limit: u32,
     after: Option<&str>,
 ) -> Result<Page> {
-    let status = status.map(DeliveryStatus::as_str);
+    let status = filter.status.map(DeliveryStatus::as_str);
     let fetch = i64::from(limit) + 1;
-    // Only the parameters a query uses are sent (PostgreSQL must know each one's type): one
-    // statement per combination of filters.
-    let (sql, params): (&str, Vec<&(dyn tokio_postgres::types::ToSql + Sync)>) =
-        match (&status, &after) {
-            (None, None) => (
-                concat!(
-                    "SELECT ",
-                    list_columns!(),
-                    " FROM deliveries ORDER BY id LIMIT $1"
-                ),
-                vec![&fetch],
-            ),
-            (Some(status), None) => (
-                concat!(
-                    "SELECT ",
-                    list_columns!(),
-                    " FROM deliveries WHERE status = $1 ORDER BY id LIMIT $2"
-                ),
-                vec![status, &fetch],
-            ),
-            (None, Some(after)) => (
-                concat!(
-                    "SELECT ",
-                    list_columns!(),
-                    " FROM deliveries WHERE id > $1 ORDER BY id LIMIT $2"
-                ),
-                vec![after, &fetch],
-            ),
-            (Some(status), Some(after)) => (
-                concat!(
-                    "SELECT ",
-                    list_columns!(),
-                    " FROM deliveries WHERE status = $1 AND id > $2 ORDER BY id LIMIT $3"
-                ),
-                vec![status, after, &fetch],
-            ),
-        };
-    let mut deliveries = rows(c, sql, &params)
+    // Only the parameters a query uses are sent (PostgreSQL must know each one's type).
+    let mut conditions: Vec<(&str, &(dyn tokio_postgres::types::ToSql + Sync))> = Vec::new();
+    if let Some(status) = &status {
+        conditions.push(("status =", status));
+    }
+    if let Some(origin) = &filter.origin {
+        conditions.push(("origin =", origin));
+    }
+    if let Some(since) = &filter.created_after {
+        conditions.push(("created_at >=", since));
+    }
+    if let Some(after) = &after {
+        let op = if filter.newest_first { "id <" } else { "id >" };
+        conditions.push((op, after));
+    }
+    let mut sql = concat!("SELECT ", list_columns!(), " FROM deliveries WHERE TRUE").to_owned();
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = Vec::new();
+    for (condition, value) in conditions {
+        params.push(value);
+        sql.push_str(&format!(" AND {condition} ${}", params.len()));
+    }
+    params.push(&fetch);
+    sql.push_str(&format!(
+        " ORDER BY id{} LIMIT ${}",
+        if filter.newest_first { " DESC" } else { "" },
+        params.len()
+    ));
+    let mut deliveries = rows(c, &sql, &params)
         .await?
         .iter()
         .map(|r| row_to_delivery(r, false))

@@ -690,13 +690,13 @@ impl PgStore {
 
     pub async fn list(
         &self,
-        status: Option<DeliveryStatus>,
+        filter: crate::model::ListFilter,
         limit: u32,
         after: Option<String>,
     ) -> Result<Page> {
         read!(self, |c| deliveries::list(
             c,
-            status,
+            &filter,
             limit,
             after.as_deref()
         ))

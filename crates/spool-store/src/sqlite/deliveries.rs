@@ -11,8 +11,8 @@ use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, Check,
     CheckResult, CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition,
-    InsertOutcome, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed,
-    Reservation, Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
+    InsertOutcome, ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page,
+    Reclaimed, Reservation, Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
     DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
@@ -1281,30 +1281,44 @@ pub(crate) fn get(conn: &Connection, id: &str) -> Result<Option<Delivery>> {
 /// Oldest first (ids are time-ordered); `after` is the id of the last row of the previous page.
 pub(crate) fn list(
     conn: &Connection,
-    status: Option<DeliveryStatus>,
+    filter: &ListFilter,
     limit: u32,
     after: Option<&str>,
 ) -> Result<Page> {
     let mut sql = format!("SELECT {LIST_COLUMNS} FROM deliveries WHERE 1 = 1");
-    if status.is_some() {
-        sql.push_str(" AND status = ?1");
+    let status = filter.status.map(DeliveryStatus::as_str);
+    let fetch = i64::from(limit) + 1;
+    let mut bound: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":fetch", &fetch)];
+    if let Some(status) = &status {
+        sql.push_str(" AND status = :status");
+        bound.push((":status", status));
     }
-    if after.is_some() {
-        sql.push_str(" AND id > ?2");
+    if let Some(origin) = &filter.origin {
+        sql.push_str(" AND origin = :origin");
+        bound.push((":origin", origin));
     }
-    sql.push_str(" ORDER BY id LIMIT ?3");
+    if let Some(since) = &filter.created_after {
+        sql.push_str(" AND created_at >= :since");
+        bound.push((":since", since));
+    }
+    if let Some(after) = &after {
+        sql.push_str(if filter.newest_first {
+            " AND id < :after"
+        } else {
+            " AND id > :after"
+        });
+        bound.push((":after", after));
+    }
+    sql.push_str(if filter.newest_first {
+        " ORDER BY id DESC LIMIT :fetch"
+    } else {
+        " ORDER BY id LIMIT :fetch"
+    });
     let mut rows: Vec<Delivery> = conn
         .prepare_cached(&sql)
         .and_then(|mut st| {
-            st.query_map(
-                params![
-                    status.map(DeliveryStatus::as_str),
-                    after,
-                    i64::from(limit) + 1
-                ],
-                |r| row_to_delivery(r, false),
-            )?
-            .collect()
+            st.query_map(bound.as_slice(), |r| row_to_delivery(r, false))?
+                .collect()
         })
         .map_err(map_err)?;
     let next_cursor = super::next_page(&mut rows, limit, |d| &d.id);

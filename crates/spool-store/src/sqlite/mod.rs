@@ -716,11 +716,11 @@ impl SqliteStore {
 
     pub async fn list(
         &self,
-        status: Option<DeliveryStatus>,
+        filter: crate::model::ListFilter,
         limit: u32,
         after: Option<String>,
     ) -> Result<Page> {
-        self.read(move |c| deliveries::list(c, status, limit, after.as_deref()))
+        self.read(move |c| deliveries::list(c, &filter, limit, after.as_deref()))
             .await
     }
 

@@ -72,6 +72,7 @@ macro_rules! conformance_suite {
             recover_interrupts_started_and_releases_reserved,
             renew_and_reclaim_takes_only_lapsed_leases,
             list_paginates_every_row_once,
+            list_filters_by_target_and_time_in_either_order,
             list_filters_by_status,
             next_due_and_stats,
             counts_follow_every_change,
@@ -1736,6 +1737,58 @@ pub async fn list_paginates_every_row_once(store: Store) {
     let first = store.list(None, 25, None).await.expect("list");
     assert_eq!(first.deliveries.len(), 25);
     assert_eq!(first.next_cursor, None);
+}
+
+pub async fn list_filters_by_target_and_time_in_either_order(store: Store) {
+    for n in 1..=12 {
+        let url = if n % 3 == 0 { URL_B } else { URL_A };
+        create(&store, new_delivery(&id(n), None, url)).await;
+    }
+    // Every page of a filtered listing, its cursor passed back.
+    let all = |filter: spool_store::model::ListFilter| {
+        let store = store.clone();
+        async move {
+            let (mut seen, mut cursor) = (Vec::new(), None);
+            loop {
+                let page = store
+                    .list_filtered(filter.clone(), 3, cursor)
+                    .await
+                    .expect("list");
+                seen.extend(page.deliveries.into_iter().map(|d| d.id));
+                cursor = page.next_cursor;
+                if cursor.is_none() {
+                    return seen;
+                }
+            }
+        }
+    };
+    let ids = |ns: &[u32]| ns.iter().map(|n| id(*n)).collect::<Vec<_>>();
+    let b = spool_store::model::ListFilter {
+        origin: Some(ORIGIN_B.into()),
+        ..Default::default()
+    };
+    assert_eq!(all(b.clone()).await, ids(&[3, 6, 9, 12]));
+    let newest_b = spool_store::model::ListFilter {
+        newest_first: true,
+        ..b
+    };
+    assert_eq!(all(newest_b).await, ids(&[12, 9, 6, 3]));
+    let newest = spool_store::model::ListFilter {
+        newest_first: true,
+        ..Default::default()
+    };
+    let mut everything = ids(&(1..=12).collect::<Vec<_>>());
+    everything.reverse();
+    assert_eq!(all(newest).await, everything);
+    // Created since: all of them (they were just made), none in the future.
+    let created = get(&store, &id(1)).await.created_at;
+    let since = |at| spool_store::model::ListFilter {
+        created_after: Some(at),
+        status: Some(DeliveryStatus::Pending),
+        ..Default::default()
+    };
+    assert_eq!(all(since(created)).await.len(), 12);
+    assert!(all(since(created + 86_400_000)).await.is_empty());
 }
 
 pub async fn list_filters_by_status(store: Store) {

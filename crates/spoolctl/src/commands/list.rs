@@ -1,9 +1,10 @@
 //! `spoolctl list`: one page of deliveries, or with `--all` every page merged into one table
 //! (or one JSON document), so columns line up across pages.
 
+use spool_proto::units;
 use spool_proto::{DeliveryList, DeliveryStatus, DeliveryView};
 
-use crate::cli::ListArgs;
+use crate::cli::{ListArgs, UsageError};
 use crate::client::{Client, ListQuery};
 use crate::commands::{fetch_pages, Exit, Listing};
 use crate::output::{delivery_row, Output, Table, LIST_HEADER};
@@ -11,9 +12,15 @@ use crate::output::{delivery_row, Output, Table, LIST_HEADER};
 pub async fn run(client: &Client, args: ListArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let status = args.status.map(DeliveryStatus::from);
     let limit = args.page.limit;
+    let created_after = args.since.as_deref().map(since).transpose()?;
+    let newest_first = newest_first(&args, status);
+    let (target, created_after) = (args.target.as_deref(), created_after.as_deref());
     let list: DeliveryList = fetch_pages(&args.page, |cursor| async move {
         let query = ListQuery {
             status,
+            target,
+            created_after,
+            newest_first,
             limit,
             cursor: cursor.as_deref(),
         };
@@ -22,6 +29,36 @@ pub async fn run(client: &Client, args: ListArgs, out: &mut Output<'_>) -> anyho
     .await?;
     print(out, &list)?;
     Ok(Exit::Success)
+}
+
+/// The order asked for: newest first, unless the listing is of work still to be sent (pending,
+/// in flight), which reads best in the order it goes out.
+fn newest_first(args: &ListArgs, status: Option<DeliveryStatus>) -> bool {
+    if args.newest_first || args.oldest_first {
+        return args.newest_first;
+    }
+    !matches!(
+        status,
+        Some(DeliveryStatus::Pending | DeliveryStatus::InFlight)
+    )
+}
+
+/// `--since`: a duration ago (`24h`, `7d`) or an RFC 3339 time, as RFC 3339.
+fn since(text: &str) -> Result<String, UsageError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let at = match units::parse_time(text) {
+        Ok(at) => at,
+        Err(_) => units::parse_duration(text)
+            .map(|ago| now - ago.as_millis() as i64)
+            .map_err(|_| {
+                UsageError::new(format!(
+                    "--since {text:?} is not a duration ago (24h, 7d) or an RFC 3339 time"
+                ))
+            })?,
+    };
+    Ok(units::format_time(at))
 }
 
 impl Listing for DeliveryList {

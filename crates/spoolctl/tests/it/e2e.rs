@@ -228,7 +228,13 @@ async fn list_pages_and_json() {
         t
     };
 
-    assert_eq!(check_ok(&s.ctl(&["list"]).await), table(&ids));
+    // Newest first by default; oldest first on request, and for work still to be sent.
+    let newest: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(check_ok(&s.ctl(&["list"]).await), table(&newest));
+    assert_eq!(
+        check_ok(&s.ctl(&["list", "--oldest-first"]).await),
+        table(&ids)
+    );
 
     let o = s
         .ctl(&["list", "--status", "pending", "--limit", "1"])
@@ -245,9 +251,31 @@ async fn list_pages_and_json() {
         "{err:?}"
     );
 
-    // The cursor continues where the first page stopped.
-    let o = s.ctl(&["list", "--limit", "1", "--cursor", cursor]).await;
+    // The cursor continues where the first page stopped, in the same order.
+    let o = s
+        .ctl(&[
+            "list", "--status", "pending", "--limit", "1", "--cursor", cursor,
+        ])
+        .await;
     assert_eq!(stdout(&o), table(&ids[1..2]), "stderr: {}", stderr(&o));
+    let o = s
+        .ctl(&["list", "--newest-first", "--limit", "2", "--all"])
+        .await;
+    assert_eq!(stdout(&o), table(&newest), "stderr: {}", stderr(&o));
+    // By target (a URL or its origin) and by creation time.
+    let origin = format!("http://127.0.0.1:{}", s.receiver.port());
+    for target in [url.as_str(), origin.as_str()] {
+        let out = check_ok(&s.ctl(&["list", "--target", target, "--oldest-first"]).await);
+        assert_eq!(out, table(&ids), "{target}");
+    }
+    let elsewhere = check_ok(&s.ctl(&["list", "--target", "http://127.0.0.1:1"]).await);
+    assert_eq!(elsewhere, "ID  STATUS  ATTEMPTS  METHOD  TARGET\n");
+    let recent = check_ok(&s.ctl(&["list", "--since", "1h", "--oldest-first"]).await);
+    assert_eq!(recent, table(&ids));
+    let future = check_ok(&s.ctl(&["list", "--since", "2099-01-01T00:00:00Z"]).await);
+    assert_eq!(future, "ID  STATUS  ATTEMPTS  METHOD  TARGET\n");
+    let o = s.ctl(&["list", "--since", "yesterday"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 
     // --all follows every cursor and prints one table.
     let out = check_ok(
@@ -270,7 +298,7 @@ async fn list_pages_and_json() {
         .iter()
         .map(|d| d["id"].as_str().expect("id"))
         .collect();
-    assert_eq!(listed, ids);
+    assert_eq!(listed, newest);
 
     let out = check_ok(&s.ctl(&["list", "--json", "--all", "--limit", "2"]).await);
     assert_eq!(out.lines().count(), 1, "one document: {out}");

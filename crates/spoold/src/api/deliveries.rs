@@ -118,10 +118,13 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
         ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries in this status"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
         ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
+        ("target" = Option<String>, Query, description = "Only deliveries to this target: a URL or `scheme://host[:port]`; its origin is what counts"),
+        ("createdAfter" = Option<String>, Query, description = "Only deliveries created at or after this RFC 3339 time"),
+        ("order" = Option<String>, Query, description = "`asc` (default: oldest first) or `desc` (newest first)"),
     ),
     responses(
-        (status = 200, description = "Oldest first, without headers and bodies", body = DeliveryList),
-        (status = 400, description = "`invalid_status`, `invalid_limit` or `invalid_cursor`", body = ErrorBody),
+        (status = 200, description = "Oldest first (or newest first with `order=desc`), without headers and bodies", body = DeliveryList),
+        (status = 400, description = "`invalid_status`, `invalid_limit`, `invalid_cursor`, or `invalid_request` for a bad `target`, `createdAfter` or `order`", body = ErrorBody),
     )
 )]
 pub async fn list(
@@ -138,7 +141,35 @@ pub async fn list(
     };
     let limit = page_limit(&params)?;
     let cursor = page_cursor(&params)?;
-    let page = state.store.list(status, limit, cursor).await?;
+    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
+    let origin = match params.get("target").map(String::as_str) {
+        None | Some("") => None,
+        Some(t) => Some(
+            crate::deliveries::submission::origin_filter(t).ok_or_else(|| {
+                invalid(format!(
+                    "target {t:?} is not an http(s) URL or origin, e.g. https://hooks.example.com"
+                ))
+            })?,
+        ),
+    };
+    let created_after = match params.get("createdAfter").map(String::as_str) {
+        None | Some("") => None,
+        Some(t) => Some(
+            spool_proto::units::parse_time(t).map_err(|e| invalid(format!("createdAfter: {e}")))?,
+        ),
+    };
+    let newest_first = match params.get("order").map(String::as_str) {
+        None | Some("") | Some("asc") => false,
+        Some("desc") => true,
+        Some(other) => return Err(invalid(format!("order {other:?} is not asc or desc"))),
+    };
+    let filter = model::ListFilter {
+        status,
+        origin,
+        created_after,
+        newest_first,
+    };
+    let page = state.store.list_filtered(filter, limit, cursor).await?;
     let deliveries: Vec<DeliveryView> = page
         .deliveries
         .into_iter()

@@ -57,7 +57,28 @@ pub fn decode(bytes: &[u8]) -> Result<CreateDelivery, Rejection> {
         })
 }
 
-/// Apply every rule and build the delivery to insert.
+/// A target's origin as deliveries are grouped by it: `scheme://host:port`, the host in lower
+/// case and the port always written.
+pub fn origin_of(url: &url::Url, host: &str) -> String {
+    format!(
+        "{}://{}:{}",
+        url.scheme(),
+        host.to_ascii_lowercase(),
+        url.port_or_known_default().unwrap_or(0)
+    )
+}
+
+/// A target as an operator names it in a filter (`https://hooks.example.com`, with a path or
+/// not), as its origin; `None` if it is not an http(s) URL with a host.
+pub fn origin_filter(text: &str) -> Option<String> {
+    let url = url::Url::parse(text.trim()).ok()?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return None;
+    }
+    let host = url.host_str().filter(|h| !h.is_empty())?.to_owned();
+    Some(origin_of(&url, &host))
+}
+
 /// What a create is judged by besides its own fields.
 #[derive(Debug, Clone, Default)]
 pub struct Rules {
@@ -99,12 +120,7 @@ pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, R
         return Err(invalid("target URL must not include a fragment"));
     }
     let target_url = url.as_str().to_owned();
-    let origin = format!(
-        "{}://{}:{}",
-        url.scheme(),
-        host.to_ascii_lowercase(),
-        url.port_or_known_default().unwrap_or(0)
-    );
+    let origin = origin_of(&url, host);
     if let Some(ip) = literal_ip(&url) {
         policy.check(ip).map_err(|denied| {
             reject(

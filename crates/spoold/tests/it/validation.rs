@@ -184,6 +184,24 @@ async fn routing_and_lookup_errors_are_json() {
         ),
         (
             http::Method::GET,
+            "/v1/deliveries?order=up".into(),
+            400,
+            "invalid_request",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries?target=ftp://files.example.com".into(),
+            400,
+            "invalid_request",
+        ),
+        (
+            http::Method::GET,
+            "/v1/deliveries?createdAfter=yesterday".into(),
+            400,
+            "invalid_request",
+        ),
+        (
+            http::Method::GET,
             format!("/v1/deliveries/{unknown}/attempts"),
             404,
             "not_found",
