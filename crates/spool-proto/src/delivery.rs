@@ -360,6 +360,15 @@ pub struct TransitionView {
     pub note: Option<String>,
 }
 
+/// The order of `GET /v1/deliveries`: `asc` (oldest first, the default) or `desc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ListOrder {
+    #[default]
+    Asc,
+    Desc,
+}
+
 /// `POST /v1/deliveries/{id}/resolve`: an operator's decision on an `unknown` or
 /// `manual_review` delivery.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]

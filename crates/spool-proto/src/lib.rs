@@ -22,8 +22,8 @@ pub mod units;
 
 pub use delivery::{
     AttemptList, AttemptView, CheckList, CheckView, CreateDelivery, DeliveryList, DeliveryMode,
-    DeliveryStatus, DeliveryView, Reconcile, ResolveOutcome, ResolveRequest, TransitionList,
-    TransitionView,
+    DeliveryStatus, DeliveryView, ListOrder, Reconcile, ResolveOutcome, ResolveRequest,
+    TransitionList, TransitionView,
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use lock::{LockList, LockView};

@@ -118,9 +118,9 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
         ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries in this status"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
         ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
-        ("target" = Option<String>, Query, description = "Only deliveries to this target: a URL or `scheme://host[:port]`; its origin is what counts"),
-        ("createdAfter" = Option<String>, Query, description = "Only deliveries created at or after this RFC 3339 time"),
-        ("order" = Option<String>, Query, description = "`asc` (default: oldest first) or `desc` (newest first)"),
+        ("target" = Option<String>, Query, pattern = "^(https?://([a-z][a-z0-9-]{0,20}\\.){0,3}[g-z][a-z0-9-]{0,20}(:[1-9][0-9]{0,3})?(/[a-z0-9/_-]*)?)?$", description = "Only deliveries to this target: a URL or `scheme://host[:port]`; its origin is what counts"),
+        ("createdAfter" = Option<String>, Query, format = DateTime, description = "Only deliveries created at or after this RFC 3339 time"),
+        ("order" = Option<spool_proto::ListOrder>, Query, description = "`asc` (default: oldest first) or `desc` (newest first)"),
     ),
     responses(
         (status = 200, description = "Oldest first (or newest first with `order=desc`), without headers and bodies", body = DeliveryList),

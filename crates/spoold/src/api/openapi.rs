@@ -59,6 +59,7 @@ use utoipa::OpenApi;
         spool_proto::ResolveRequest,
         spool_proto::ResolveOutcome,
         spool_proto::ResolveTask,
+        spool_proto::ListOrder,
         spool_proto::TaskResolveOutcome,
         spool_proto::CheckView,
         spool_proto::CheckList,
