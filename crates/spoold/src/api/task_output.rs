@@ -115,7 +115,28 @@ pub async fn output(
         {
             Ok(text(Body::empty()))
         }
-        Err(_) => Err(missing()),
+        // Another executor's log lives on its host, in its data directory: say which.
+        Err(_) => Err(ApiError::new(
+            ErrorCode::OutputNotFound,
+            format!(
+                "task {id} has no output for attempt {number} here: {}",
+                ran_on(&attempt.executor_id)
+            ),
+        )),
+    }
+}
+
+/// Where an attempt's log is kept, from its executor (`host:pid:run`), for a reader who asked
+/// another spoold.
+fn ran_on(executor: &str) -> String {
+    let mut parts = executor.rsplitn(3, ':');
+    let (_run, pid, host) = (parts.next(), parts.next(), parts.next());
+    match (host, pid) {
+        (Some(host), Some(pid)) => format!(
+            "it ran on host {host} (spoold pid {pid}), whose data directory keeps its log: ask \
+             that spoold"
+        ),
+        _ => format!("it ran under executor {executor}, whose data directory keeps its log"),
     }
 }
 

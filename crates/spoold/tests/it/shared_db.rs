@@ -255,7 +255,8 @@ async fn a_task_lock_holds_across_hosts() {
     let setup = Setup::new(dir.path());
     setup.script(
         "span.sh",
-        r#"echo "start $1 $(date +%s%N)" >> "$LOG"
+        r#"echo "deploying $1"
+echo "start $1 $(date +%s%N)" >> "$LOG"
 sleep 1
 echo "end $1 $(date +%s%N)" >> "$LOG""#,
     );
@@ -326,6 +327,38 @@ env = {{ LOG = "{log}" }}
         .collect();
     assert_eq!(kinds, ["start", "end", "start", "end"], "{log}");
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{log}");
+
+    // An attempt's output is kept by the host that ran it; the other one names it.
+    let path = format!("/v1/tasks/{}/output", id(&first));
+    let mut answers = Vec::new();
+    for (api, pid) in [(&api_a, a.pid()), (&api_b, b.pid())] {
+        let (status, _, body) = api
+            .request(http::Method::GET, &path, None)
+            .await
+            .expect("output");
+        answers.push((status, String::from_utf8_lossy(&body).into_owned(), pid));
+    }
+    let ran = answers
+        .iter()
+        .find(|(s, ..)| *s == 200)
+        .expect("one host kept it");
+    assert_eq!(ran.1, "deploying prod1\n");
+    let other = answers
+        .iter()
+        .find(|(s, ..)| *s == 404)
+        .expect("the other did not");
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        other.1.contains(&format!(
+            "it ran on host {host} (spoold pid {}), whose data directory keeps its log",
+            ran.2
+        )),
+        "{}",
+        other.1
+    );
 }
 
 /// The database drops every connection of the daemons and refuses new ones for a while, as a
