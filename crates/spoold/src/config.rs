@@ -76,6 +76,11 @@ pub struct Args {
     #[arg(long, env = "SPOOLD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
+    /// Refuse to start (or to reload) when a declared task type's program, working_dir or
+    /// secret file is not there; without it, each is a warning.
+    #[arg(long)]
+    pub strict: bool,
+
     /// PostgreSQL: connections this host opens to the database in all (at least 5). The default
     /// lets ten hosts share a server at PostgreSQL's default max_connections (100).
     #[arg(
@@ -195,6 +200,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub max_db_bytes: u64,
     pub db_connections: usize,
+    /// `--strict`: missing task files refuse the start or reload.
+    pub strict: bool,
     pub concurrency: u32,
     pub per_target_concurrency: u32,
     pub request_timeout: Duration,
@@ -414,6 +421,7 @@ impl Args {
             data_dir,
             max_db_bytes: self.max_db_bytes,
             db_connections: self.db_connections,
+            strict: self.strict,
             concurrency: self.concurrency,
             per_target_concurrency,
             request_timeout: self.request_timeout,

@@ -90,6 +90,9 @@ pub enum StartError {
     Pidfd(std::io::Error),
     #[error("{0}")]
     TaskUser(String),
+    /// `--strict`: a declared type names a program, directory or secret file that is not there.
+    #[error("--strict: {0}")]
+    TaskFiles(String),
 }
 
 /// A started daemon.
@@ -132,6 +135,7 @@ impl Running {
         if !types.is_empty() {
             tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
             check_task_users(types)?;
+            check_task_files(types, new.strict)?;
             let data = &self.config.data_dir;
             let (results, output) = (data.join("task-results"), data.join("task-output"));
             for dir in [&results, &output] {
@@ -202,6 +206,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     if !config.task_types.is_empty() {
         tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
         check_task_users(&config.task_types)?;
+        check_task_files(&config.task_types, config.strict)?;
         if let Err(e) = tasks::processes::become_subreaper() {
             warn!(error = %e, "cannot become a child subreaper: a task's descendants that leave \
                                its process group are not re-parented to spoold");
@@ -452,6 +457,19 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         config,
         declared,
     })
+}
+
+/// Warn of every file a declared task type names that is not there; with `--strict`, refuse
+/// instead (the start, or the reload).
+fn check_task_files(types: &tasks::TaskTypes, strict: bool) -> Result<(), StartError> {
+    let problems = types.missing_files();
+    if strict && !problems.is_empty() {
+        return Err(StartError::TaskFiles(problems.join("; ")));
+    }
+    for problem in problems {
+        warn!("{problem}: the type's tasks will fail until it is there");
+    }
+    Ok(())
 }
 
 /// This daemon run as the executor of task attempts: `host:pid:run` (unique per run, even when

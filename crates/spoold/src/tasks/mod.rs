@@ -88,4 +88,41 @@ impl TaskTypes {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// What a type names on this machine that is not there (or not usable) now: its program
+    /// (absolute, a file with an execute bit), its `working_dir`, its secret files. Checked at
+    /// start and on reload, so that a typo shows then, not at the first submission.
+    pub fn missing_files(&self) -> Vec<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let mut problems = Vec::new();
+        for t in self.0.values() {
+            let name = &t.name;
+            if let Some(program) = t.command.first() {
+                match std::fs::metadata(program) {
+                    Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => {}
+                    Ok(_) => problems.push(format!(
+                        "[tasks.{name}] command: {program} is not an executable file"
+                    )),
+                    Err(e) => problems.push(format!("[tasks.{name}] command: {program}: {e}")),
+                }
+            }
+            if let Some(dir) = &t.working_dir {
+                if !dir.is_dir() {
+                    problems.push(format!(
+                        "[tasks.{name}] working_dir: {} is not a directory",
+                        dir.display()
+                    ));
+                }
+            }
+            for (var, file) in &t.secret_env {
+                if let Err(e) = std::fs::File::open(file) {
+                    problems.push(format!(
+                        "[tasks.{name}] secret_env.{var}: {}: {e}",
+                        file.display()
+                    ));
+                }
+            }
+        }
+        problems
+    }
 }

@@ -70,3 +70,58 @@ async fn sighup_reloads_task_types_and_keeps_what_cannot_change() {
     let status = daemon.terminate().await.expect("stops");
     assert!(status.success(), "{status:?}");
 }
+
+/// A type whose program, working directory or secret file is not there is said at start (a
+/// warning each), not at the first submission; with `--strict` the start, or a reload that
+/// brings one, is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_task_files_are_named_at_start_and_refused_with_strict() {
+    let dir = TempDir::new().expect("temp dir");
+    let config = dir.path().join("spoold.toml");
+    let broken = format!(
+        "[tasks.backup]\ncommand = [\"/nonexistent/backup.sh\"]\nworking_dir = \"{0}/nowhere\"\n\
+         secret_env.TOKEN = {{ file = \"{0}/token\" }}\n",
+        dir.path().display()
+    );
+    std::fs::write(&config, &broken).expect("write config");
+    let args = |strict: bool| {
+        let mut opts =
+            process_opts(&dir).args(["--config".to_owned(), config.display().to_string()]);
+        if strict {
+            opts = opts.arg("--strict");
+        }
+        opts
+    };
+    let (status, out) = DaemonProcess::run_to_exit(args(true)).await.expect("runs");
+    assert_eq!(status.code(), Some(1), "{out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("spoold: --strict: [tasks.backup] command: /nonexistent/backup.sh: ")
+            && last.contains("[tasks.backup] working_dir: ")
+            && last.contains("[tasks.backup] secret_env.TOKEN: "),
+        "{out}"
+    );
+
+    let mut daemon = DaemonProcess::start(args(false))
+        .await
+        .expect("starts, warned");
+    logged(&daemon, "the type's tasks will fail until it is there", 3).await;
+    daemon.terminate().await.expect("stops");
+
+    // With --strict, a reload that brings a missing program is refused; the old set stays.
+    std::fs::write(&config, "[tasks.ok]\ncommand = [\"/bin/true\"]\n").expect("write config");
+    let mut daemon = DaemonProcess::start(args(true)).await.expect("starts");
+    std::fs::write(&config, &broken).expect("write config");
+    daemon.signal("HUP").await.expect("SIGHUP");
+    logged(&daemon, "configuration not reloaded", 1).await;
+    assert!(
+        daemon.stderr().contains("--strict: [tasks.backup] command"),
+        "{}",
+        daemon.stderr()
+    );
+    let api = Api::new(daemon.base_url());
+    let (status, task) = submit(&api, json!({"type": "ok"})).await;
+    assert_eq!(status, 201, "{task}");
+    wait_task(&api, &id(&task), &["succeeded"]).await;
+    daemon.terminate().await.expect("stops");
+}
