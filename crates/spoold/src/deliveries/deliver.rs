@@ -221,6 +221,7 @@ struct Finished {
     result: AttemptResult,
     attempt: u32,
     origin: String,
+    mode: Mode,
 }
 
 /// A write's answer, with what it was asked to do.
@@ -475,6 +476,7 @@ impl Deliverer {
                 result,
                 attempt: current.claimed.attempt,
                 origin: current.claimed.origin.clone(),
+                mode: current.claimed.mode,
             });
         }
         released(health);
@@ -677,6 +679,7 @@ impl Deliverer {
             result,
             attempt,
             origin,
+            mode,
         } = finished;
         let origin = origin.as_str();
         let (id, claim_seq, disposition) =
@@ -686,7 +689,10 @@ impl Deliverer {
             result.http_status,
             result.duration_ms,
         );
-        let late = (disposition == Disposition::Succeeded).then(|| result.clone());
+        // Only an at-most-once success can settle what a take-back left `unknown`: an
+        // at-least-once one whose claim ended asks the store nothing more.
+        let late = (disposition == Disposition::Succeeded && mode == Mode::AtMostOnce)
+            .then(|| result.clone());
         let recorded = match first {
             None | Some(Err(StoreError::Unavailable(_))) => {
                 self.patiently(&id, || self.store.complete(result.clone()))
