@@ -1,16 +1,19 @@
 //! `spoolctl wait ID` (and `send --wait`): poll a delivery until it is terminal or the timeout
-//! passes. The exit status carries the outcome so scripts need not parse the output.
+//! passes. The exit status carries the outcome so scripts need not parse the output. On a
+//! terminal, each change seen while waiting (an attempt going out, failing, the next one's time)
+//! is said on stderr as it happens, so a wait is never silent.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
-use spool_proto::units::format_duration;
+use spool_proto::units::{self, format_duration};
 use spool_proto::{DeliveryStatus, DeliveryView};
 use tokio::time::Instant;
 
 use crate::cli::{PollArgs, UsageError, WaitArgs};
 use crate::client::Client;
 use crate::commands::{delivery_id, Exit};
-use crate::output::Output;
+use crate::output::{short_error, Output};
 
 /// Shortest `--interval`: anything faster only loads spoold.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -40,11 +43,13 @@ pub fn check_poll(poll: &PollArgs) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// Polls `GET /v1/deliveries/{id}` until the status is terminal or `poll.timeout` has passed.
+/// Polls `GET /v1/deliveries/{id}` until the status is terminal or `poll.timeout` has passed;
+/// on a terminal, says on stderr what changed at each poll ([`progress`]).
 pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<Waited> {
     let (delivery, exit) = poll_until(
         poll,
         || client.get(id, false),
+        progress_on_terminal(progress),
         |d: &spool_proto::DeliveryView| match d.status {
             DeliveryStatus::Succeeded => Some(Exit::Success),
             DeliveryStatus::Failed => Some(Exit::Failed),
@@ -64,12 +69,72 @@ pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<
     })
 }
 
+/// What to do with each value polled: on a terminal (stderr), print `describe`'s line when
+/// what it says has changed; elsewhere nothing, so scripts and logs see only the outcome.
+pub fn progress_on_terminal<T>(describe: fn(&T, i64) -> String) -> impl FnMut(&T) {
+    let mut said = std::io::stderr().is_terminal().then(String::new);
+    move |value| {
+        let Some(said) = said.as_mut() else { return };
+        let line = describe(value, now_ms());
+        // A countdown changes at every poll: a line is new when what it says is, not when
+        // only the time left is.
+        let key = line.split(" (in ").next().unwrap_or(&line);
+        if !line.is_empty() && key != said {
+            eprintln!("spoolctl: {line}");
+            *said = key.to_owned();
+        }
+    }
+}
+
+/// What a delivery being waited for is doing, in one line; empty once it is final (the
+/// closing row says that). `now` is the wall clock in milliseconds.
+pub fn progress(d: &DeliveryView, now: i64) -> String {
+    let attempt = format!("attempt {}/{}", d.attempts, d.max_attempts);
+    match d.status {
+        DeliveryStatus::InFlight => format!("{attempt} is being sent"),
+        DeliveryStatus::Pending => {
+            let next = when(d.next_attempt_at.as_deref(), now);
+            match d.last_error.as_deref().filter(|e| !e.is_empty()) {
+                _ if d.attempts == 0 => format!("pending; first attempt {next}"),
+                Some(err) => format!(
+                    "{attempt} failed: {}; next attempt {next}",
+                    short_error(err)
+                ),
+                None => format!("{attempt} ended; next attempt {next}"),
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+/// `at 2026-12-03T15:50:01Z`, with `(in 4s)` while that is more than half a second ahead;
+/// `now` when no time is set.
+pub fn when(at: Option<&str>, now: i64) -> String {
+    match at.map(|text| (text, units::parse_time(text))) {
+        Some((_, Ok(at))) if at > now + 500 => format!(
+            "at {} (in {})",
+            units::format_time(at),
+            format_duration(Duration::from_secs(((at - now + 999) / 1000) as u64))
+        ),
+        Some((text, _)) => format!("at {text}"),
+        None => "now".to_owned(),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Fetch with `fetch` until `settled` names an exit for what came back, or `poll.timeout` has
-/// passed (then [`Exit::WaitTimedOut`]), every `poll.interval`. There is always at least one
-/// fetch, and one more at the deadline. Shared by `wait` and `task wait`.
+/// passed (then [`Exit::WaitTimedOut`]), every `poll.interval`; `seen` is shown every value
+/// fetched. There is always at least one fetch, and one more at the deadline. Shared by `wait`
+/// and `task wait`.
 pub async fn poll_until<T, E, Fut>(
     poll: &PollArgs,
     mut fetch: impl FnMut() -> Fut,
+    mut seen: impl FnMut(&T),
     settled: impl Fn(&T) -> Option<Exit>,
 ) -> anyhow::Result<(T, Exit)>
 where
@@ -79,6 +144,7 @@ where
     let deadline = Instant::now() + poll.timeout;
     loop {
         let current = fetch().await?;
+        seen(&current);
         let now = Instant::now();
         match settled(&current) {
             Some(exit) => return Ok((current, exit)),

@@ -664,3 +664,60 @@ async fn transitions_table() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn send_wait_on_a_terminal_says_each_attempt_as_it_happens() {
+    // Retries a second apart, so the waits between attempts are seen by a 50 ms poll.
+    let s = Spoold::start_args(&["--retry-base", "1s", "--retry-cap", "1s"]).await;
+    let url = s.receiver.url("/flaky");
+    s.receiver
+        .push_replies([Reply::status(503).body("busy"), Reply::status(502)]);
+    // `script` gives spoolctl a terminal (a pseudo-terminal) for stdout and stderr.
+    let line = format!(
+        "{} send {url} --wait --interval 50ms --server {}",
+        env!("CARGO_BIN_EXE_spoolctl"),
+        s.server
+    );
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"]);
+    let o = tokio::time::timeout(WAIT, crate::capture(cmd, None))
+        .await
+        .expect("send --wait ends");
+    let out = stdout(&o).replace('\r', "");
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let said: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("spoolctl: "))
+        .map(|l| l.split(" (in ").next().unwrap_or(l))
+        .collect();
+    // Each change once, in order; the next attempt's time varies.
+    let said: Vec<String> = said
+        .iter()
+        .map(|l| match l.find("next attempt at ") {
+            Some(at) => format!("{}next attempt at <time>", &l[..at]),
+            None => (*l).to_owned(),
+        })
+        .collect();
+    let wanted = [
+        "spoolctl: attempt 1/100 failed: HTTP 503: busy; next attempt at <time>",
+        "spoolctl: attempt 2/100 failed: HTTP 502; next attempt at <time>",
+    ];
+    // The first poll may come before or during the first attempt.
+    let from = said
+        .iter()
+        .position(|l| l == wanted[0])
+        .unwrap_or_else(|| panic!("no line for the first failure in {out}"));
+    assert!(
+        said[..from]
+            .iter()
+            .all(|l| l.starts_with("spoolctl: pending; first attempt")
+                || l.ends_with("is being sent")),
+        "{out}"
+    );
+    let rest: Vec<&String> = said[from..]
+        .iter()
+        .filter(|l| !l.ends_with("is being sent"))
+        .collect();
+    assert_eq!(rest, wanted, "{out}");
+    assert!(out.contains("wait  "), "the closing row: {out}");
+}

@@ -555,8 +555,14 @@ impl Spoold {
 
     async fn start_with(socket: impl FnOnce(&Path) -> Option<PathBuf>, args: &[&str]) -> Spoold {
         let dir = TempDir::new().expect("temp dir");
+        // Fast retries unless the test chose its own.
+        let retries = if args.contains(&"--retry-base") {
+            &[][..]
+        } else {
+            &FAST_RETRIES[..]
+        };
         let mut opts = DaemonOptions::new(dir.path().join("data/spoold.db"))
-            .args(FAST_RETRIES)
+            .args(retries.iter().copied())
             .args(args.iter().copied());
         if let Some(path) = socket(dir.path()) {
             opts = opts.unix_socket(path);

@@ -50,6 +50,7 @@ pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<
     let (task, exit) = crate::commands::wait::poll_until(
         poll,
         || client.task(id),
+        crate::commands::wait::progress_on_terminal(progress),
         |t: &TaskView| final_exit(t.status),
     )
     .await?;
@@ -58,6 +59,27 @@ pub async fn wait(client: &Client, id: &str, poll: &PollArgs) -> anyhow::Result<
         exit,
         timeout: poll.timeout,
     })
+}
+
+/// What a task being waited for is doing, in one line (on a terminal, while waiting); empty once
+/// it is final.
+fn progress(t: &TaskView, now: i64) -> String {
+    let attempt = format!("attempt {}/{}", t.attempt, t.max_attempts);
+    let next = || crate::commands::wait::when(t.next_run_at.as_deref(), now);
+    match t.status {
+        TaskStatus::Running => format!("{attempt} is running"),
+        TaskStatus::Interrupted => format!("{attempt} was interrupted"),
+        TaskStatus::Pending if t.attempt == 0 => format!("pending; first attempt {}", next()),
+        TaskStatus::Pending => match t.error.as_deref().filter(|e| !e.is_empty()) {
+            Some(err) => format!(
+                "{attempt} failed: {}; next attempt {}",
+                crate::output::short_error(err),
+                next()
+            ),
+            None => format!("{attempt} ended; next attempt {}", next()),
+        },
+        _ => String::new(),
+    }
 }
 
 /// Prints the final state as a `wait` row (or JSON); a timeout also gets a line on stderr.
