@@ -161,13 +161,16 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub auth_token_file: Option<PathBuf>,
 
-    /// Log format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    /// Log format on stderr: `auto` is readable text on a terminal (coloured unless `NO_COLOR`
+    /// is set) and JSON lines anywhere else (a pipe, a file, the journal).
+    #[arg(long, value_enum, default_value_t = LogFormat::Auto, env = "SPOOLD_LOG_FORMAT")]
     pub log_format: LogFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Text when stderr is a terminal, JSON otherwise.
+    Auto,
     Json,
     Text,
 }

@@ -1,5 +1,6 @@
-//! Structured logs on stderr: JSON lines by default (one object per event, fields at the top
-//! level), or human-readable text. The level comes from `SPOOLD_LOG` (default `info`).
+//! Structured logs on stderr: JSON lines (one object per event, fields at the top level), or
+//! human-readable text — by default text on a terminal (coloured unless `NO_COLOR` is set) and
+//! JSON anywhere else. The level comes from `SPOOLD_LOG` (default `info`).
 //!
 //! Lines are not written by the thread that logs them. Each event's line is appended to a shared
 //! buffer and one writer thread hands what has gathered to stderr a moment later
@@ -10,7 +11,7 @@
 //! stderr up to [`GATHER`] after its event, and a daemon killed with SIGKILL loses the lines of
 //! its last moment. Every other exit writes them out first ([`LogGuard`]).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -29,6 +30,14 @@ pub const MAX_BUFFERED: usize = 1 << 20;
 /// Install the global subscriber and start the writer thread. Call once, from `main`, and keep
 /// the guard until the end: dropping it writes out every line logged so far.
 pub fn init(format: LogFormat) -> LogGuard {
+    let terminal = std::io::stderr().is_terminal();
+    let format = match format {
+        LogFormat::Auto if terminal => LogFormat::Text,
+        LogFormat::Auto => LogFormat::Json,
+        chosen => chosen,
+    };
+    // https://no-color.org: set and not empty.
+    let colour = terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let (writer, guard) = gathering(std::io::stderr());
     let filter = EnvFilter::try_from_env("SPOOLD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -40,7 +49,7 @@ pub fn init(format: LogFormat) -> LogGuard {
             .flatten_event(true)
             .with_current_span(false)
             .init(),
-        LogFormat::Text => builder.with_ansi(false).init(),
+        LogFormat::Text | LogFormat::Auto => builder.with_ansi(colour).init(),
     }
     guard
 }

@@ -261,3 +261,86 @@ async fn attempts_are_logged_and_counted_as_the_store_decided() {
     }
     daemon.terminate().await.expect("stops");
 }
+
+/// Runs spoold with its stderr on a pseudo-terminal until it logs `listening`, and returns what
+/// the terminal showed (the daemon is killed and reaped before returning).
+fn log_on_a_terminal(no_color: bool) -> String {
+    use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+    use std::io::Read;
+
+    let dir = TempDir::new().expect("temp dir");
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let name = ptsname(&master, Vec::new()).expect("ptsname");
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_str().expect("UTF-8 pty name"))
+        .expect("open the terminal");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spoold"));
+    cmd.args(["--listen", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("spoold.db"))
+        .env_remove("SPOOLD_LOG_FORMAT")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(slave));
+    if no_color {
+        cmd.env("NO_COLOR", "1");
+    }
+    let mut child = cmd.spawn().expect("spoold starts");
+    // The command holds the terminal's other end: dropped, the daemon holds the only one.
+    drop(cmd);
+    // The reader ends when the terminal closes (EIO once the daemon is gone).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut master = std::fs::File::from(master);
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = master.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut shown = Vec::new();
+    while !String::from_utf8_lossy(&shown).contains("listening") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(bytes) => shown.extend(bytes),
+            Err(_) => break,
+        }
+    }
+    child.kill().expect("kill spoold");
+    child.wait().expect("reap spoold");
+    drop(rx);
+    reader.join().expect("reader");
+    String::from_utf8_lossy(&shown).into_owned()
+}
+
+#[test]
+fn logs_on_a_terminal_are_text_coloured_unless_no_color() {
+    let coloured = log_on_a_terminal(false);
+    let line = coloured
+        .lines()
+        .find(|l| l.contains("listening"))
+        .unwrap_or_else(|| panic!("no listening line in {coloured:?}"));
+    assert!(
+        !line.trim_start().starts_with('{'),
+        "text, not JSON: {line:?}"
+    );
+    assert!(line.contains("\u{1b}["), "coloured: {line:?}");
+    assert!(line.contains("INFO"), "{line:?}");
+
+    let plain = log_on_a_terminal(true);
+    let line = plain
+        .lines()
+        .find(|l| l.contains("listening"))
+        .unwrap_or_else(|| panic!("no listening line in {plain:?}"));
+    assert!(!line.contains('\u{1b}'), "NO_COLOR: {line:?}");
+    assert!(
+        line.contains(" INFO ") && line.contains("addr="),
+        "{line:?}"
+    );
+}
