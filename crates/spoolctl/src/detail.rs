@@ -15,11 +15,17 @@ const BODY_PREVIEW_BYTES: usize = 2048;
 const HEX_PREVIEW_BYTES: usize = 32;
 
 /// The lines `get` prints.
+#[cfg(test)]
 pub fn render(d: &DeliveryView) -> String {
+    render_styled(d, false)
+}
+
+/// The lines `get` prints, the status in colour if `colour` is set.
+pub fn render_styled(d: &DeliveryView, colour: bool) -> String {
     let mut out = String::new();
     let mut row = Table::new();
     row.row(delivery_row(Some("get"), d));
-    out.push_str(&row.render());
+    out.push_str(&row.render_styled(None, colour));
 
     let mut fields = Table::new();
     let mut field = |name: &str, value: Option<String>| {

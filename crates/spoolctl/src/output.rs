@@ -17,6 +17,8 @@ pub struct Output<'a> {
     json: bool,
     /// The terminal's width, when writing to one: the last column of a table is cut to fit.
     width: Option<usize>,
+    /// Status cells in colour (on a terminal that has not asked for none).
+    colour: bool,
 }
 
 impl<'a> Output<'a> {
@@ -25,6 +27,7 @@ impl<'a> Output<'a> {
             out,
             json,
             width: None,
+            colour: false,
         }
     }
 
@@ -32,6 +35,17 @@ impl<'a> Output<'a> {
     pub fn fit_to(mut self, width: Option<usize>) -> Self {
         self.width = width;
         self
+    }
+
+    /// Paint status cells (succeeded green, failed red, needing a person yellow, …).
+    pub fn coloured(mut self, colour: bool) -> Self {
+        self.colour = colour;
+        self
+    }
+
+    /// True when status cells are painted.
+    pub fn is_coloured(&self) -> bool {
+        self.colour
     }
 
     /// True when the user asked for JSON instead of tables.
@@ -47,7 +61,7 @@ impl<'a> Output<'a> {
 
     pub fn table(&mut self, table: &Table) -> io::Result<()> {
         self.out
-            .write_all(table.render_within(self.width).as_bytes())
+            .write_all(table.render_styled(self.width, self.colour).as_bytes())
     }
 
     /// Bytes exactly as given (e.g. a completion script).
@@ -95,7 +109,86 @@ impl<'a> Output<'a> {
 /// characters, not bytes. Rows are expected to have the same number of cells.
 #[derive(Debug, Default, Clone)]
 pub struct Table {
-    rows: Vec<Vec<String>>,
+    rows: Vec<Vec<Cell>>,
+}
+
+/// One cell of a [`Table`]: its text, and how to paint it when colour is on.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    text: String,
+    paint: Option<Paint>,
+}
+
+impl Cell {
+    /// A status word, painted by what it means.
+    pub fn status(word: &str) -> Cell {
+        Cell {
+            text: word.to_owned(),
+            paint: Paint::of_status(word),
+        }
+    }
+}
+
+impl From<String> for Cell {
+    fn from(text: String) -> Cell {
+        Cell { text, paint: None }
+    }
+}
+
+impl From<&str> for Cell {
+    fn from(text: &str) -> Cell {
+        Cell::from(text.to_owned())
+    }
+}
+
+/// What a coloured cell says at a glance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paint {
+    /// Done as asked: green.
+    Good,
+    /// Failed for good: red.
+    Bad,
+    /// Needs a person or a reconciliation: yellow.
+    Attention,
+    /// Under way: cyan.
+    Busy,
+    /// Stopped on purpose: dim.
+    Quiet,
+}
+
+impl Paint {
+    /// The paint of a delivery's or task's status; none for waiting work.
+    pub fn of_status(word: &str) -> Option<Paint> {
+        Some(match word {
+            "succeeded" => Paint::Good,
+            "failed" | "timed_out" => Paint::Bad,
+            "unknown" | "manual_review" | "interrupted" => Paint::Attention,
+            "in_flight" | "running" => Paint::Busy,
+            "canceled" => Paint::Quiet,
+            _ => return None,
+        })
+    }
+
+    /// The SGR sequence that starts the paint (`\x1b[0m` ends it).
+    fn sgr(self) -> &'static str {
+        match self {
+            Paint::Good => "\x1b[32m",
+            Paint::Bad => "\x1b[31m",
+            Paint::Attention => "\x1b[33m",
+            Paint::Busy => "\x1b[36m",
+            Paint::Quiet => "\x1b[2m",
+        }
+    }
+}
+
+/// Whether to write colour to stdout: a terminal, not `TERM=dumb`, and no `NO_COLOR` (set and
+/// not empty; <https://no-color.org>).
+pub fn colour_wanted() -> bool {
+    use std::io::IsTerminal;
+    let set = |name| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    io::stdout().is_terminal()
+        && !set("NO_COLOR")
+        && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
 }
 
 impl Table {
@@ -108,33 +201,39 @@ impl Table {
     pub fn row<I, S>(&mut self, cells: I)
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: Into<Cell>,
     {
         let cells = cells
             .into_iter()
             .map(|c| {
-                c.into()
-                    .chars()
-                    .map(|ch| if ch.is_control() { ' ' } else { ch })
-                    .collect()
+                let mut cell = c.into();
+                if cell.text.chars().any(char::is_control) {
+                    cell.text = cell
+                        .text
+                        .chars()
+                        .map(|ch| if ch.is_control() { ' ' } else { ch })
+                        .collect();
+                }
+                cell
             })
             .collect();
         self.rows.push(cells);
     }
 
     pub fn render(&self) -> String {
-        self.render_within(None)
+        self.render_styled(None, false)
     }
 
     /// Like [`Self::render`], with each row's last cell cut (at a space, with `…`) so that the
-    /// row fits in `width` characters; never shorter than the cell's first word, so an id or an
-    /// address in it stays whole for copy and paste.
-    pub fn render_within(&self, width: Option<usize>) -> String {
+    /// row fits in `width` characters (never shorter than the cell's first word, so an id or an
+    /// address in it stays whole for copy and paste), and painted cells in colour when `colour`
+    /// is set (the padding stays outside the colour, so columns line up as without it).
+    pub fn render_styled(&self, width: Option<usize>, colour: bool) -> String {
         let mut widths: Vec<usize> = Vec::new();
         for row in &self.rows {
             // The last cell of a row is not part of any column.
             for (i, cell) in row.iter().enumerate().take(row.len().saturating_sub(1)) {
-                let w = cell.chars().count();
+                let w = cell.text.chars().count();
                 match widths.get_mut(i) {
                     Some(max) => *max = (*max).max(w),
                     None => widths.push(w),
@@ -145,14 +244,24 @@ impl Table {
         for row in &self.rows {
             let mut used = 0;
             for (i, cell) in row.iter().enumerate() {
-                if i + 1 < row.len() {
-                    out.push_str(cell);
-                    let pad = widths[i] - cell.chars().count() + PADDING;
+                let last = i + 1 == row.len();
+                let text = if last {
+                    fit(&cell.text, width.map(|w| w.saturating_sub(used)))
+                } else {
+                    cell.text.clone()
+                };
+                match cell.paint.filter(|_| colour) {
+                    Some(paint) => {
+                        out.push_str(paint.sgr());
+                        out.push_str(&text);
+                        out.push_str("\x1b[0m");
+                    }
+                    None => out.push_str(&text),
+                }
+                if !last {
+                    let pad = widths[i] - cell.text.chars().count() + PADDING;
                     out.extend(std::iter::repeat_n(' ', pad));
                     used += widths[i] + PADDING;
-                } else {
-                    let room = width.map(|w| w.saturating_sub(used));
-                    out.push_str(&fit(cell, room));
                 }
             }
             out.push('\n');
@@ -180,20 +289,51 @@ fn fit(text: &str, room: Option<usize>) -> String {
 }
 
 /// The header of `list`.
-pub const LIST_HEADER: [&str; 5] = ["ID", "STATUS", "ATTEMPTS", "METHOD", "TARGET"];
+pub const LIST_HEADER: [&str; 6] = ["ID", "STATUS", "ATTEMPTS", "UPDATED", "METHOD", "TARGET"];
+
+/// A row of `list`: [`delivery_row`] with when the delivery last changed, as an age from `now`
+/// (milliseconds since the epoch).
+pub fn delivery_list_row(d: &DeliveryView, now: i64) -> Vec<Cell> {
+    let mut row = delivery_row(None, d);
+    row.insert(3, Cell::from(ago(&d.updated_at, now)));
+    row
+}
+
+/// How long before `now` the RFC 3339 time `at` was, in its largest whole unit: `now`, `42s
+/// ago`, `5m ago`, `3h ago`, `12d ago`; a time that does not parse is shown as it is.
+pub fn ago(at: &str, now: i64) -> String {
+    let Ok(then) = spool_proto::units::parse_time(at) else {
+        return at.to_owned();
+    };
+    let secs = (now - then).max(0) / 1000;
+    match secs {
+        0 => "now".to_owned(),
+        1..60 => format!("{secs}s ago"),
+        60..3600 => format!("{}m ago", secs / 60),
+        3600..86_400 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+/// The wall clock in milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// `[action] id status attempts/max method target`
-pub fn delivery_row(action: Option<&str>, d: &DeliveryView) -> Vec<String> {
+pub fn delivery_row(action: Option<&str>, d: &DeliveryView) -> Vec<Cell> {
     let mut row = Vec::with_capacity(6);
     if let Some(action) = action {
-        row.push(action.to_owned());
+        row.push(Cell::from(action));
     }
     row.extend([
-        d.id.clone(),
-        d.status.to_string(),
-        attempts(d),
-        d.method.clone(),
-        d.target_url.clone(),
+        Cell::from(d.id.clone()),
+        Cell::status(&d.status.to_string()),
+        Cell::from(attempts(d)),
+        Cell::from(d.method.clone()),
+        Cell::from(d.target_url.clone()),
     ]);
     row
 }
@@ -224,28 +364,36 @@ pub fn attempts(d: &DeliveryView) -> String {
     }
 }
 
-/// The header of `task list`: a task row without the action, and its parameters last.
-pub const TASK_LIST_HEADER: [&str; 5] = ["ID", "STATUS", "ATTEMPTS", "TYPE", "PARAMS"];
+/// The header of `task list`: a task row without the action, when it last changed, and its
+/// parameters last.
+pub const TASK_LIST_HEADER: [&str; 6] = ["ID", "STATUS", "ATTEMPTS", "UPDATED", "TYPE", "PARAMS"];
 
 /// `[action] id status attempt/max type` (as `task submit`, `wait`, `cancel`, `retry` print it).
-pub fn task_row(action: Option<&str>, t: &TaskView) -> Vec<String> {
+pub fn task_row(action: Option<&str>, t: &TaskView) -> Vec<Cell> {
     let mut row = Vec::with_capacity(5);
     if let Some(action) = action {
-        row.push(action.to_owned());
+        row.push(Cell::from(action));
     }
     row.extend([
-        t.id.clone(),
-        t.status.as_str().to_owned(),
-        format!("{}/{}", t.attempt, t.max_attempts),
-        t.task_type.clone(),
+        Cell::from(t.id.clone()),
+        Cell::status(t.status.as_str()),
+        Cell::from(format!("{}/{}", t.attempt, t.max_attempts)),
+        Cell::from(t.task_type.clone()),
     ]);
     row
 }
 
-/// A row of `task list`: [`task_row`] and the parameters as `key=value`, `-` for none.
-pub fn task_list_row(t: &TaskView) -> Vec<String> {
+/// A row of `task list`: [`task_row`], the age of its last change (end, start or creation)
+/// from `now`, and the parameters as `key=value`, `-` for none.
+pub fn task_list_row(t: &TaskView, now: i64) -> Vec<Cell> {
     let mut row = task_row(None, t);
-    row.push(task_params(t));
+    let changed = t
+        .finished_at
+        .as_deref()
+        .or(t.started_at.as_deref())
+        .unwrap_or(&t.created_at);
+    row.insert(3, Cell::from(ago(changed, now)));
+    row.push(Cell::from(task_params(t)));
     row
 }
 
@@ -378,15 +526,39 @@ mod tests {
         second.max_attempts = 10;
         second.method = "PUT".into();
         let mut t = Table::new();
+        second.updated_at = "2026-07-18T11:00:00Z".into();
+        let now = spool_proto::units::parse_time("2026-07-18T12:00:00.5Z").expect("a time");
         t.row(LIST_HEADER);
-        t.row(delivery_row(None, &delivery()));
-        t.row(delivery_row(None, &second));
+        t.row(delivery_list_row(&delivery(), now));
+        t.row(delivery_list_row(&second, now));
         assert_eq!(
             t.render(),
-            "ID                                STATUS     ATTEMPTS  METHOD  TARGET\n\
-             0190f3c2a1b27c4e9d0a5b6c7d8e9f01  pending    0/5       POST    http://127.0.0.1:9090/events\n\
-             0190f3c2a1b27c4e9d0a5b6c7d8e9f02  in_flight  10/10     PUT     http://127.0.0.1:9090/events\n"
+            "ID                                STATUS     ATTEMPTS  UPDATED  METHOD  TARGET\n\
+             0190f3c2a1b27c4e9d0a5b6c7d8e9f01  pending    0/5       now      POST    http://127.0.0.1:9090/events\n\
+             0190f3c2a1b27c4e9d0a5b6c7d8e9f02  in_flight  10/10     1h ago   PUT     http://127.0.0.1:9090/events\n"
         );
+    }
+
+    #[test]
+    fn ages_in_their_largest_unit() {
+        let at = "2026-07-18T12:00:00Z";
+        let then = spool_proto::units::parse_time(at).expect("a time");
+        let age = |secs: i64| ago(at, then + secs * 1000);
+        assert_eq!(age(-5), "now", "a clock behind the server's");
+        assert_eq!(age(0), "now");
+        assert_eq!(age(59), "59s ago");
+        assert_eq!(age(60), "1m ago");
+        assert_eq!(age(3599), "59m ago");
+        assert_eq!(age(7200), "2h ago");
+        assert_eq!(age(86_400 * 3 + 5), "3d ago");
+        assert_eq!(ago("yesterday", then), "yesterday");
+        let colored = {
+            let mut t = Table::new();
+            t.row(["A", "B", "C"]);
+            t.row([Cell::from("x"), Cell::status("failed"), Cell::from("y")]);
+            t.render_styled(None, true)
+        };
+        assert_eq!(colored, "A  B       C\nx  \u{1b}[31mfailed\u{1b}[0m  y\n");
     }
 
     #[test]
@@ -436,15 +608,18 @@ mod tests {
         let mut t = Table::new();
         t.row(["1", "retry", error]);
         // Piped or wide: whole.
-        assert_eq!(t.render_within(None), format!("1  retry  {error}\n"));
-        assert_eq!(t.render_within(Some(200)), format!("1  retry  {error}\n"));
+        assert_eq!(t.render_styled(None, false), format!("1  retry  {error}\n"));
+        assert_eq!(
+            t.render_styled(Some(200), false),
+            format!("1  retry  {error}\n")
+        );
         // Narrow: cut between words.
         assert_eq!(
-            t.render_within(Some(47)),
+            t.render_styled(Some(47), false),
             "1  retry  connect to 127.0.0.1:9: connection …\n"
         );
         // Never inside the first word, however narrow.
-        assert_eq!(t.render_within(Some(12)), "1  retry  connect …\n");
+        assert_eq!(t.render_styled(Some(12), false), "1  retry  connect …\n");
         assert_eq!(
             fit("0190f3c2a1b27c4e9d0a5b6c7d8e9f01", Some(5)),
             "0190f3c2a1b27c4e9d0a5b6c7d8e9f01"
@@ -455,7 +630,8 @@ mod tests {
         serde_json::from_str(
             r#"{"id":"0190f3c2a1b27c4e9d0a5b6c7d8e9f01","type":"backup","status":"timed_out",
                 "attempt":1,"maxAttempts":3,"params":{"db":"one","mode":"full"},"scope":"default",
-                "createdAt":"2026-07-18T12:00:00Z","retryable":false,"completedSteps":[],
+                "createdAt":"2026-07-18T12:00:00Z","finishedAt":"2026-07-18T12:00:05Z",
+                "retryable":false,"completedSteps":[],
                 "error":"ran longer than its timeout of 500ms"}"#,
         )
         .expect("valid task")
@@ -472,11 +648,13 @@ mod tests {
         );
         let mut table = Table::new();
         table.row(TASK_LIST_HEADER);
-        table.row(task_list_row(&t));
+        let finished = t.finished_at.as_deref().expect("finished");
+        let now = spool_proto::units::parse_time(finished).expect("a time") + 90_000;
+        table.row(task_list_row(&t, now));
         assert_eq!(
             table.render(),
-            "ID                                STATUS     ATTEMPTS  TYPE    PARAMS\n\
-             0190f3c2a1b27c4e9d0a5b6c7d8e9f01  timed_out  1/3       backup  db=one mode=full\n"
+            "ID                                STATUS     ATTEMPTS  UPDATED  TYPE    PARAMS\n\
+             0190f3c2a1b27c4e9d0a5b6c7d8e9f01  timed_out  1/3       1m ago   backup  db=one mode=full\n"
         );
         let mut buf = Vec::new();
         Output::new(&mut buf, false)

@@ -21,7 +21,7 @@ pub async fn run(client: &Client, args: GetArgs, out: &mut Output<'_>) -> anyhow
     } else if out.is_json() {
         out.json(&delivery)?;
     } else {
-        out.raw(detail::render(&delivery).as_bytes())?;
+        out.raw(detail::render_styled(&delivery, out.is_coloured()).as_bytes())?;
     }
     Ok(Exit::Success)
 }

@@ -7,7 +7,7 @@ use spool_proto::{DeliveryList, DeliveryStatus, DeliveryView};
 use crate::cli::{ListArgs, UsageError};
 use crate::client::{Client, ListQuery};
 use crate::commands::{fetch_pages, Exit, Listing};
-use crate::output::{delivery_row, Output, Table, LIST_HEADER};
+use crate::output::{delivery_list_row, now_ms, Output, Table, LIST_HEADER};
 
 pub async fn run(client: &Client, args: ListArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let status = args.status.map(DeliveryStatus::from);
@@ -45,9 +45,7 @@ fn newest_first(args: &ListArgs, status: Option<DeliveryStatus>) -> bool {
 
 /// `--since`: a duration ago (`24h`, `7d`) or an RFC 3339 time, as RFC 3339.
 fn since(text: &str) -> Result<String, UsageError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now = crate::output::now_ms();
     let at = match units::parse_time(text) {
         Ok(at) => at,
         Err(_) => units::parse_duration(text)
@@ -87,8 +85,9 @@ fn print(out: &mut Output<'_>, list: &DeliveryList) -> std::io::Result<()> {
     }
     let mut table = Table::new();
     table.row(LIST_HEADER);
+    let now = now_ms();
     for d in &list.deliveries {
-        table.row(delivery_row(None, d));
+        table.row(delivery_list_row(d, now));
     }
     out.table(&table)
 }

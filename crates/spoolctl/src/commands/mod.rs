@@ -83,7 +83,9 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let mut stdout = stdout.lock();
     let exit = {
         let width = terminal_size::terminal_size_of(io::stdout()).map(|(w, _)| usize::from(w.0));
-        let out = &mut Output::new(&mut stdout, cli.global.json).fit_to(width);
+        let out = &mut Output::new(&mut stdout, cli.global.json)
+            .fit_to(width)
+            .coloured(crate::output::colour_wanted());
         let global = &cli.global;
         match cli.command {
             Command::Version => version::run(out)?,

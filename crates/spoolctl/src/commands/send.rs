@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use base64::Engine as _;
@@ -163,28 +163,24 @@ impl AtMostOnce {
     }
 }
 
-/// `--expires-in` as an absolute time, so a queued request means the same thing however long
-/// it waits.
 /// `--not-before`: an RFC 3339 time, or a duration from now (`10m`, `1d`), sent as RFC 3339.
 pub(crate) fn not_before(t: &str) -> Result<String, UsageError> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |n| n.as_millis() as i64);
-    units::parse_time_or_from_now(t, now)
+    units::parse_time_or_from_now(t, crate::output::now_ms())
         .map(units::format_time)
         .map_err(|e| UsageError::new(format!("--not-before: {e}")))
 }
 
+/// `--expires-in` as an absolute time, so a queued request means the same thing however long
+/// it waits.
 fn expires_at(d: Duration) -> Result<String, UsageError> {
     if d.is_zero() {
         return Err(UsageError::new("--expires-in must be greater than zero"));
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |n| n.as_millis());
-    i64::try_from(now + d.as_millis())
+    i64::try_from(d.as_millis())
+        .ok()
+        .and_then(|ms| crate::output::now_ms().checked_add(ms))
         .map(units::format_time)
-        .map_err(|_| UsageError::new("--expires-in is too large"))
+        .ok_or_else(|| UsageError::new("--expires-in is too large"))
 }
 
 /// `-H` lines to a header map with Go-canonical names. `None` when there are none, so the
@@ -523,23 +519,17 @@ mod tests {
         // A duration from now, as --expires-in takes it.
         let mut a = args("http://127.0.0.1:9090/");
         a.not_before = Some("1d".into());
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_millis() as i64;
+        let now = crate::output::now_ms();
         let req = build_request(a, &mut io::empty()).expect("valid");
         let at = units::parse_time(req.not_before.as_deref().expect("set")).expect("RFC 3339");
         assert!((at - now - 86_400_000).abs() < 5_000, "{at} vs {now}");
 
         let mut a = args("http://127.0.0.1:9090/");
         a.expires_in = Some(Duration::from_secs(600));
-        let before = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_millis();
+        let before = crate::output::now_ms();
         let req = build_request(a, &mut io::empty()).expect("valid");
         let at = units::parse_time(req.expires_at.as_deref().expect("set")).expect("valid time");
-        let delta = u128::try_from(at).expect("positive") - before;
+        let delta = at - before;
         assert!((600_000..605_000).contains(&delta), "{delta}");
 
         let mut a = args("http://127.0.0.1:9090/");

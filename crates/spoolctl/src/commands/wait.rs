@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::cli::{PollArgs, UsageError, WaitArgs};
 use crate::client::Client;
 use crate::commands::{delivery_id, Exit};
-use crate::output::{short_error, Output};
+use crate::output::{now_ms, short_error, Output};
 
 /// Shortest `--interval`: anything faster only loads spoold.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -119,12 +119,6 @@ pub fn when(at: Option<&str>, now: i64) -> String {
         Some((text, _)) => format!("at {text}"),
         None => "now".to_owned(),
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Fetch with `fetch` until `settled` names an exit for what came back, or `poll.timeout` has

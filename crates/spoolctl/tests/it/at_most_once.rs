@@ -133,7 +133,7 @@ async fn send_at_most_once_shapes_the_delivery() {
     for status in ["unknown", "manual_review"] {
         assert_eq!(
             check_ok(&s.ctl(&["list", "--status", status]).await),
-            "ID  STATUS  ATTEMPTS  METHOD  TARGET\n",
+            "ID  STATUS  ATTEMPTS  UPDATED  METHOD  TARGET\n",
             "{status}"
         );
         let json: Value = serde_json::from_str(&check_ok(

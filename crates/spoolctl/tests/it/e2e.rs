@@ -219,14 +219,16 @@ async fn list_pages_and_json() {
         let out = check_ok(&s.ctl(&["send", &url, "--not-before", FAR_FUTURE]).await);
         ids.push(row_id(&out));
     }
+    // UPDATED is an age ("now", "3s ago"): compared as <age>, cells separated by one space.
     let table = |ids: &[String]| {
-        let mut t =
-            String::from("ID                                STATUS   ATTEMPTS  METHOD  TARGET\n");
+        let mut t = String::from("ID STATUS ATTEMPTS UPDATED METHOD TARGET\n");
         for id in ids {
-            t.push_str(&format!("{id}  pending  0/100     POST    {url}\n"));
+            t.push_str(&format!("{id} pending 0/100 <age> POST {url}\n"));
         }
         t
     };
+    let check_ok = |o: &std::process::Output| ages(&check_ok(o));
+    let stdout = |o: &std::process::Output| ages(&stdout(o));
 
     // Newest first by default; oldest first on request, and for work still to be sent.
     let newest: Vec<String> = ids.iter().rev().cloned().collect();
@@ -269,11 +271,11 @@ async fn list_pages_and_json() {
         assert_eq!(out, table(&ids), "{target}");
     }
     let elsewhere = check_ok(&s.ctl(&["list", "--target", "http://127.0.0.1:1"]).await);
-    assert_eq!(elsewhere, "ID  STATUS  ATTEMPTS  METHOD  TARGET\n");
+    assert_eq!(elsewhere, table(&[]));
     let recent = check_ok(&s.ctl(&["list", "--since", "1h", "--oldest-first"]).await);
     assert_eq!(recent, table(&ids));
     let future = check_ok(&s.ctl(&["list", "--since", "2099-01-01T00:00:00Z"]).await);
-    assert_eq!(future, "ID  STATUS  ATTEMPTS  METHOD  TARGET\n");
+    assert_eq!(future, table(&[]));
     let o = s.ctl(&["list", "--since", "yesterday"]).await;
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 
@@ -285,8 +287,8 @@ async fn list_pages_and_json() {
     assert_eq!(out, table(&ids));
     // With no rows the header alone sets the column widths.
     assert_eq!(
-        check_ok(&s.ctl(&["list", "--status", "succeeded"]).await),
-        "ID  STATUS  ATTEMPTS  METHOD  TARGET\n"
+        crate::check_ok(&s.ctl(&["list", "--status", "succeeded"]).await),
+        "ID  STATUS  ATTEMPTS  UPDATED  METHOD  TARGET\n"
     );
 
     let json: Value =
@@ -672,19 +674,8 @@ async fn send_wait_on_a_terminal_says_each_attempt_as_it_happens() {
     let url = s.receiver.url("/flaky");
     s.receiver
         .push_replies([Reply::status(503).body("busy"), Reply::status(502)]);
-    // `script` gives spoolctl a terminal (a pseudo-terminal) for stdout and stderr.
-    let line = format!(
-        "{} send {url} --wait --interval 50ms --server {}",
-        env!("CARGO_BIN_EXE_spoolctl"),
-        s.server
-    );
-    let mut cmd = std::process::Command::new("script");
-    cmd.args(["-qec", &line, "/dev/null"]);
-    let o = tokio::time::timeout(WAIT, crate::capture(cmd, None))
-        .await
-        .expect("send --wait ends");
-    let out = stdout(&o).replace('\r', "");
-    assert_eq!(o.status.code(), Some(0), "{out}");
+    let (code, out) = on_a_terminal(&s, &format!("send {url} --wait --interval 50ms"), &[]).await;
+    assert_eq!(code, Some(0), "{out}");
     let said: Vec<&str> = out
         .lines()
         .filter(|l| l.starts_with("spoolctl: "))
@@ -720,4 +711,78 @@ async fn send_wait_on_a_terminal_says_each_attempt_as_it_happens() {
         .collect();
     assert_eq!(rest, wanted, "{out}");
     assert!(out.contains("wait  "), "the closing row: {out}");
+}
+
+/// A `list` table with each row's cells separated by one space, and ages (`now`, `3s ago`) as
+/// `<age>`.
+pub fn ages(table: &str) -> String {
+    let mut out = String::new();
+    for line in table.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let mut cells = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            if words[i] == "now" {
+                cells.push("<age>");
+            } else if words.get(i + 1) == Some(&"ago") {
+                cells.push("<age>");
+                i += 1;
+            } else {
+                cells.push(words[i]);
+            }
+            i += 1;
+        }
+        out.push_str(&cells.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+/// `spoolctl ARGS --server …` run by `script`, which gives it a pseudo-terminal for stdout and
+/// stderr, with `env` set: its exit code and what the terminal showed (stdout and stderr
+/// together, line ends as `\n`).
+async fn on_a_terminal(s: &Spoold, args: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let line = format!(
+        "{} {args} --server {}",
+        env!("CARGO_BIN_EXE_spoolctl"),
+        s.server
+    );
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm")
+        .envs(env.iter().copied());
+    let o = tokio::time::timeout(WAIT, crate::capture(cmd, None))
+        .await
+        .expect("spoolctl ends");
+    (o.status.code(), stdout(&o).replace('\r', ""))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statuses_are_coloured_on_a_terminal_unless_no_color() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/c");
+    let id = row_id(&check_ok(&s.ctl(&["send", &url]).await));
+    s.api()
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    let green = "\u{1b}[32msucceeded\u{1b}[0m";
+
+    let (code, out) = on_a_terminal(&s, "list", &[]).await;
+    assert_eq!(code, Some(0), "{out}");
+    // The padding stays outside the colour: the columns line up as without it.
+    assert!(out.contains(&format!("{id}  {green}  1/100 ")), "{out:?}");
+    let (_, out) = on_a_terminal(&s, &format!("get {id}"), &[]).await;
+    assert!(out.starts_with(&format!("get  {id}  {green}  ")), "{out:?}");
+
+    for env in [("NO_COLOR", "1"), ("TERM", "dumb")] {
+        let (code, out) = on_a_terminal(&s, "list", &[env]).await;
+        assert_eq!(code, Some(0), "{out}");
+        assert!(!out.contains('\u{1b}'), "{env:?}: {out:?}");
+        assert!(out.contains(&format!("{id}  succeeded  1/100")), "{out:?}");
+    }
+    // Not a terminal: never colour.
+    let out = check_ok(&s.ctl(&["list"]).await);
+    assert!(!out.contains('\u{1b}'), "{out:?}");
 }

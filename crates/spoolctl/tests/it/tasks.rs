@@ -198,12 +198,19 @@ async fn submit_wait_succeeds_and_every_view_shows_the_task() {
     let listed = check_ok(&t.ctl(&["task", "list"]).await);
     assert_eq!(
         cells(&listed, "ID"),
-        ["ID", "STATUS", "ATTEMPTS", "TYPE", "PARAMS"]
+        ["ID", "STATUS", "ATTEMPTS", "UPDATED", "TYPE", "PARAMS"]
     );
-    assert_eq!(
-        cells(&listed, &id),
-        [id.as_str(), "succeeded", "1/1", "ok", "name=abc"]
-    );
+    // Finished a moment ago: `now` or `1s ago`.
+    let row = cells(&listed, &id);
+    let (age, rest) = match row.iter().position(|c| *c == "ago") {
+        Some(ago) => (
+            row[3..=ago].join(" "),
+            [&row[..3], &row[ago + 1..]].concat(),
+        ),
+        None => (row[3].to_owned(), [&row[..3], &row[4..]].concat()),
+    };
+    assert!(age == "now" || age.ends_with("s ago"), "{listed}");
+    assert_eq!(rest, [id.as_str(), "succeeded", "1/1", "ok", "name=abc"]);
     let filtered = check_ok(
         &t.ctl(&["task", "list", "--status", "succeeded", "--type", "ok"])
             .await,

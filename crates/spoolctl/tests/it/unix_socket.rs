@@ -50,10 +50,10 @@ async fn send_list_and_wait_over_a_unix_socket() {
     );
 
     assert_eq!(
-        check_ok(&s.ctl(&["list"]).await),
+        crate::e2e::ages(&check_ok(&s.ctl(&["list"]).await)),
         format!(
-            "ID                                STATUS     ATTEMPTS  METHOD  TARGET\n\
-             {id}  succeeded  1/100     POST    {url}\n"
+            "ID STATUS ATTEMPTS UPDATED METHOD TARGET\n\
+             {id} succeeded 1/100 <age> POST {url}\n"
         )
     );
 

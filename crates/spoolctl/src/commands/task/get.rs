@@ -20,11 +20,8 @@ pub async fn run(client: &Client, args: TaskIdArgs, out: &mut Output<'_>) -> any
             TaskStatus::Pending => client.locks().await.ok(),
             _ => None,
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let waiting = waiting_for(&task, locks.as_ref(), now);
-        out.raw(render(&task, waiting).as_bytes())?;
+        let waiting = waiting_for(&task, locks.as_ref(), crate::output::now_ms());
+        out.raw(render(&task, waiting, out.is_coloured()).as_bytes())?;
     }
     Ok(Exit::Success)
 }
@@ -65,11 +62,11 @@ fn waiting_for(t: &TaskView, locks: Option<&LockList>, now: i64) -> Option<Strin
 }
 
 /// The lines `task get` prints.
-fn render(t: &TaskView, waiting: Option<String>) -> String {
+fn render(t: &TaskView, waiting: Option<String>, colour: bool) -> String {
     let mut out = String::new();
     let mut row = Table::new();
     row.row(task_row(Some("get"), t));
-    out.push_str(&row.render());
+    out.push_str(&row.render_styled(None, colour));
 
     let mut fields = Table::new();
     let mut field = |name: &str, value: Option<String>| {
@@ -159,7 +156,7 @@ mod tests {
         }))
         .expect("a task");
         assert_eq!(
-            render(&t, None),
+            render(&t, None, false),
             "get  0190f3c2a1b27c4e9d0a5b6c7d8e9f01  failed  2/2  backup\n\
              \x20 type:        backup\n\
              \x20 status:      failed\n\
@@ -191,12 +188,12 @@ mod tests {
         }))
         .expect("a task");
         assert!(
-            render(&t, None).contains(
+            render(&t, None, false).contains(
                 "  ending:     its executor is gone (daemon_restart); what is left of its attempt \
                  is being ended\n"
             ),
             "{}",
-            render(&t, None)
+            render(&t, None, false)
         );
     }
 
@@ -235,6 +232,6 @@ mod tests {
             waiting_for(&due, None, now).as_deref(),
             Some("a free slot: its type's concurrency, --task-concurrency, or the next claim")
         );
-        assert!(render(&due, waiting_for(&due, None, now)).contains("  waiting for: "));
+        assert!(render(&due, waiting_for(&due, None, now), false).contains("  waiting for: "));
     }
 }

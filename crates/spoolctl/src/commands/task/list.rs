@@ -6,7 +6,7 @@ use spool_proto::{TaskList, TaskStatus, TaskView};
 use crate::cli::TaskListArgs;
 use crate::client::{Client, TaskQuery};
 use crate::commands::{fetch_pages, Exit, Listing};
-use crate::output::{task_list_row, Output, Table, TASK_LIST_HEADER};
+use crate::output::{now_ms, task_list_row, Output, Table, TASK_LIST_HEADER};
 
 pub async fn run(
     client: &Client,
@@ -56,8 +56,9 @@ fn print(out: &mut Output<'_>, list: &TaskList) -> std::io::Result<()> {
     }
     let mut table = Table::new();
     table.row(TASK_LIST_HEADER);
+    let now = now_ms();
     for t in &list.tasks {
-        table.row(task_list_row(t));
+        table.row(task_list_row(t, now));
     }
     out.table(&table)
 }
