@@ -16,6 +16,7 @@ pub mod error;
 pub mod headers;
 pub mod lock;
 pub mod overview;
+pub mod signing;
 pub mod step;
 pub mod task;
 pub mod units;

@@ -10,6 +10,7 @@ use clap::{Parser, ValueEnum};
 use spool_proto::units::{parse_duration, parse_size};
 
 use crate::deliveries::outbound::Cidr;
+use crate::deliveries::targets::TargetRules;
 use crate::tasks::{TaskTypes, TypeSpec};
 
 /// spoold: a durable outbound HTTP spool.
@@ -224,6 +225,8 @@ pub struct Config {
     pub clock: spool_store::Clock,
     /// The declared task types (`[tasks.*]` of `--config`).
     pub task_types: std::sync::Arc<TaskTypes>,
+    /// `[[targets]]` rules and the `[secrets]` they sign with (`--config`).
+    pub target_rules: std::sync::Arc<TargetRules>,
     pub task_concurrency: u32,
     pub task_lease: Duration,
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
@@ -337,7 +340,7 @@ impl Args {
     /// Check the flags against each other and build the [`Config`].
     pub fn into_config(self) -> Result<Config, ConfigError> {
         let err = |m: &str| Err(ConfigError(m.to_owned()));
-        let task_types = load_task_types(self.config.as_deref())?;
+        let (task_types, target_rules) = load_file(self.config.as_deref())?;
         if self.task_concurrency == 0 {
             return err("--task-concurrency must be at least 1");
         }
@@ -441,6 +444,7 @@ impl Args {
             auth_token,
             clock: spool_store::Clock::system(),
             task_types: std::sync::Arc::new(task_types),
+            target_rules: std::sync::Arc::new(target_rules),
             task_concurrency: self.task_concurrency,
             task_lease: self.task_lease,
             task_cgroup: self.task_cgroup,
@@ -519,6 +523,10 @@ fn database_path(given: &Path) -> Result<PathBuf, ConfigError> {
 struct FileConfig {
     #[serde(default)]
     tasks: std::collections::BTreeMap<String, TypeSpec>,
+    #[serde(default)]
+    secrets: std::collections::BTreeMap<String, crate::deliveries::targets::SecretSpec>,
+    #[serde(default)]
+    targets: Vec<crate::deliveries::targets::TargetSpec>,
     #[serde(flatten)]
     settings: toml::Table,
 }
@@ -600,13 +608,15 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// The task types declared in `path`.
-fn load_task_types(path: Option<&Path>) -> Result<TaskTypes, ConfigError> {
+/// The task types and the target rules (with their secrets read) declared in `path`.
+fn load_file(path: Option<&Path>) -> Result<(TaskTypes, TargetRules), ConfigError> {
     let Some(path) = path else {
-        return Ok(TaskTypes::default());
+        return Ok(Default::default());
     };
     let file = read_file(path)?;
-    TaskTypes::from_specs(path, file.tasks).map_err(|e| ConfigError(e.0))
+    let types = TaskTypes::from_specs(path, file.tasks).map_err(|e| ConfigError(e.0))?;
+    let rules = TargetRules::load(path, file.secrets, file.targets).map_err(ConfigError)?;
+    Ok((types, rules))
 }
 
 /// Parse the command line, with the settings of `--config` (or `SPOOLD_CONFIG`) filled in

@@ -104,6 +104,8 @@ pub struct Running {
     /// The configuration in force (its task types as last reloaded).
     config: Config,
     declared: Arc<tasks::Declared>,
+    /// The `[[targets]]` rules deliveries sign by, as last reloaded.
+    rules: Arc<deliveries::targets::LiveRules>,
 }
 
 /// What a reload ([`Running::reload`]) did.
@@ -116,6 +118,8 @@ pub struct Reloaded {
     /// Settings that differ in the new configuration but cannot change while the daemon runs,
     /// by flag name: kept as they were until the next start.
     pub kept: Vec<&'static str>,
+    /// `[[targets]]` rules now in force (their secrets read again).
+    pub target_rules: usize,
 }
 
 impl Running {
@@ -168,6 +172,9 @@ impl Running {
             .collect();
         self.declared.replace(Arc::clone(types));
         self.config.task_types = new.task_types;
+        reloaded.target_rules = new.target_rules.len();
+        self.rules.replace(Arc::clone(&new.target_rules));
+        self.config.target_rules = new.target_rules;
         Ok(reloaded)
     }
 
@@ -309,9 +316,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         request_timeout: config.request_timeout,
         wake: Arc::clone(&unknown_entered),
     };
+    let rules = Arc::new(deliveries::targets::LiveRules::new(Arc::clone(
+        &config.target_rules,
+    )));
     let deliverer = Arc::new(deliver::Deliverer {
         store: store.clone(),
         outbound,
+        rules: Arc::clone(&rules),
         metrics,
         backoff: retry::Backoff {
             base: config.retry_base,
@@ -456,6 +467,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         failure,
         config,
         declared,
+        rules,
     })
 }
 

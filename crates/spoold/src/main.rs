@@ -95,7 +95,7 @@ impl Signals {
 }
 
 /// Read the flags and the configuration file again, as at start, and apply what may change
-/// while running (the task types); a configuration that does not load is refused whole and
+/// while running (the task types, the target rules and their secrets); a configuration that does not load is refused whole and
 /// the running one kept.
 fn reload(running: &mut spoold::Running) {
     let loaded = match parse_args(normalize_go_flags(std::env::args())) {
@@ -110,7 +110,8 @@ fn reload(running: &mut spoold::Running) {
                 added = ?r.added,
                 removed = ?r.removed,
                 changed = ?r.changed,
-                "configuration reloaded: task types applied"
+                target_rules = r.target_rules,
+                "configuration reloaded: task types and target rules applied"
             );
             if !r.kept.is_empty() {
                 tracing::warn!(

@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::{join_all, BoxFuture};
 use futures_util::stream::FuturesOrdered;
@@ -30,9 +30,12 @@ use spool_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use spool_proto::signing;
+
 use crate::deliveries::activity::{self, Activity};
 use crate::deliveries::outbound::{self, Outbound, SendErrorCode};
 use crate::deliveries::retry::{self, Backoff, Verdict};
+use crate::deliveries::targets::{LiveRules, TargetRules};
 use crate::metrics::{Metrics, OutcomeLabel, ResultLabel};
 
 /// Time kept free at the end of a lease for recording the attempt's result: a request is cut
@@ -43,6 +46,8 @@ pub const RECORD_MARGIN: Duration = Duration::from_secs(1);
 pub struct Deliverer {
     pub store: Store,
     pub outbound: Outbound,
+    /// `[[targets]]` rules: which requests are signed, and with which secret.
+    pub rules: Arc<LiveRules>,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub request_timeout: Duration,
@@ -814,7 +819,7 @@ impl Deliverer {
             let request = outbound::Request {
                 method: &claimed.method,
                 url: &claimed.target_url,
-                headers: request_headers(claimed),
+                headers: request_headers(claimed, &self.rules.now()),
                 body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
                 timeout,
                 timeout_reason: if timeout < self.request_timeout {
@@ -1003,8 +1008,11 @@ fn attempt_outcome(d: Disposition, now: spool_store::model::DeliveryStatus) -> &
     }
 }
 
-/// The stored headers plus the ones spoold manages.
-fn request_headers(claimed: &Claimed) -> http::HeaderMap {
+/// The stored headers plus the ones spoold manages: the delivery id and attempt number, and,
+/// when a `[[targets]]` rule signs the URL, the Standard Webhooks `webhook-id`,
+/// `webhook-timestamp` (this attempt's, on the wall clock) and `webhook-signature` headers —
+/// in place of any the delivery carried under those names.
+fn request_headers(claimed: &Claimed, rules: &TargetRules) -> http::HeaderMap {
     let mut headers = outbound::header_map(&claimed.headers);
     if !headers.contains_key(CONTENT_TYPE) {
         let default = match &claimed.body {
@@ -1026,6 +1034,21 @@ fn request_headers(claimed: &Claimed) -> http::HeaderMap {
         spool_proto::ATTEMPT_HEADER,
         HeaderValue::from(claimed.attempt),
     );
+    if let Some(signer) = rules.signer(&claimed.target_url) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let signature = signer.secret.sign(&claimed.id, now, claimed.body.bytes());
+        // The id is 32 hex digits and the signature base64: both always valid header values.
+        if let (Ok(id), Ok(sig)) = (
+            HeaderValue::from_str(&claimed.id),
+            HeaderValue::from_str(&signature),
+        ) {
+            headers.insert(signing::ID_HEADER, id);
+            headers.insert(signing::TIMESTAMP_HEADER, HeaderValue::from(now));
+            headers.insert(signing::SIGNATURE_HEADER, sig);
+        }
+    }
     headers
 }
 

@@ -13,3 +13,4 @@ pub mod retention;
 pub mod retry;
 pub mod scheduler;
 pub mod submission;
+pub mod targets;

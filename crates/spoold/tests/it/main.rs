@@ -19,6 +19,7 @@ mod reservations;
 mod retention;
 mod security;
 mod shared_db;
+mod signing;
 mod ssrf_netns;
 mod storage_faults;
 mod task_locks;

@@ -1,0 +1,256 @@
+//! Standard Webhooks signatures on the wire: a real spoold signs requests to the targets a
+//! `[[targets]]` rule names, with the `[secrets]` key read from a file; the requests a real
+//! receiver got verify with spool-proto's implementation and with an independent one (the
+//! `standardwebhooks` package from PyPI, when `SPOOLD_TEST_PYTHON` names a Python that has it;
+//! `scripts/test` sets one up); a retry keeps the id and signs again; a rotation by SIGHUP signs
+//! with both keys.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::json;
+use spool_proto::signing::Secret;
+use spool_testkit::{Api, DaemonProcess, Receiver, Recorded, Reply};
+use tempfile::TempDir;
+
+use crate::{id_of, process_opts, WAIT};
+
+const OLD_KEY: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn write_key(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write key");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
+/// The three signature headers of a recorded request.
+fn signed(r: &Recorded) -> (String, String, String) {
+    let h = |name| {
+        r.header(name)
+            .unwrap_or_else(|| panic!("{} has no {name}: {:?}", r.path, r.headers))
+            .to_owned()
+    };
+    (
+        h("webhook-id"),
+        h("webhook-timestamp"),
+        h("webhook-signature"),
+    )
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Verifies every request with the `standardwebhooks` package, in one Python run; `None` when
+/// no such Python is configured (CI sets `SPOOLD_REQUIRE_TOOLS`, which makes that a failure).
+fn verify_with_python(dir: &Path, key: &str, requests: &[Recorded]) -> Option<String> {
+    let Some(python) = std::env::var_os("SPOOLD_TEST_PYTHON") else {
+        assert!(
+            std::env::var_os("SPOOLD_REQUIRE_TOOLS").is_none(),
+            "SPOOLD_TEST_PYTHON must name a Python with standardwebhooks (scripts/test sets it)"
+        );
+        eprintln!("SPOOLD_TEST_PYTHON not set: the independent verification did not run");
+        return None;
+    };
+    let cases: Vec<_> = requests
+        .iter()
+        .map(|r| {
+            let (id, ts, sig) = signed(r);
+            json!({"id": id, "ts": ts, "sig": sig,
+                   "body": base64::engine::general_purpose::STANDARD.encode(&r.body)})
+        })
+        .collect();
+    let cases_file = dir.join("cases.json");
+    std::fs::write(&cases_file, serde_json::to_vec(&cases).expect("JSON")).expect("write");
+    let script = r#"
+import base64, hashlib, hmac, json, sys
+from standardwebhooks.webhooks import Webhook
+wh = Webhook(sys.argv[1])
+key = base64.b64decode(sys.argv[1].removeprefix("whsec_"))
+for case in json.load(open(sys.argv[2])):
+    body = base64.b64decode(case["body"])
+    headers = {"webhook-id": case["id"], "webhook-timestamp": case["ts"],
+               "webhook-signature": case["sig"]}
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        # The package takes text only: a binary body is checked with Python's own HMAC.
+        signed = case["id"].encode() + b"." + case["ts"].encode() + b"." + body
+        mac = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        assert "v1," + mac in case["sig"].split(" "), case
+        continue
+    wh.verify(body, headers)
+print("verified", len(json.load(open(sys.argv[2]))))
+"#;
+    let out = Command::new(python)
+        .args(["-c", script, key])
+        .arg(&cases_file)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "standardwebhooks refused a request: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_to_signed_targets_verify_with_the_key_and_independently() {
+    let dir = TempDir::new().expect("temp dir");
+    let key_file = dir.path().join("billing.key");
+    write_key(&key_file, &format!("{OLD_KEY}\n"));
+    let r = Receiver::start().await.expect("receiver");
+    let config = dir.path().join("spoold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[secrets]\nbilling = {{ file = {:?} }}\n\n[[targets]]\nmatch = \"{}\"\nsign = \"billing\"\n",
+            key_file,
+            r.url("/signed/*")
+        ),
+    )
+    .expect("write config");
+    let opts = process_opts(&dir).args(["--config".to_owned(), config.display().to_string()]);
+    let mut daemon = DaemonProcess::start(opts).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let old = Secret::parse(OLD_KEY).expect("key");
+
+    // A retry: the first answer is a 503.
+    r.push_replies([Reply::status(503)]);
+    let (_, retried) = api
+        .create(json!({"targetUrl": r.url("/signed/retry"), "body": {"n": 0}}))
+        .await
+        .expect("create");
+    let retried = id_of(&retried);
+    api.wait_status(&retried, &["succeeded"], WAIT)
+        .await
+        .expect("delivered on the second attempt");
+    let bodies = [
+        json!({"targetUrl": r.url("/signed/json"), "body": {"amount": 12, "note": "ü"}}),
+        json!({"targetUrl": r.url("/signed/binary"),
+               "bodyBase64": base64::engine::general_purpose::STANDARD.encode([0u8, 255, 10, 13])}),
+        json!({"targetUrl": r.url("/plain")}),
+    ];
+    let mut ids = Vec::new();
+    for body in bodies {
+        let (status, created) = api.create(body).await.expect("create");
+        assert_eq!(status, 201, "{created}");
+        ids.push(id_of(&created));
+    }
+    for id in &ids {
+        api.wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+
+    let seen = r.requests();
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    let now = now_secs();
+    let mut signed_requests = Vec::new();
+    for req in &seen {
+        if req.path == "/plain" {
+            assert!(
+                req.header("webhook-signature").is_none() && req.header("webhook-id").is_none(),
+                "an unmatched target is not signed: {:?}",
+                req.headers
+            );
+            continue;
+        }
+        let (id, ts, sig) = signed(req);
+        assert_eq!(
+            Some(id.as_str()),
+            req.header("x-spoold-delivery-id"),
+            "webhook-id is the delivery id"
+        );
+        let ts_n: i64 = ts.parse().expect("seconds");
+        assert!((now - 60..=now + 1).contains(&ts_n), "{ts} vs {now}");
+        assert_eq!(sig.split(' ').count(), 1, "one key, one signature: {sig}");
+        assert_eq!(
+            old.verify(&id, &ts, &sig, &req.body, now, Some(300)),
+            Ok(1),
+            "{}",
+            req.path
+        );
+        signed_requests.push(req.clone());
+    }
+    // Both attempts of the retried delivery carry its id, each signed on its own.
+    let attempts: Vec<_> = seen.iter().filter(|q| q.path == "/signed/retry").collect();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(signed(attempts[0]).0, retried);
+    assert_eq!(signed(attempts[1]).0, retried);
+    if let Some(said) = verify_with_python(dir.path(), OLD_KEY, &signed_requests) {
+        assert_eq!(said, "verified 4");
+    }
+
+    // A rotation: the new key first, the old one kept while receivers move; SIGHUP.
+    let new_key = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode([42u8; 32])
+    );
+    write_key(&key_file, &format!("{new_key}\n{OLD_KEY}\n"));
+    daemon.signal("HUP").await.expect("SIGHUP");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !daemon.stderr().contains("configuration reloaded") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    r.clear_requests();
+    let (_, rotated) = api
+        .create(json!({"targetUrl": r.url("/signed/rotated"), "body": {"n": 1}}))
+        .await
+        .expect("create");
+    api.wait_status(&id_of(&rotated), &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    let seen = r.requests();
+    let (id, ts, sig) = signed(&seen[0]);
+    assert_eq!(sig.split(' ').count(), 2, "both keys sign: {sig}");
+    let only_new = Secret::parse(&new_key).expect("key");
+    for secret in [&old, &only_new] {
+        assert_eq!(
+            secret.verify(&id, &ts, &sig, &seen[0].body, now_secs(), Some(300)),
+            Ok(1)
+        );
+    }
+    for key in [OLD_KEY, new_key.as_str()] {
+        if let Some(said) = verify_with_python(dir.path(), key, &seen) {
+            assert_eq!(said, "verified 1");
+        }
+    }
+    // The key is in no response and no log line.
+    let (_, got) = api.get(&id).await.expect("get");
+    let shown = format!("{got} {}", daemon.stderr());
+    assert!(
+        !shown.contains("MfKQ9r8G") && !shown.contains(&new_key[6..20]),
+        "{shown}"
+    );
+    let status = daemon.terminate().await.expect("stops");
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rule_naming_an_undeclared_secret_refuses_the_start() {
+    let dir = TempDir::new().expect("temp dir");
+    let config = dir.path().join("spoold.toml");
+    std::fs::write(
+        &config,
+        "[[targets]]\nmatch = \"https://hooks.example.com/*\"\nsign = \"billing\"\n",
+    )
+    .expect("write config");
+    let opts = process_opts(&dir).args(["--config".to_owned(), config.display().to_string()]);
+    let (status, stderr) = DaemonProcess::run_to_exit(opts).await.expect("exits");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("sign = \"billing\" is not declared in [secrets] (declared: none)"),
+        "{stderr}"
+    );
+}
