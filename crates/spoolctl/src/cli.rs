@@ -148,6 +148,18 @@ pub enum Command {
             --delay makes every answer wait. It runs in the foreground until Ctrl-C."
     )]
     Receive(ReceiveArgs),
+    /// Check the Standard Webhooks signature of a request a receiver got
+    #[command(
+        long_about = "Check the Standard Webhooks signature of a request a receiver got.\n\n\
+            The request is read from FILE (or stdin) as it was received: an optional request \
+            line, the header lines, a blank line, then the body byte for byte. Its \
+            webhook-id, webhook-timestamp and webhook-signature headers are checked against \
+            every key in --secret-file (whsec_… keys, one per line or separated by spaces), \
+            and the timestamp against --tolerance. Prints `valid: …`, `invalid: …` or `too \
+            old or new: …`.",
+        after_long_help = VERIFY_EXIT_CODES
+    )]
+    Verify(VerifyArgs),
     /// Run and manage ops tasks: the task types declared in spoold's configuration
     Task {
         #[command(subcommand)]
@@ -239,6 +251,14 @@ pub struct StepArgs {
     #[arg(value_name = "NAME", value_parser = parse_step_name)]
     pub name: StepName,
 }
+
+const VERIFY_EXIT_CODES: &str = "\
+Exit codes:
+  0  the signature is valid
+  1  the secret file or the request could not be read
+  2  usage error (e.g. a request without headers, a bad secret)
+  11 the signature is missing or matches no key
+  12 the timestamp is outside --tolerance (the signature was not checked)";
 
 const WAIT_EXIT_CODES: &str = "\
 Exit codes:
@@ -551,6 +571,30 @@ pub struct ReceiveArgs {
     /// Wait this long before each answer (e.g. 2s)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
     pub delay: Option<Duration>,
+
+    /// Check every request's Standard Webhooks signature with these keys (whsec_…): a
+    /// request whose signature is missing, wrong or older than 5 minutes is answered 401
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The request as received (headers, a blank line, the body); `-` or none: stdin
+    #[arg(value_name = "FILE")]
+    pub request: Option<String>,
+
+    /// The secret: one or more whsec_… keys (one per line, or separated by spaces)
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: std::path::PathBuf,
+
+    /// Refuse a timestamp further than this from now (or --at); 0 does not check it
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration_arg)]
+    pub tolerance: Duration,
+
+    /// Check as of this time (Unix seconds or RFC 3339) instead of now, e.g. for a logged request
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
 }
 
 #[derive(Debug, Args)]

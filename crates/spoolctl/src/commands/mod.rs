@@ -17,6 +17,7 @@ mod targets;
 mod task;
 mod transition;
 mod transitions;
+mod verify;
 mod version;
 mod wait;
 
@@ -58,6 +59,10 @@ pub enum Exit {
     /// `step check`: spoold could not say whether the step is done (an error, reported on
     /// stderr): not to be taken for "not done".
     StepUnknown,
+    /// `verify`: the signature is missing or matches no key.
+    SignatureInvalid,
+    /// `verify`: the timestamp is outside the tolerance.
+    SignatureTime,
 }
 
 impl Exit {
@@ -73,6 +78,8 @@ impl Exit {
             Exit::NotDone => 1,
             Exit::NotCurrentAttempt => 8,
             Exit::StepUnknown => 9,
+            Exit::SignatureInvalid => 11,
+            Exit::SignatureTime => 12,
         }
     }
 }
@@ -115,6 +122,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::Task { command } => block_on(task::run(&connect(global)?, command, out))?,
             Command::Locks => block_on(locks::run(&connect(global)?, out))?,
             Command::Receive(args) => block_on(receive::run(args, out))?,
+            Command::Verify(args) => verify::run(args, out)?,
             Command::Step { command } => {
                 let (client, env) = step::connect(global)?;
                 block_on(step::run(&client, &env, command, out))?

@@ -18,7 +18,10 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use spool_proto::signing::Secret;
+
 use crate::cli::ReceiveArgs;
+use crate::commands::verify::check;
 use crate::commands::Exit;
 use crate::detail::cut;
 use crate::output::Output;
@@ -41,6 +44,9 @@ struct Received {
     bytes: usize,
     /// The body when it is UTF-8 text (whole in JSON; cut when printed as text).
     body: Option<String>,
+    /// With `--secret-file`: `valid`, or why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature: Option<String>,
     answered: u16,
 }
 
@@ -51,7 +57,12 @@ struct Answers {
     status: StatusCode,
     delay: Option<std::time::Duration>,
     seen: AtomicU32,
+    /// `--secret-file`: requests are checked, and one that does not verify is answered 401.
+    secret: Option<Secret>,
 }
+
+/// How old a signature `receive` accepts, as the specification suggests.
+const TOLERANCE_SECS: i64 = 300;
 
 impl Answers {
     /// The status for the next request.
@@ -77,6 +88,11 @@ pub async fn run(args: ReceiveArgs, out: &mut Output<'_>) -> anyhow::Result<Exit
         status: status(args.status)?,
         delay: args.delay,
         seen: AtomicU32::new(0),
+        secret: args
+            .secret_file
+            .as_deref()
+            .map(crate::commands::verify::read_secret)
+            .transpose()?,
     });
     eprintln!("spoolctl: receiving on http://{bound} (Ctrl-C stops it)");
     let (tx, mut rx) = mpsc::unbounded_channel::<Received>();
@@ -125,14 +141,20 @@ async fn answer(
         .uri()
         .path_and_query()
         .map_or_else(|| "/".to_owned(), |p| p.to_string());
-    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-    {
+    let (parts, body) = req.into_parts();
+    let body = match http_body_util::Limited::new(body, MAX_BODY).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE)),
     };
-    let status = answers.next();
+    let signature = answers.secret.as_ref().map(|secret| {
+        let now = crate::output::now_ms() / 1000;
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        check(secret, header, &body, now, Some(TOLERANCE_SECS))
+    });
+    let status = match &signature {
+        Some(Err(_)) => StatusCode::UNAUTHORIZED,
+        _ => answers.next(),
+    };
     if let Some(delay) = answers.delay {
         tokio::time::sleep(delay).await;
     }
@@ -144,6 +166,10 @@ async fn answer(
         content_type,
         bytes: body.len(),
         body: std::str::from_utf8(&body).ok().map(str::to_owned),
+        signature: signature.map(|s| match s {
+            Ok(_) => "valid".to_owned(),
+            Err(e) => format!("invalid: {e}"),
+        }),
         answered: status.as_u16(),
     });
     Ok(reply(status))
@@ -171,7 +197,11 @@ fn print(out: &mut Output<'_>, r: &Received) -> anyhow::Result<()> {
     if let Some(t) = &r.content_type {
         line.push_str(&format!("  {t}"));
     }
-    line.push_str(&format!("  {} bytes  -> {}", r.bytes, r.answered));
+    line.push_str(&format!("  {} bytes", r.bytes));
+    if let Some(signature) = &r.signature {
+        line.push_str(&format!("  signature {signature}"));
+    }
+    line.push_str(&format!("  -> {}", r.answered));
     out.line(&line)?;
     match &r.body {
         Some(text) if !text.is_empty() => {
@@ -224,6 +254,7 @@ mod tests {
             status: StatusCode::OK,
             delay: None,
             seen: AtomicU32::new(0),
+            secret: None,
         };
         let got: Vec<u16> = (0..4).map(|_| answers.next().as_u16()).collect();
         assert_eq!(got, [503, 503, 200, 200]);

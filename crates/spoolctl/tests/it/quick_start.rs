@@ -11,7 +11,7 @@ use tempfile::TempDir;
 
 /// A shell running one README command in a process group of its own, ended (the whole group)
 /// when dropped.
-struct Running(Child);
+pub struct Running(pub Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
