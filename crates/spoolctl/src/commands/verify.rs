@@ -33,7 +33,7 @@ pub fn run(args: VerifyArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
         None => now_ms() / 1000,
         Some(at) => parse_at(at)?,
     };
-    let tolerance = (!args.tolerance.is_zero()).then(|| args.tolerance.as_secs() as i64);
+    let tolerance = (!args.tolerance.is_zero()).then_some(args.tolerance.as_secs() as i64);
     let header = |name: &str| request.header(name);
     match check(&secret, header, request.body, now, tolerance) {
         Ok(said) => {
