@@ -323,6 +323,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         store: store.clone(),
         outbound,
         rules: Arc::clone(&rules),
+        limiter: Arc::new(deliveries::targets::RateLimiter::new(Arc::clone(&rules))),
         metrics,
         backoff: retry::Backoff {
             base: config.retry_base,

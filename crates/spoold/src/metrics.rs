@@ -67,6 +67,8 @@ pub struct Metrics {
     pub admission_rejections: Counter,
     pub expired: Counter,
     pub undone: Counter,
+    /// Deliveries given back unsent because their target's rate allowed none just then.
+    pub rate_limited: Counter,
     /// At-least-once attempts to be sent again though a redirect had answered them.
     pub resent_after_redirect: Counter,
     pub pruned: Counter,
@@ -125,6 +127,7 @@ impl Metrics {
             admission_rejections: Counter::default(),
             expired: Counter::default(),
             undone: Counter::default(),
+            rate_limited: Counter::default(),
             resent_after_redirect: Counter::default(),
             pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
@@ -212,6 +215,12 @@ impl Metrics {
             "spoold_blocked_targets",
             "Deliveries refused or failed because the target address is blocked",
             m.blocked.clone(),
+        );
+        registry.register(
+            "spoold_delivery_rate_limited",
+            "Deliveries given back unsent (no attempt spent) because their target's rate \
+             allowed none just then",
+            m.rate_limited.clone(),
         );
         registry.register(
             "spoold_admission_rejections",

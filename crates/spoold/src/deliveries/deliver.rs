@@ -35,7 +35,7 @@ use spool_proto::signing;
 use crate::deliveries::activity::{self, Activity};
 use crate::deliveries::outbound::{self, Outbound, SendErrorCode};
 use crate::deliveries::retry::{self, Backoff, Verdict};
-use crate::deliveries::targets::{LiveRules, TargetRules};
+use crate::deliveries::targets::{LiveRules, RateLimiter, TargetRules};
 use crate::metrics::{Metrics, OutcomeLabel, ResultLabel};
 
 /// Time kept free at the end of a lease for recording the attempt's result: a request is cut
@@ -48,6 +48,8 @@ pub struct Deliverer {
     pub outbound: Outbound,
     /// `[[targets]]` rules: which requests are signed, and with which secret.
     pub rules: Arc<LiveRules>,
+    /// Their rates: a request is sent only with a token of its origin.
+    pub limiter: Arc<RateLimiter>,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub request_timeout: Duration,
@@ -448,13 +450,29 @@ impl Deliverer {
                 self.unsent(current).await;
                 continue;
             }
+            // A rate-limited target: sent only with a token; without one it is undone (no
+            // attempt spent) and the slot ends, the scheduler holding the target until its next
+            // token. Nothing is started or reserved ahead for it: each delivery is claimed when
+            // its token is there.
+            let limited = self.limiter.limited(&current.claimed.target_url);
+            if limited
+                && !self
+                    .limiter
+                    .take(&origin, &current.claimed.target_url, Instant::now())
+            {
+                self.metrics.rate_limited.inc();
+                self.unsent(current).await;
+                going = false;
+                continue;
+            }
             // Keep the lead: attempts started or starting behind this one. A reservation left
             // from before is started; otherwise the next delivery is taken — one take at a
             // time once one found nothing, so that running out of work costs one write, not
             // the lead's worth.
             // A reservation waiting is never started ahead (it may be at most once), and
             // nothing is taken ahead of it: the lead resumes once it has been sent.
-            while slot.ready.len() + slot.starting + slot.taking < slot.lead()
+            while !limited
+                && slot.ready.len() + slot.starting + slot.taking < slot.lead()
                 && slot.reserved.is_empty()
                 && (slot.taking == 0 || !slot.dry)
                 && self.may_go_on(&interrupt)
@@ -464,7 +482,8 @@ impl Deliverer {
             // Without a lead, reserve while the request is on the wire, unless the writes under
             // way bring one: each starts one attempt and reserves one more.
             let lined_up = slot.ready.len() + 2 * slot.starting + slot.reserved.len();
-            let reserve = slot.lead() == 0 && lined_up < 1 && self.may_go_on(&interrupt);
+            let reserve =
+                !limited && slot.lead() == 0 && lined_up < 1 && self.may_go_on(&interrupt);
             let ((result, answered), reserved) = tokio::join!(
                 self.send(&current, &interrupt),
                 self.reserve_ahead(reserve, &origin),

@@ -105,16 +105,20 @@ impl Scheduler {
             let now = Instant::now();
             // A target that only held us back, and whose wait is over, is forgotten.
             targets.retain(|_, t| t.failures > 0 || t.held(now));
-            let capacity = Capacity {
+            let mut capacity = Capacity {
                 per_origin: self.per_target,
                 in_flight: in_flight.clone(),
                 limits: limits(&targets, now),
             };
+            let next_token = self.rate_limits(&mut capacity, now);
             self.deliverer
                 .metrics
                 .paused_targets
                 .set(capacity.limits.values().filter(|l| **l == 0).count() as i64);
-            let mut wait_until: Option<Instant> = earliest_resume(&targets, now);
+            let mut wait_until: Option<Instant> = [earliest_resume(&targets, now), next_token]
+                .into_iter()
+                .flatten()
+                .min();
             let free = self.concurrency.saturating_sub(total);
             if free > 0 {
                 let asked = std::time::Instant::now();
@@ -187,6 +191,24 @@ impl Scheduler {
                 () = tokio::time::sleep_until(deadline) => {}
             }
         }
+    }
+
+    /// Rate-limited origins may have as many in flight as they have now plus tokens (never more
+    /// than their other limits allow); an origin without a token gets none. Returns when the
+    /// earliest empty bucket gets its next token.
+    fn rate_limits(&self, capacity: &mut Capacity, now: Instant) -> Option<Instant> {
+        let mut earliest: Option<Instant> = None;
+        let std_now = now.into_std();
+        for room in self.deliverer.limiter.room(std_now) {
+            let flying = capacity.in_flight.get(&room.origin).copied().unwrap_or(0);
+            let limit = capacity.limit(&room.origin).min(flying + room.tokens);
+            capacity.limits.insert(room.origin, limit);
+            if let Some(next) = room.next {
+                let at = now + next.saturating_duration_since(std_now);
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+            }
+        }
+        earliest
     }
 
     /// When to look again: the earliest due time of work whose target has room.

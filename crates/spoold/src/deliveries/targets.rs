@@ -1,7 +1,9 @@
 //! Per-target rules from the configuration file: which deliveries are signed, and with which
-//! secret. Rules are `[[targets]]` tables, tried in the order written, the first whose `match`
-//! fits a delivery's URL applying; secrets are `[secrets]` entries read from files at start and
-//! at each reload (SIGHUP), kept in memory only — never in the database, the API or a log.
+//! secret, and how fast a target may be sent to. Rules are `[[targets]]` tables, tried in the
+//! order written, the first whose `match` fits a delivery's URL applying; secrets are
+//! `[secrets]` entries read from files at start and at each reload (SIGHUP), kept in memory
+//! only — never in the database, the API or a log. Rates are token buckets, one per origin
+//! ([`RateLimiter`]).
 //!
 //! ```toml
 //! [secrets]
@@ -10,6 +12,7 @@
 //! [[targets]]
 //! match = "https://hooks.example.com/*"
 //! sign = "billing"
+//! rate = "50/s"      # burst = 1 unless given
 //! ```
 
 use std::collections::BTreeMap;
@@ -34,6 +37,43 @@ pub struct TargetSpec {
     pattern: String,
     /// The name of a `[secrets]` entry: requests to matching URLs are signed with it.
     sign: Option<String>,
+    /// `N/s`, `N/m` or `N/h`: requests per unit of time to each origin the rule matches.
+    rate: Option<String>,
+    /// Requests that may go at once after a quiet spell (default 1: evenly spaced).
+    burst: Option<u32>,
+}
+
+/// A token bucket's shape: `per_sec` tokens a second, at most `burst` saved up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    pub per_sec: f64,
+    pub burst: f64,
+}
+
+impl Rate {
+    /// `50/s`, `600/m`, `10/h`, with an optional burst (default 1).
+    pub fn parse(text: &str, burst: Option<u32>) -> Result<Rate, String> {
+        let bad = || format!("rate {text:?} is not N/s, N/m or N/h (e.g. \"50/s\")");
+        let (n, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+        let n: u32 = n.trim().parse().map_err(|_| bad())?;
+        let secs = match unit.trim() {
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        if n == 0 {
+            return Err(format!("rate {text:?} must be at least 1 per unit"));
+        }
+        let burst = burst.unwrap_or(1);
+        if burst == 0 {
+            return Err("burst must be at least 1".into());
+        }
+        Ok(Rate {
+            per_sec: f64::from(n) / secs,
+            burst: f64::from(burst),
+        })
+    }
 }
 
 /// The rules in force. Their `Debug` names secrets, never their keys.
@@ -46,6 +86,7 @@ pub struct TargetRules {
 struct Rule {
     pattern: String,
     sign: Option<Signer>,
+    rate: Option<Rate>,
 }
 
 /// A named secret that signs requests.
@@ -91,9 +132,19 @@ impl TargetRules {
                     })
                 }
             };
+            let rate = match (&spec.rate, spec.burst) {
+                (Some(rate), burst) => {
+                    Some(Rate::parse(rate, burst).map_err(|e| at(format!("{table}: {e}")))?)
+                }
+                (None, Some(_)) => {
+                    return Err(at(format!("{table}: burst needs a rate")));
+                }
+                (None, None) => None,
+            };
             rules.push(Rule {
                 pattern: spec.pattern,
                 sign,
+                rate,
             });
         }
         Ok(TargetRules { rules })
@@ -108,12 +159,123 @@ impl TargetRules {
         self.rules.is_empty()
     }
 
-    /// The signer of the first rule matching `url`, if that rule signs.
+    /// The first rule matching `url`: it alone applies.
+    fn rule(&self, url: &str) -> Option<&Rule> {
+        self.rules.iter().find(|r| glob_match(&r.pattern, url))
+    }
+
+    /// The signer of the rule for `url`, if that rule signs.
     pub fn signer(&self, url: &str) -> Option<&Signer> {
-        self.rules
+        self.rule(url).and_then(|r| r.sign.as_ref())
+    }
+
+    /// The rate of the rule for `url`, if that rule has one.
+    pub fn rate(&self, url: &str) -> Option<Rate> {
+        self.rule(url).and_then(|r| r.rate)
+    }
+}
+
+/// The token buckets of rate-limited origins. A request takes a token as it is about to be
+/// sent ([`Self::take`]); the scheduler claims no more for an origin than it has tokens, and
+/// sleeps until the next token of an empty one ([`Self::room`]), so a target held back by its
+/// rate costs no attempt and no wake-up before it may be sent to again. A bucket that is full
+/// again is forgotten (a new one starts full).
+#[derive(Debug)]
+pub struct RateLimiter {
+    rules: Arc<LiveRules>,
+    buckets: std::sync::Mutex<std::collections::HashMap<String, Bucket>>,
+}
+
+/// Rounding slack of a bucket's arithmetic: a token due at an instant is there at it.
+const EPSILON: f64 = 1e-9;
+
+#[derive(Debug)]
+struct Bucket {
+    rate: Rate,
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl Bucket {
+    fn refill(&mut self, now: std::time::Instant) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate.per_sec).min(self.rate.burst);
+        self.at = now;
+    }
+
+    /// When the next whole token is there (now if there is one).
+    fn next_token(&self) -> std::time::Instant {
+        let missing = (1.0 - self.tokens).max(0.0);
+        self.at + std::time::Duration::from_secs_f64(missing / self.rate.per_sec)
+    }
+}
+
+/// What an origin may be sent now, by its rate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Room {
+    pub origin: String,
+    /// Whole tokens in its bucket.
+    pub tokens: u32,
+    /// When the next token comes, if there is none now.
+    pub next: Option<std::time::Instant>,
+}
+
+impl RateLimiter {
+    pub fn new(rules: Arc<LiveRules>) -> RateLimiter {
+        RateLimiter {
+            rules,
+            buckets: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Bucket>> {
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether requests to `url` are rate-limited.
+    pub fn limited(&self, url: &str) -> bool {
+        self.rules.now().rate(url).is_some()
+    }
+
+    /// Take a token of `origin` for a request to `url`: true when it may be sent now (always,
+    /// without a rate), false when the bucket is empty.
+    pub fn take(&self, origin: &str, url: &str, now: std::time::Instant) -> bool {
+        let Some(rate) = self.rules.now().rate(url) else {
+            return true;
+        };
+        let mut buckets = self.lock();
+        let bucket = buckets.entry(origin.to_owned()).or_insert(Bucket {
+            rate,
+            tokens: rate.burst,
+            at: now,
+        });
+        // A reload may have changed the rate.
+        bucket.rate = rate;
+        bucket.refill(now);
+        if bucket.tokens >= 1.0 - EPSILON {
+            bucket.tokens = (bucket.tokens - 1.0).max(0.0);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Every origin whose bucket is not full: its whole tokens, and when the next comes if it
+    /// has none. Full buckets are dropped.
+    pub fn room(&self, now: std::time::Instant) -> Vec<Room> {
+        let mut buckets = self.lock();
+        buckets.retain(|_, b| {
+            b.refill(now);
+            b.tokens < b.rate.burst
+        });
+        buckets
             .iter()
-            .find(|r| glob_match(&r.pattern, url))
-            .and_then(|r| r.sign.as_ref())
+            .map(|(origin, b)| Room {
+                origin: origin.clone(),
+                tokens: (b.tokens + EPSILON).floor() as u32,
+                next: (b.tokens < 1.0 - EPSILON).then(|| b.next_token()),
+            })
+            .collect()
     }
 }
 
@@ -304,6 +466,56 @@ mod tests {
             .is_none());
         assert!(rules.signer("https://other.example.com/").is_none());
         assert!(!format!("{rules:?}").contains("MfKQ"), "{rules:?}");
+    }
+
+    #[test]
+    fn rates_parse_and_buckets_space_requests() {
+        assert_eq!(
+            Rate::parse("50/s", None),
+            Ok(Rate {
+                per_sec: 50.0,
+                burst: 1.0
+            })
+        );
+        assert_eq!(
+            Rate::parse("120/m", Some(5)),
+            Ok(Rate {
+                per_sec: 2.0,
+                burst: 5.0
+            })
+        );
+        assert!(Rate::parse("0/s", None).is_err());
+        assert!(Rate::parse("5 per s", None).is_err());
+        assert!(Rate::parse("5/d", None).is_err());
+        assert!(Rate::parse("5/s", Some(0)).is_err());
+
+        let rules = load(
+            "",
+            "[[targets]]\nmatch = \"http://a/*\"\nrate = \"10/s\"\nburst = 2",
+        )
+        .expect("valid");
+        let limiter = RateLimiter::new(Arc::new(LiveRules::new(Arc::new(rules))));
+        let t0 = std::time::Instant::now();
+        let ms = |n| t0 + std::time::Duration::from_millis(n);
+        // Not limited: always.
+        assert!(limiter.take("http://b", "http://b/x", t0));
+        assert!(limiter.room(t0).is_empty());
+        // A burst of two, then one every 100 ms.
+        assert!(limiter.take("http://a", "http://a/x", t0));
+        assert!(limiter.take("http://a", "http://a/x", t0));
+        assert!(!limiter.take("http://a", "http://a/x", t0));
+        let room = limiter.room(ms(50));
+        assert_eq!(room.len(), 1);
+        assert_eq!(room[0].tokens, 0);
+        let next = room[0].next.expect("empty");
+        assert_eq!(next.duration_since(t0).as_millis(), 100);
+        assert!(!limiter.take("http://a", "http://a/x", ms(99)));
+        assert!(limiter.take("http://a", "http://a/x", ms(100)));
+        // Full again after a quiet spell: forgotten, and a burst is allowed again.
+        assert!(limiter.room(ms(1000)).is_empty());
+        assert!(limiter.take("http://a", "http://a/x", ms(1000)));
+        assert!(limiter.take("http://a", "http://a/x", ms(1000)));
+        assert!(!limiter.take("http://a", "http://a/x", ms(1000)));
     }
 
     #[test]

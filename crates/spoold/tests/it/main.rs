@@ -14,6 +14,7 @@ mod lifecycle;
 mod observability;
 mod openapi;
 mod overview;
+mod rate_limits;
 mod reload;
 mod reservations;
 mod retention;
