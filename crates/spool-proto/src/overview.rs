@@ -70,16 +70,32 @@ pub struct TargetView {
     pub last_failure_at: Option<String>,
     /// Attempts in a row that could not connect (refused, unreachable, name not resolved).
     pub connect_failures: u32,
-    /// Whether nothing is sent to it now: paused for refusing connections, or waiting out a
-    /// `Retry-After`.
+    /// Whether nothing is sent to it now: paused for refusing connections or for a run of 5xx
+    /// and timeouts (the breaker), waiting out a `Retry-After`, gone (410), or paused by an
+    /// operator.
     pub paused: bool,
-    /// When it will be tried again, while paused.
+    /// When it will be tried again, while paused for a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<String>,
+    /// Why it is paused: `unreachable`, `failing`, `retry_after`, `gone` or `operator` (the last
+    /// two until an operator resumes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "failing")]
+    pub pause_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_success_at: Option<String>,
+}
+
+/// `POST /v1/targets/{origin}/pause` and `…/resume`: the target as it now stands.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetPause {
+    #[schema(example = "https://hooks.example.com:443")]
+    pub origin: String,
+    /// Paused by an operator now.
+    pub paused: bool,
 }
 
 /// `GET /v1/targets`: in origin order.

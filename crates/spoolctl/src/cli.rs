@@ -458,9 +458,29 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct TargetsArgs {
+    #[command(subcommand)]
+    pub command: Option<TargetsCommand>,
+
     #[command(flatten)]
     pub page: PageArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TargetsCommand {
+    /// Send nothing to a target until it is resumed: its deliveries wait, uncharged (on the
+    /// daemon's host; not kept across a restart)
+    Pause {
+        /// A URL or its origin (https://hooks.example.com)
+        target: String,
+    },
+    /// Send to a target again: lifts a pause by hand, and also a 410 Gone, an open breaker or
+    /// a pause for refused connections
+    Resume {
+        /// A URL or its origin
+        target: String,
+    },
 }
 
 /// How much of a listing to fetch.

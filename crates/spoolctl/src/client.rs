@@ -450,6 +450,17 @@ impl Client {
         decode(&self.send(Method::GET, "/v1/stats", None).await?)
     }
 
+    /// `POST /v1/targets/{target}/pause` (or `resume`).
+    pub async fn pause_target(
+        &self,
+        target: &str,
+        pause: bool,
+    ) -> Result<spool_proto::TargetPause, ClientError> {
+        let action = if pause { "pause" } else { "resume" };
+        let path = format!("{}/{action}", item_path("/v1/targets/", target));
+        decode(&self.send(Method::POST, &path, None).await?)
+    }
+
     /// `GET /v1/targets?limit=…[&cursor=…]`
     pub async fn targets(
         &self,

@@ -105,6 +105,15 @@ pub struct Args {
     #[arg(long, alias = "per-target-workers", value_name = "N")]
     pub per_target_concurrency: Option<u32>,
 
+    /// 5xx answers or timeouts in a row from one target that open its breaker: its deliveries
+    /// wait (uncharged) while one probe at a time finds out whether it is back; 0 never
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub breaker_failures: u32,
+
+    /// Errors count as in a row only within this long of the first of them
+    #[arg(long, default_value = "1m", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub breaker_window: Duration,
+
     /// Time limit of one attempt, from connecting to reading the response's headers and the
     /// first 4 KiB of its body, every redirect hop included.
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
@@ -220,6 +229,8 @@ pub struct Config {
     pub allow_private_targets: bool,
     pub allow_targets: Vec<Cidr>,
     pub max_redirects: u32,
+    pub breaker_failures: u32,
+    pub breaker_window: Duration,
     pub auth_token: Option<AuthToken>,
     /// The store's clock: the host's wall clock (no flag). Tests shift it to step time.
     pub clock: spool_store::Clock,
@@ -266,6 +277,8 @@ impl Config {
             allow_private_targets => "--allow-private-targets",
             allow_targets => "--allow-target",
             max_redirects => "--max-redirects",
+            breaker_failures => "--breaker-failures",
+            breaker_window => "--breaker-window",
             task_concurrency => "--task-concurrency",
             task_lease => "--task-lease",
             task_cgroup => "--task-cgroup",
@@ -441,6 +454,8 @@ impl Args {
             allow_private_targets: self.allow_private_targets,
             allow_targets: self.allow_targets,
             max_redirects: self.max_redirects,
+            breaker_failures: self.breaker_failures,
+            breaker_window: self.breaker_window,
             auth_token,
             clock: spool_store::Clock::system(),
             task_types: std::sync::Arc::new(task_types),

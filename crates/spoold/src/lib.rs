@@ -254,11 +254,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })?;
     let metrics = Arc::new(metrics::Metrics::new(&config));
     let activity = Arc::new(activity::Activity::default());
+    let control = Arc::new(scheduler::TargetControl::default());
     store.observe_commits(metrics.clone());
     // Task results (while an attempt runs) and output logs: next to a SQLite file.
     let data_dir = config.data_dir.clone();
 
     let state = Arc::new(api::AppState {
+        control: Arc::clone(&control),
         store: store.clone(),
         metrics: Arc::clone(&metrics),
         rules: submission::Rules {
@@ -343,6 +345,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         wake: store.work_available(),
         concurrency: config.concurrency,
         per_target: config.per_target_concurrency,
+        breaker: scheduler::Breaker {
+            failures: config.breaker_failures,
+            window: config.breaker_window,
+        },
+        control,
         lease: config.lease,
         pause_backoff: retry::Backoff {
             base: config.retry_base,

@@ -69,6 +69,8 @@ pub struct Metrics {
     pub undone: Counter,
     /// Deliveries given back unsent because their target's rate allowed none just then.
     pub rate_limited: Counter,
+    /// Targets that answered 410 Gone and wait for an operator.
+    pub gone_targets: Gauge,
     /// At-least-once attempts to be sent again though a redirect had answered them.
     pub resent_after_redirect: Counter,
     pub pruned: Counter,
@@ -128,6 +130,7 @@ impl Metrics {
             expired: Counter::default(),
             undone: Counter::default(),
             rate_limited: Counter::default(),
+            gone_targets: Gauge::default(),
             resent_after_redirect: Counter::default(),
             pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
@@ -221,6 +224,12 @@ impl Metrics {
             "Deliveries given back unsent (no attempt spent) because their target's rate \
              allowed none just then",
             m.rate_limited.clone(),
+        );
+        registry.register(
+            "spoold_gone_targets",
+            "Targets that answered 410 Gone: nothing is sent to them until an operator resumes \
+             them (alert on > 0)",
+            m.gone_targets.clone(),
         );
         registry.register(
             "spoold_admission_rejections",

@@ -1,9 +1,10 @@
 //! `spoolctl targets`: one row per target with work waiting, recent failures or a pause; with
-//! `--all` every page merged into one table (or one JSON document).
+//! `--all` every page merged into one table (or one JSON document). `targets pause|resume
+//! TARGET`: an operator's pause, and its end.
 
 use spool_proto::{TargetList, TargetView};
 
-use crate::cli::TargetsArgs;
+use crate::cli::{TargetsArgs, TargetsCommand};
 use crate::client::Client;
 use crate::commands::{fetch_pages, Exit, Listing};
 use crate::output::{Output, Table};
@@ -11,13 +12,14 @@ use crate::output::{Output, Table};
 /// The header of `targets`.
 /// `FAILED_1H` counts failed attempts (retried or not: an outage shows at once), `GAVE_UP_1H`
 /// the deliveries that failed for good.
-const HEADER: [&str; 10] = [
+const HEADER: [&str; 11] = [
     "TARGET",
     "PENDING",
     "IN_FLIGHT",
     "FAILED_1H",
     "GAVE_UP_1H",
     "CONNECT_FAILS",
+    "PAUSE",
     "PAUSED_UNTIL",
     "LAST_ERROR",
     "LAST_FAILURE",
@@ -25,6 +27,20 @@ const HEADER: [&str; 10] = [
 ];
 
 pub async fn run(client: &Client, args: TargetsArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
+    if let Some(command) = args.command {
+        let (target, pause) = match command {
+            TargetsCommand::Pause { target } => (target, true),
+            TargetsCommand::Resume { target } => (target, false),
+        };
+        let done = client.pause_target(&target, pause).await?;
+        if out.is_json() {
+            out.json(&done)?;
+        } else {
+            let action = if pause { "paused" } else { "resumed" };
+            out.line(&format!("{action}  {}", done.origin))?;
+        }
+        return Ok(Exit::Success);
+    }
     let limit = args.page.limit;
     let list: TargetList = fetch_pages(&args.page, |cursor| async move {
         client.targets(limit, cursor.as_deref()).await
@@ -74,7 +90,14 @@ fn row(t: &TargetView) -> Vec<String> {
         t.failed_attempts_last_hour.to_string(),
         t.failed_last_hour.to_string(),
         t.connect_failures.to_string(),
-        t.paused_until.clone().unwrap_or_else(dash),
+        t.pause_reason.clone().unwrap_or_else(dash),
+        t.paused_until.clone().unwrap_or_else(|| {
+            match t.pause_reason.as_deref() {
+                // Until an operator resumes it.
+                Some("gone" | "operator") => "resume".to_owned(),
+                _ => dash(),
+            }
+        }),
         t.last_error_code.clone().unwrap_or_else(dash),
         t.last_failure_at.clone().unwrap_or_else(dash),
         t.last_success_at.clone().unwrap_or_else(dash),

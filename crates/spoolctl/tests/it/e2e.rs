@@ -574,6 +574,7 @@ async fn stats_and_targets_give_the_overview() {
             "FAILED_1H",
             "GAVE_UP_1H",
             "CONNECT_FAILS",
+            "PAUSE",
             "PAUSED_UNTIL",
             "LAST_ERROR",
             "LAST_FAILURE",
@@ -583,15 +584,25 @@ async fn stats_and_targets_give_the_overview() {
     );
     let cells: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
-        cells[..8],
-        [origin.as_str(), "0", "0", "1", "1", "0", "-", "http_status"],
+        cells[..9],
+        [
+            origin.as_str(),
+            "0",
+            "0",
+            "1",
+            "1",
+            "0",
+            "-",
+            "-",
+            "http_status"
+        ],
         "{targets}"
     );
     assert!(
-        spool_proto::units::parse_time(cells[8]).is_ok(),
+        spool_proto::units::parse_time(cells[9]).is_ok(),
         "{targets}"
     );
-    assert_eq!(cells[9], "-", "{targets}");
+    assert_eq!(cells[10], "-", "{targets}");
     // Retried failures count too: an outage shows before anything fails for good.
     s.receiver
         .push_replies([Reply::status(503), Reply::status(503)]);
@@ -785,4 +796,43 @@ async fn statuses_are_coloured_on_a_terminal_unless_no_color() {
     // Not a terminal: never colour.
     let out = check_ok(&s.ctl(&["list"]).await);
     assert!(!out.contains('\u{1b}'), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn targets_pause_and_resume_by_hand() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/maintenance");
+    let origin = format!("http://127.0.0.1:{}", s.receiver.port());
+    assert_eq!(
+        check_ok(&s.ctl(&["targets", "pause", &url]).await),
+        format!("paused  {origin}\n")
+    );
+    let id = row_id(&check_ok(&s.ctl(&["send", &url, "-d", "{}"]).await));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(s.receiver.requests().is_empty(), "sent while paused");
+    let targets = check_ok(&s.ctl(&["targets"]).await);
+    let row: Vec<&str> = targets
+        .lines()
+        .find(|l| l.starts_with(&origin))
+        .unwrap_or_else(|| panic!("{targets}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[1..8],
+        ["1", "0", "0", "0", "0", "operator", "resume"],
+        "{targets}"
+    );
+    assert_eq!(
+        check_ok(&s.ctl(&["targets", "resume", &origin]).await),
+        format!("resumed  {origin}\n")
+    );
+    let o = s.ctl(&["wait", &id]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = s.ctl(&["targets", "pause", "ftp://x"]).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "spoolctl: spoold returned HTTP 400 (invalid_request): target \"ftp://x\" is not an \
+         http:// or https:// URL with a host\n"
+    );
 }

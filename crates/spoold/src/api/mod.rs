@@ -44,6 +44,8 @@ pub struct AppState {
     pub readiness: system::Readiness,
     /// Recent attempts and targets, for `/v1/stats` and `/v1/targets`.
     pub activity: Arc<crate::deliveries::activity::Activity>,
+    /// Operators' pauses and resumes of targets.
+    pub control: Arc<crate::deliveries::scheduler::TargetControl>,
     /// The admission limit (`--max-db-bytes`); 0 = none.
     pub max_db_bytes: u64,
     /// The declared task types.
@@ -98,6 +100,8 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/task-types", get(tasks::types))
         .route("/v1/stats", get(stats::stats))
         .route("/v1/targets", get(targets::targets))
+        .route("/v1/targets/{origin}/pause", post(targets::pause))
+        .route("/v1/targets/{origin}/resume", post(targets::resume))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(

@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use spool_proto::units::format_time;
-use spool_proto::{ErrorCode, TargetList, TargetView};
+use spool_proto::{ErrorCode, TargetList, TargetPause, TargetView};
 
 use super::{first_values, json, page_limit, ApiError, SharedState};
 use crate::deliveries::activity::TargetActivity;
@@ -58,6 +58,7 @@ pub async fn targets(
     {
         let shown = activity.failed_attempts_last_hour > 0
             || activity.paused_until.is_some()
+            || activity.pause_reason.is_some()
             || rows.contains_key(&origin);
         if shown {
             rows.entry(origin)
@@ -77,8 +78,9 @@ pub async fn targets(
             failed_attempts_last_hour: a.failed_attempts_last_hour,
             last_failure_at: a.last_failure_at.map(format_time),
             connect_failures: a.connect_failures,
-            paused: a.paused_until.is_some(),
+            paused: a.paused_until.is_some() || a.pause_reason.is_some(),
             paused_until: a.paused_until.map(format_time),
+            pause_reason: a.pause_reason.map(str::to_owned),
             last_error_code: a.last_error_code,
             last_success_at: a.last_success_at.map(format_time),
         })
@@ -93,4 +95,57 @@ pub async fn targets(
             next_cursor,
         },
     ))
+}
+
+#[utoipa::path(post, path = "/v1/targets/{origin}/pause", tag = "overview",
+    params(("origin" = String, Path, description = "The target: a URL or its origin, percent-encoded (`https%3A%2F%2Fhooks.example.com`)")),
+    responses(
+        (status = 200, description = "Paused: nothing is sent to it (on this host) until it is resumed; its deliveries wait, uncharged", body = TargetPause),
+        (status = 400, description = "`invalid_request`: not an http(s) URL", body = spool_proto::ErrorBody),
+    ))]
+pub async fn pause(
+    State(state): State<SharedState>,
+    Path(origin): Path<String>,
+) -> Result<Response, ApiError> {
+    let origin = target_origin(&origin)?;
+    state.control.pause(&origin);
+    tracing::info!(target_origin = %origin, "target paused by an operator");
+    Ok(json(
+        StatusCode::OK,
+        &TargetPause {
+            origin,
+            paused: true,
+        },
+    ))
+}
+
+#[utoipa::path(post, path = "/v1/targets/{origin}/resume", tag = "overview",
+    params(("origin" = String, Path, description = "The target: a URL or its origin, percent-encoded")),
+    responses(
+        (status = 200, description = "Resumed: an operator's pause is lifted, and so is whatever else held it back (410 Gone, an open breaker, a connection pause)", body = TargetPause),
+        (status = 400, description = "`invalid_request`: not an http(s) URL", body = spool_proto::ErrorBody),
+    ))]
+pub async fn resume(
+    State(state): State<SharedState>,
+    Path(origin): Path<String>,
+) -> Result<Response, ApiError> {
+    let origin = target_origin(&origin)?;
+    state.control.resume(&origin);
+    Ok(json(
+        StatusCode::OK,
+        &TargetPause {
+            origin,
+            paused: false,
+        },
+    ))
+}
+
+/// A target as named in a path: a URL or its origin, as deliveries are grouped.
+fn target_origin(text: &str) -> Result<String, ApiError> {
+    crate::deliveries::submission::origin_filter(text).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("target {text:?} is not an http:// or https:// URL with a host"),
+        )
+    })
 }

@@ -43,8 +43,11 @@ pub struct TargetActivity {
     pub last_failure_at: Option<Millis>,
     /// Attempts in a row that could not connect.
     pub connect_failures: u32,
-    /// Paused (refusing connections) or holding us back (`Retry-After`) until then.
+    /// Paused (refusing connections, failing) or holding us back (`Retry-After`) until then.
     pub paused_until: Option<Millis>,
+    /// Why nothing is sent to it now: `unreachable`, `failing`, `retry_after`, `gone` or
+    /// `operator` (the last two until an operator resumes it).
+    pub pause_reason: Option<&'static str>,
     pub last_error_code: Option<String>,
     pub last_success_at: Option<Millis>,
 }
@@ -74,9 +77,21 @@ struct Target {
     last_failure_at: Option<Millis>,
     connect_failures: u32,
     paused_until: Option<Millis>,
+    pause_reason: Option<&'static str>,
     last_error_code: Option<String>,
     last_success_at: Option<Millis>,
     last_minute: u64,
+}
+
+impl Target {
+    /// Why it is paused now, if it is: until an operator resumes it, or until a time.
+    fn paused_for(&self, now: Millis) -> Option<&'static str> {
+        match self.pause_reason {
+            Some(reason @ ("gone" | "operator")) => Some(reason),
+            reason if self.paused_until.is_some_and(|p| p > now) => reason,
+            _ => None,
+        }
+    }
 }
 
 /// A count per minute for the last [`MINUTES`] minutes: slot `m % 60` holds minute `m`.
@@ -156,13 +171,29 @@ impl Activity {
 
     /// The scheduler's view of a target: connect failures in a row, and until when it is
     /// paused (wall-clock milliseconds), if it is.
-    pub fn health(&self, origin: &str, connect_failures: u32, paused_until: Option<Millis>) {
+    pub fn health(
+        &self,
+        origin: &str,
+        connect_failures: u32,
+        paused_until: Option<Millis>,
+        pause_reason: Option<&'static str>,
+    ) {
         let minute = self.minute();
         let mut inner = self.lock();
         let target = inner.targets.entry(origin.to_owned()).or_default();
         target.connect_failures = connect_failures;
         target.paused_until = paused_until;
+        target.pause_reason = pause_reason;
         target.last_minute = minute;
+    }
+
+    /// Targets that answered 410 Gone and wait for an operator.
+    pub fn gone_targets(&self) -> usize {
+        self.lock()
+            .targets
+            .values()
+            .filter(|t| t.pause_reason == Some("gone"))
+            .count()
     }
 
     /// Counts over the last five minutes and the last hour.
@@ -186,7 +217,7 @@ impl Activity {
         let mut inner = self.lock();
         // Forget targets with nothing to show: bounds the map by the last hour's targets.
         inner.targets.retain(|_, t| {
-            minute - t.last_minute.min(minute) < MINUTES || t.paused_until.is_some_and(|p| p > now)
+            minute - t.last_minute.min(minute) < MINUTES || t.paused_for(now).is_some()
         });
         let mut out: Vec<_> = inner
             .targets
@@ -200,6 +231,7 @@ impl Activity {
                         last_failure_at: t.last_failure_at,
                         connect_failures: t.connect_failures,
                         paused_until: t.paused_until.filter(|p| *p > now),
+                        pause_reason: t.paused_for(now),
                         last_error_code: t.last_error_code.clone(),
                         last_success_at: t.last_success_at,
                     },
@@ -258,7 +290,7 @@ mod tests {
             1_500,
         );
         a.result("http://127.0.0.1:80", Result::Succeeded, None, 2_000);
-        a.health("http://127.0.0.2:80", 3, Some(10_000));
+        a.health("http://127.0.0.2:80", 3, Some(10_000), Some("unreachable"));
         let (five, hour) = a.windows();
         assert_eq!(
             (five.attempts, five.succeeded, five.terminal_failures),
@@ -277,6 +309,7 @@ mod tests {
                     last_failure_at: Some(1_500),
                     connect_failures: 0,
                     paused_until: None,
+                    pause_reason: None,
                     last_error_code: Some("http_status".into()),
                     last_success_at: Some(2_000),
                 }

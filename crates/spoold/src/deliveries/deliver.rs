@@ -335,7 +335,11 @@ pub enum TargetHealth {
     Throttled(Duration),
     /// Connection refused or unreachable, or the name did not resolve.
     Unreachable,
-    /// Neither (timeout, TLS error, interrupted, blocked): no conclusion.
+    /// It answered 5xx, or did not answer in time: struggling (the breaker counts these).
+    Failing,
+    /// It answered 410 Gone: the endpoint is no more.
+    Gone,
+    /// None of these (TLS error, interrupted, blocked): no conclusion.
     Unknown,
 }
 
@@ -343,9 +347,12 @@ impl TargetHealth {
     fn of(result: &AttemptResult) -> TargetHealth {
         let unreachable =
             [SendErrorCode::ConnectFailed, SendErrorCode::DnsFailed].map(SendErrorCode::as_str);
-        match result.error_code.as_deref() {
-            Some(code) if unreachable.contains(&code) => TargetHealth::Unreachable,
-            _ if result.http_status.is_some() => TargetHealth::Answered,
+        match (result.error_code.as_deref(), result.http_status) {
+            (Some(code), _) if unreachable.contains(&code) => TargetHealth::Unreachable,
+            (_, Some(410)) => TargetHealth::Gone,
+            (_, Some(500..=599)) => TargetHealth::Failing,
+            (_, Some(_)) => TargetHealth::Answered,
+            (Some(code), None) if code == SendErrorCode::Timeout.as_str() => TargetHealth::Failing,
             _ => TargetHealth::Unknown,
         }
     }

@@ -7,10 +7,13 @@
 //! own per-target slots. A target that refuses connections is *paused* after a few failures in a
 //! row: its deliveries wait (uncharged) while one probe at a time, spaced by the retry backoff,
 //! finds out whether it is back. So a dead target costs a handful of attempts, not one attempt
-//! per queued delivery per backoff period.
+//! per queued delivery per backoff period. The same breaker opens for a target that answers a
+//! run of 5xx or times out (`--breaker-failures` in a row, within `--breaker-window`), and the
+//! first success closes it. A target that answers 410 Gone, or that an operator paused
+//! ([`TargetControl`]), is sent nothing until an operator resumes it.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use spool_store::{Capacity, Store};
@@ -18,7 +21,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::deliveries::deliver::{Deliverer, Started, TargetHealth};
 use crate::deliveries::retry::Backoff;
@@ -54,6 +57,70 @@ pub struct Scheduler {
     pub lease: Duration,
     /// Spacing of probes to a paused target.
     pub pause_backoff: Backoff,
+    /// When a run of 5xx answers and timeouts opens a target's breaker.
+    pub breaker: Breaker,
+    /// Operators' pauses and resumes.
+    pub control: Arc<TargetControl>,
+}
+
+/// `--breaker-failures` (0: never) 5xx answers or timeouts in a row, each within
+/// `--breaker-window` of the first, pause a target.
+#[derive(Debug, Clone, Copy)]
+pub struct Breaker {
+    pub failures: u32,
+    pub window: Duration,
+}
+
+/// Targets an operator paused (`POST /v1/targets/{origin}/pause`), and the pauses and resumes
+/// the scheduler has yet to take in. Per host: not stored.
+#[derive(Debug, Default)]
+pub struct TargetControl {
+    inner: Mutex<ControlInner>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct ControlInner {
+    paused: BTreeSet<String>,
+    /// Origins paused or resumed since the scheduler last looked, with the resume flag.
+    news: Vec<(String, bool)>,
+}
+
+impl TargetControl {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ControlInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Send nothing to `origin` until it is resumed.
+    pub fn pause(&self, origin: &str) {
+        let mut inner = self.lock();
+        inner.paused.insert(origin.to_owned());
+        inner.news.push((origin.to_owned(), false));
+        drop(inner);
+        self.changed.notify_one();
+    }
+
+    /// Lift an operator's pause, and whatever else holds `origin` back (410 Gone, an open
+    /// breaker, a connection pause): the operator says it is back.
+    pub fn resume(&self, origin: &str) {
+        let mut inner = self.lock();
+        inner.paused.remove(origin);
+        inner.news.push((origin.to_owned(), true));
+        drop(inner);
+        self.changed.notify_one();
+    }
+
+    pub fn is_paused(&self, origin: &str) -> bool {
+        self.lock().paused.contains(origin)
+    }
+
+    fn paused(&self) -> Vec<String> {
+        self.lock().paused.iter().cloned().collect()
+    }
+
+    fn take_news(&self) -> Vec<(String, bool)> {
+        std::mem::take(&mut self.lock().news)
+    }
 }
 
 /// A finished attempt, reported back to the scheduler.
@@ -62,18 +129,34 @@ struct Done {
     health: TargetHealth,
 }
 
-/// Consecutive unreachable attempts of one target and until when it is paused; until when it
-/// asked (with `Retry-After`) to be sent nothing.
+/// Consecutive unreachable attempts of one target, and its 5xx answers and timeouts in a row
+/// (since when), and until when it is paused; until when it asked (with `Retry-After`) to be
+/// sent nothing; whether it said it is gone (410).
 #[derive(Debug, Default)]
 struct TargetState {
     failures: u32,
+    errors: u32,
+    errors_since: Option<Instant>,
     paused_until: Option<Instant>,
     held_until: Option<Instant>,
+    gone: bool,
 }
 
 impl TargetState {
     fn held(&self, now: Instant) -> bool {
         self.held_until.is_some_and(|until| until > now)
+    }
+
+    /// Whether it is kept because something about it is not ordinary.
+    fn notable(&self, now: Instant) -> bool {
+        self.failures > 0 || self.errors > 0 || self.gone || self.held(now)
+    }
+
+    /// Paused after failures (refused connections, or the breaker), probed once the pause is
+    /// over.
+    fn tripped(&self, breaker: &Breaker) -> bool {
+        self.failures >= PAUSE_AFTER_FAILURES
+            || (breaker.failures > 0 && self.errors >= breaker.failures)
     }
 }
 
@@ -103,12 +186,22 @@ impl Scheduler {
                 break;
             }
             let now = Instant::now();
+            for (origin, resumed) in self.control.take_news() {
+                if resumed && targets.remove(&origin).is_some() {
+                    info!(target_origin = %origin, "target resumed by an operator");
+                }
+                self.publish(&origin, targets.get(&origin), now);
+            }
             // A target that only held us back, and whose wait is over, is forgotten.
-            targets.retain(|_, t| t.failures > 0 || t.held(now));
+            targets.retain(|_, t| t.notable(now));
+            let mut limits = limits(&targets, now, &self.breaker);
+            for origin in self.control.paused() {
+                limits.insert(origin, 0);
+            }
             let mut capacity = Capacity {
                 per_origin: self.per_target,
                 in_flight: in_flight.clone(),
-                limits: limits(&targets, now),
+                limits,
             };
             let next_token = self.rate_limits(&mut capacity, now);
             self.deliverer
@@ -177,6 +270,7 @@ impl Scheduler {
             let deadline = wait_until.map_or(next_sweep, |w| w.min(next_sweep));
             tokio::select! {
                 () = stop.cancelled() => break,
+                () = self.control.changed.notified() => {}
                 () = self.wake.notified() => {
                     if let Some(at) = fruitless_at {
                         tokio::select! {
@@ -251,6 +345,8 @@ impl Scheduler {
                         info!(target_origin = %done.origin, "target answered again; resumed");
                     }
                     t.failures = 0;
+                    t.errors = 0;
+                    t.errors_since = None;
                     // A wait it asked for in another answer still holds.
                     if !t.held(now) {
                         targets.remove(&done.origin);
@@ -286,12 +382,47 @@ impl Scheduler {
                     );
                 }
             }
+            TargetHealth::Failing => {
+                let state = targets.entry(done.origin.clone()).or_default();
+                // A run of errors spread thinner than the window starts again.
+                if state
+                    .errors_since
+                    .is_none_or(|since| now.duration_since(since) > self.breaker.window)
+                {
+                    state.errors = 0;
+                    state.errors_since = Some(now);
+                }
+                state.errors += 1;
+                if self.breaker.failures > 0 && state.errors >= self.breaker.failures {
+                    let step = state.errors - self.breaker.failures + 1;
+                    let pause = self.pause_backoff.delay(&done.origin, step);
+                    state.paused_until = Some(now + pause);
+                    info!(
+                        target_origin = %done.origin,
+                        errors = state.errors,
+                        pause_ms = pause.as_millis() as u64,
+                        "target failing (5xx or timeouts in a row): breaker open, its deliveries \
+                         wait uncharged, probing with one delivery at a time"
+                    );
+                }
+            }
+            TargetHealth::Gone => {
+                let state = targets.entry(done.origin.clone()).or_default();
+                if !state.gone {
+                    warn!(
+                        target_origin = %done.origin,
+                        "target answered 410 Gone: nothing more is sent to it until an operator \
+                         resumes it (spoolctl targets resume)"
+                    );
+                }
+                state.gone = true;
+            }
             TargetHealth::Unknown => {}
         }
         self.publish(&done.origin, targets.get(&done.origin), now);
     }
 
-    /// Show a target's state in the operator's overview.
+    /// Show a target's state in the operator's overview, with why it is paused.
     fn publish(&self, origin: &str, state: Option<&TargetState>, now: Instant) {
         let (failures, until) = state.map_or((0, None), |t| {
             let until = [t.paused_until, t.held_until]
@@ -301,8 +432,31 @@ impl Scheduler {
                 .max();
             (t.failures, until)
         });
+        let reason = if self.control.is_paused(origin) {
+            Some("operator")
+        } else {
+            state.and_then(|t| {
+                if t.gone {
+                    Some("gone")
+                } else if t.held(now) {
+                    Some("retry_after")
+                } else if t.failures >= PAUSE_AFTER_FAILURES {
+                    Some("unreachable")
+                } else if t.tripped(&self.breaker) {
+                    Some("failing")
+                } else {
+                    None
+                }
+            })
+        };
         let wall = until.map(|u| self.store.now_ms() + (u - now).as_millis() as i64);
-        self.deliverer.activity.health(origin, failures, wall);
+        self.deliverer
+            .activity
+            .health(origin, failures, wall, reason);
+        self.deliverer
+            .metrics
+            .gone_targets
+            .set(self.deliverer.activity.gone_targets() as i64);
     }
 
     /// Periodic housekeeping: renew the leases of attempts running here, take back claims
@@ -350,16 +504,20 @@ impl Scheduler {
     }
 }
 
-/// Per-target limits: 0 while a target is paused or holds us back, 1 (a single probe) once its
-/// pause is over until it answers again.
-fn limits(targets: &HashMap<String, TargetState>, now: Instant) -> HashMap<String, u32> {
+/// Per-target limits: 0 while a target is paused, gone or holds us back, 1 (a single probe)
+/// once its pause is over until it answers again.
+fn limits(
+    targets: &HashMap<String, TargetState>,
+    now: Instant,
+    breaker: &Breaker,
+) -> HashMap<String, u32> {
     targets
         .iter()
         .filter_map(|(o, t)| {
             let paused = t.paused_until.is_some_and(|until| until > now);
-            let limit = if t.held(now) {
+            let limit = if t.held(now) || t.gone {
                 0
-            } else if t.failures >= PAUSE_AFTER_FAILURES {
+            } else if t.tripped(breaker) {
                 if paused {
                     0
                 } else {
@@ -396,7 +554,7 @@ mod tests {
                 TargetState {
                     failures: PAUSE_AFTER_FAILURES,
                     paused_until: Some(now + Duration::from_secs(5)),
-                    held_until: None,
+                    ..TargetState::default()
                 },
             ),
             (
@@ -404,35 +562,36 @@ mod tests {
                 TargetState {
                     failures: PAUSE_AFTER_FAILURES + 2,
                     paused_until: Some(now - Duration::from_secs(1)),
-                    held_until: None,
+                    ..TargetState::default()
                 },
             ),
             (
                 "http://127.0.0.4:80".to_owned(),
                 TargetState {
                     failures: 1,
-                    paused_until: None,
-                    held_until: None,
+                    ..TargetState::default()
                 },
             ),
             (
                 "http://127.0.0.5:80".to_owned(),
                 TargetState {
-                    failures: 0,
-                    paused_until: None,
                     held_until: Some(now + Duration::from_secs(2)),
+                    ..TargetState::default()
                 },
             ),
             (
                 "http://127.0.0.6:80".to_owned(),
                 TargetState {
-                    failures: 0,
-                    paused_until: None,
                     held_until: Some(now - Duration::from_secs(2)),
+                    ..TargetState::default()
                 },
             ),
         ]);
-        let l = limits(&targets, now);
+        let breaker = Breaker {
+            failures: 5,
+            window: Duration::from_secs(60),
+        };
+        let l = limits(&targets, now, &breaker);
         assert_eq!(l.get("http://127.0.0.2:80"), Some(&0));
         assert_eq!(l.get("http://127.0.0.3:80"), Some(&1));
         assert_eq!(l.get("http://127.0.0.4:80"), None);
