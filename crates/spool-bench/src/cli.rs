@@ -109,6 +109,15 @@ pub struct Options {
     #[arg(long, global = true)]
     pub at_most_once: bool,
 
+    /// End-to-end: sign every delivery (a `[[targets]]` rule matching every URL, one
+    /// Standard Webhooks key), to measure what signing costs.
+    #[arg(long, global = true)]
+    pub sign: bool,
+
+    /// End-to-end: pad each delivery's JSON body to about this many bytes.
+    #[arg(long, global = true, default_value_t = 0, value_name = "N")]
+    pub body_bytes: usize,
+
     /// Keep the databases and daemon logs' summaries after the run.
     #[arg(long, global = true)]
     pub keep_data: bool,

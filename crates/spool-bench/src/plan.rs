@@ -32,6 +32,10 @@ pub struct Plan {
     pub e2e_per_target: Vec<Option<u32>>,
     /// End-to-end and backlog: deliveries are at-most-once.
     pub at_most_once: bool,
+    /// End-to-end: every delivery is signed (Standard Webhooks, one key).
+    pub sign: bool,
+    /// End-to-end: the JSON body is padded to about this many bytes (0: `{"seq":N}`).
+    pub body_bytes: usize,
     /// Tasks: submissions per run.
     pub tasks: u64,
     /// Tasks: `--task-concurrency` values.
@@ -70,6 +74,8 @@ impl Plan {
             e2e_enqueue_concurrency: 64,
             e2e_per_target: vec![None, Some(1), Some(64)],
             at_most_once: false,
+            sign: false,
+            body_bytes: 0,
             backlog_pending: 1_000_000,
             backlog_batch: 100_000,
             idle_pending: 100_000,
@@ -94,6 +100,8 @@ impl Plan {
             e2e_enqueue_concurrency: 16,
             e2e_per_target: vec![None, Some(1), Some(64)],
             at_most_once: false,
+            sign: false,
+            body_bytes: 0,
             backlog_pending: 20_000,
             backlog_batch: 1_000,
             idle_pending: 2_000,
@@ -129,6 +137,8 @@ impl Plan {
                 .collect();
         }
         plan.at_most_once = options.at_most_once;
+        plan.sign = options.sign;
+        plan.body_bytes = options.body_bytes;
         set(&mut plan.backlog_pending, o.backlog_pending);
         set(&mut plan.backlog_batch, o.backlog_batch);
         set(&mut plan.idle_pending, o.idle_pending);

@@ -58,6 +58,7 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
         deliveries: bench.plan.backlog_batch,
         concurrency: bench.plan.e2e_enqueue_concurrency,
         at_most_once: bench.plan.at_most_once,
+        body_bytes: 0,
     };
     for run in 0..bench.plan.runs {
         let dir = bench.fresh_dir(SCENARIO)?;

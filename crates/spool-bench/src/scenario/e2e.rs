@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use http::StatusCode;
 
-use super::{create_body, ms, time_limit, Bench, DaemonCosts};
+use super::{ms, time_limit, Bench, DaemonCosts};
 use crate::daemon::{metrics_of, Daemon, Metrics};
 use crate::load::{closed_loop, ClosedLoop, ClosedLoopReport};
 use crate::plan::DAEMON_PER_TARGET;
@@ -32,6 +32,8 @@ pub struct Batch {
     pub concurrency: usize,
     /// Deliveries are created with `mode: at_most_once`.
     pub at_most_once: bool,
+    /// Bodies padded to about this many bytes (0: `{"seq":N}`).
+    pub body_bytes: usize,
 }
 
 /// What delivering a batch took.
@@ -61,6 +63,12 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
         deliveries: bench.plan.e2e_deliveries,
         concurrency: bench.plan.e2e_enqueue_concurrency,
         at_most_once: bench.plan.at_most_once,
+        body_bytes: bench.plan.body_bytes,
+    };
+    let signing = if bench.plan.sign {
+        vec!["--config".to_owned(), bench.signing_config()?]
+    } else {
+        Vec::new()
     };
     bench.results.note(format!(
         "e2e: the batch is enqueued at client concurrency {} while the daemon delivers; time \
@@ -87,7 +95,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
         ""
     };
     for per_target in bench.plan.e2e_per_target.clone() {
-        let (case, args) = match per_target {
+        let (mut case, mut args) = match per_target {
             None => (
                 format!("per-target={DAEMON_PER_TARGET} (default){mode}"),
                 Vec::new(),
@@ -97,6 +105,13 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
                 vec!["--per-target-concurrency".to_owned(), n.to_string()],
             ),
         };
+        args.extend(signing.iter().cloned());
+        if batch.body_bytes > 0 {
+            case.push_str(&format!(" body={}B", batch.body_bytes));
+        }
+        if !signing.is_empty() {
+            case.push_str(" signed");
+        }
         for run in 0..bench.plan.runs {
             let receiver = Receiver::start().await?;
             let label = format!("{SCENARIO}-pt{}", per_target.unwrap_or(DAEMON_PER_TARGET));
@@ -242,10 +257,10 @@ pub async fn deliver_batch(
         requests: n,
         expect: StatusCode::CREATED,
         time_limit: limit,
-        body: create_body(
+        body: super::padded_body(
             receiver.url("/hook"),
-            None,
             batch.at_most_once.then_some("at_most_once"),
+            batch.body_bytes,
         ),
     };
     let enqueue = closed_loop(&load).await?;

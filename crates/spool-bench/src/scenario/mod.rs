@@ -126,6 +126,28 @@ impl Bench {
     }
 
     /// A new, empty directory for one run.
+    /// A configuration file that signs every delivery with one key (written once into this
+    /// invocation's data directory), as a `--config` value.
+    pub fn signing_config(&self) -> anyhow::Result<String> {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::path::absolute(&self.root).context("the data directory")?;
+        std::fs::create_dir_all(&root).context("create the data directory")?;
+        let key = root.join("bench.key");
+        std::fs::write(&key, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").context("write the key")?;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .context("chmod the key")?;
+        let config = root.join("sign.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[secrets]\nbench = {{ file = {:?} }}\n\n[[targets]]\nmatch = \"*\"\nsign = \"bench\"\n",
+                key.display().to_string()
+            ),
+        )
+        .context("write the signing config")?;
+        Ok(config.display().to_string())
+    }
+
     pub fn fresh_dir(&mut self, label: &str) -> anyhow::Result<PathBuf> {
         self.next_dir += 1;
         let dir = self.root.join(format!("{:03}-{label}", self.next_dir));
@@ -309,6 +331,25 @@ pub fn create_body(
         if let Some(nb) = not_before {
             text.push_str(&format!(r#","notBefore":"{nb}""#));
         }
+        if let Some(mode) = mode {
+            text.push_str(&format!(r#","mode":"{mode}""#));
+        }
+        text.push('}');
+        Bytes::from(text)
+    })
+}
+
+/// Like [`create_body`], with the delivery's JSON body padded (`"pad":"xxx…"`) to about
+/// `bytes` bytes.
+pub fn padded_body(target_url: String, mode: Option<&'static str>, bytes: usize) -> BodyFn {
+    if bytes == 0 {
+        return create_body(target_url, None, mode);
+    }
+    let pad = "x".repeat(bytes.saturating_sub(30));
+    Arc::new(move |i| {
+        let mut text = format!(
+            r#"{{"targetUrl":"{target_url}","body":{{"seq":{i},"pad":"{pad}"}}"#
+        );
         if let Some(mode) = mode {
             text.push_str(&format!(r#","mode":"{mode}""#));
         }
