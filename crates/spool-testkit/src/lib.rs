@@ -15,6 +15,8 @@
 //!   `(status, json)` pairs.
 //! - [`pg`]: [`TestDatabase`], a PostgreSQL database of a test's own (`SPOOLD_TEST_PG_URL`);
 //!   [`PrivateServer`], a PostgreSQL server of a test's own, to restart or to crowd.
+//! - [`tls`]: a CA made in the test, certificates it signs, and the server configuration a
+//!   TLS receiver ([`Receiver::start_tls`]) serves with.
 //! - [`proxy`]: [`Proxy`], a TCP proxy a test can pause, for a daemon that loses its database
 //!   while its connections stay open.
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
@@ -50,6 +52,7 @@ pub mod privileged;
 pub mod proxy;
 pub mod receiver;
 pub mod remote;
+pub mod tls;
 
 pub use api::Api;
 pub use bin_path::cargo_bin;

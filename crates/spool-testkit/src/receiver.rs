@@ -24,12 +24,22 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 /// A scripted receiver listening on `127.0.0.1`. Dropping it stops it.
-#[derive(Debug)]
 pub struct Receiver {
     port: u16,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     server: Option<JoinHandle<()>>,
+    /// Serves HTTPS with this configuration (see [`crate::tls`]) instead of plain HTTP.
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("port", &self.port)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One request as the receiver saw it.
@@ -122,8 +132,18 @@ impl Receiver {
         Self::start_on(0).await
     }
 
+    /// Start an HTTPS receiver on `127.0.0.1` with a port of the OS's choosing, serving with
+    /// `config` (see [`crate::tls::server_config`]).
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> anyhow::Result<Self> {
+        Self::start_with(0, Some(tokio_rustls::TlsAcceptor::from(config))).await
+    }
+
     /// Start on `127.0.0.1:port`, e.g. to come back on a stopped receiver's port.
     pub async fn start_on(port: u16) -> anyhow::Result<Self> {
+        Self::start_with(port, None).await
+    }
+
+    async fn start_with(port: u16, tls: Option<tokio_rustls::TlsAcceptor>) -> anyhow::Result<Self> {
         let shared = Arc::new(Shared {
             script: Mutex::new(Script::default()),
             requests: Mutex::new(Vec::new()),
@@ -134,6 +154,7 @@ impl Receiver {
             shared,
             shutdown: CancellationToken::new(),
             server: None,
+            tls,
         };
         receiver.listen().await?;
         Ok(receiver)
@@ -153,9 +174,10 @@ impl Receiver {
             .port()
     }
 
-    /// `http://127.0.0.1:PORT{path}`.
+    /// `http://127.0.0.1:PORT{path}` (`https://` for a TLS receiver).
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -246,7 +268,12 @@ impl Receiver {
         let router = Router::new()
             .fallback(record_and_reply)
             .with_state(Arc::clone(&self.shared));
-        self.server = Some(tokio::spawn(serve(listener, router, self.shutdown.clone())));
+        self.server = Some(tokio::spawn(serve(
+            listener,
+            router,
+            self.tls.clone(),
+            self.shutdown.clone(),
+        )));
         Ok(())
     }
 }
@@ -292,7 +319,12 @@ impl Shared {
 }
 
 /// Accept connections until cancelled; then close the listener and abort every connection.
-async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken) {
+async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -300,11 +332,22 @@ async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToke
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     let service = TowerToHyperService::new(router.clone());
+                    let tls = tls.clone();
                     connections.spawn(async move {
-                        // A connection error (client gone) concerns only that connection.
-                        let _ = hyper::server::conn::http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
+                        let http = hyper::server::conn::http1::Builder::new();
+                        // A connection error (client gone, a refused handshake) concerns only
+                        // that connection.
+                        match tls {
+                            None => {
+                                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                            Some(acceptor) => {
+                                if let Ok(stream) = acceptor.accept(stream).await {
+                                    let _ =
+                                        http.serve_connection(TokioIo::new(stream), service).await;
+                                }
+                            }
+                        }
                     });
                 }
                 // Out of descriptors or the like: pause rather than spin.

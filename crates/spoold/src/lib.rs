@@ -310,7 +310,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
     let deliverer_metrics = Arc::clone(&metrics);
     let unknown_entered = Arc::new(tokio::sync::Notify::new());
+    let rules = Arc::new(deliveries::targets::LiveRules::new(Arc::clone(
+        &config.target_rules,
+    )));
     let reconciler = reconcile::Reconciler {
+        rules: Arc::clone(&rules),
         store: store.clone(),
         outbound: outbound.clone(),
         metrics: Arc::clone(&metrics),
@@ -318,9 +322,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         request_timeout: config.request_timeout,
         wake: Arc::clone(&unknown_entered),
     };
-    let rules = Arc::new(deliveries::targets::LiveRules::new(Arc::clone(
-        &config.target_rules,
-    )));
     let deliverer = Arc::new(deliver::Deliverer {
         store: store.clone(),
         outbound,

@@ -133,7 +133,8 @@ impl Bench {
         let root = std::path::absolute(&self.root).context("the data directory")?;
         std::fs::create_dir_all(&root).context("create the data directory")?;
         let key = root.join("bench.key");
-        std::fs::write(&key, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").context("write the key")?;
+        std::fs::write(&key, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n")
+            .context("write the key")?;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
             .context("chmod the key")?;
         let config = root.join("sign.toml");
@@ -347,9 +348,8 @@ pub fn padded_body(target_url: String, mode: Option<&'static str>, bytes: usize)
     }
     let pad = "x".repeat(bytes.saturating_sub(30));
     Arc::new(move |i| {
-        let mut text = format!(
-            r#"{{"targetUrl":"{target_url}","body":{{"seq":{i},"pad":"{pad}"}}"#
-        );
+        let mut text =
+            format!(r#"{{"targetUrl":"{target_url}","body":{{"seq":{i},"pad":"{pad}"}}"#);
         if let Some(mode) = mode {
             text.push_str(&format!(r#","mode":"{mode}""#));
         }

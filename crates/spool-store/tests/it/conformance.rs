@@ -960,13 +960,9 @@ pub async fn take_next_starts_at_least_once_and_only_reserves_at_most_once(store
 }
 
 pub async fn start_sends_only_a_current_reservation(store: Store) {
-    let now = store.now_ms();
     for n in 1..=2 {
         create(&store, new_delivery(&id(n), None, URL_A)).await;
     }
-    let mut soon = new_delivery(&id(3), None, URL_A);
-    soon.expires_at = Some(now + 150);
-    create(&store, soon).await;
 
     // Started: counted, recorded with the time of the start (not of the reservation), leased.
     let first = reserve(&store, ORIGIN_A).await.expect("reserved");
@@ -1007,10 +1003,15 @@ pub async fn start_sends_only_a_current_reservation(store: Store) {
     assert_eq!((d.status, d.attempts), (DeliveryStatus::Canceled, 0));
     assert_eq!(attempts(&store, &id(2)).await, []);
 
-    // Its deadline passed while reserved: failed as expired, nothing started.
+    // Its deadline passed while reserved: failed as expired, nothing started. Created only
+    // now, and with a second to spare, so that a loaded machine reserves it before then.
+    let mut soon = new_delivery(&id(3), None, URL_A);
+    let deadline = store.now_ms() + 1_000;
+    soon.expires_at = Some(deadline);
+    create(&store, soon).await;
     let third = reserve(&store, ORIGIN_A).await.expect("reserved");
     assert_eq!(third.id, id(3));
-    wait_until(&store, now + 151).await;
+    wait_until(&store, deadline + 1).await;
     assert!(matches!(
         store.start(third, 60_000).await.expect("start"),
         StartOutcome::Expired

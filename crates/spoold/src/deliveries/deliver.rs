@@ -842,10 +842,12 @@ impl Deliverer {
         let sent = if timeout.is_zero() {
             Sent::LeaseSpent
         } else {
+            let rules = self.rules.now();
             let request = outbound::Request {
                 method: &claimed.method,
                 url: &claimed.target_url,
-                headers: request_headers(claimed, &self.rules.now()),
+                headers: request_headers(claimed, &rules),
+                tls: rules.tls(&claimed.target_url),
                 body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
                 timeout,
                 timeout_reason: if timeout < self.request_timeout {

@@ -215,6 +215,8 @@ pub struct Reconciler {
     pub request_timeout: Duration,
     /// Told when a delivery becomes `unknown`.
     pub wake: Arc<Notify>,
+    /// `[[targets]]` rules: the TLS settings of a query's URL.
+    pub rules: Arc<crate::deliveries::targets::LiveRules>,
 }
 
 impl Reconciler {
@@ -375,6 +377,8 @@ impl Reconciler {
             // A redirect is a definite answer, never followed: a query must not land on the
             // delivery's own target (a redirect to the create endpoint would ask it again).
             max_redirects: Some(0),
+            // The query's URL's own rule: a private CA or client certificate it needs.
+            tls: self.rules.now().tls(&url),
         };
         match self.outbound.send(request).await {
             Err(e) => (

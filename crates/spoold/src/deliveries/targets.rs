@@ -21,6 +21,8 @@ use std::sync::{Arc, RwLock};
 
 use spool_proto::signing::Secret;
 
+use crate::deliveries::outbound::TlsSettings;
+
 /// `[secrets] NAME = { file = "…" }` as written.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +43,14 @@ pub struct TargetSpec {
     rate: Option<String>,
     /// Requests that may go at once after a quiet spell (default 1: evenly spaced).
     burst: Option<u32>,
+    /// PEM certificates to trust besides the system's (a private CA).
+    ca_file: Option<PathBuf>,
+    /// A PEM certificate chain to present (mutual TLS), with `client_key`.
+    client_cert: Option<PathBuf>,
+    /// Its PEM private key: not readable by every user.
+    client_key: Option<PathBuf>,
+    /// The lowest TLS version: "1.2" (the default) or "1.3".
+    min_tls: Option<String>,
 }
 
 /// A token bucket's shape: `per_sec` tokens a second, at most `burst` saved up.
@@ -87,6 +97,7 @@ struct Rule {
     pattern: String,
     sign: Option<Signer>,
     rate: Option<Rate>,
+    tls: Option<Arc<TlsSettings>>,
 }
 
 /// A named secret that signs requests.
@@ -115,6 +126,7 @@ impl TargetRules {
         for (i, spec) in targets.into_iter().enumerate() {
             let table = format!("[[targets]] #{} (match = {:?})", i + 1, spec.pattern);
             check_pattern(&spec.pattern).map_err(|e| at(format!("{table}: {e}")))?;
+            let tls = read_tls(&spec).map_err(|e| at(format!("{table}: {e}")))?;
             let sign = match spec.sign {
                 None => None,
                 Some(name) => {
@@ -145,6 +157,7 @@ impl TargetRules {
                 pattern: spec.pattern,
                 sign,
                 rate,
+                tls: tls.map(Arc::new),
             });
         }
         Ok(TargetRules { rules })
@@ -167,6 +180,11 @@ impl TargetRules {
     /// The signer of the rule for `url`, if that rule signs.
     pub fn signer(&self, url: &str) -> Option<&Signer> {
         self.rule(url).and_then(|r| r.sign.as_ref())
+    }
+
+    /// The TLS settings of the rule for `url`, if that rule has any.
+    pub fn tls(&self, url: &str) -> Option<Arc<TlsSettings>> {
+        self.rule(url).and_then(|r| r.tls.clone())
     }
 
     /// The rate of the rule for `url`, if that rule has one.
@@ -277,6 +295,46 @@ impl RateLimiter {
             })
             .collect()
     }
+}
+
+/// A rule's TLS settings, its files read and checked; `None` when it sets none.
+fn read_tls(spec: &TargetSpec) -> Result<Option<TlsSettings>, String> {
+    let read = |name: &str, file: &Path, private: bool| -> Result<Vec<u8>, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let shown = file.display();
+        if !file.is_absolute() {
+            return Err(format!("{name} {shown:?} must be an absolute path"));
+        }
+        let meta = std::fs::metadata(file).map_err(|e| format!("{name} {shown}: {e}"))?;
+        if private && meta.permissions().mode() & 0o004 != 0 {
+            return Err(format!(
+                "{name} {shown} is readable by every user; chmod o-r (or 600) it"
+            ));
+        }
+        std::fs::read(file).map_err(|e| format!("{name} {shown}: {e}"))
+    };
+    let ca = spec
+        .ca_file
+        .as_deref()
+        .map(|f| read("ca_file", f, false))
+        .transpose()?;
+    let client = match (&spec.client_cert, &spec.client_key) {
+        (Some(cert), Some(key)) => Some((
+            read("client_cert", cert, false)?,
+            read("client_key", key, true)?,
+        )),
+        (None, None) => None,
+        _ => return Err("client_cert and client_key go together".into()),
+    };
+    if ca.is_none() && client.is_none() && spec.min_tls.is_none() {
+        return Ok(None);
+    }
+    TlsSettings::from_pem(
+        ca.as_deref(),
+        client.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+        spec.min_tls.as_deref(),
+    )
+    .map(Some)
 }
 
 /// A secret file: an absolute path, not readable by every user, holding `whsec_…` keys.

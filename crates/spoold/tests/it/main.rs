@@ -31,6 +31,7 @@ mod task_recovery;
 mod task_steps;
 mod tasks;
 mod tidy;
+mod tls;
 mod validation;
 
 use std::path::PathBuf;

@@ -127,6 +127,7 @@ mod tests {
             keep_body: 4096,
             write_by: started + Duration::from_millis(300),
             max_redirects: None,
+            tls: None,
         });
         let receiving = async {
             tokio::time::sleep(Duration::from_millis(500)).await;

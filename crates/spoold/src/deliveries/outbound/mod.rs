@@ -36,6 +36,122 @@ pub struct Outbound {
     client: reqwest::Client,
     policy: Arc<AddressPolicy>,
     max_redirects: u32,
+    config: OutboundConfig,
+    /// Clients for targets with TLS settings of their own, by [`TlsSettings::key`]: built at
+    /// the first request that needs one, kept while the settings are unchanged.
+    tls_clients: Arc<std::sync::Mutex<std::collections::HashMap<String, reqwest::Client>>>,
+}
+
+/// TLS settings of the targets a `[[targets]]` rule matches: extra trust roots (a private CA),
+/// a client certificate (mutual TLS), a lowest TLS version. Checked when the configuration
+/// is read. Its `Debug` shows no key material.
+#[derive(Clone)]
+pub struct TlsSettings {
+    /// A digest of everything below: equal settings share one client.
+    key: String,
+    roots: Vec<reqwest::Certificate>,
+    identity: Option<reqwest::Identity>,
+    min: Option<reqwest::tls::Version>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("roots", &self.roots.len())
+            .field("client_certificate", &self.identity.is_some())
+            .field("min", &self.min)
+            .finish()
+    }
+}
+
+impl TlsSettings {
+    /// From PEM: `ca`, certificates to trust besides the system's; `client`, a certificate
+    /// chain and its private key; `min`, `"1.2"` or `"1.3"`. An error says which part is wrong.
+    pub fn from_pem(
+        ca: Option<&[u8]>,
+        client: Option<(&[u8], &[u8])>,
+        min: Option<&str>,
+    ) -> Result<TlsSettings, String> {
+        use sha2::{Digest, Sha256};
+        let mut digest = Sha256::new();
+        let roots = match ca {
+            Some(pem) => {
+                digest.update(b"ca");
+                digest.update(pem);
+                let roots = reqwest::Certificate::from_pem_bundle(pem)
+                    .map_err(|e| format!("ca_file: not PEM certificates: {e}"))?;
+                if roots.is_empty() {
+                    return Err("ca_file: no certificate in it".into());
+                }
+                roots
+            }
+            None => Vec::new(),
+        };
+        let identity = match client {
+            Some((cert, key)) => {
+                digest.update(b"client");
+                digest.update(cert);
+                digest.update(key);
+                let mut pem = cert.to_vec();
+                pem.push(b'\n');
+                pem.extend_from_slice(key);
+                Some(reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    format!("client_cert and client_key: not a PEM certificate and key: {e}")
+                })?)
+            }
+            None => None,
+        };
+        let min = match min {
+            None => None,
+            Some("1.2") => Some(reqwest::tls::Version::TLS_1_2),
+            Some("1.3") => Some(reqwest::tls::Version::TLS_1_3),
+            Some(other) => return Err(format!("min_tls {other:?}: \"1.2\" or \"1.3\"")),
+        };
+        digest.update(format!("{min:?}").as_bytes());
+        let key = digest
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let settings = TlsSettings {
+            key,
+            roots,
+            identity,
+            min,
+        };
+        // Whatever the TLS library refuses is found now, not at the first request.
+        client_builder(&OutboundConfig::probe(), Some(&settings))
+            .build()
+            .map_err(|e| format!("TLS settings: {e}"))?;
+        Ok(settings)
+    }
+}
+
+/// The client builder every outbound client starts from, with `tls` applied if given.
+fn client_builder(config: &OutboundConfig, tls: Option<&TlsSettings>) -> reqwest::ClientBuilder {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        // Redirects are followed by `send`, hop by hop, so the policy sees every one.
+        .redirect(reqwest::redirect::Policy::none())
+        .dns_resolver(Arc::new(PolicyResolver {
+            policy: Arc::new(config.policy.clone()),
+        }))
+        .connect_timeout(config.connect_timeout)
+        .pool_max_idle_per_host(config.per_target as usize)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .tcp_keepalive(Duration::from_secs(30));
+    if let Some(tls) = tls {
+        for root in &tls.roots {
+            builder = builder.add_root_certificate(root.clone());
+        }
+        if let Some(identity) = &tls.identity {
+            builder = builder.identity(identity.clone());
+        }
+        if let Some(min) = tls.min {
+            builder = builder.min_tls_version(min);
+        }
+    }
+    builder
 }
 
 /// How the outbound client behaves.
@@ -47,6 +163,18 @@ pub struct OutboundConfig {
     pub connect_timeout: Duration,
     /// Redirects followed per attempt; 0 = none (a 3xx is the attempt's answer).
     pub max_redirects: u32,
+}
+
+impl OutboundConfig {
+    /// A configuration to try TLS settings with (nothing is sent with it).
+    fn probe() -> OutboundConfig {
+        OutboundConfig {
+            policy: AddressPolicy::default(),
+            per_target: 1,
+            connect_timeout: Duration::from_secs(1),
+            max_redirects: 0,
+        }
+    }
 }
 
 /// One request to send.
@@ -70,6 +198,8 @@ pub struct Request<'a> {
     pub write_by: Instant,
     /// Redirects followed, instead of the client's `--max-redirects` (reconciliation: 0).
     pub max_redirects: Option<u32>,
+    /// The target's own TLS settings (its `[[targets]]` rule's), for every hop.
+    pub tls: Option<Arc<TlsSettings>>,
 }
 
 /// A response: the status and the start of its body (at most the request's `keep_body` bytes).
@@ -151,24 +281,36 @@ pub struct BuildError(#[from] reqwest::Error);
 
 impl Outbound {
     pub fn new(config: OutboundConfig) -> Result<Outbound, BuildError> {
-        let policy = Arc::new(config.policy);
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            // Redirects are followed by `send`, hop by hop, so the policy sees every one.
-            .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(Arc::new(PolicyResolver {
-                policy: Arc::clone(&policy),
-            }))
-            .connect_timeout(config.connect_timeout)
-            .pool_max_idle_per_host(config.per_target as usize)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_keepalive(Duration::from_secs(30))
-            .build()?;
+        let policy = Arc::new(config.policy.clone());
+        let client = client_builder(&config, None).build()?;
         Ok(Outbound {
             client,
             policy,
             max_redirects: config.max_redirects,
+            config,
+            tls_clients: Arc::default(),
         })
+    }
+
+    /// The client for a request with `tls` settings (the shared one without).
+    fn client_for(&self, tls: Option<&TlsSettings>) -> Result<reqwest::Client, SendError> {
+        let Some(tls) = tls else {
+            return Ok(self.client.clone());
+        };
+        let mut clients = self.tls_clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = clients.get(&tls.key) {
+            return Ok(client.clone());
+        }
+        let client = client_builder(&self.config, Some(tls))
+            .build()
+            .map_err(|e| SendError {
+                code: SendErrorCode::TlsFailed,
+                message: format!("cannot build a client with the target's TLS settings: {e}"),
+                may_have_arrived: false,
+                answered: None,
+            })?;
+        clients.insert(tls.key.clone(), client.clone());
+        Ok(client)
     }
 
     /// The policy verdict on a URL whose host is an IP literal; `Ok` for host names (they are
@@ -190,6 +332,7 @@ impl Outbound {
         let mut url = Url::parse(req.url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
         let mut method = reqwest::Method::from_bytes(req.method.as_bytes())
             .map_err(|e| invalid(format!("method: {e}")))?;
+        let client = self.client_for(req.tls.as_deref())?;
         let mut headers = req.headers;
         let mut body = req.body;
         let max_redirects = req.max_redirects.unwrap_or(self.max_redirects);
@@ -207,8 +350,7 @@ impl Outbound {
                         "the claim's lease was too near its end to begin the request",
                     ));
                 }
-                let resp = self
-                    .client
+                let resp = client
                     .request(method.clone(), url.clone())
                     .headers(headers.clone())
                     .body(gate::body(body.clone(), write_by))
