@@ -41,6 +41,8 @@ pub enum Command {
     Idle,
     /// Enqueue-ack to receiver-sees-request latency at a steady enqueue rate.
     Latency,
+    /// A target limited to 100/s with a large backlog: the rate it gets, and the CPU it costs.
+    Rate,
 }
 
 /// The most daemons `--hosts` starts on one database.
@@ -179,6 +181,12 @@ pub struct SizeOverrides {
     /// Idle: pending deliveries to the refusing target.
     #[arg(long, global = true, value_name = "N")]
     pub idle_pending: Option<u64>,
+    /// Rate: pending deliveries to the limited target.
+    #[arg(long, global = true, value_name = "N")]
+    pub rate_pending: Option<u64>,
+    /// Rate: length of the measurement window, in seconds.
+    #[arg(long, global = true, value_name = "S")]
+    pub rate_seconds: Option<u64>,
     /// Idle: length of the CPU measurement window, in seconds.
     #[arg(long, global = true, value_name = "SECONDS")]
     pub idle_seconds: Option<u64>,
@@ -203,6 +211,7 @@ impl Command {
                 Backlog,
                 Idle,
                 Latency,
+                Rate,
                 Tasks,
             ],
             Fsync => &[Fsync],
@@ -213,6 +222,7 @@ impl Command {
             Backlog => &[Backlog],
             Idle => &[Idle],
             Latency => &[Latency],
+            Rate => &[Rate],
         }
     }
 
@@ -221,7 +231,7 @@ impl Command {
     pub fn sqlite_only(self) -> bool {
         matches!(
             self,
-            Command::Backlog | Command::Idle | Command::Latency | Command::Tasks
+            Command::Backlog | Command::Idle | Command::Latency | Command::Tasks | Command::Rate
         )
     }
 
@@ -237,6 +247,7 @@ impl Command {
             Command::Backlog => "backlog",
             Command::Idle => "idle",
             Command::Latency => "latency",
+            Command::Rate => "rate",
         }
     }
 }

@@ -181,6 +181,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Backlog => scenario::backlog::run(&mut bench).await,
             Command::Idle => scenario::idle::run(&mut bench).await,
             Command::Latency => scenario::latency::run(&mut bench).await,
+            Command::Rate => scenario::rate::run(&mut bench).await,
             Command::All => Ok(()),
         };
         if let Err(e) = outcome {

@@ -46,6 +46,10 @@ pub struct Plan {
     pub backlog_pending: u64,
     /// Backlog: the fresh batch delivered on top.
     pub backlog_batch: u64,
+    /// Rate: pending deliveries to a target limited to 100/s.
+    pub rate_pending: u64,
+    /// Rate: the measurement window.
+    pub rate_window: Duration,
     /// Idle: pending deliveries to a target that refuses connections.
     pub idle_pending: u64,
     /// Idle: the CPU measurement window.
@@ -78,6 +82,8 @@ impl Plan {
             body_bytes: 0,
             backlog_pending: 1_000_000,
             backlog_batch: 100_000,
+            rate_pending: 10_000,
+            rate_window: Duration::from_secs(30),
             idle_pending: 100_000,
             idle_window: Duration::from_secs(30),
             latency_rate: 1_000,
@@ -104,6 +110,8 @@ impl Plan {
             body_bytes: 0,
             backlog_pending: 20_000,
             backlog_batch: 1_000,
+            rate_pending: 500,
+            rate_window: Duration::from_secs(2),
             idle_pending: 2_000,
             idle_window: Duration::from_secs(3),
             latency_rate: 200,
@@ -141,6 +149,10 @@ impl Plan {
         plan.body_bytes = options.body_bytes;
         set(&mut plan.backlog_pending, o.backlog_pending);
         set(&mut plan.backlog_batch, o.backlog_batch);
+        set(&mut plan.rate_pending, o.rate_pending);
+        if let Some(s) = o.rate_seconds {
+            plan.rate_window = Duration::from_secs(s.max(1));
+        }
         set(&mut plan.idle_pending, o.idle_pending);
         if let Some(s) = o.idle_seconds {
             plan.idle_window = Duration::from_secs(s.max(1));

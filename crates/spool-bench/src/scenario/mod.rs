@@ -12,6 +12,7 @@ pub mod enqueue;
 pub mod fsync;
 pub mod idle;
 pub mod latency;
+pub mod rate;
 pub mod tasks;
 
 use std::net::SocketAddr;
@@ -141,7 +142,7 @@ impl Bench {
         std::fs::write(
             &config,
             format!(
-                "[secrets]\nbench = {{ file = {:?} }}\n\n[[targets]]\nmatch = \"*\"\nsign = \"bench\"\n",
+                "[secrets]\nbench = {{ file = {:?} }}\n\n[[targets]]\nmatch = \"http://*\"\nsign = \"bench\"\n",
                 key.display().to_string()
             ),
         )

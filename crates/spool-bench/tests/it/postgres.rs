@@ -88,7 +88,7 @@ async fn smoke_on_postgres_with_two_hosts() {
     }
     // Baselines run as always; the SQLite-only scenarios are skipped, not run on SQLite.
     assert!(median("fsync", "256 B append + fdatasync", "rate") > 0.0);
-    for skipped in ["backlog", "idle", "latency", "tasks"] {
+    for skipped in ["backlog", "idle", "latency", "rate", "tasks"] {
         assert!(
             !results.iter().any(|e| e["scenario"] == skipped),
             "{skipped} ran under --db"

@@ -107,16 +107,7 @@ pub async fn pause(
     State(state): State<SharedState>,
     Path(origin): Path<String>,
 ) -> Result<Response, ApiError> {
-    let origin = target_origin(&origin)?;
-    state.control.pause(&origin);
-    tracing::info!(target_origin = %origin, "target paused by an operator");
-    Ok(json(
-        StatusCode::OK,
-        &TargetPause {
-            origin,
-            paused: true,
-        },
-    ))
+    set_paused(&state, &origin, true)
 }
 
 #[utoipa::path(post, path = "/v1/targets/{origin}/resume", tag = "overview",
@@ -129,15 +120,19 @@ pub async fn resume(
     State(state): State<SharedState>,
     Path(origin): Path<String>,
 ) -> Result<Response, ApiError> {
-    let origin = target_origin(&origin)?;
-    state.control.resume(&origin);
-    Ok(json(
-        StatusCode::OK,
-        &TargetPause {
-            origin,
-            paused: false,
-        },
-    ))
+    set_paused(&state, &origin, false)
+}
+
+/// An operator's pause (`paused`) or resume of the target `named`.
+fn set_paused(state: &SharedState, named: &str, paused: bool) -> Result<Response, ApiError> {
+    let origin = target_origin(named)?;
+    if paused {
+        state.control.pause(&origin);
+        tracing::info!(target_origin = %origin, "target paused by an operator");
+    } else {
+        state.control.resume(&origin);
+    }
+    Ok(json(StatusCode::OK, &TargetPause { origin, paused }))
 }
 
 /// A target as named in a path: a URL or its origin, as deliveries are grouped.

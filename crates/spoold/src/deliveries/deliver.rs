@@ -147,6 +147,8 @@ impl Drop for SlotClaims<'_> {
 pub struct Started {
     pub claimed: Claimed,
     pub send_by: Instant,
+    /// A token of its target's rate was taken for it when it was claimed.
+    pub token: bool,
 }
 
 impl Started {
@@ -155,6 +157,7 @@ impl Started {
         Started {
             claimed,
             send_by: asked + lease.saturating_sub(RECORD_MARGIN),
+            token: false,
         }
     }
 }
@@ -457,12 +460,13 @@ impl Deliverer {
                 self.unsent(current).await;
                 continue;
             }
-            // A rate-limited target: sent only with a token; without one it is undone (no
-            // attempt spent) and the slot ends, the scheduler holding the target until its next
-            // token. Nothing is started or reserved ahead for it: each delivery is claimed when
-            // its token is there.
+            // A rate-limited target: sent only with a token (taken when the scheduler claimed
+            // it, or now); without one it is undone (no attempt spent) and the slot ends, the
+            // scheduler holding the target until its next token. Nothing is started or
+            // reserved ahead for it: each delivery is claimed when its token is there.
             let limited = self.limiter.limited(&current.claimed.target_url);
             if limited
+                && !current.token
                 && !self
                     .limiter
                     .take(&origin, &current.claimed.target_url, Instant::now())
@@ -502,7 +506,9 @@ impl Deliverer {
             // A target that answered, and did not ask us to slow down, gets its next delivery.
             let welcome =
                 health == TargetHealth::Answered && !matches!(result.http_status, Some(429 | 503));
-            going = welcome && self.may_go_on(&interrupt);
+            // A rate-limited target's slot ends with its one request: the next is claimed when
+            // its token is there, never taken ahead by the result's write.
+            going = welcome && !limited && self.may_go_on(&interrupt);
             unrecorded.push_back(Finished {
                 result,
                 attempt: current.claimed.attempt,

@@ -203,11 +203,13 @@ impl Scheduler {
                 in_flight: in_flight.clone(),
                 limits,
             };
-            let next_token = self.rate_limits(&mut capacity, now);
             self.deliverer
                 .metrics
                 .paused_targets
                 .set(capacity.limits.values().filter(|l| **l == 0).count() as i64);
+            // After the count: a target waiting for its rate's next token is not paused.
+            let next_token = self.rate_limits(&mut capacity, now);
+
             let mut wait_until: Option<Instant> = [earliest_resume(&targets, now), next_token]
                 .into_iter()
                 .flatten()
@@ -227,6 +229,13 @@ impl Scheduler {
                         fruitless_at =
                             (claimed == 0 && !capacity.saturated().is_empty()).then(Instant::now);
                         for c in batch.claimed {
+                            // Its rate's token is taken now, before the next claim looks at
+                            // the bucket: claimed is spoken for.
+                            let token = self.deliverer.limiter.take(
+                                &c.origin,
+                                &c.target_url,
+                                std::time::Instant::now(),
+                            );
                             *in_flight.entry(c.origin.clone()).or_insert(0) += 1;
                             total += 1;
                             let deliverer = Arc::clone(&self.deliverer);
@@ -238,7 +247,8 @@ impl Scheduler {
                                 let released = move |health| {
                                     let _ = done.send(Done { origin, health });
                                 };
-                                let first = Started::new(c, asked, lease);
+                                let mut first = Started::new(c, asked, lease);
+                                first.token = token;
                                 deliverer.attempt(first, interrupt, released).await;
                             });
                         }
@@ -370,9 +380,9 @@ impl Scheduler {
             TargetHealth::Unreachable => {
                 let state = targets.entry(done.origin.clone()).or_default();
                 state.failures += 1;
-                if state.failures >= PAUSE_AFTER_FAILURES {
-                    let step = state.failures - PAUSE_AFTER_FAILURES + 1;
-                    let pause = self.pause_backoff.delay(&done.origin, step);
+                if let Some(pause) =
+                    self.pause_for(state.failures, PAUSE_AFTER_FAILURES, &done.origin)
+                {
                     state.paused_until = Some(now + pause);
                     info!(
                         target_origin = %done.origin,
@@ -393,9 +403,9 @@ impl Scheduler {
                     state.errors_since = Some(now);
                 }
                 state.errors += 1;
-                if self.breaker.failures > 0 && state.errors >= self.breaker.failures {
-                    let step = state.errors - self.breaker.failures + 1;
-                    let pause = self.pause_backoff.delay(&done.origin, step);
+                if let Some(pause) =
+                    self.pause_for(state.errors, self.breaker.failures, &done.origin)
+                {
                     state.paused_until = Some(now + pause);
                     info!(
                         target_origin = %done.origin,
@@ -420,6 +430,13 @@ impl Scheduler {
             TargetHealth::Unknown => {}
         }
         self.publish(&done.origin, targets.get(&done.origin), now);
+    }
+
+    /// How long to pause a target after `run` failures in a row, when `threshold` (0: never)
+    /// is reached: spaced like retries, longer with each failed probe.
+    fn pause_for(&self, run: u32, threshold: u32, origin: &str) -> Option<Duration> {
+        (threshold > 0 && run >= threshold)
+            .then(|| self.pause_backoff.delay(origin, run - threshold + 1))
     }
 
     /// Show a target's state in the operator's overview, with why it is paused.
