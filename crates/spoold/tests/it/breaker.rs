@@ -175,3 +175,33 @@ async fn an_operator_pauses_and_resumes_a_target() {
     let err: Value = serde_json::from_slice(&body).expect("JSON");
     assert_eq!(err["error"]["code"], "invalid_request", "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_target_still_fails_its_expired_deliveries_on_time() {
+    let dir = TempDir::new().expect("temp dir");
+    // A short lease: the sweep that expires overdue deliveries runs every quarter of it.
+    let opts = DaemonOptions::new(db_path(&dir)).args(["--lease", "4s", "--request-timeout", "1s"]);
+    let daemon = DaemonProcess::start(opts).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let r = Receiver::start().await.expect("receiver");
+    let (status, _) = control(&api, &r, "pause").await;
+    assert_eq!(status, 200);
+    let expires = spool_proto::units::format_time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            + 1_000,
+    );
+    let (status, created) = api
+        .create(json!({"targetUrl": r.url("/late"), "expiresAt": expires}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let d = api
+        .wait_status(&id_of(&created), &["failed"], WAIT)
+        .await
+        .expect("expired while the target was paused");
+    assert_eq!(d["lastErrorCode"], "expired", "{d}");
+    assert_eq!(d["attempts"], 0, "{d}");
+    assert!(r.requests().is_empty());
+}
