@@ -110,7 +110,7 @@ impl Plan {
             body_bytes: 0,
             backlog_pending: 20_000,
             backlog_batch: 1_000,
-            rate_pending: 500,
+            rate_pending: 1_000,
             rate_window: Duration::from_secs(2),
             idle_pending: 2_000,
             idle_window: Duration::from_secs(3),

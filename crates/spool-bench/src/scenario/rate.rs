@@ -21,6 +21,12 @@ const WARM_UP: Duration = Duration::from_secs(3);
 pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
     let pending = bench.plan.rate_pending;
     let window = bench.plan.rate_window;
+    // A backlog that runs out before the window ends measures the backlog, not the rate.
+    let needed = (WARM_UP + window).as_secs() * u64::from(RATE);
+    anyhow::ensure!(
+        pending > needed,
+        "--rate-pending {pending} runs out before the window ends: more than {needed} are needed"
+    );
     let case = format!("{RATE}/s, {pending} pending");
     bench.results.note(format!(
         "rate: {pending} deliveries due at once to a target whose [[targets]] rule says rate = \

@@ -25,7 +25,7 @@ fn smoke_suite_runs_every_scenario() {
         .args(["--backlog-pending", "5000", "--backlog-batch", "300"])
         .args(["--idle-pending", "500", "--idle-seconds", "1"])
         .args(["--latency-seconds", "1", "--fsync-writes", "50"])
-        .args(["--rate-pending", "300", "--rate-seconds", "1"])
+        .args(["--rate-pending", "1000", "--rate-seconds", "1"])
         .output()
         .expect("spool-bench runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -87,7 +87,7 @@ fn smoke_suite_runs_every_scenario() {
     }
     assert!(median("idle", "500 pending, target refuses", "CPU use") >= 0.0);
     // 100/s with a burst of 1: about 100 a second, never much more.
-    let rate = median("rate", "100/s, 300 pending", "delivered rate");
+    let rate = median("rate", "100/s, 1000 pending", "delivered rate");
     assert!(
         (50.0..=110.0).contains(&rate),
         "rate-limited target got {rate}/s"
