@@ -833,6 +833,7 @@ async fn targets_pause_and_resume_by_hand() {
     assert_eq!(
         stderr(&o),
         "spoolctl: spoold returned HTTP 400 (invalid_request): target \"ftp://x\" is not an \
-         http:// or https:// URL with a host\n"
+         http:// or https:// URL with a host name or IPv4 address (e.g. \
+         https://hooks.example.com)\n"
     );
 }

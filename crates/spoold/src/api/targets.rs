@@ -98,7 +98,7 @@ pub async fn targets(
 }
 
 #[utoipa::path(post, path = "/v1/targets/{origin}/pause", tag = "overview",
-    params(("origin" = String, Path, description = "The target: a URL or its origin, percent-encoded (`https%3A%2F%2Fhooks.example.com`)")),
+    params(("origin" = String, Path, pattern = "^https?://(([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/.*)?$", description = "The target: a URL or its origin, percent-encoded (`https%3A%2F%2Fhooks.example.com`); a host name or an IPv4 address")),
     responses(
         (status = 200, description = "Paused: nothing is sent to it (on this host) until it is resumed; its deliveries wait, uncharged", body = TargetPause),
         (status = 400, description = "`invalid_request`: not an http(s) URL", body = spool_proto::ErrorBody),
@@ -111,7 +111,7 @@ pub async fn pause(
 }
 
 #[utoipa::path(post, path = "/v1/targets/{origin}/resume", tag = "overview",
-    params(("origin" = String, Path, description = "The target: a URL or its origin, percent-encoded")),
+    params(("origin" = String, Path, pattern = "^https?://(([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/.*)?$", description = "The target: a URL or its origin, percent-encoded; a host name or an IPv4 address")),
     responses(
         (status = 200, description = "Resumed: an operator's pause is lifted, and so is whatever else held it back (410 Gone, an open breaker, a connection pause)", body = TargetPause),
         (status = 400, description = "`invalid_request`: not an http(s) URL", body = spool_proto::ErrorBody),
@@ -135,12 +135,64 @@ fn set_paused(state: &SharedState, named: &str, paused: bool) -> Result<Response
     Ok(json(StatusCode::OK, &TargetPause { origin, paused }))
 }
 
+/// What a target named in a path must look like: an http(s) URL whose host is a name (its
+/// last label starting with a letter, so that no other IPv4 spelling hides in it) or a dotted
+/// IPv4 address, an optional port, an optional path. The OpenAPI document says the same (checked by a test), so the API takes
+/// exactly what its document calls valid.
+pub const TARGET_PATTERN: &str = "^https?://(([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/.*)?$";
+
 /// A target as named in a path: a URL or its origin, as deliveries are grouped.
 fn target_origin(text: &str) -> Result<String, ApiError> {
-    crate::deliveries::submission::origin_filter(text).ok_or_else(|| {
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("target {text:?} is not an http:// or https:// URL with a host"),
-        )
-    })
+    static PATTERN: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(TARGET_PATTERN).ok());
+    let fits = PATTERN.as_ref().is_some_and(|p| p.is_match(text));
+    fits.then(|| crate::deliveries::submission::origin_filter(text))
+        .flatten()
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "target {text:?} is not an http:// or https:// URL with a host name or \
+                     IPv4 address (e.g. https://hooks.example.com)"
+                ),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_says_what_the_api_takes() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&crate::api::openapi::document()).expect("JSON");
+        for action in ["pause", "resume"] {
+            let param =
+                &doc["paths"][format!("/v1/targets/{{origin}}/{action}")]["post"]["parameters"][0];
+            assert_eq!(param["schema"]["pattern"], TARGET_PATTERN, "{param}");
+        }
+        let taken = [
+            "https://hooks.example.com",
+            "http://localhost:9000/x?y=1",
+            "http://a-b.c:65535",
+            "http://127.0.0.1:8080",
+        ];
+        for ok in taken {
+            assert!(target_origin(ok).is_ok(), "{ok}");
+        }
+        let refused = [
+            "0",
+            "ftp://a",
+            "http://1.2.3",
+            "http://01.2.3.4",
+            "http://256.0.0.1",
+            "http://a:65536",
+            "HTTP://a",
+            "http://a..b",
+        ];
+        for bad in refused {
+            assert!(target_origin(bad).is_err(), "{bad}");
+        }
+    }
 }
