@@ -82,6 +82,12 @@ pub struct Args {
     #[arg(long)]
     pub strict: bool,
 
+    /// Check the flags and the configuration file (task types, target rules, the secret, CA
+    /// and certificate files they name) as a start would, print a summary and exit: 0 when
+    /// the daemon would start with them, 2 when not. Opens no database, listens nowhere.
+    #[arg(long)]
+    pub check_config: bool,
+
     /// PostgreSQL: connections this host opens to the database in all (at least 5). The default
     /// lets ten hosts share a server at PostgreSQL's default max_connections (100).
     #[arg(

@@ -205,6 +205,18 @@ const STOP_ATTEMPTS_AT_MOST: Duration = Duration::from_secs(120);
 
 /// Open the store, recover claims left by a previous process, bind the API and start
 /// delivering. Returns once the API is accepting connections.
+/// What `--check-config` checks beyond loading the configuration: the checks a start makes of
+/// the task types (their users, and with `--strict` their files). On success, a summary line.
+pub fn check_config(config: &Config) -> Result<String, StartError> {
+    check_task_users(&config.task_types)?;
+    check_task_files(&config.task_types, config.strict)?;
+    Ok(format!(
+        "configuration ok: {} task types, {} target rules",
+        config.task_types.names().len(),
+        config.target_rules.len()
+    ))
+}
+
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let store = open_store(&config).await?;
 

@@ -3,7 +3,7 @@
 //!
 //! Exit codes: 0 after a clean shutdown, 1 if the daemon cannot start (database locked,
 //! corrupt or too new, address in use) or stopped by itself (a shared database migrated past
-//! it), 2 for invalid flags.
+//! it), 2 for invalid flags. `--check-config` exits 0 or 2 without starting.
 
 use std::process::ExitCode;
 
@@ -34,7 +34,13 @@ fn main() -> ExitCode {
 /// The daemon from start to a clean shutdown; on failure the exit code and the one line for
 /// whoever started it (not a second copy in the log format).
 fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
+    let check_only = args.check_config;
     let config = args.into_config().map_err(|e| (2, e.to_string()))?;
+    if check_only {
+        let summary = spoold::check_config(&config).map_err(|e| (2, e.to_string()))?;
+        println!("{summary}");
+        return Ok(());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("spoold")

@@ -431,3 +431,50 @@ async fn find_by_url(api: &Api, url: &str) -> Option<String> {
     }
     None
 }
+
+/// `--check-config` loads the flags and the configuration file as a start would, says so on
+/// stdout and exits 0, or exits 2 with the reason; it opens no database.
+#[test]
+fn check_config_says_whether_a_start_would_work_and_starts_nothing() {
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let config = dir.path().join("spoold.toml");
+    let db = dir.path().join("never/spoold.db");
+    let check = |text: &str| {
+        std::fs::write(&config, text).expect("config");
+        std::process::Command::new(env!("CARGO_BIN_EXE_spoold"))
+            .arg("--check-config")
+            .arg("--config")
+            .arg(&config)
+            .arg("--db")
+            .arg(&db)
+            .env_remove("SPOOLD_LOG_FORMAT")
+            .output()
+            .expect("spoold runs")
+    };
+    let o = check(
+        "[tasks.hello]\ncommand = [\"/bin/true\"]\n\n[[targets]]\nmatch = \"https://a.example/*\"\nrate = \"5/s\"\n",
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "configuration ok: 1 task types, 1 target rules\n"
+    );
+    assert!(
+        !db.exists() && !db.parent().expect("dir").exists(),
+        "a database was made"
+    );
+
+    let o = check("[[targets]]\nmatch = \"https://a.example/*\"\nrate = \"fast\"\n");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("rate \"fast\" is not N/s, N/m or N/h"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.stdout.is_empty());
+}
