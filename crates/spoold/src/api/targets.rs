@@ -80,7 +80,7 @@ pub async fn targets(
             connect_failures: a.connect_failures,
             paused: a.paused_until.is_some() || a.pause_reason.is_some(),
             paused_until: a.paused_until.map(format_time),
-            pause_reason: a.pause_reason.map(str::to_owned),
+            pause_reason: a.pause_reason.map(|r| r.as_str().to_owned()),
             last_error_code: a.last_error_code,
             last_success_at: a.last_success_at.map(format_time),
         })

@@ -45,9 +45,8 @@ pub struct TargetActivity {
     pub connect_failures: u32,
     /// Paused (refusing connections, failing) or holding us back (`Retry-After`) until then.
     pub paused_until: Option<Millis>,
-    /// Why nothing is sent to it now: `unreachable`, `failing`, `retry_after`, `gone` or
-    /// `operator` (the last two until an operator resumes it).
-    pub pause_reason: Option<&'static str>,
+    /// Why nothing is sent to it now.
+    pub pause_reason: Option<PauseReason>,
     pub last_error_code: Option<String>,
     pub last_success_at: Option<Millis>,
 }
@@ -70,6 +69,39 @@ struct Inner {
     targets: HashMap<String, Target>,
 }
 
+/// Why nothing is sent to a target now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PauseReason {
+    /// It refused connections; probed once its pause is over.
+    Unreachable,
+    /// A run of 5xx answers or timeouts opened its breaker; probed once its pause is over.
+    Failing,
+    /// It asked to wait (`Retry-After`).
+    RetryAfter,
+    /// It answered 410 Gone: until an operator resumes it.
+    Gone,
+    /// An operator paused it: until resumed.
+    Operator,
+}
+
+impl PauseReason {
+    /// The word in `GET /v1/targets` (`pauseReason`) and `spoolctl targets`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PauseReason::Unreachable => "unreachable",
+            PauseReason::Failing => "failing",
+            PauseReason::RetryAfter => "retry_after",
+            PauseReason::Gone => "gone",
+            PauseReason::Operator => "operator",
+        }
+    }
+
+    /// Only an operator ends it, not time.
+    pub fn until_resumed(self) -> bool {
+        matches!(self, PauseReason::Gone | PauseReason::Operator)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Target {
     failed: Minutes,
@@ -77,7 +109,7 @@ struct Target {
     last_failure_at: Option<Millis>,
     connect_failures: u32,
     paused_until: Option<Millis>,
-    pause_reason: Option<&'static str>,
+    pause_reason: Option<PauseReason>,
     last_error_code: Option<String>,
     last_success_at: Option<Millis>,
     last_minute: u64,
@@ -85,9 +117,9 @@ struct Target {
 
 impl Target {
     /// Why it is paused now, if it is: until an operator resumes it, or until a time.
-    fn paused_for(&self, now: Millis) -> Option<&'static str> {
+    fn paused_for(&self, now: Millis) -> Option<PauseReason> {
         match self.pause_reason {
-            Some(reason @ ("gone" | "operator")) => Some(reason),
+            Some(reason) if reason.until_resumed() => Some(reason),
             reason if self.paused_until.is_some_and(|p| p > now) => reason,
             _ => None,
         }
@@ -176,7 +208,7 @@ impl Activity {
         origin: &str,
         connect_failures: u32,
         paused_until: Option<Millis>,
-        pause_reason: Option<&'static str>,
+        pause_reason: Option<PauseReason>,
     ) {
         let minute = self.minute();
         let mut inner = self.lock();
@@ -192,7 +224,7 @@ impl Activity {
         self.lock()
             .targets
             .values()
-            .filter(|t| t.pause_reason == Some("gone"))
+            .filter(|t| t.pause_reason == Some(PauseReason::Gone))
             .count()
     }
 
@@ -290,7 +322,12 @@ mod tests {
             1_500,
         );
         a.result("http://127.0.0.1:80", Result::Succeeded, None, 2_000);
-        a.health("http://127.0.0.2:80", 3, Some(10_000), Some("unreachable"));
+        a.health(
+            "http://127.0.0.2:80",
+            3,
+            Some(10_000),
+            Some(PauseReason::Unreachable),
+        );
         let (five, hour) = a.windows();
         assert_eq!(
             (five.attempts, five.succeeded, five.terminal_failures),

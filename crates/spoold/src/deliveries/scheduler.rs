@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use crate::deliveries::activity::PauseReason;
 use crate::deliveries::deliver::{Deliverer, Started, TargetHealth};
 use crate::deliveries::retry::Backoff;
 
@@ -450,17 +451,17 @@ impl Scheduler {
             (t.failures, until)
         });
         let reason = if self.control.is_paused(origin) {
-            Some("operator")
+            Some(PauseReason::Operator)
         } else {
             state.and_then(|t| {
                 if t.gone {
-                    Some("gone")
+                    Some(PauseReason::Gone)
                 } else if t.held(now) {
-                    Some("retry_after")
+                    Some(PauseReason::RetryAfter)
                 } else if t.failures >= PAUSE_AFTER_FAILURES {
-                    Some("unreachable")
+                    Some(PauseReason::Unreachable)
                 } else if t.tripped(&self.breaker) {
-                    Some("failing")
+                    Some(PauseReason::Failing)
                 } else {
                     None
                 }

@@ -452,7 +452,7 @@ fn check_config_says_whether_a_start_would_work_and_starts_nothing() {
             .expect("spoold runs")
     };
     let o = check(
-        "[tasks.hello]\ncommand = [\"/bin/true\"]\n\n[[targets]]\nmatch = \"https://a.example/*\"\nrate = \"5/s\"\n",
+        "[tasks.hello]\ncommand = [\"/bin/true\"]\n\n[[targets]]\nmatch = \"http://127.0.0.1:9/*\"\nrate = \"5/s\"\n",
     );
     assert_eq!(
         o.status.code(),
@@ -469,7 +469,7 @@ fn check_config_says_whether_a_start_would_work_and_starts_nothing() {
         "a database was made"
     );
 
-    let o = check("[[targets]]\nmatch = \"https://a.example/*\"\nrate = \"fast\"\n");
+    let o = check("[[targets]]\nmatch = \"http://127.0.0.1:9/*\"\nrate = \"fast\"\n");
     assert_eq!(o.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("rate \"fast\" is not N/s, N/m or N/h"),

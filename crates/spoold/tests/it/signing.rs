@@ -243,7 +243,7 @@ async fn a_rule_naming_an_undeclared_secret_refuses_the_start() {
     let config = dir.path().join("spoold.toml");
     std::fs::write(
         &config,
-        "[[targets]]\nmatch = \"https://hooks.example.com/*\"\nsign = \"billing\"\n",
+        "[[targets]]\nmatch = \"http://127.0.0.1:9/*\"\nsign = \"billing\"\n",
     )
     .expect("write config");
     let opts = process_opts(&dir).args(["--config".to_owned(), config.display().to_string()]);
