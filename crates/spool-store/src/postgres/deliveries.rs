@@ -28,7 +28,7 @@ use crate::model::{
     StartOutcome, Stats, Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
-// No index hints: PostgreSQL's planner picks the partial indexes of `schema.sql` by itself
+// No index hints: PostgreSQL's planner picks the partial indexes of `migrations/` by itself
 // (`deliveries_due`, `deliveries_origin_due`, `deliveries_expiry`, `deliveries_finished`,
 // `deliveries_checks`) as long as a query repeats the index's predicate literally
 // (`status = 'pending'`, …), which every query here does, so that generic plans of prepared
@@ -383,7 +383,7 @@ pub(crate) async fn expire_overdue(tx: &Tx<'_>, now: Millis, limit: u32) -> Resu
     Ok(ids.len() as u64)
 }
 
-/// Fail a delivery as `expired` (`spoold_expire` in `steps.sql`). The caller holds the row's
+/// Fail a delivery as `expired` (`spoold_expire`, `functions/expire.sql`). The caller holds the row's
 /// lock and has checked its status.
 async fn expire(tx: &Tx<'_>, id: &str, from: DeliveryStatus, now: Millis) -> Result<()> {
     exec(
@@ -558,8 +558,8 @@ impl StartedRow {
     }
 }
 
-/// One step of `spoold_steps` (see `steps.sql`): what to record, what to start, which origin
-/// to reserve for (from where); each part is skipped when `None`.
+/// One step of `spoold_steps` (see `functions/steps.sql`): what to record, what to start,
+/// which origin to reserve for (from where); each part is skipped when `None`.
 #[derive(Default)]
 pub(crate) struct StepArgs<'a> {
     pub result: Option<&'a AttemptResult>,

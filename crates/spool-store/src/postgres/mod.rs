@@ -7,7 +7,7 @@
 //! - A write returns `Ok` only after its COMMIT was answered, on a session with
 //!   `synchronous_commit = on` (read back at open): acknowledged means flushed to disk.
 //! - Due times, leases and timestamps are read from the database's clock (`clock_timestamp()`
-//!   at the start of each transaction, or in the step functions of `steps.sql`), never from a
+//!   at the start of each transaction, or in the step functions of `functions/`), never from a
 //!   host's: hosts may disagree on the time.
 //! - No transaction stays open across an HTTP request or a child process: claims commit at once.
 
@@ -482,9 +482,9 @@ impl PgStore {
             .deliveries_when(matches!(applied, Ok(Applied::Now(DeliveryStatus::Pending))));
     }
 
-    /// Run one step function (`steps.sql`) as a transaction of its own: outside BEGIN, the
-    /// server commits the statement before it answers (at the protocol's Sync). A step that
-    /// lost a race (deadlock, serialization failure) is run again.
+    /// Run one step function (`functions/steps.sql`) as a transaction of its own: outside
+    /// BEGIN, the server commits the statement before it answers (at the protocol's Sync). A
+    /// step that lost a race (deadlock, serialization failure) is run again.
     async fn step(&self, call: &Call) -> Result<Vec<Row>> {
         let mut tries = 0;
         loop {

@@ -12,9 +12,6 @@ use spool_testkit::TestDatabase;
 
 use crate::conformance::{self, Backend};
 
-/// Where the deliveries these tests create would go (nothing is sent).
-const URL: &str = "http://127.0.0.1:9/hook";
-
 /// A database of the test's own, dropped when the test ends.
 pub struct PgBackend {
     db: TestDatabase,
@@ -78,37 +75,171 @@ async fn hosts_starting_together_migrate_once() {
     );
 }
 
+/// The schema each older version left, as its binary applied it: tables and functions alike
+/// (`tests/fixtures/postgres-history`, one file per version).
+const HISTORY: &[&str] = &[
+    include_str!("../fixtures/postgres-history/v1-schema.sql"),
+    include_str!("../fixtures/postgres-history/v2-steps.sql"),
+    include_str!("../fixtures/postgres-history/v3-counts.sql"),
+    include_str!("../fixtures/postgres-history/v4-in_flight.sql"),
+    include_str!("../fixtures/postgres-history/v5-lean_steps.sql"),
+    include_str!("../fixtures/postgres-history/v6-take.sql"),
+    include_str!("../fixtures/postgres-history/v7-carry.sql"),
+    include_str!("../fixtures/postgres-history/v8-orphans.sql"),
+];
+
+/// Everything a schema is made of, one line per object, sorted: columns (type, collation,
+/// nullability, default), constraints, indexes, tables' storage options, triggers and
+/// functions with their bodies.
+const CATALOG: &str = "SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+    SELECT 'column ' || c.relname || '.' || a.attname || ' ' \
+        || format_type(a.atttypid, a.atttypmod) || ' ' || coalesce(co.collname, '-') || ' ' \
+        || a.attnotnull || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '-') AS x
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+    LEFT JOIN pg_collation co ON co.oid = a.attcollation
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+    WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+        AND a.attnum > 0 AND NOT a.attisdropped
+    UNION ALL SELECT 'constraint ' || conrelid::regclass || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = current_schema()::regnamespace
+    UNION ALL SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = current_schema()
+    UNION ALL SELECT 'table ' || relname || ' ' || coalesce(array_to_string(reloptions, ','), '-')
+    FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'
+    UNION ALL SELECT 'trigger ' || pg_get_triggerdef(t.oid) FROM pg_trigger t
+    JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE c.relnamespace = current_schema()::regnamespace AND NOT t.tgisinternal
+    UNION ALL SELECT 'function ' || pg_get_functiondef(p.oid) FROM pg_proc p
+    WHERE p.pronamespace = current_schema()::regnamespace
+) catalog";
+
+/// A database as the spoold of schema `version` left it, holding an in-flight delivery (its
+/// attempt started under claim 1), a pending one, and a pending task — written with version
+/// 1's columns, as any version has them, and counted by that version's triggers.
+async fn database_at(version: usize) -> Option<TestDatabase> {
+    let db = TestDatabase::create().await.expect("test database")?;
+    let mut sql = HISTORY[..version].concat();
+    sql.push_str(&format!(
+        "CREATE TABLE spoold_schema (version BIGINT NOT NULL);
+         INSERT INTO spoold_schema (version) VALUES ({version});
+         INSERT INTO deliveries (id, target_url, origin, method, headers, body_kind, body,
+             status, attempts, max_attempts, claim_seq, created_at, updated_at,
+             next_attempt_at, lease_until)
+         VALUES ('{in_flight}', '{URL_A}', '{ORIGIN_A}', 'POST', '[]', 0, NULL, 'in_flight', 1,
+                 5, 1, 1, 1, NULL, 9000000000000),
+                ('{pending}', '{URL_A}', '{ORIGIN_A}', 'POST', '[]', 0, NULL, 'pending', 0, 5, 0,
+                 2, 2, 2, NULL);
+         INSERT INTO attempts (delivery_id, seq, cycle, number, started_at)
+         VALUES ('{in_flight}', 1, 1, 1, 1);
+         INSERT INTO tasks (id, task_type, scope, params, digest, status, max_attempts,
+             created_at, updated_at, next_run_at)
+         VALUES ('{task}', 'backup', 'backup', '{{}}', '\\x00', 'pending', 1, 1, 1, 1);",
+        in_flight = conformance::id(1),
+        pending = conformance::id(2),
+        task = conformance::id(3),
+        URL_A = conformance::URL_A,
+        ORIGIN_A = conformance::ORIGIN_A,
+    ));
+    db.execute(&sql)
+        .await
+        .expect("the older schema and its rows");
+    Some(db)
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn an_older_schema_is_migrated() {
-    let Some(db) = TestDatabase::create().await.expect("test database") else {
+async fn every_older_schema_is_migrated_to_what_a_fresh_database_has() {
+    let Some(fresh) = TestDatabase::create().await.expect("test database") else {
         return;
     };
-    // Version 1 as an older spoold left it: its indexes and row triggers, without the step
-    // functions of 2 and the statement triggers of 3 (version 4 dropped the index 2 added).
-    drop(open(db.url(), 0).await.expect("first open"));
-    db.execute(&format!(
-        "{ORPHAN_COLUMNS} {ROW_TRIGGERS} {TAKING_STEPS} DROP FUNCTION spoold_steps, spoold_expire, spoold_now_ms; \
-         CREATE INDEX deliveries_lease ON deliveries (lease_until) WHERE status = 'in_flight'; \
-         ALTER TABLE deliveries RESET (fillfactor); UPDATE spoold_schema SET version = 1"
-    ))
-    .await
-    .expect("step back to version 1");
-    let store = reopen_migrated(&db).await;
-    assert_eq!(
-        db.scalar("SELECT (to_regclass('deliveries_in_flight') IS NULL)::text")
+    drop(open(fresh.url(), 0).await.expect("a fresh store"));
+    let wanted = fresh.scalar(CATALOG).await.expect("catalog");
+    for version in 1..=HISTORY.len() {
+        let Some(db) = database_at(version).await else {
+            return;
+        };
+        let store = reopen_migrated(&db).await;
+        let found = db.scalar(CATALOG).await.expect("catalog");
+        if found != wanted {
+            let (found, wanted) = (
+                found.unwrap_or_default(),
+                wanted.clone().unwrap_or_default(),
+            );
+            let only = |a: &str, b: &str| -> Vec<String> {
+                let b: std::collections::BTreeSet<&str> = b.split('\n').collect();
+                a.split('\n')
+                    .filter(|l| !b.contains(l))
+                    .map(str::to_owned)
+                    .collect()
+            };
+            panic!(
+                "from version {version}: only in the migrated database: {:#?}\n\
+                 only in a fresh one: {:#?}",
+                only(&found, &wanted),
+                only(&wanted, &found)
+            );
+        }
+        // The rows came through, counted as that version counted them; the claim made under
+        // it is recorded now, and the steps reserve the pending delivery.
+        let count = |stats: &spool_store::model::Stats, status| {
+            stats
+                .by_status
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n)
+        };
+        let stats = store.stats().await.expect("stats");
+        assert_eq!(
+            [DeliveryStatus::Pending, DeliveryStatus::InFlight].map(|s| count(&stats, s)),
+            [1, 1],
+            "from version {version}"
+        );
+        let recorded = store
+            .complete(spool_store::model::AttemptResult {
+                id: conformance::id(1),
+                claim_seq: 1,
+                disposition: spool_store::model::Disposition::Succeeded,
+                http_status: Some(200),
+                error_code: None,
+                error: None,
+                duration_ms: 1,
+                remote_id: None,
+            })
             .await
-            .expect("index"),
-        Some("true".to_owned()),
-        "version 2 added the index, version 4 dropped it"
-    );
-    // The steps work on the migrated database.
-    assert_eq!(
-        store
-            .reserve_next("http://127.0.0.1:9".into(), 1000)
+            .expect("complete");
+        assert_eq!(recorded, Applied::Now(DeliveryStatus::Succeeded));
+        let reserved = store
+            .reserve_next(conformance::ORIGIN_A.to_owned(), 60_000)
             .await
-            .expect("reserve"),
-        None
-    );
+            .expect("reserve")
+            .expect("the pending delivery");
+        assert_eq!(reserved.id, conformance::id(2), "from version {version}");
+        assert!(matches!(
+            store.cancel(conformance::id(2)).await.expect("cancel"),
+            TransitionOutcome::Done(_)
+        ));
+        let stats = store.stats().await.expect("stats");
+        assert_eq!(
+            [
+                DeliveryStatus::Pending,
+                DeliveryStatus::InFlight,
+                DeliveryStatus::Succeeded,
+                DeliveryStatus::Canceled
+            ]
+            .map(|s| count(&stats, s)),
+            [0, 0, 1, 1],
+            "from version {version}"
+        );
+        let tasks = db
+            .scalar("SELECT sum(n)::text FROM task_count_deltas WHERE status = 'pending'")
+            .await
+            .expect("task counts");
+        assert_eq!(tasks.as_deref(), Some("1"), "from version {version}");
+        // Opened again, nothing is redefined: the functions in force are these very ones.
+        let steps = "SELECT 'spoold_steps'::regproc::oid::text";
+        let before = db.scalar(steps).await.expect("oid");
+        drop(store);
+        drop(reopen_migrated(&db).await);
+        assert_eq!(db.scalar(steps).await.expect("oid"), before);
+    }
 }
 
 /// Open the database again: its schema is migrated to this binary's version.
@@ -123,233 +254,30 @@ async fn reopen_migrated(db: &TestDatabase) -> Store {
     store
 }
 
-/// Version 8's columns (orphaned task attempts), dropped: every step back goes below 8.
-const ORPHAN_COLUMNS: &str = "ALTER TABLE tasks DROP COLUMN ending, DROP COLUMN executor_host; \
-    ALTER TABLE task_attempts DROP COLUMN host, DROP COLUMN kill_grace_ms, DROP COLUMN sid;";
-
-/// Version 6's step function (the one that takes), dropped: the older one is left.
-const TAKING_STEPS: &str = "DROP FUNCTION spoold_steps(TEXT[], BIGINT[], TEXT[], BIGINT[], \
-    BIGINT[], BIGINT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT, TEXT[], BIGINT[], TEXT[], \
-    BIGINT, BIGINT[], BOOLEAN[]);";
-
-/// The index version 4 dropped, put back as versions 2 and 3 had it.
-const IN_FLIGHT_INDEX: &str =
-    "CREATE INDEX deliveries_in_flight ON deliveries (id) WHERE status = 'in_flight';";
-
-/// Version 3's statement-level count triggers put back as version 2 had them (per row).
-const ROW_TRIGGERS: &str = "DROP TRIGGER deliveries_counted_in ON deliveries; \
-    DROP TRIGGER deliveries_counted_out ON deliveries; \
-    DROP FUNCTION spoold_count_deliveries_in, spoold_count_deliveries_out; \
-    CREATE TRIGGER deliveries_counted_in AFTER INSERT ON deliveries \
-        FOR EACH ROW EXECUTE FUNCTION spoold_count_delivery(); \
-    CREATE TRIGGER deliveries_counted_out AFTER DELETE ON deliveries \
-        FOR EACH ROW EXECUTE FUNCTION spoold_count_delivery();";
-
 #[tokio::test(flavor = "multi_thread")]
-async fn counts_stay_exact_across_the_move_to_statement_triggers() {
-    let Some(db) = TestDatabase::create().await.expect("test database") else {
-        return;
-    };
-    // Two deliveries counted by version 2's row triggers, then the move to version 3.
-    let store = open(db.url(), 0).await.expect("first open");
-    db.execute(&format!(
-        "{ORPHAN_COLUMNS} {IN_FLIGHT_INDEX} {ROW_TRIGGERS} {TAKING_STEPS} \
-         UPDATE spoold_schema SET version = 2"
-    ))
-    .await
-    .expect("step back to version 2");
-    for n in 1..=2 {
-        conformance::create(
-            &store,
-            conformance::new_delivery(&conformance::id(n), None, URL),
-        )
-        .await;
-    }
-    drop(store);
-    let store = reopen_migrated(&db).await;
-    assert_eq!(
-        db.scalar(
-            "SELECT count(*)::text FROM pg_trigger WHERE tgname LIKE 'deliveries_counted_%' \
-                   AND tgtype & 1 = 0"
-        )
-        .await
-        .expect("statement triggers"),
-        Some("2".into()),
-        "creates and purges are counted per statement"
-    );
-    // Three more, created concurrently (some may share a statement), counted by version 3.
-    let creates = (3..=5).map(|n| {
-        let store = store.clone();
-        async move {
-            conformance::create(
-                &store,
-                conformance::new_delivery(&conformance::id(n), None, URL),
-            )
-            .await
-        }
-    });
-    futures_util::future::join_all(creates).await;
-    let pending = |stats: spool_store::model::Stats| {
-        stats
-            .by_status
-            .iter()
-            .find(|(s, _)| *s == DeliveryStatus::Pending)
-            .map_or(0, |(_, n)| *n)
-    };
-    assert_eq!(pending(store.stats().await.expect("stats")), 5);
-}
-
-/// Version 4 as an older spoold left it: keys under the database's own collation, status
-/// changes counted by triggers that decide in a WHEN clause.
-const VERSION_4: &str = "DROP TRIGGER deliveries_counted_moved ON deliveries; \
-    DROP TRIGGER tasks_counted_moved ON tasks; \
-    ALTER TABLE deliveries ALTER COLUMN id TYPE TEXT COLLATE \"default\", \
-        ALTER COLUMN origin TYPE TEXT COLLATE \"default\", \
-        ALTER COLUMN status TYPE TEXT COLLATE \"default\"; \
-    ALTER TABLE attempts ALTER COLUMN delivery_id TYPE TEXT COLLATE \"default\"; \
-    ALTER TABLE transitions ALTER COLUMN delivery_id TYPE TEXT COLLATE \"default\"; \
-    ALTER TABLE tasks ALTER COLUMN id TYPE TEXT COLLATE \"default\", \
-        ALTER COLUMN status TYPE TEXT COLLATE \"default\"; \
-    CREATE TRIGGER deliveries_counted_moved AFTER UPDATE OF status ON deliveries \
-        FOR EACH ROW WHEN (OLD.status <> NEW.status \
-            AND current_setting('spoold.counting', true) IS DISTINCT FROM 'steps') \
-        EXECUTE FUNCTION spoold_count_delivery(); \
-    CREATE TRIGGER tasks_counted_moved AFTER UPDATE OF status ON tasks \
-        FOR EACH ROW WHEN (OLD.status <> NEW.status) EXECUTE FUNCTION spoold_count_task(); \
-    UPDATE spoold_schema SET version = 4";
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_populated_database_moves_to_bytewise_keys() {
-    let Some(db) = TestDatabase::create().await.expect("test database") else {
-        return;
-    };
-    // Three deliveries written under version 4's tables and triggers, one of them in flight
-    // with its attempt started.
-    let store = open(db.url(), 0).await.expect("first open");
-    db.execute(&format!("{ORPHAN_COLUMNS} {TAKING_STEPS} {VERSION_4}"))
-        .await
-        .expect("step back to version 4");
-    for n in 1..=3 {
-        conformance::create(
-            &store,
-            conformance::new_delivery(&conformance::id(n), None, conformance::URL_A),
-        )
-        .await;
-    }
-    let capacity = Capacity {
-        per_origin: 1,
-        ..Capacity::default()
-    };
-    let claimed = store
-        .claim_due(1, capacity, 60_000)
-        .await
-        .expect("claim")
-        .claimed;
-    let [first] = claimed.as_slice() else {
-        panic!("expected one claim, got {claimed:?}");
-    };
-    drop(store);
-
-    let store = reopen_migrated(&db).await;
-    assert_eq!(
-        db.scalar(
-            "SELECT string_agg(a.attrelid::regclass || '.' || a.attname || ' ' || c.collname, \
-                    ', ' ORDER BY a.attrelid::regclass::text, a.attname) \
-             FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
-             WHERE (a.attrelid, a.attname) IN (('deliveries'::regclass, 'id'), \
-                 ('deliveries'::regclass, 'origin'), ('deliveries'::regclass, 'status'), \
-                 ('attempts'::regclass, 'delivery_id'), ('tasks'::regclass, 'id'))"
-        )
-        .await
-        .expect("collations"),
-        Some(
-            "attempts.delivery_id C, deliveries.id C, deliveries.origin C, \
-             deliveries.status C, tasks.id C"
-                .to_owned()
-        )
-    );
-    assert_eq!(
-        db.scalar(
-            "SELECT count(*)::text FROM pg_trigger \
-             WHERE tgname IN ('deliveries_counted_moved', 'tasks_counted_moved') \
-               AND tgqual IS NULL"
-        )
-        .await
-        .expect("triggers"),
-        Some("2".to_owned()),
-        "status changes are counted without a WHEN clause"
-    );
-    // The claim made under version 4 is recorded under 5, a status change outside the steps
-    // is counted by the trigger, and one made by the steps by themselves.
-    assert_eq!(
-        store
-            .complete(conformance::succeeded(first))
-            .await
-            .expect("complete"),
-        Applied::Now(DeliveryStatus::Succeeded)
-    );
-    let reserved = store
-        .reserve_next(conformance::ORIGIN_A.to_owned(), 60_000)
-        .await
-        .expect("reserve")
-        .expect("due work");
-    let other = [2, 3]
-        .map(conformance::id)
-        .into_iter()
-        .find(|id| *id != reserved.id)
-        .expect("the one not reserved");
-    assert!(matches!(
-        store.cancel(other).await.expect("cancel"),
-        TransitionOutcome::Done(_)
-    ));
-    let stats = store.stats().await.expect("stats");
-    let count = |status| {
-        stats
-            .by_status
-            .iter()
-            .find(|(s, _)| *s == status)
-            .map_or(0, |(_, n)| *n)
-    };
-    assert_eq!(
-        [
-            DeliveryStatus::Pending,
-            DeliveryStatus::InFlight,
-            DeliveryStatus::Succeeded,
-            DeliveryStatus::Canceled
-        ]
-        .map(count),
-        [0, 1, 1, 1]
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_host_of_version_5_still_steps_on_version_6() {
+async fn functions_changed_by_hand_are_put_back() {
     let Some((backend, store)) = PgBackend::fresh().await else {
         return;
     };
-    conformance::create(
-        &store,
-        conformance::new_delivery(&conformance::id(1), None, conformance::URL_A),
-    )
-    .await;
-    // The call an older spoold makes (16 arguments): it reserves, as it always did.
-    let reserved = backend
+    drop(store);
+    // A function dropped, and a fingerprint that no longer says what the database holds.
+    backend
         .db
-        .scalar(&format!(
-            "SELECT o_id || ' ' || o_claim_seq FROM spoold_steps('{{NULL}}', '{{NULL}}', \
-             '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', '{{NULL}}', \
-             '{{NULL}}', 60000, '{{NULL}}', '{{NULL}}', ARRAY['{}'], 60000, '{{NULL}}')",
-            conformance::ORIGIN_A
-        ))
+        .execute(
+            "DROP FUNCTION spoold_expire; \
+             UPDATE meta SET value = 'edited' WHERE key = 'schema_functions'",
+        )
         .await
-        .expect("the older call");
-    assert_eq!(reserved, Some(format!("{} 1", conformance::id(1))));
-    let d = store
-        .get(conformance::id(1))
-        .await
-        .expect("get")
-        .expect("the delivery");
-    assert_eq!((d.status, d.attempts), (DeliveryStatus::InFlight, 0));
+        .expect("edit the functions");
+    drop(reopen_migrated(&backend.db).await);
+    assert_eq!(
+        backend
+            .db
+            .scalar("SELECT (to_regproc('spoold_expire') IS NOT NULL)::text")
+            .await
+            .expect("function"),
+        Some("true".to_owned())
+    );
 }
 
 /// Version 7: the takes of one call for one origin each start where the one before found its
