@@ -21,6 +21,10 @@ Task types are the deployment's (the daemon's configuration file), not the schem
 daemon declares one, `fuzz` (`/bin/true`, no parameters). A submission's `type` string becomes
 `fuzz`, and a `params` object whose values are all strings becomes `{}`; anything else is left
 for the negative tests.
+
+Secrets are the deployment's too: the fuzzed daemon declares one, `fuzz`. A `sign.secretRef`
+that is a valid name becomes `fuzz`; a malformed one is left for the negative tests. The
+refusal of an undeclared name (`unknown_secret`) is tested in the daemon's own tests.
 """
 
 import re
@@ -79,6 +83,16 @@ def _fix_task(body):
         body["params"] = {}
 
 
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _fix_sign(body):
+    sign = body.get("sign")
+    if isinstance(sign, dict) and isinstance(sign.get("secretRef"), str):
+        if _SECRET_NAME.fullmatch(sign["secretRef"]):
+            sign["secretRef"] = "fuzz"
+
+
 @schemathesis.hook
 def before_call(ctx, case, **kwargs):
     body = case.body
@@ -88,6 +102,7 @@ def before_call(ctx, case, **kwargs):
         _fix_task(body)
         return
     _fix_reconcile(body)
+    _fix_sign(body)
     _dedupe_headers(body)
     _dedupe_headers(body.get("reconcile"))
     expires = _parse(body.get("expiresAt"))

@@ -91,6 +91,27 @@ pub struct CreateDelivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^(/([^~]|~[01])*)?$", max_length = 256)]
     pub remote_id_pointer: Option<String>,
+    /// Sign every attempt (Standard Webhooks) with this `[secrets]` entry of the daemon's
+    /// configuration, in place of the `[[targets]]` rule's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sign: Option<Sign>,
+}
+
+/// Which secret signs a delivery's requests (`webhook-id`, `webhook-timestamp`,
+/// `webhook-signature`, per the Standard Webhooks specification).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Sign {
+    /// The name of a `[secrets]` entry declared in the daemon's configuration file (the key
+    /// itself is never sent, stored or shown). Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = "^[A-Za-z0-9_.-]{1,64}$",
+        example = "billing"
+    )]
+    pub secret_ref: Option<String>,
 }
 
 /// How a delivery may be sent.
@@ -279,6 +300,9 @@ pub struct DeliveryView {
     pub reconcile: Option<Reconcile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_id_pointer: Option<String>,
+    /// The secret that signs its attempts, when the create named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sign: Option<Sign>,
     /// The target's id for what it created (from a 2xx body, reconciliation or an operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_id: Option<String>,

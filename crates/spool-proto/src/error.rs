@@ -58,10 +58,12 @@ pub enum ErrorCode {
     OutputNotFound,
     /// The token is valid, but not for this route (a step token used beyond its task's steps).
     Forbidden,
+    /// `sign.secretRef` names no `[secrets]` entry of the daemon's configuration.
+    UnknownSecret,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -86,6 +88,7 @@ impl ErrorCode {
         ErrorCode::NotCurrentAttempt,
         ErrorCode::OutputNotFound,
         ErrorCode::Forbidden,
+        ErrorCode::UnknownSecret,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -114,6 +117,7 @@ impl ErrorCode {
             ErrorCode::NotCurrentAttempt => "not_current_attempt",
             ErrorCode::OutputNotFound => "output_not_found",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::UnknownSecret => "unknown_secret",
         }
     }
 
@@ -129,7 +133,8 @@ impl ErrorCode {
             | ErrorCode::UnknownTaskType
             | ErrorCode::UnknownParam
             | ErrorCode::MissingParam
-            | ErrorCode::InvalidParams => 400,
+            | ErrorCode::InvalidParams
+            | ErrorCode::UnknownSecret => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound | ErrorCode::OutputNotFound => 404,

@@ -23,7 +23,7 @@ pub mod units;
 
 pub use delivery::{
     AttemptList, AttemptView, CheckList, CheckView, CreateDelivery, DeliveryList, DeliveryMode,
-    DeliveryStatus, DeliveryView, ListOrder, Reconcile, ResolveOutcome, ResolveRequest,
+    DeliveryStatus, DeliveryView, ListOrder, Reconcile, ResolveOutcome, ResolveRequest, Sign,
     TransitionList, TransitionView,
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};

@@ -180,6 +180,9 @@ pub struct NewDelivery {
     pub remote_id_pointer: Option<String>,
     /// At-most-once: how long an `unknown` outcome is watched before a person must decide.
     pub observation_window_ms: Option<Millis>,
+    /// The name of the `[secrets]` entry that signs every attempt (Standard Webhooks), in place
+    /// of a `[[targets]]` rule's. The name only: keys are never stored.
+    pub sign_secret: Option<String>,
 }
 
 /// The observation window of an at-most-once delivery that names none.
@@ -232,6 +235,8 @@ pub struct Delivery {
     pub check_at: Option<Millis>,
     /// Reconciliation checks made so far.
     pub checks: u32,
+    /// The `[secrets]` entry named to sign it (see [`NewDelivery::sign_secret`]).
+    pub sign_secret: Option<String>,
 }
 
 impl Delivery {
@@ -315,6 +320,7 @@ impl Delivery {
             review_at: None,
             check_at: None,
             checks: 0,
+            sign_secret: new.sign_secret.clone(),
         }
     }
 }
@@ -369,6 +375,8 @@ pub struct Claimed {
     pub lease_until: Millis,
     pub mode: Mode,
     pub remote_id_pointer: Option<String>,
+    /// The `[secrets]` entry named to sign it, if the create named one.
+    pub sign_secret: Option<String>,
 }
 
 /// A delivery reserved for a slot's next attempt (see `Store::reserve_next`): in flight under

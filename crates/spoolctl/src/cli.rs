@@ -342,6 +342,11 @@ pub struct RequestArgs {
     #[arg(long, value_name = "POINTER")]
     pub remote_id_pointer: Option<String>,
 
+    /// Sign every attempt (Standard Webhooks) with the daemon's [secrets] entry NAME, in place
+    /// of its [[targets]] rule's
+    #[arg(long, value_name = "NAME")]
+    pub sign: Option<String>,
+
     #[command(flatten)]
     pub at_most_once: AtMostOnceArgs,
 }

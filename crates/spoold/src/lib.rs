@@ -271,6 +271,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     // Task results (while an attempt runs) and output logs: next to a SQLite file.
     let data_dir = config.data_dir.clone();
 
+    let rules = Arc::new(deliveries::targets::LiveRules::new(Arc::clone(
+        &config.target_rules,
+    )));
     let state = Arc::new(api::AppState {
         control: Arc::clone(&control),
         store: store.clone(),
@@ -286,6 +289,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         task_types: Arc::clone(&declared),
         running_tasks: Arc::clone(&running_tasks),
         task_output_dir: data_dir.join("task-output"),
+        target_rules: Arc::clone(&rules),
     });
     let router = api::router(state);
 
@@ -322,9 +326,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
     let deliverer_metrics = Arc::clone(&metrics);
     let unknown_entered = Arc::new(tokio::sync::Notify::new());
-    let rules = Arc::new(deliveries::targets::LiveRules::new(Arc::clone(
-        &config.target_rules,
-    )));
     let reconciler = reconcile::Reconciler {
         rules: Arc::clone(&rules),
         store: store.clone(),

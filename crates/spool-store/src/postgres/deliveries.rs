@@ -43,7 +43,7 @@ macro_rules! list_columns {
          max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
          updated_at, next_attempt_at, not_before, expires_at, lease_until, mode, fingerprint, \
          reconcile, remote_id_pointer, window_ms, remote_id, unknown_since, review_at, check_at, \
-         checks"
+         checks, sign_secret"
     };
 }
 /// Columns of a full delivery row.
@@ -114,9 +114,9 @@ pub(crate) async fn insert(
         "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
          body_kind, body, status, max_attempts, created_at, updated_at, next_attempt_at, \
          not_before, expires_at, log_seq, mode, fingerprint, reconcile, remote_id_pointer, \
-         window_ms) \
+         window_ms, sign_secret) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9, $10, $10, $11, $12, $13, 1, $14, \
-         $15, $16, $17, $18) \
+         $15, $16, $17, $18, $19) \
          ON CONFLICT (id) DO NOTHING",
         &[
             &new.id,
@@ -137,6 +137,7 @@ pub(crate) async fn insert(
             &new.reconcile,
             &new.remote_id_pointer,
             &new.observation_window_ms,
+            &new.sign_secret,
         ],
     )
     .await?;
@@ -463,7 +464,7 @@ async fn claim_one(
          claim_seq = claim_seq + 1, lease_until = $2, updated_at = $3, \
          log_seq = log_seq + 1 WHERE id = $1 AND status = 'pending' \
          RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
-         mode, remote_id_pointer, log_seq",
+         mode, remote_id_pointer, sign_secret, log_seq",
         &[&id, &lease_until, &now],
     )
     .await?
@@ -501,6 +502,7 @@ struct StartedRow {
     body: Option<Vec<u8>>,
     mode: String,
     remote_id_pointer: Option<String>,
+    sign_secret: Option<String>,
 }
 
 impl StartedRow {
@@ -516,6 +518,7 @@ impl StartedRow {
             body: col(r, "body")?,
             mode: col(r, "mode")?,
             remote_id_pointer: col(r, "remote_id_pointer")?,
+            sign_secret: col(r, "sign_secret")?,
         })
     }
 
@@ -554,6 +557,7 @@ impl StartedRow {
             lease_until,
             mode: parse_mode(&self.mode)?,
             remote_id_pointer: self.remote_id_pointer,
+            sign_secret: self.sign_secret,
         })
     }
 }
@@ -719,6 +723,7 @@ fn started_attempt(r: &Row, claim: Reservation, lease_ms: i64) -> Result<Claimed
         lease_until: now + lease_ms,
         mode: parse_mode(&mode)?,
         remote_id_pointer: col(r, "o_remote_id_pointer")?,
+        sign_secret: col(r, "o_sign_secret")?,
     })
 }
 
@@ -1593,6 +1598,7 @@ fn row_to_delivery(r: &Row, full: bool) -> Result<Delivery> {
         review_at: col(r, "review_at")?,
         check_at: col(r, "check_at")?,
         checks: int(r, "checks")?,
+        sign_secret: col(r, "sign_secret")?,
         headers,
         body,
     })

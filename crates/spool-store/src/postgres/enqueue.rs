@@ -200,6 +200,7 @@ async fn write_rows(
     let mut reconciles = Vec::with_capacity(n);
     let mut pointers = Vec::with_capacity(n);
     let mut windows = Vec::with_capacity(n);
+    let mut secrets = Vec::with_capacity(n);
     let mut written = Vec::with_capacity(n);
     for new in accepted {
         let (kind, body) = encode_body(&new.body);
@@ -224,18 +225,19 @@ async fn write_rows(
         reconciles.push(new.reconcile.as_deref());
         pointers.push(new.remote_id_pointer.as_deref());
         windows.push(new.observation_window_ms);
+        secrets.push(new.sign_secret.as_deref());
         written.push(crate::model::Delivery::created(new, now, due, expires_at));
     }
     let inserted = exec(
         tx,
         "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
          body_kind, body, max_attempts, next_attempt_at, not_before, expires_at, mode, \
-         fingerprint, reconcile, remote_id_pointer, window_ms, status, created_at, updated_at, \
-         log_seq) \
+         fingerprint, reconcile, remote_id_pointer, window_ms, sign_secret, status, created_at, \
+         updated_at, log_seq) \
          SELECT *, 'pending', $18::bigint, $18::bigint, 1 FROM UNNEST($1::text[], $2::text[], \
          $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bytea[], \
          $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], $14::text[], \
-         $15::text[], $16::text[], $17::bigint[]) \
+         $15::text[], $16::text[], $17::bigint[], $19::text[]) \
          ON CONFLICT (id) DO NOTHING",
         &[
             &ids,
@@ -256,6 +258,7 @@ async fn write_rows(
             &pointers,
             &windows,
             &now,
+            &secrets,
         ],
     )
     .await?;

@@ -29,12 +29,12 @@ macro_rules! list_columns {
          max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
          updated_at, next_attempt_at, not_before, expires_at, lease_until, mode, fingerprint, \
          reconcile, remote_id_pointer, window_ms, remote_id, unknown_since, review_at, check_at, \
-         checks"
+         checks, sign_secret"
     };
 }
 const LIST_COLUMNS: &str = list_columns!();
 /// The number of [`LIST_COLUMNS`]: a full row's headers and body follow them.
-const LIST_WIDTH: usize = 29;
+const LIST_WIDTH: usize = 30;
 /// Columns of a full delivery row.
 const FULL_COLUMNS: &str = concat!(list_columns!(), ", headers, body_kind, body");
 
@@ -92,9 +92,9 @@ pub(crate) fn insert(
         "INSERT INTO deliveries (id, idempotency_key, target_url, origin, method, headers, \
          body_kind, body, status, max_attempts, created_at, updated_at, next_attempt_at, \
          not_before, expires_at, log_seq, mode, fingerprint, reconcile, remote_id_pointer, \
-         window_ms) \
+         window_ms, sign_secret) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, ?10, ?10, ?11, ?12, ?13, 1, ?14, \
-         ?15, ?16, ?17, ?18)",
+         ?15, ?16, ?17, ?18, ?19)",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -116,6 +116,7 @@ pub(crate) fn insert(
             new.reconcile,
             new.remote_id_pointer,
             new.observation_window_ms,
+            new.sign_secret,
         ])
     })
     .map_err(map_err)?;
@@ -391,11 +392,11 @@ fn claim_one(
              claim_seq = claim_seq + 1, lease_until = ?2, updated_at = ?3, \
              log_seq = log_seq + 1 WHERE id = ?1 \
              RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
-             mode, remote_id_pointer, log_seq",
+             mode, remote_id_pointer, sign_secret, log_seq",
         )
         .and_then(|mut st| {
             st.query_row(params![id, lease_until, now], |r| {
-                Ok((StartedRow::read(r)?, r.get::<_, u32>(10)?))
+                Ok((StartedRow::read(r)?, r.get::<_, u32>(11)?))
             })
         })
         .map_err(map_err)?;
@@ -429,6 +430,7 @@ struct StartedRow {
     body: Option<Vec<u8>>,
     mode: String,
     remote_id_pointer: Option<String>,
+    sign_secret: Option<String>,
 }
 
 impl StartedRow {
@@ -444,6 +446,7 @@ impl StartedRow {
             body: r.get(7)?,
             mode: r.get(8)?,
             remote_id_pointer: r.get(9)?,
+            sign_secret: r.get(10)?,
         })
     }
 
@@ -475,6 +478,7 @@ impl StartedRow {
             lease_until,
             mode: parse_mode(&self.mode)?,
             remote_id_pointer: self.remote_id_pointer,
+            sign_secret: self.sign_secret,
         })
     }
 }
@@ -754,7 +758,7 @@ pub(crate) fn start(
         .prepare_cached(
             "UPDATE deliveries SET attempts = attempts + 1, lease_until = ?2 WHERE id = ?1 \
              RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
-             mode, remote_id_pointer",
+             mode, remote_id_pointer, sign_secret",
         )
         .and_then(|mut st| st.query_row(params![reservation.id, lease_until], StartedRow::read))
         .map_err(map_err)?;
@@ -1529,6 +1533,7 @@ fn row_to_delivery(r: &Row<'_>, full: bool) -> rusqlite::Result<Delivery> {
         review_at: r.get(26)?,
         check_at: r.get(27)?,
         checks: r.get(28)?,
+        sign_secret: r.get(29)?,
         headers,
         body,
     })

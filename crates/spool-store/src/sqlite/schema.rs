@@ -293,6 +293,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE task_attempts ADD COLUMN kill_grace_ms INTEGER;
     ALTER TABLE task_attempts ADD COLUMN sid INTEGER;
     "#,
+    // 10: the `[secrets]` entry a delivery's create named to sign its attempts (the name only).
+    r#"
+    ALTER TABLE deliveries ADD COLUMN sign_secret TEXT;
+    "#,
 ];
 
 /// The schema version this binary writes.

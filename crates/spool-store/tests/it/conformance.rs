@@ -53,6 +53,7 @@ macro_rules! conformance_suite {
             start_sends_only_a_current_reservation,
             advance_records_starts_and_reserves_as_one,
             take_next_starts_at_least_once_and_only_reserves_at_most_once,
+            a_named_secret_comes_with_every_start,
             release_restores_the_delivery,
             unstart_undoes_an_attempt_never_sent,
             expire_overdue_fails_waiting_work,
@@ -168,6 +169,7 @@ pub fn new_delivery(id: &str, key: Option<&str>, url: &str) -> NewDelivery {
         reconcile: None,
         remote_id_pointer: None,
         observation_window_ms: None,
+        sign_secret: None,
     }
 }
 
@@ -873,6 +875,59 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
     }
     assert_eq!(advanced.reserved.expect("no reservation"), None);
     assert_eq!(get(&store, &id(6)).await.status, DeliveryStatus::Pending);
+}
+
+/// The secret a create names to sign its attempts is kept (its name) and handed out with
+/// every start: by a claim, by a take, and by the start of a reservation.
+pub async fn a_named_secret_comes_with_every_start(store: Store) {
+    let signed = |mut d: NewDelivery| {
+        d.sign_secret = Some("billing".to_owned());
+        d
+    };
+    create(&store, signed(new_delivery(&id(1), None, URL_A))).await;
+    create(&store, signed(new_delivery(&id(2), None, URL_A))).await;
+    create(&store, signed(at_most_once(&id(3)))).await;
+    create(&store, new_delivery(&id(4), None, URL_A)).await;
+    assert_eq!(
+        get(&store, &id(1)).await.sign_secret.as_deref(),
+        Some("billing")
+    );
+    assert_eq!(get(&store, &id(4)).await.sign_secret, None);
+
+    let first = claim(&store, 1).await.remove(0);
+    assert_eq!(
+        (first.id.as_str(), first.sign_secret.as_deref()),
+        (id(1).as_str(), Some("billing"))
+    );
+    let took = store
+        .take_next(Some(succeeded(&first)), ORIGIN_A.to_owned(), 60_000)
+        .await;
+    match took.taken.expect("take") {
+        Some(Taken::Started(c)) => assert_eq!(
+            (c.id.as_str(), c.sign_secret.as_deref()),
+            (id(2).as_str(), Some("billing"))
+        ),
+        other => panic!("expected Started, got {other:?}"),
+    }
+    let took = store.take_next(None, ORIGIN_A.to_owned(), 60_000).await;
+    let reserved = match took.taken.expect("take") {
+        Some(Taken::Reserved(r)) => r,
+        other => panic!("expected Reserved, got {other:?}"),
+    };
+    match store.start(reserved, 60_000).await.expect("start") {
+        StartOutcome::Started(c) => assert_eq!(
+            (c.id.as_str(), c.sign_secret.as_deref()),
+            (id(3).as_str(), Some("billing"))
+        ),
+        other => panic!("expected Started, got {other:?}"),
+    }
+    let took = store.take_next(None, ORIGIN_A.to_owned(), 60_000).await;
+    match took.taken.expect("take") {
+        Some(Taken::Started(c)) => {
+            assert_eq!((c.id.as_str(), c.sign_secret), (id(4).as_str(), None));
+        }
+        other => panic!("expected Started, got {other:?}"),
+    }
 }
 
 pub async fn take_next_starts_at_least_once_and_only_reserves_at_most_once(store: Store) {

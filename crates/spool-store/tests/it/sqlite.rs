@@ -419,7 +419,8 @@ async fn counts_are_built_when_an_older_database_is_upgraded() {
              ALTER TABLE deliveries DROP COLUMN unknown_since; \
              ALTER TABLE deliveries DROP COLUMN review_at; \
              ALTER TABLE deliveries DROP COLUMN check_at; \
-             ALTER TABLE deliveries DROP COLUMN checks; PRAGMA user_version = 3;",
+             ALTER TABLE deliveries DROP COLUMN checks; \
+             ALTER TABLE deliveries DROP COLUMN sign_secret; PRAGMA user_version = 3;",
         )
         .expect("downgrade");
 

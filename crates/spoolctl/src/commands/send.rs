@@ -116,6 +116,9 @@ pub fn build_request(args: RequestArgs, stdin: &mut dyn Read) -> anyhow::Result<
         fingerprint: at_most_once.fingerprint,
         reconcile: at_most_once.reconcile,
         remote_id_pointer: args.remote_id_pointer,
+        sign: args.sign.map(|name| spool_proto::Sign {
+            secret_ref: Some(name),
+        }),
     })
 }
 
@@ -320,6 +323,27 @@ mod tests {
 
     fn is_usage(err: &anyhow::Error) -> bool {
         err.chain().any(|e| e.is::<UsageError>())
+    }
+
+    #[test]
+    fn send_sign_names_the_secret_in_the_request() {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from([
+            "spoolctl",
+            "send",
+            "http://127.0.0.1/",
+            "--sign",
+            "ops",
+        ])
+        .expect("parsed");
+        let crate::cli::Command::Send(s) = cli.command else {
+            panic!("parsed as send")
+        };
+        let request = build_request(s.request, &mut std::io::empty()).expect("a request");
+        assert_eq!(
+            serde_json::to_value(&request).expect("JSON")["sign"],
+            serde_json::json!({"secretRef": "ops"})
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub const MASK: &str = "[redacted]";
     responses(
         (status = 201, description = "Created and durable; `Location` names it", body = DeliveryView),
         (status = 200, description = "Same idempotency key and same request: the existing delivery", body = DeliveryView),
-        (status = 400, description = "`invalid_request`, `invalid_delivery` or `target_blocked`", body = ErrorBody),
+        (status = 400, description = "`invalid_request`, `invalid_delivery`, `target_blocked` or `unknown_secret`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
@@ -57,6 +57,24 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
                 return ApiError::new(r.code, r.message).into_response();
             }
         };
+    if let Some(name) = &new.sign_secret {
+        let rules = state.target_rules.now();
+        if rules.secret(name).is_none() {
+            let declared: Vec<&str> = rules.secret_names().collect();
+            return ApiError::new(
+                ErrorCode::UnknownSecret,
+                format!(
+                    "sign.secretRef {name:?} is not declared in [secrets] (declared: {})",
+                    if declared.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        declared.join(", ")
+                    }
+                ),
+            )
+            .into_response();
+        }
+    }
     let (status, delivery) =
         match state.store.insert(new).await {
             // The store wakes the scheduler itself, even if this client has gone.
@@ -496,6 +514,9 @@ pub fn view(d: model::Delivery, reveal: bool) -> DeliveryView {
         fingerprint: d.fingerprint,
         reconcile: reconcile_view(d.reconcile.as_deref(), reveal),
         remote_id_pointer: d.remote_id_pointer,
+        sign: d.sign_secret.map(|name| spool_proto::Sign {
+            secret_ref: Some(name),
+        }),
         remote_id: d.remote_id,
         unknown_since: d.unknown_since.map(format_time),
         review_at: d.review_at.map(format_time),

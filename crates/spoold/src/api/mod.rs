@@ -56,6 +56,9 @@ pub struct AppState {
     pub running_tasks: Arc<crate::tasks::runner::Running>,
     /// Where attempts' output logs are.
     pub task_output_dir: std::path::PathBuf,
+    /// The `[[targets]]` rules and `[secrets]` now (a reload replaces them): a create that names
+    /// a secret must name a declared one.
+    pub target_rules: Arc<crate::deliveries::targets::LiveRules>,
 }
 
 /// A request to a task's steps route authenticated by a step token: the attempt it belongs to.

@@ -845,29 +845,31 @@ impl Deliverer {
             Some(_) => crate::deliveries::reconcile::MAX_ANSWER_BYTES,
             None => outbound::MAX_RESPONSE_EXCERPT,
         };
-        let sent = if timeout.is_zero() {
-            Sent::LeaseSpent
-        } else {
-            let rules = self.rules.now();
-            let request = outbound::Request {
-                method: &claimed.method,
-                url: &claimed.target_url,
-                headers: request_headers(claimed, &rules),
-                tls: rules.tls(&claimed.target_url),
-                body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
-                timeout,
-                timeout_reason: if timeout < self.request_timeout {
-                    "the rest of its lease"
-                } else {
-                    "request timeout"
-                },
-                keep_body,
-                write_by: write_by(attempt.send_by, self.request_timeout),
-                max_redirects: None,
-            };
-            tokio::select! {
-                sent = self.outbound.send(request) => Sent::Done(sent),
-                () = interrupt.cancelled() => Sent::Interrupted,
+        let rules = self.rules.now();
+        let sent = match (timeout.is_zero(), request_headers(claimed, &rules)) {
+            (true, _) => Sent::LeaseSpent,
+            (false, Err(name)) => Sent::SecretMissing(name),
+            (false, Ok(headers)) => {
+                let request = outbound::Request {
+                    method: &claimed.method,
+                    url: &claimed.target_url,
+                    headers,
+                    tls: rules.tls(&claimed.target_url),
+                    body: bytes::Bytes::copy_from_slice(claimed.body.bytes()),
+                    timeout,
+                    timeout_reason: if timeout < self.request_timeout {
+                        "the rest of its lease"
+                    } else {
+                        "request timeout"
+                    },
+                    keep_body,
+                    write_by: write_by(attempt.send_by, self.request_timeout),
+                    max_redirects: None,
+                };
+                tokio::select! {
+                    sent = self.outbound.send(request) => Sent::Done(sent),
+                    () = interrupt.cancelled() => Sent::Interrupted,
+                }
             }
         };
         let elapsed = started.elapsed();
@@ -927,6 +929,14 @@ impl Deliverer {
                 result.error_code = Some("shutdown".into());
                 result.error =
                     Some("attempt interrupted by shutdown; it will be sent again".into());
+            }
+            Sent::SecretMissing(name) => {
+                result.error_code = Some("secret_missing".into());
+                result.error = Some(format!(
+                    "not sent: sign.secretRef {name:?} is not declared in [secrets] (removed at \
+                     a reload?); it will be tried again"
+                ));
+                result.disposition = retry_in(None, None);
             }
             Sent::LeaseSpent => {
                 result.error_code = Some("lease_expired".into());
@@ -1028,6 +1038,8 @@ enum Sent {
     Interrupted,
     /// Not sent: its lease was already (nearly) spent, e.g. the claim's commit stalled.
     LeaseSpent,
+    /// Not sent: the secret its create named to sign it is no longer declared.
+    SecretMissing(String),
 }
 
 /// What an attempt came to, as the store decided it: a retryable failure with no attempts or
@@ -1043,10 +1055,12 @@ fn attempt_outcome(d: Disposition, now: spool_store::model::DeliveryStatus) -> &
 }
 
 /// The stored headers plus the ones spoold manages: the delivery id and attempt number, and,
-/// when a `[[targets]]` rule signs the URL, the Standard Webhooks `webhook-id`,
-/// `webhook-timestamp` (this attempt's, on the wall clock) and `webhook-signature` headers —
-/// in place of any the delivery carried under those names.
-fn request_headers(claimed: &Claimed, rules: &TargetRules) -> http::HeaderMap {
+/// when the delivery names a secret (`sign.secretRef`) or a `[[targets]]` rule signs the URL,
+/// the Standard Webhooks `webhook-id`, `webhook-timestamp` (this attempt's, on the wall clock)
+/// and `webhook-signature` headers — in place of any the delivery carried under those names.
+/// `Err` names the secret the delivery asks for when it is no longer declared: such a request
+/// is not sent unsigned.
+fn request_headers(claimed: &Claimed, rules: &TargetRules) -> Result<http::HeaderMap, String> {
     let mut headers = outbound::header_map(&claimed.headers);
     if !headers.contains_key(CONTENT_TYPE) {
         let default = match &claimed.body {
@@ -1068,11 +1082,17 @@ fn request_headers(claimed: &Claimed, rules: &TargetRules) -> http::HeaderMap {
         spool_proto::ATTEMPT_HEADER,
         HeaderValue::from(claimed.attempt),
     );
-    if let Some(signer) = rules.signer(&claimed.target_url) {
+    let secret = match &claimed.sign_secret {
+        Some(name) => Some(rules.secret(name).ok_or_else(|| name.clone())?),
+        None => rules
+            .signer(&claimed.target_url)
+            .map(|signer| &signer.secret),
+    };
+    if let Some(secret) = secret {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        let signature = signer.secret.sign(&claimed.id, now, claimed.body.bytes());
+        let signature = secret.sign(&claimed.id, now, claimed.body.bytes());
         // The id is 32 hex digits and the signature base64: both always valid header values.
         if let (Ok(id), Ok(sig)) = (
             HeaderValue::from_str(&claimed.id),
@@ -1083,7 +1103,7 @@ fn request_headers(claimed: &Claimed, rules: &TargetRules) -> http::HeaderMap {
             headers.insert(signing::SIGNATURE_HEADER, sig);
         }
     }
-    headers
+    Ok(headers)
 }
 
 /// The longest one-line summary of a body that is not JSON, in `lastError`.
@@ -1327,6 +1347,7 @@ mod tests {
             lease_until: 30_000,
             mode: Mode::AtLeastOnce,
             remote_id_pointer: None,
+            sign_secret: None,
         }
     }
 }

@@ -179,6 +179,20 @@ pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, R
         (None, None) => (spool_proto::DEFAULT_MAX_ATTEMPTS, None),
     };
     let options = at_most_once.validate(idempotency_key.as_deref(), policy)?;
+    let sign_secret = match req.sign {
+        None => None,
+        Some(spool_proto::Sign { secret_ref: None }) => {
+            return Err(invalid("sign.secretRef is required"));
+        }
+        Some(spool_proto::Sign {
+            secret_ref: Some(name),
+        }) if crate::deliveries::targets::is_secret_name(&name) => Some(name),
+        Some(_) => {
+            return Err(invalid(
+                "sign.secretRef must be 1 to 64 letters, digits, '_', '.' or '-'",
+            ))
+        }
+    };
     let request_digest = digest(
         &method,
         &target_url,
@@ -189,6 +203,7 @@ pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, R
         not_before,
         expires_at,
         &options,
+        sign_secret.as_deref(),
     );
     Ok(NewDelivery {
         id: uuid::Uuid::now_v7().simple().to_string(),
@@ -208,6 +223,7 @@ pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, R
         reconcile: options.reconcile,
         remote_id_pointer: options.remote_id_pointer,
         observation_window_ms: options.observation_window_ms,
+        sign_secret,
     })
 }
 
@@ -548,6 +564,7 @@ fn digest(
     not_before: Option<Millis>,
     expires_at: Option<Millis>,
     options: &Options,
+    sign_secret: Option<&str>,
 ) -> Vec<u8> {
     let mut h = Sha256::new();
     let mut field = |bytes: &[u8]| {
@@ -596,6 +613,11 @@ fn digest(
                 None => field(b"-"),
             }
         }
+    }
+    // Added after the rest, so that the digests of requests without it stay as they were.
+    if let Some(name) = sign_secret {
+        field(b"sign");
+        field(name.as_bytes());
     }
     h.finalize().to_vec()
 }

@@ -90,6 +90,9 @@ impl Rate {
 #[derive(Debug, Default)]
 pub struct TargetRules {
     rules: Vec<Rule>,
+    /// Every `[secrets]` entry, by name: rules sign with them, and so do deliveries whose
+    /// create names one (`sign.secretRef`).
+    secrets: BTreeMap<String, Arc<Secret>>,
 }
 
 #[derive(Debug)]
@@ -118,6 +121,11 @@ impl TargetRules {
         let at = |what: String| format!("{}: {what}", path.display());
         let mut read = BTreeMap::new();
         for (name, spec) in &secrets {
+            if !is_secret_name(name) {
+                return Err(at(format!(
+                    "[secrets] {name:?}: a name is 1 to 64 letters, digits, '_', '.' or '-'"
+                )));
+            }
             let secret =
                 read_secret(&spec.file).map_err(|e| at(format!("[secrets] {name}: {e}")))?;
             read.insert(name.clone(), Arc::new(secret));
@@ -160,7 +168,20 @@ impl TargetRules {
                 tls: tls.map(Arc::new),
             });
         }
-        Ok(TargetRules { rules })
+        Ok(TargetRules {
+            rules,
+            secrets: read,
+        })
+    }
+
+    /// The `[secrets]` entry `name`.
+    pub fn secret(&self, name: &str) -> Option<&Arc<Secret>> {
+        self.secrets.get(name)
+    }
+
+    /// The names of the `[secrets]` entries, in order.
+    pub fn secret_names(&self) -> impl Iterator<Item = &str> {
+        self.secrets.keys().map(String::as_str)
     }
 
     /// How many `[[targets]]` rules there are.
@@ -368,6 +389,14 @@ fn read_tls(spec: &TargetSpec) -> Result<Option<TlsSettings>, String> {
         spec.min_tls.as_deref(),
     )
     .map(Some)
+}
+
+/// Whether `name` may name a `[secrets]` entry: what `sign.secretRef` accepts.
+pub fn is_secret_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// A secret file: an absolute path, not readable by every user, holding `whsec_…` keys.

@@ -194,15 +194,7 @@ async fn requests_to_signed_targets_verify_with_the_key_and_independently() {
     );
     write_key(&key_file, &format!("{new_key}\n{OLD_KEY}\n"));
     daemon.signal("HUP").await.expect("SIGHUP");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !daemon.stderr().contains("configuration reloaded") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{}",
-            daemon.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    reloaded(&daemon, 1).await;
     r.clear_requests();
     let (_, rotated) = api
         .create(json!({"targetUrl": r.url("/signed/rotated"), "body": {"n": 1}}))
@@ -253,4 +245,185 @@ async fn a_rule_naming_an_undeclared_secret_refuses_the_start() {
         stderr.contains("sign = \"billing\" is not declared in [secrets] (declared: none)"),
         "{stderr}"
     );
+}
+
+/// Waits for a `configuration reloaded` line after the `n`-th.
+async fn reloaded(daemon: &DaemonProcess, n: usize) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while daemon.stderr().matches("configuration reloaded").count() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            daemon.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_names_the_secret_that_signs_it() {
+    let dir = TempDir::new().expect("temp dir");
+    let billing_file = dir.path().join("billing.key");
+    write_key(&billing_file, &format!("{OLD_KEY}\n"));
+    let ops_key = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode([7u8; 32])
+    );
+    let ops_file = dir.path().join("ops.key");
+    write_key(&ops_file, &format!("{ops_key}\n"));
+    let r = Receiver::start().await.expect("receiver");
+    let config = dir.path().join("spoold.toml");
+    let write_config = |with_ops: bool| {
+        let ops = if with_ops {
+            format!("ops = {{ file = {ops_file:?} }}\n")
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            &config,
+            format!(
+                "[secrets]\nbilling = {{ file = {billing_file:?} }}\n{ops}\n\
+                 [[targets]]\nmatch = \"{}\"\nsign = \"billing\"\n",
+                r.url("/signed/*")
+            ),
+        )
+        .expect("write config");
+    };
+    write_config(true);
+    let opts = process_opts(&dir).args(["--config".to_owned(), config.display().to_string()]);
+    let mut daemon = DaemonProcess::start(opts).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let ops = Secret::parse(&ops_key).expect("key");
+    let billing = Secret::parse(OLD_KEY).expect("key");
+
+    // Named by the create: in place of the rule's secret, and where no rule signs.
+    let mut ids = Vec::new();
+    for path in ["/signed/by-ops", "/plain/by-ops"] {
+        let (status, created) = api
+            .create(json!({"targetUrl": r.url(path), "body": {"path": path},
+                           "sign": {"secretRef": "ops"}, "idempotencyKey": path}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{created}");
+        assert_eq!(created["sign"], json!({"secretRef": "ops"}));
+        ids.push(id_of(&created));
+    }
+    for id in &ids {
+        api.wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let seen = r.requests();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for req in &seen {
+        let (id, ts, sig) = signed(req);
+        assert_eq!(
+            ops.verify(&id, &ts, &sig, &req.body, now_secs(), Some(300)),
+            Ok(1),
+            "{} is signed with ops",
+            req.path
+        );
+        assert!(
+            billing
+                .verify(&id, &ts, &sig, &req.body, now_secs(), Some(300))
+                .is_err(),
+            "{} is not signed with the rule's secret",
+            req.path
+        );
+    }
+    if let Some(said) = verify_with_python(dir.path(), &ops_key, &seen) {
+        assert_eq!(said, "verified 2");
+    }
+    // The same key with another secret is another request.
+    let (status, conflict) = api
+        .create(
+            json!({"targetUrl": r.url("/plain/by-ops"), "body": {"path": "/plain/by-ops"},
+                       "sign": {"secretRef": "billing"}, "idempotencyKey": "/plain/by-ops"}),
+        )
+        .await
+        .expect("create");
+    assert_eq!(
+        (status, conflict["error"]["code"].as_str()),
+        (409, Some("idempotency_conflict")),
+        "{conflict}"
+    );
+
+    // Refused: an undeclared name (the declared ones are named), a malformed one, none.
+    for (sign, code, says) in [
+        (
+            json!({"secretRef": "nope"}),
+            "unknown_secret",
+            "sign.secretRef \"nope\" is not declared in [secrets] (declared: billing, ops)",
+        ),
+        (
+            json!({"secretRef": "a b"}),
+            "invalid_delivery",
+            "sign.secretRef must be 1 to 64 letters",
+        ),
+        (json!({}), "invalid_delivery", "sign.secretRef is required"),
+    ] {
+        let (status, refused) = api
+            .create(json!({"targetUrl": r.url("/plain/refused"), "sign": sign}))
+            .await
+            .expect("create");
+        assert_eq!(status, 400, "{refused}");
+        assert_eq!(refused["error"]["code"], code, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{message}");
+    }
+
+    // A secret removed by a reload: the delivery that names it is not sent unsigned; it waits,
+    // and goes once the secret is back.
+    r.clear_requests();
+    let (_, held) = api
+        .create(
+            json!({"targetUrl": r.url("/plain/held"), "sign": {"secretRef": "ops"},
+                       "notBefore": in_secs(4)}),
+        )
+        .await
+        .expect("create");
+    let held = id_of(&held);
+    write_config(false);
+    daemon.signal("HUP").await.expect("SIGHUP");
+    reloaded(&daemon, 1).await;
+    let (_, d) = api.get(&held).await.expect("get");
+    assert_eq!(d["attempts"], 0, "the reload took longer than 4 s: {d}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, d) = api.get(&held).await.expect("get");
+        if d["lastErrorCode"] == "secret_missing" {
+            assert_eq!(d["status"], "pending", "{d}");
+            let error = d["lastError"].as_str().unwrap_or_default();
+            assert!(error.contains("\"ops\" is not declared"), "{error}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{d}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(r.requests().is_empty(), "nothing was sent unsigned");
+    write_config(true);
+    daemon.signal("HUP").await.expect("SIGHUP");
+    reloaded(&daemon, 2).await;
+    api.wait_status(&held, &["succeeded"], WAIT)
+        .await
+        .expect("delivered once the secret is back");
+    let seen = r.requests();
+    let (id, ts, sig) = signed(&seen[0]);
+    assert_eq!(
+        ops.verify(&id, &ts, &sig, &seen[0].body, now_secs(), Some(300)),
+        Ok(1)
+    );
+
+    let status = daemon.terminate().await.expect("stops");
+    assert!(status.success(), "{status:?}");
+}
+
+/// The time `secs` seconds from now, as the API writes times.
+fn in_secs(secs: i64) -> String {
+    spool_proto::units::format_time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+            + secs * 1000,
+    )
 }

@@ -66,7 +66,7 @@ CREATE OR REPLACE FUNCTION spoold_steps(p_id TEXT[], p_claim_seq BIGINT[], p_dis
     OUT o_n INT, OUT o_applied TEXT,
     OUT o_outcome TEXT, OUT o_now BIGINT, OUT o_attempts BIGINT, OUT o_cycle BIGINT,
     OUT o_target_url TEXT, OUT o_method TEXT, OUT o_headers TEXT, OUT o_body_kind BIGINT,
-    OUT o_body BYTEA, OUT o_mode TEXT, OUT o_remote_id_pointer TEXT,
+    OUT o_body BYTEA, OUT o_mode TEXT, OUT o_remote_id_pointer TEXT, OUT o_sign_secret TEXT,
     OUT o_id TEXT, OUT o_claim_seq BIGINT, OUT o_due BIGINT)
 RETURNS SETOF RECORD LANGUAGE plpgsql AS $$
 DECLARE
@@ -193,9 +193,9 @@ BEGIN
                 AND NOT EXISTS (SELECT 1 FROM attempts
                                 WHERE delivery_id = v_id AND seq = v_claim)
             RETURNING attempts, cycle, target_url, method, headers, body_kind, body, mode,
-                remote_id_pointer
+                remote_id_pointer, sign_secret
             INTO o_attempts, o_cycle, o_target_url, o_method, o_headers, o_body_kind, o_body,
-                o_mode, o_remote_id_pointer;
+                o_mode, o_remote_id_pointer, o_sign_secret;
             IF FOUND THEN
                 v_started := v_started || ROW(v_id, v_claim, o_cycle, o_attempts, o_now,
                     NULL, NULL, NULL, NULL, NULL, NULL)::attempts;
@@ -259,9 +259,10 @@ BEGIN
                         updated_at = o_now, log_seq = log_seq + 1
                     WHERE id = o_id AND status = 'pending'
                     RETURNING claim_seq, log_seq, attempts, cycle, target_url, method, headers,
-                        body_kind, body, mode, remote_id_pointer
+                        body_kind, body, mode, remote_id_pointer, sign_secret
                     INTO o_claim_seq, v_seq, o_attempts, o_cycle, o_target_url, o_method,
-                        o_headers, o_body_kind, o_body, o_mode, o_remote_id_pointer;
+                        o_headers, o_body_kind, o_body, o_mode, o_remote_id_pointer,
+                        o_sign_secret;
                     IF NOT FOUND THEN
                         o_id := NULL;
                         o_due := NULL;
