@@ -8,6 +8,7 @@ mod bytes;
 mod classification;
 mod crash;
 mod disk_full;
+mod fairness;
 mod idempotency;
 mod isolation;
 mod leases;
