@@ -11,6 +11,7 @@
 //! - [`step`]: the steps (checkpoints) a task's script reports done.
 //! - [`units`]: `1h30m`-style durations, `64KiB`-style sizes, RFC 3339 times.
 
+pub mod bulk;
 pub mod delivery;
 pub mod error;
 pub mod headers;
@@ -21,6 +22,7 @@ pub mod step;
 pub mod task;
 pub mod units;
 
+pub use bulk::{BulkAction, BulkRequest, BulkResult, DeliveryFilter};
 pub use delivery::{
     AttemptList, AttemptView, CheckList, CheckView, CreateDelivery, DeliveryList, DeliveryMode,
     DeliveryStatus, DeliveryView, ListOrder, Reconcile, ResolveOutcome, ResolveRequest, Sign,

@@ -651,6 +651,10 @@ pub struct ListFilter {
     pub origin: Option<String>,
     /// Only those created at or after this time.
     pub created_after: Option<Millis>,
+    /// Only those created before this time.
+    pub created_before: Option<Millis>,
+    /// Only those whose last attempt ended with this `lastErrorCode`.
+    pub last_error_code: Option<String>,
     /// Newest first (ids are in creation order); oldest first otherwise.
     pub newest_first: bool,
 }

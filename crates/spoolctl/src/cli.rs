@@ -108,10 +108,30 @@ pub enum Command {
     Attempts(IdArgs),
     /// Show every status change of a delivery, with its reason
     Transitions(IdArgs),
-    /// Start a new retry cycle for a failed delivery
-    Retry(IdArgs),
-    /// Cancel pending or in-flight delivery work
-    Cancel(IdArgs),
+    /// Start a new retry cycle for failed deliveries: by ID, or every one a filter matches
+    #[command(
+        override_usage = "spoolctl retry <ID>...\n       spoolctl retry [--status S] [--target URL] \
+            [--since WHEN] [--until WHEN] [--error-code CODE] [--dry-run | --yes]",
+        long_about = "Start a new retry cycle for failed deliveries: by ID, or every one a filter \
+            matches.\n\n\
+            With a filter, spoold retries each matching delivery as `retry ID` would, and skips \
+            (and counts) those that are not failed. --dry-run only counts. Without --dry-run, \
+            spoolctl first says how many would change and asks on a terminal; --yes skips the \
+            question, and is needed when stdin is not a terminal."
+    )]
+    Retry(ActionArgs),
+    /// Cancel pending or in-flight delivery work: by ID, or every one a filter matches
+    #[command(
+        override_usage = "spoolctl cancel <ID>...\n       spoolctl cancel [--status S] [--target URL] \
+            [--since WHEN] [--until WHEN] [--error-code CODE] [--dry-run | --yes]",
+        long_about = "Cancel pending or in-flight delivery work: by ID, or every one a filter \
+            matches.\n\n\
+            With a filter, spoold cancels each matching delivery as `cancel ID` would, and skips \
+            (and counts) those it cannot cancel. --dry-run only counts. Without --dry-run, \
+            spoolctl first says how many would change and asks on a terminal; --yes skips the \
+            question, and is needed when stdin is not a terminal."
+    )]
+    Cancel(ActionArgs),
     /// Settle an at-most-once delivery whose outcome is unknown or in manual review
     #[command(
         override_usage = "spoolctl resolve <ID> (--succeeded [--remote-id <ID>] | --failed | --resend) \
@@ -527,6 +547,47 @@ pub struct GetArgs {
 pub struct IdArgs {
     /// The delivery ID
     pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ActionArgs {
+    /// Delivery IDs; or, instead, a filter
+    pub ids: Vec<String>,
+
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// With a filter: only count what would change
+    #[arg(long, conflicts_with = "yes")]
+    pub dry_run: bool,
+
+    /// With a filter: act without asking (needed when stdin is not a terminal)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// Which deliveries a bulk action applies to; every flag given must match.
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    /// Only deliveries with this status
+    #[arg(long, value_enum)]
+    pub status: Option<StatusArg>,
+
+    /// Only deliveries to this target (a URL or scheme://host[:port])
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
+
+    /// Only deliveries created since: a duration ago (24h, 7d) or an RFC 3339 time
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+
+    /// Only deliveries created before: a duration ago (1h) or an RFC 3339 time
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+
+    /// Only deliveries whose last attempt ended with this error code (connect_failed, …)
+    #[arg(long, value_name = "CODE")]
+    pub error_code: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -21,10 +21,10 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use spool_proto::{
-    AttemptList, CheckList, CreateDelivery, DeliveryList, DeliveryStatus, DeliveryView, LockList,
-    ReportStep, ResolveRequest, ResolveTask, StatsView, SubmitTask, TargetList, TaskAttemptList,
-    TaskList, TaskStatus, TaskStepList, TaskStepView, TaskTransitionList, TaskTypeList, TaskView,
-    TransitionList,
+    AttemptList, BulkRequest, BulkResult, CheckList, CreateDelivery, DeliveryList, DeliveryStatus,
+    DeliveryView, LockList, ReportStep, ResolveRequest, ResolveTask, StatsView, SubmitTask,
+    TargetList, TaskAttemptList, TaskList, TaskStatus, TaskStepList, TaskStepView,
+    TaskTransitionList, TaskTypeList, TaskView, TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
@@ -484,6 +484,16 @@ impl Client {
     ) -> Result<DeliveryView, ClientError> {
         let path = format!("{}/{}", delivery_path(id), action.as_str());
         decode(&self.send(Method::POST, &path, None).await?)
+    }
+
+    /// `POST /v1/deliveries/bulk`
+    pub async fn bulk(&self, req: &BulkRequest) -> Result<BulkResult, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        decode(
+            &self
+                .send(Method::POST, "/v1/deliveries/bulk", Some(body.into()))
+                .await?,
+        )
     }
 
     /// `POST /v1/deliveries/{id}/resolve`

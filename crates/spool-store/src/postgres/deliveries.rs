@@ -1370,6 +1370,12 @@ pub(crate) async fn list<C: GenericClient>(
     if let Some(since) = &filter.created_after {
         conditions.push(("created_at >=", since));
     }
+    if let Some(until) = &filter.created_before {
+        conditions.push(("created_at <", until));
+    }
+    if let Some(code) = &filter.last_error_code {
+        conditions.push(("last_error_code =", code));
+    }
     if let Some(after) = &after {
         let op = if filter.newest_first { "id <" } else { "id >" };
         conditions.push((op, after));

@@ -1305,6 +1305,14 @@ pub(crate) fn list(
         sql.push_str(" AND created_at >= :since");
         bound.push((":since", since));
     }
+    if let Some(until) = &filter.created_before {
+        sql.push_str(" AND created_at < :until");
+        bound.push((":until", until));
+    }
+    if let Some(code) = &filter.last_error_code {
+        sql.push_str(" AND last_error_code = :code");
+        bound.push((":code", code));
+    }
     if let Some(after) = &after {
         sql.push_str(if filter.newest_first {
             " AND id < :after"

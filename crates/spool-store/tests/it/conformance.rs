@@ -1845,6 +1845,29 @@ pub async fn list_filters_by_target_and_time_in_either_order(store: Store) {
     };
     assert_eq!(all(since(created)).await.len(), 12);
     assert!(all(since(created + 86_400_000)).await.is_empty());
+    // Created before: none before the first, all before tomorrow.
+    let before = |at| spool_store::model::ListFilter {
+        created_before: Some(at),
+        ..Default::default()
+    };
+    assert!(all(before(created)).await.is_empty());
+    assert_eq!(all(before(created + 86_400_000)).await.len(), 12);
+    // By the code of the last attempt's error.
+    let first = claim(&store, 1).await.remove(0);
+    let failed = AttemptResult {
+        disposition: Disposition::Failed,
+        http_status: Some(404),
+        error_code: Some("http_status".to_owned()),
+        error: Some("HTTP 404".to_owned()),
+        ..succeeded(&first)
+    };
+    store.complete(failed).await.expect("complete");
+    let code = |code: &str| spool_store::model::ListFilter {
+        last_error_code: Some(code.to_owned()),
+        ..Default::default()
+    };
+    assert_eq!(all(code("http_status")).await, [first.id]);
+    assert!(all(code("timeout")).await.is_empty());
 }
 
 pub async fn list_filters_by_status(store: Store) {

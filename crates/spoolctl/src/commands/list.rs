@@ -12,7 +12,11 @@ use crate::output::{delivery_list_row, now_ms, Output, Table, LIST_HEADER};
 pub async fn run(client: &Client, args: ListArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let status = args.status.map(DeliveryStatus::from);
     let limit = args.page.limit;
-    let created_after = args.since.as_deref().map(since).transpose()?;
+    let created_after = args
+        .since
+        .as_deref()
+        .map(|t| moment("--since", t))
+        .transpose()?;
     let newest_first = newest_first(&args, status);
     let (target, created_after) = (args.target.as_deref(), created_after.as_deref());
     let list: DeliveryList = fetch_pages(&args.page, |cursor| async move {
@@ -43,8 +47,8 @@ fn newest_first(args: &ListArgs, status: Option<DeliveryStatus>) -> bool {
     )
 }
 
-/// `--since`: a duration ago (`24h`, `7d`) or an RFC 3339 time, as RFC 3339.
-fn since(text: &str) -> Result<String, UsageError> {
+/// `--since`, `--until`: a duration ago (`24h`, `7d`) or an RFC 3339 time, as RFC 3339.
+pub(crate) fn moment(flag: &str, text: &str) -> Result<String, UsageError> {
     let now = crate::output::now_ms();
     let at = match units::parse_time(text) {
         Ok(at) => at,
@@ -52,7 +56,7 @@ fn since(text: &str) -> Result<String, UsageError> {
             .map(|ago| now - ago.as_millis() as i64)
             .map_err(|_| {
                 UsageError::new(format!(
-                    "--since {text:?} is not a duration ago (24h, 7d) or an RFC 3339 time"
+                    "{flag} {text:?} is not a duration ago (24h, 7d) or an RFC 3339 time"
                 ))
             })?,
     };

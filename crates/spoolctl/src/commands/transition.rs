@@ -1,23 +1,183 @@
-//! `spoolctl retry ID` and `spoolctl cancel ID`: the operator's two state changes. spoold
-//! decides whether the change is allowed (409 `invalid_transition` otherwise).
+//! `spoolctl retry` and `spoolctl cancel`: the operator's two state changes, on deliveries
+//! named by ID or on every delivery a filter matches (`POST /v1/deliveries/bulk`). spoold
+//! decides whether each change is allowed: one named by ID that is not is an error (409
+//! `invalid_transition`); one matched by a filter is skipped and counted.
 
-use crate::cli::IdArgs;
+use std::io::{BufRead, IsTerminal};
+
+use anyhow::anyhow;
+use spool_proto::{BulkAction, BulkRequest, BulkResult, DeliveryFilter, DeliveryStatus};
+
+use crate::cli::{ActionArgs, FilterArgs, UsageError};
 use crate::client::{Client, Transition};
+use crate::commands::list::moment;
 use crate::commands::{delivery_id, Exit};
 use crate::output::Output;
 
 pub async fn run(
     client: &Client,
     action: Transition,
-    args: IdArgs,
+    args: ActionArgs,
     out: &mut Output<'_>,
 ) -> anyhow::Result<Exit> {
-    let id = delivery_id(&args.id)?;
-    let delivery = client.transition(id, action).await?;
-    if out.is_json() {
-        out.json(&delivery)?;
-    } else {
-        out.delivery(action.as_str(), &delivery)?;
+    let filter = filter(&args.filter)?;
+    match (args.ids.is_empty(), filter) {
+        (false, Some(_)) => Err(UsageError::new(format!(
+            "{} takes delivery IDs or a filter, not both",
+            action.as_str()
+        ))
+        .into()),
+        (true, None) => Err(UsageError::new(format!(
+            "{} needs delivery IDs, or a filter: --status, --target, --since, --until, \
+             --error-code",
+            action.as_str()
+        ))
+        .into()),
+        (false, None) if args.dry_run || args.yes => {
+            Err(UsageError::new("--dry-run and --yes go with a filter, not with IDs").into())
+        }
+        (false, None) => each(client, action, &args.ids, out).await,
+        (true, Some(filter)) => bulk(client, action, filter, &args, out).await,
+    }
+}
+
+/// The filter the flags describe; `None` when no flag is given.
+fn filter(args: &FilterArgs) -> Result<Option<DeliveryFilter>, UsageError> {
+    let filter = DeliveryFilter {
+        status: args.status.map(DeliveryStatus::from),
+        target_origin: args.target.clone(),
+        last_error_code: args.error_code.clone(),
+        created_after: args
+            .since
+            .as_deref()
+            .map(|t| moment("--since", t))
+            .transpose()?,
+        created_before: args
+            .until
+            .as_deref()
+            .map(|t| moment("--until", t))
+            .transpose()?,
+    };
+    Ok((filter != DeliveryFilter::default()).then_some(filter))
+}
+
+/// The action on each delivery named, in order; one that fails is reported and the others
+/// still go ahead.
+async fn each(
+    client: &Client,
+    action: Transition,
+    ids: &[String],
+    out: &mut Output<'_>,
+) -> anyhow::Result<Exit> {
+    let mut failed = 0;
+    for id in ids {
+        let done = match delivery_id(id) {
+            Ok(id) => client.transition(id, action).await.map_err(Into::into),
+            Err(e) => Err(anyhow::Error::from(e)),
+        };
+        match done {
+            Ok(delivery) if out.is_json() => out.json(&delivery)?,
+            Ok(delivery) => out.delivery(action.as_str(), &delivery)?,
+            // One ID: its error is the command's, reported (and its exit status set) as usual.
+            Err(e) if ids.len() == 1 => return Err(e),
+            Err(e) => {
+                eprintln!("spoolctl: {id}: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(anyhow!(
+            "{failed} of {} deliveries could not {}",
+            ids.len(),
+            action.as_str()
+        ));
     }
     Ok(Exit::Success)
+}
+
+/// The action on every delivery `filter` matches: counted first, and asked about on a
+/// terminal, unless `--dry-run` (count only) or `--yes`.
+async fn bulk(
+    client: &Client,
+    action: Transition,
+    filter: DeliveryFilter,
+    args: &ActionArgs,
+    out: &mut Output<'_>,
+) -> anyhow::Result<Exit> {
+    let request = |dry_run: bool| BulkRequest {
+        action: Some(match action {
+            Transition::Retry => BulkAction::Retry,
+            Transition::Cancel => BulkAction::Cancel,
+        }),
+        filter: Some(filter.clone()),
+        dry_run: Some(dry_run),
+    };
+    if !args.dry_run && !args.yes {
+        if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+            return Err(UsageError::new(format!(
+                "{} of every delivery a filter matches needs --yes when not run on a terminal \
+                 (--dry-run counts them first)",
+                action.as_str()
+            ))
+            .into());
+        }
+        let counted = client.bulk(&request(true)).await?;
+        if counted.changed == 0 {
+            print(out, &counted)?;
+            return Ok(Exit::Success);
+        }
+        eprint!(
+            "{} {} deliveries ({} match, {} skipped)? [y/N] ",
+            action.as_str(),
+            counted.changed,
+            counted.matched,
+            counted.skipped
+        );
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+            return Err(anyhow!("not confirmed; nothing was changed"));
+        }
+    }
+    let result = client.bulk(&request(args.dry_run)).await?;
+    print(out, &result)?;
+    Ok(Exit::Success)
+}
+
+/// `retried 118 of 120 matching deliveries (2 skipped: not in a status retry applies to)`, then
+/// the first ids; on a dry run, `would retry …`.
+fn print(out: &mut Output<'_>, result: &BulkResult) -> anyhow::Result<()> {
+    if out.is_json() {
+        return Ok(out.json(result)?);
+    }
+    let (done, verb) = match result.action {
+        BulkAction::Retry => ("retried", "retry"),
+        BulkAction::Cancel => ("canceled", "cancel"),
+    };
+    let said = if result.dry_run {
+        format!("would {verb}")
+    } else {
+        done.to_owned()
+    };
+    let mut line = format!(
+        "{said} {} of {} matching deliveries",
+        result.changed, result.matched
+    );
+    if result.skipped > 0 {
+        line.push_str(&format!(
+            " ({} skipped: not in a status {verb} applies to)",
+            result.skipped
+        ));
+    }
+    out.line(&line)?;
+    if !result.ids.is_empty() {
+        let more = if result.changed > result.ids.len() as u64 {
+            " …"
+        } else {
+            ""
+        };
+        out.line(&format!("first: {}{more}", result.ids.join(" ")))?;
+    }
+    Ok(())
 }

@@ -837,3 +837,161 @@ async fn targets_pause_and_resume_by_hand() {
          https://hooks.example.com)\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_and_cancel_by_filter_count_first_and_ask() {
+    let s = Spoold::start().await;
+    let api = s.api();
+    let url = s.receiver.url("/bulk");
+    s.receiver
+        .push_replies([Reply::status(400), Reply::status(400), Reply::status(400)]);
+    let mut failed = Vec::new();
+    for n in 0..3 {
+        let id = row_id(&check_ok(
+            &s.ctl(&["send", &url, "-d", &format!("[{n}]")]).await,
+        ));
+        api.wait_status(&id, &["failed"], WAIT)
+            .await
+            .expect("failed");
+        failed.push(id);
+    }
+    let waiting = row_id(&check_ok(
+        &s.ctl(&["send", &url, "--not-before", FAR_FUTURE]).await,
+    ));
+
+    // Counted, not changed.
+    let out = check_ok(&s.ctl(&["retry", "--target", &url, "--dry-run"]).await);
+    assert_eq!(
+        out,
+        format!(
+            "would retry 3 of 4 matching deliveries (1 skipped: not in a status retry applies \
+             to)\nfirst: {}\n",
+            failed.join(" ")
+        )
+    );
+    let (_, d) = api.get(&failed[0]).await.expect("get");
+    assert_eq!(d["status"], "failed");
+    let out = check_ok(
+        &s.ctl(&[
+            "retry",
+            "--error-code",
+            "http_status",
+            "--since",
+            "1h",
+            "--dry-run",
+            "--json",
+        ])
+        .await,
+    );
+    let counted: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        (&counted["matched"], &counted["changed"], &counted["dryRun"]),
+        (
+            &serde_json::json!(3),
+            &serde_json::json!(3),
+            &serde_json::json!(true)
+        ),
+        "{counted}"
+    );
+
+    // Not on a terminal, a bulk change needs --yes.
+    let o = s.ctl(&["retry", "--status", "failed"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("needs --yes when not run on a terminal"),
+        "{}",
+        stderr(&o)
+    );
+    let out = check_ok(&s.ctl(&["retry", "--status", "failed", "--yes"]).await);
+    assert_eq!(
+        out,
+        format!(
+            "retried 3 of 3 matching deliveries\nfirst: {}\n",
+            failed.join(" ")
+        )
+    );
+    for id in &failed {
+        api.wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered on the new cycle");
+    }
+
+    // On a terminal it asks; only yes goes ahead.
+    let (code, shown) =
+        on_a_terminal_answering(&s, "cancel --status pending --target", &url, b"n\n").await;
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(
+        shown.contains("cancel 1 deliveries (1 match, 0 skipped)? [y/N]")
+            && shown.contains("not confirmed; nothing was changed"),
+        "{shown}"
+    );
+    let (_, d) = api.get(&waiting).await.expect("get");
+    assert_eq!(d["status"], "pending");
+    let (code, shown) =
+        on_a_terminal_answering(&s, "cancel --status pending --target", &url, b"y\n").await;
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "canceled 1 of 1 matching deliveries\nfirst: {waiting}"
+        )),
+        "{shown}"
+    );
+
+    // Several IDs: each one's row, and each refusal reported without stopping the others.
+    let mut later = Vec::new();
+    for _ in 0..2 {
+        later.push(row_id(&check_ok(
+            &s.ctl(&["send", &url, "--not-before", FAR_FUTURE]).await,
+        )));
+    }
+    let o = s.ctl(&["cancel", &later[0], &failed[0], &later[1]]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "{}{}",
+            row("cancel", &later[0], "canceled", "0/100", "POST", &url),
+            row("cancel", &later[1], "canceled", "0/100", "POST", &url)
+        )
+    );
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "spoolctl: {}: spoold returned HTTP 409 (invalid_transition): invalid delivery \
+             state transition from succeeded\nspoolctl: 1 of 3 deliveries could not cancel\n",
+            failed[0]
+        )
+    );
+
+    // IDs or a filter, one of them.
+    for args in [
+        &["retry"][..],
+        &["retry", &failed[0], "--status", "failed"][..],
+        &["retry", &failed[0], "--yes"][..],
+        &["retry", "--status", "failed", "--dry-run", "--yes"][..],
+        &["retry", "--since", "yesterday", "--dry-run"][..],
+    ] {
+        let o = s.ctl(args).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}
+
+/// Like [`on_a_terminal`], with `answer` typed on the terminal and `url` as the last argument.
+async fn on_a_terminal_answering(
+    s: &Spoold,
+    args: &str,
+    url: &str,
+    answer: &[u8],
+) -> (Option<i32>, String) {
+    let line = format!(
+        "{} {args} {url} --server {}",
+        env!("CARGO_BIN_EXE_spoolctl"),
+        s.server
+    );
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"]).env("NO_COLOR", "1");
+    let o = tokio::time::timeout(WAIT, crate::capture(cmd, Some(answer)))
+        .await
+        .expect("spoolctl ends");
+    (o.status.code(), stdout(&o).replace('\r', ""))
+}

@@ -11,9 +11,9 @@ use base64::Engine as _;
 use serde_json::value::RawValue;
 use spool_proto::units::format_time;
 use spool_proto::{
-    AttemptList, AttemptView, CheckList, CheckView, CreateDelivery, DeliveryList, DeliveryMode,
-    DeliveryStatus, DeliveryView, ErrorBody, ErrorCode, Reconcile, ResolveOutcome, ResolveRequest,
-    TransitionList, TransitionView,
+    AttemptList, AttemptView, BulkRequest, BulkResult, CheckList, CheckView, CreateDelivery,
+    DeliveryFilter, DeliveryList, DeliveryMode, DeliveryStatus, DeliveryView, ErrorBody, ErrorCode,
+    Reconcile, ResolveOutcome, ResolveRequest, TransitionList, TransitionView,
 };
 use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
 
@@ -138,11 +138,13 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
         ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
         ("target" = Option<String>, Query, pattern = "^(https?://([a-z][a-z0-9-]{0,20}\\.){0,3}[g-z][a-z0-9-]{0,20}(:[1-9][0-9]{0,3})?(/[a-z0-9/_-]*)?)?$", description = "Only deliveries to this target: a URL or `scheme://host[:port]`; its origin is what counts"),
         ("createdAfter" = Option<String>, Query, format = DateTime, description = "Only deliveries created at or after this RFC 3339 time"),
+        ("createdBefore" = Option<String>, Query, format = DateTime, description = "Only deliveries created before this RFC 3339 time"),
+        ("lastErrorCode" = Option<String>, Query, pattern = "^([a-z_]{1,64})?$", description = "Only deliveries whose last attempt ended with this `lastErrorCode`"),
         ("order" = Option<spool_proto::ListOrder>, Query, description = "`asc` (default: oldest first) or `desc` (newest first)"),
     ),
     responses(
         (status = 200, description = "Oldest first (or newest first with `order=desc`), without headers and bodies", body = DeliveryList),
-        (status = 400, description = "`invalid_status`, `invalid_limit`, `invalid_cursor`, or `invalid_request` for a bad `target`, `createdAfter` or `order`", body = ErrorBody),
+        (status = 400, description = "`invalid_status`, `invalid_limit`, `invalid_cursor`, or `invalid_request` for a bad `target`, `createdAfter`, `createdBefore`, `lastErrorCode` or `order`", body = ErrorBody),
     )
 )]
 pub async fn list(
@@ -170,11 +172,21 @@ pub async fn list(
             })?,
         ),
     };
-    let created_after = match params.get("createdAfter").map(String::as_str) {
+    let time = |name: &str| match params.get(name).map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(t) => spool_proto::units::parse_time(t)
+            .map(Some)
+            .map_err(|e| invalid(format!("{name}: {e}"))),
+    };
+    let created_after = time("createdAfter")?;
+    let created_before = time("createdBefore")?;
+    let last_error_code = match params.get("lastErrorCode").map(String::as_str) {
         None | Some("") => None,
-        Some(t) => Some(
-            spool_proto::units::parse_time(t).map_err(|e| invalid(format!("createdAfter: {e}")))?,
-        ),
+        Some(code) => Some(error_code(code).ok_or_else(|| {
+            invalid(format!(
+                "lastErrorCode {code:?} is not an error code (lowercase letters and '_')"
+            ))
+        })?),
     };
     let newest_first = match params.get("order").map(String::as_str) {
         None | Some("") | Some("asc") => false,
@@ -185,6 +197,8 @@ pub async fn list(
         status,
         origin,
         created_after,
+        created_before,
+        last_error_code,
         newest_first,
     };
     let page = state.store.list_filtered(filter, limit, cursor).await?;
@@ -455,6 +469,80 @@ fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError>
     }
 }
 
+/// `code` if it can be a `lastErrorCode` (1 to 64 lowercase letters and `_`).
+fn error_code(code: &str) -> Option<String> {
+    ((1..=64).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        .then(|| code.to_owned())
+}
+
+#[utoipa::path(
+    post, path = "/v1/deliveries/bulk", tag = "deliveries",
+    request_body = BulkRequest,
+    responses(
+        (status = 200, description = "What the action changed — or, with `dryRun`, would change: the deliveries matched, changed and skipped (in a status the action does not apply to), and the first ids changed", body = BulkResult),
+        (status = 400, description = "`invalid_request`: the JSON, no action, no filter, or a bad `targetOrigin`, `lastErrorCode`, `createdAfter` or `createdBefore`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
+        (status = 507, description = "`storage_full`", body = ErrorBody),
+    )
+)]
+pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Response, ApiError> {
+    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
+    let req: BulkRequest = super::decision(body).await?;
+    let Some(action) = req.action else {
+        return Err(invalid("action is required: retry or cancel".into()));
+    };
+    let filter = req.filter.unwrap_or_default();
+    if filter == DeliveryFilter::default() {
+        return Err(invalid(
+            "filter needs at least one of status, targetOrigin, lastErrorCode, createdAfter, \
+             createdBefore (to act on every failed delivery, say status: failed)"
+                .into(),
+        ));
+    }
+    let time = |name: &str, value: Option<&str>| {
+        value
+            .map(|t| {
+                spool_proto::units::parse_time(t)
+                    .map_err(|e| invalid(format!("filter.{name}: {e}")))
+            })
+            .transpose()
+    };
+    let filter = model::ListFilter {
+        status: filter.status.map(store_status),
+        origin: filter
+            .target_origin
+            .as_deref()
+            .map(super::targets::target_origin)
+            .transpose()?,
+        created_after: time("createdAfter", filter.created_after.as_deref())?,
+        created_before: time("createdBefore", filter.created_before.as_deref())?,
+        last_error_code: filter
+            .last_error_code
+            .map(|code| {
+                error_code(&code).ok_or_else(|| {
+                    invalid(format!(
+                        "filter.lastErrorCode {code:?} is not an error code (lowercase letters and '_')"
+                    ))
+                })
+            })
+            .transpose()?,
+        newest_first: false,
+    };
+    let dry_run = req.dry_run.unwrap_or(false);
+    let result =
+        crate::deliveries::bulk::run(&state.store, action, filter.clone(), dry_run).await?;
+    tracing::info!(
+        action = action.as_str(),
+        dry_run,
+        matched = result.matched,
+        changed = result.changed,
+        skipped = result.skipped,
+        filter = ?filter,
+        "bulk action"
+    );
+    Ok(json(StatusCode::OK, &result))
+}
+
 fn not_found() -> ApiError {
     ApiError::new(ErrorCode::NotFound, "delivery not found")
 }
@@ -537,6 +625,18 @@ fn wire_status(s: model::DeliveryStatus) -> DeliveryStatus {
         model::DeliveryStatus::Canceled => DeliveryStatus::Canceled,
         model::DeliveryStatus::Unknown => DeliveryStatus::Unknown,
         model::DeliveryStatus::ManualReview => DeliveryStatus::ManualReview,
+    }
+}
+
+fn store_status(s: DeliveryStatus) -> model::DeliveryStatus {
+    match s {
+        DeliveryStatus::Pending => model::DeliveryStatus::Pending,
+        DeliveryStatus::InFlight => model::DeliveryStatus::InFlight,
+        DeliveryStatus::Succeeded => model::DeliveryStatus::Succeeded,
+        DeliveryStatus::Failed => model::DeliveryStatus::Failed,
+        DeliveryStatus::Canceled => model::DeliveryStatus::Canceled,
+        DeliveryStatus::Unknown => model::DeliveryStatus::Unknown,
+        DeliveryStatus::ManualReview => model::DeliveryStatus::ManualReview,
     }
 }
 

@@ -80,6 +80,7 @@ pub fn router(state: SharedState) -> Router {
             "/v1/deliveries",
             post(deliveries::create).get(deliveries::list),
         )
+        .route("/v1/deliveries/bulk", post(deliveries::bulk))
         .route("/v1/deliveries/{id}", get(deliveries::get))
         .route("/v1/deliveries/{id}/attempts", get(deliveries::attempts))
         .route(

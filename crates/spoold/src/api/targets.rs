@@ -141,8 +141,8 @@ fn set_paused(state: &SharedState, named: &str, paused: bool) -> Result<Response
 /// exactly what its document calls valid.
 pub const TARGET_PATTERN: &str = "^https?://(([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/.*)?$";
 
-/// A target as named in a path: a URL or its origin, as deliveries are grouped.
-fn target_origin(text: &str) -> Result<String, ApiError> {
+/// A target as named in a path or a filter: a URL or its origin, as deliveries are grouped.
+pub(crate) fn target_origin(text: &str) -> Result<String, ApiError> {
     static PATTERN: std::sync::LazyLock<Option<regex::Regex>> =
         std::sync::LazyLock::new(|| regex::Regex::new(TARGET_PATTERN).ok());
     let fits = PATTERN.as_ref().is_some_and(|p| p.is_match(text));

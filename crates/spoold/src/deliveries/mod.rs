@@ -6,6 +6,7 @@
 //! operator's overview.
 
 pub mod activity;
+pub mod bulk;
 pub mod deliver;
 pub mod outbound;
 pub mod reconcile;

@@ -4,6 +4,7 @@
 
 mod at_most_once;
 mod breaker;
+mod bulk;
 mod bytes;
 mod classification;
 mod crash;
