@@ -43,6 +43,8 @@ pub enum Command {
     Latency,
     /// A target limited to 100/s with a large backlog: the rate it gets, and the CPU it costs.
     Rate,
+    /// One bulk retry of many failed deliveries: how long it takes, and the API meanwhile.
+    Bulk,
 }
 
 /// The most daemons `--hosts` starts on one database.
@@ -184,6 +186,9 @@ pub struct SizeOverrides {
     /// Rate: pending deliveries to the limited target.
     #[arg(long, global = true, value_name = "N")]
     pub rate_pending: Option<u64>,
+    /// Bulk: failed deliveries seeded and retried by one bulk request.
+    #[arg(long, global = true, value_name = "N")]
+    pub bulk_failed: Option<u64>,
     /// Rate: length of the measurement window, in seconds.
     #[arg(long, global = true, value_name = "S")]
     pub rate_seconds: Option<u64>,
@@ -212,6 +217,7 @@ impl Command {
                 Idle,
                 Latency,
                 Rate,
+                Bulk,
                 Tasks,
             ],
             Fsync => &[Fsync],
@@ -223,6 +229,7 @@ impl Command {
             Idle => &[Idle],
             Latency => &[Latency],
             Rate => &[Rate],
+            Bulk => &[Bulk],
         }
     }
 
@@ -231,7 +238,12 @@ impl Command {
     pub fn sqlite_only(self) -> bool {
         matches!(
             self,
-            Command::Backlog | Command::Idle | Command::Latency | Command::Tasks | Command::Rate
+            Command::Backlog
+                | Command::Idle
+                | Command::Latency
+                | Command::Tasks
+                | Command::Rate
+                | Command::Bulk
         )
     }
 
@@ -248,6 +260,7 @@ impl Command {
             Command::Idle => "idle",
             Command::Latency => "latency",
             Command::Rate => "rate",
+            Command::Bulk => "bulk",
         }
     }
 }

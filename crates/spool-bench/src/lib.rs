@@ -182,6 +182,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Idle => scenario::idle::run(&mut bench).await,
             Command::Latency => scenario::latency::run(&mut bench).await,
             Command::Rate => scenario::rate::run(&mut bench).await,
+            Command::Bulk => scenario::bulk::run(&mut bench).await,
             Command::All => Ok(()),
         };
         if let Err(e) = outcome {

@@ -46,6 +46,8 @@ pub struct Plan {
     pub backlog_pending: u64,
     /// Backlog: the fresh batch delivered on top.
     pub backlog_batch: u64,
+    /// Bulk: failed deliveries retried by one bulk request.
+    pub bulk_failed: u64,
     /// Rate: pending deliveries to a target limited to 100/s.
     pub rate_pending: u64,
     /// Rate: the measurement window.
@@ -84,6 +86,7 @@ impl Plan {
             backlog_batch: 100_000,
             rate_pending: 10_000,
             rate_window: Duration::from_secs(30),
+            bulk_failed: 100_000,
             idle_pending: 100_000,
             idle_window: Duration::from_secs(30),
             latency_rate: 1_000,
@@ -112,6 +115,7 @@ impl Plan {
             backlog_batch: 1_000,
             rate_pending: 1_000,
             rate_window: Duration::from_secs(2),
+            bulk_failed: 2_000,
             idle_pending: 2_000,
             idle_window: Duration::from_secs(3),
             latency_rate: 200,
@@ -150,6 +154,7 @@ impl Plan {
         set(&mut plan.backlog_pending, o.backlog_pending);
         set(&mut plan.backlog_batch, o.backlog_batch);
         set(&mut plan.rate_pending, o.rate_pending);
+        set(&mut plan.bulk_failed, o.bulk_failed);
         if let Some(s) = o.rate_seconds {
             plan.rate_window = Duration::from_secs(s.max(1));
         }

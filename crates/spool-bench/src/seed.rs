@@ -29,6 +29,9 @@ const COLUMNS: &[&str] = &[
     "updated_at",
     "next_attempt_at",
     "not_before",
+    "attempts",
+    "last_error",
+    "last_error_code",
 ];
 /// Rows per transaction.
 const ROWS_PER_TRANSACTION: u64 = 50_000;
@@ -55,6 +58,8 @@ pub enum Due {
     Now,
     /// Not before this far in the future (`notBefore`): they sit in the database untouched.
     After(Duration),
+    /// Never: they are `failed`, every attempt spent on an `HTTP 503` (for bulk retries).
+    Failed,
 }
 
 /// Insert `backlog` into the spoold database at `db`, which the daemon must have created and
@@ -74,11 +79,23 @@ pub fn seed(db: &Path, backlog: &Backlog) -> anyhow::Result<Duration> {
         .context("set synchronous=OFF for seeding")?;
     let now = now_ms();
     let (next_attempt_at, not_before) = match backlog.due {
-        Due::Now => (now, None),
+        Due::Now => (Some(now), None),
         Due::After(d) => {
             let at = now + d.as_millis() as i64;
-            (at, Some(at))
+            (Some(at), Some(at))
         }
+        Due::Failed => (None, None),
+    };
+    let failed = matches!(backlog.due, Due::Failed);
+    let (status, attempts, last_error, last_error_code) = if failed {
+        (
+            "failed",
+            MAX_ATTEMPTS,
+            Some("HTTP 503"),
+            Some("http_status"),
+        )
+    } else {
+        ("pending", 0, None, None)
     };
     let target_url = format!("{}{}", backlog.origin, backlog.path);
     let mut seq = 0u64;
@@ -90,8 +107,9 @@ pub fn seed(db: &Path, backlog: &Backlog) -> anyhow::Result<Duration> {
                 .prepare_cached(
                     "INSERT INTO deliveries (id, target_url, origin, method, headers, body_kind, \
                      body, status, max_attempts, created_at, updated_at, next_attempt_at, \
-                     not_before) \
-                     VALUES (?1, ?2, ?3, 'POST', '[]', ?4, ?5, 'pending', ?6, ?7, ?7, ?8, ?9)",
+                     not_before, attempts, last_error, last_error_code) \
+                     VALUES (?1, ?2, ?3, 'POST', '[]', ?4, ?5, ?10, ?6, ?7, ?7, ?8, ?9, ?11, ?12, \
+                     ?13)",
                 )
                 .context("prepare the insert")?;
             for i in seq..end {
@@ -106,6 +124,10 @@ pub fn seed(db: &Path, backlog: &Backlog) -> anyhow::Result<Duration> {
                         now,
                         next_attempt_at,
                         not_before,
+                        status,
+                        attempts,
+                        last_error,
+                        last_error_code,
                     ])
                     .context("insert a delivery")?;
             }

@@ -6,6 +6,7 @@
 //! PostgreSQL database. The other scenarios run on SQLite only ([`Bench::start_daemon`]).
 
 pub mod backlog;
+pub mod bulk;
 pub mod ceiling;
 pub mod e2e;
 pub mod enqueue;

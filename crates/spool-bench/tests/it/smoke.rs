@@ -26,6 +26,7 @@ fn smoke_suite_runs_every_scenario() {
         .args(["--idle-pending", "500", "--idle-seconds", "1"])
         .args(["--latency-seconds", "1", "--fsync-writes", "50"])
         .args(["--rate-pending", "1000", "--rate-seconds", "1"])
+        .args(["--bulk-failed", "1000"])
         .output()
         .expect("spool-bench runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -76,6 +77,8 @@ fn smoke_suite_runs_every_scenario() {
             "attempts since start",
         ),
         ("latency", "200/s for 1s", "achieved rate"),
+        ("bulk", "retry 1000 failed", "bulk retry time"),
+        ("bulk", "retry 1000 failed", "retried"),
     ];
     for (scenario, case, metric) in positive {
         let v = median(scenario, case, metric);
