@@ -1,10 +1,11 @@
-//! Bulk actions: one operator action (retry, cancel) on every delivery a filter matches, each
-//! through the same state machine as the action on one delivery — or only counted (`dryRun`).
+//! Bulk actions: one operator action (retry, cancel) on every delivery (or task) a filter
+//! matches, each through the same state machine as the action on one — or only counted
+//! (`dryRun`).
 
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
-use crate::DeliveryStatus;
+use crate::{DeliveryStatus, TaskStatus};
 
 /// What a bulk request does to each delivery it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -109,13 +110,82 @@ pub struct DeliveryFilter {
     pub created_before: Option<String>,
 }
 
+/// `POST /v1/tasks/bulk`
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskBulkRequest {
+    /// Required.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(required = true, nullable = false)]
+    pub action: Option<BulkAction>,
+    /// Which tasks: every field given must match. Required, with at least one field.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(required = true, nullable = false)]
+    pub filter: Option<TaskFilter>,
+    /// Count what the action would change, and change nothing.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(nullable = false)]
+    pub dry_run: Option<bool>,
+}
+
+/// The tasks a bulk action applies to. Fields may be absent but not `null`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(min_properties = 1)]
+pub struct TaskFilter {
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(nullable = false)]
+    pub status: Option<TaskStatus>,
+    /// A task type (declared or not: tasks of a type removed since are matched too).
+    #[serde(
+        rename = "type",
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(nullable = false, example = "backup")]
+    pub task_type: Option<String>,
+    /// RFC 3339: created at or after this time.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(nullable = false, format = DateTime)]
+    pub created_after: Option<String>,
+    /// RFC 3339: created before this time.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(nullable = false, format = DateTime)]
+    pub created_before: Option<String>,
+}
+
 /// What a bulk action did (or, on a dry run, would do).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BulkResult {
     pub action: BulkAction,
     pub dry_run: bool,
-    /// Deliveries the filter matched.
+    /// Deliveries (or tasks) the filter matched.
     pub matched: u64,
     /// Of those, changed by the action (on a dry run: that it would change).
     pub changed: u64,

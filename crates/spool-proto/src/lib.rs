@@ -22,7 +22,7 @@ pub mod step;
 pub mod task;
 pub mod units;
 
-pub use bulk::{BulkAction, BulkRequest, BulkResult, DeliveryFilter};
+pub use bulk::{BulkAction, BulkRequest, BulkResult, DeliveryFilter, TaskBulkRequest, TaskFilter};
 pub use delivery::{
     AttemptList, AttemptView, CheckList, CheckView, CreateDelivery, DeliveryList, DeliveryMode,
     DeliveryStatus, DeliveryView, ListOrder, Reconcile, ResolveOutcome, ResolveRequest, Sign,

@@ -542,14 +542,15 @@ impl Store {
     }
 
     /// Oldest first; filters are optional; `after` is a cursor from a previous page.
+    /// Tasks in id (creation) order, those `filter` matches; `after` is the previous page's
+    /// cursor.
     pub async fn list_tasks(
         &self,
-        status: Option<tasks::TaskStatus>,
-        task_type: Option<String>,
+        filter: tasks::TaskFilter,
         limit: u32,
         after: Option<String>,
     ) -> Result<tasks::TaskPage> {
-        dispatch!(self, s => s.list_tasks(status, task_type, limit, after).await)
+        dispatch!(self, s => s.list_tasks(filter, limit, after).await)
     }
 
     pub async fn task_attempts(&self, id: String) -> Result<Option<Vec<tasks::TaskAttempt>>> {

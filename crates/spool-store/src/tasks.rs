@@ -76,6 +76,21 @@ impl TaskStatus {
         )
     }
 
+    /// Whether an operator's cancel applies from here, as both backends decide it: a pending
+    /// or `manual_review` task is canceled at once, a running one asked to stop.
+    pub fn cancelable(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Pending | TaskStatus::Running | TaskStatus::ManualReview
+        )
+    }
+
+    /// Whether an operator's retry applies from here (pending again, as both backends decide
+    /// it; the task's type must also allow operator retries).
+    pub fn retryable(self) -> bool {
+        self.can_become(TaskStatus::Pending)
+    }
+
     /// No further change happens by itself (an operator may still retry or decide).
     pub fn is_final(self) -> bool {
         !matches!(self, TaskStatus::Pending | TaskStatus::Running)
@@ -572,6 +587,17 @@ pub enum TaskAction {
     NotFound,
     /// Not from this status.
     Invalid(TaskStatus),
+}
+
+/// Which tasks a listing (or a bulk action) takes; every field given must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    pub status: Option<TaskStatus>,
+    pub task_type: Option<String>,
+    /// Only those created at or after this time.
+    pub created_after: Option<Millis>,
+    /// Only those created before this time.
+    pub created_before: Option<Millis>,
 }
 
 /// A page of a task listing.

@@ -744,16 +744,26 @@ pub enum TaskCommand {
     #[command(long_about = "Cancel a pending task, or stop a running one.\n\n\
             A pending task is canceled at once. A running task stays `running` with \
             `cancelRequested` while spoold stops its process group; `spoolctl task wait` then \
-            exits 4. A task that has ended cannot be canceled (409).")]
-    Cancel(TaskIdArgs),
+            exits 4. A task that has ended cannot be canceled (409).\n\n\
+            Several IDs may be given; or, instead, a filter (--type, --status, --since, \
+            --until): every matching task is canceled as one would be, and those that cannot \
+            be are skipped and counted. --dry-run only counts; without it spoolctl says how \
+            many would change and asks on a terminal (--yes skips the question, and is needed \
+            when stdin is not a terminal).")]
+    Cancel(TaskActionArgs),
     /// Run a task that ended (failed, timed out, interrupted, manual review) again
     #[command(
         long_about = "Run a task that ended (failed, timed out, interrupted, manual \
             review) again.\n\n\
             The task becomes pending with its type's max_attempts more attempts. spoold \
-            refuses (409) a task in another status, or of a type with operator_retry = false."
+            refuses (409) a task in another status, or of a type with operator_retry = false.\n\n\
+            Several IDs may be given; or, instead, a filter (--type, --status, --since, \
+            --until): every matching task is retried as one would be, and those that cannot \
+            be are skipped and counted. --dry-run only counts; without it spoolctl says how \
+            many would change and asks on a terminal (--yes skips the question, and is needed \
+            when stdin is not a terminal)."
     )]
-    Retry(TaskIdArgs),
+    Retry(TaskActionArgs),
     /// Settle a task in manual review: it succeeded after all, or it failed
     #[command(
         override_usage = "spoolctl task resolve <ID> (--succeeded | --failed) --note <TEXT>",
@@ -905,6 +915,36 @@ pub struct TaskWaitArgs {
 
     #[command(flatten)]
     pub poll: PollArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TaskActionArgs {
+    /// Task IDs; or, instead, a filter
+    pub ids: Vec<String>,
+
+    /// Only tasks of this type
+    #[arg(long = "type", value_name = "TYPE")]
+    pub task_type: Option<String>,
+
+    /// Only tasks with this status
+    #[arg(long, value_enum)]
+    pub status: Option<TaskStatusArg>,
+
+    /// Only tasks created since: a duration ago (24h, 7d) or an RFC 3339 time
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+
+    /// Only tasks created before: a duration ago (1h) or an RFC 3339 time
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+
+    /// With a filter: only count what would change
+    #[arg(long, conflicts_with = "yes")]
+    pub dry_run: bool,
+
+    /// With a filter: act without asking (needed when stdin is not a terminal)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// A task status as typed on the command line.

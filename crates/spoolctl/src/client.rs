@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use spool_proto::{
     AttemptList, BulkRequest, BulkResult, CheckList, CreateDelivery, DeliveryList, DeliveryStatus,
     DeliveryView, LockList, ReportStep, ResolveRequest, ResolveTask, StatsView, SubmitTask,
-    TargetList, TaskAttemptList, TaskList, TaskStatus, TaskStepList, TaskStepView,
+    TargetList, TaskAttemptList, TaskBulkRequest, TaskList, TaskStatus, TaskStepList, TaskStepView,
     TaskTransitionList, TaskTypeList, TaskView, TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
@@ -492,6 +492,16 @@ impl Client {
         decode(
             &self
                 .send(Method::POST, "/v1/deliveries/bulk", Some(body.into()))
+                .await?,
+        )
+    }
+
+    /// `POST /v1/tasks/bulk`
+    pub async fn task_bulk(&self, req: &TaskBulkRequest) -> Result<BulkResult, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        decode(
+            &self
+                .send(Method::POST, "/v1/tasks/bulk", Some(body.into()))
                 .await?,
         )
     }

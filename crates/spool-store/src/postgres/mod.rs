@@ -901,18 +901,11 @@ impl PgStore {
 
     pub async fn list_tasks(
         &self,
-        status: Option<TaskStatus>,
-        task_type: Option<String>,
+        filter: crate::tasks::TaskFilter,
         limit: u32,
         after: Option<String>,
     ) -> Result<TaskPage> {
-        read!(self, |c| tasks::list(
-            c,
-            status,
-            task_type.as_deref(),
-            limit,
-            after.as_deref()
-        ))
+        read!(self, |c| tasks::list(c, &filter, limit, after.as_deref()))
     }
 
     pub async fn task_attempts(&self, id: String) -> Result<Option<Vec<TaskAttempt>>> {

@@ -757,7 +757,7 @@ pub(crate) async fn retry(
     let Some(task) = get_locked(tx, id).await? else {
         return Ok(TaskAction::NotFound);
     };
-    if !task.status.can_become(TaskStatus::Pending) {
+    if !task.status.retryable() {
         return Ok(TaskAction::Invalid(task.status));
     }
     let max = i64::from(task.attempts.saturating_add(extra_attempts.max(1)));
@@ -1301,14 +1301,14 @@ async fn get_locked(tx: &Tx<'_>, id: &str) -> Result<Option<Task>> {
 /// Oldest first; `after` is the id of the last task of the previous page.
 pub(crate) async fn list<C: GenericClient>(
     c: &C,
-    status: Option<TaskStatus>,
-    task_type: Option<&str>,
+    wanted: &crate::tasks::TaskFilter,
     limit: u32,
     after: Option<&str>,
 ) -> Result<TaskPage> {
     let after = after.unwrap_or("");
     let fetch = i64::from(limit) + 1;
-    let status = status.map(TaskStatus::as_str);
+    let status = wanted.status.map(TaskStatus::as_str);
+    let task_type = wanted.task_type.as_deref();
     // One statement per combination of filters, each planned for its own index.
     let mut values: Vec<Param<'_>> = vec![&after, &fetch];
     let mut filter = String::new();
@@ -1319,6 +1319,14 @@ pub(crate) async fn list<C: GenericClient>(
     if let Some(task_type) = &task_type {
         values.push(task_type);
         filter.push_str(&format!(" AND task_type = ${}", values.len()));
+    }
+    if let Some(since) = &wanted.created_after {
+        values.push(since);
+        filter.push_str(&format!(" AND created_at >= ${}", values.len()));
+    }
+    if let Some(until) = &wanted.created_before {
+        values.push(until);
+        filter.push_str(&format!(" AND created_at < ${}", values.len()));
     }
     let mut tasks: Vec<Task> = rows(
         c,

@@ -418,12 +418,11 @@ impl SqliteStore {
 
     pub async fn list_tasks(
         &self,
-        status: Option<TaskStatus>,
-        task_type: Option<String>,
+        filter: crate::tasks::TaskFilter,
         limit: u32,
         after: Option<String>,
     ) -> Result<TaskPage> {
-        self.read(move |c| tasks::list(c, status, task_type.as_deref(), limit, after.as_deref()))
+        self.read(move |c| tasks::list(c, &filter, limit, after.as_deref()))
             .await
     }
 

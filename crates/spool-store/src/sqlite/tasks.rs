@@ -646,7 +646,7 @@ pub(crate) fn retry(
     let Some(task) = get(conn, id)? else {
         return Ok(TaskAction::NotFound);
     };
-    if !task.status.can_become(TaskStatus::Pending) {
+    if !task.status.retryable() {
         return Ok(TaskAction::Invalid(task.status));
     }
     let max = task.attempts + extra_attempts.max(1);
@@ -1170,23 +1170,25 @@ pub(crate) fn get(conn: &Connection, id: &str) -> Result<Option<Task>> {
 /// Oldest first; `after` is the id of the last task of the previous page.
 pub(crate) fn list(
     conn: &Connection,
-    status: Option<TaskStatus>,
-    task_type: Option<&str>,
+    filter: &crate::tasks::TaskFilter,
     limit: u32,
     after: Option<&str>,
 ) -> Result<TaskPage> {
     let mut rows: Vec<Task> = conn
         .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR status = ?1) \
-             AND (?2 IS NULL OR task_type = ?2) AND id > ?3 ORDER BY id LIMIT ?4"
+             AND (?2 IS NULL OR task_type = ?2) AND (?5 IS NULL OR created_at >= ?5) \
+             AND (?6 IS NULL OR created_at < ?6) AND id > ?3 ORDER BY id LIMIT ?4"
         ))
         .and_then(|mut st| {
             st.query_map(
                 params![
-                    status.map(TaskStatus::as_str),
-                    task_type,
+                    filter.status.map(TaskStatus::as_str),
+                    filter.task_type,
                     after.unwrap_or(""),
-                    i64::from(limit) + 1
+                    i64::from(limit) + 1,
+                    filter.created_after,
+                    filter.created_before,
                 ],
                 row_to_task,
             )?

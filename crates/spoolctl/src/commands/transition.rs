@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use spool_proto::{BulkAction, BulkRequest, BulkResult, DeliveryFilter, DeliveryStatus};
 
 use crate::cli::{ActionArgs, FilterArgs, UsageError};
-use crate::client::{Client, Transition};
+use crate::client::{Client, ClientError, Transition};
 use crate::commands::list::moment;
 use crate::commands::{delivery_id, Exit};
 use crate::output::Output;
@@ -96,8 +96,7 @@ async fn each(
     Ok(Exit::Success)
 }
 
-/// The action on every delivery `filter` matches: counted first, and asked about on a
-/// terminal, unless `--dry-run` (count only) or `--yes`.
+/// The action on every delivery `filter` matches.
 async fn bulk(
     client: &Client,
     action: Transition,
@@ -106,48 +105,81 @@ async fn bulk(
     out: &mut Output<'_>,
 ) -> anyhow::Result<Exit> {
     let request = |dry_run: bool| BulkRequest {
-        action: Some(match action {
-            Transition::Retry => BulkAction::Retry,
-            Transition::Cancel => BulkAction::Cancel,
-        }),
+        action: Some(bulk_action(action)),
         filter: Some(filter.clone()),
         dry_run: Some(dry_run),
     };
-    if !args.dry_run && !args.yes {
-        if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
-            return Err(UsageError::new(format!(
-                "{} of every delivery a filter matches needs --yes when not run on a terminal \
-                 (--dry-run counts them first)",
-                action.as_str()
-            ))
-            .into());
-        }
-        let counted = client.bulk(&request(true)).await?;
-        if counted.changed == 0 {
-            print(out, &counted)?;
-            return Ok(Exit::Success);
-        }
-        eprint!(
-            "{} {} deliveries ({} match, {} skipped)? [y/N] ",
-            action.as_str(),
-            counted.changed,
-            counted.matched,
-            counted.skipped
-        );
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            return Err(anyhow!("not confirmed; nothing was changed"));
-        }
+    let ask = Ask {
+        action,
+        noun: "deliveries",
+        dry_run: args.dry_run,
+        yes: args.yes,
+    };
+    ask.run(out, |dry_run| {
+        let request = request(dry_run);
+        async move { client.bulk(&request).await }
+    })
+    .await
+}
+
+/// The API's name of an operator action.
+pub(crate) fn bulk_action(action: Transition) -> BulkAction {
+    match action {
+        Transition::Retry => BulkAction::Retry,
+        Transition::Cancel => BulkAction::Cancel,
     }
-    let result = client.bulk(&request(args.dry_run)).await?;
-    print(out, &result)?;
-    Ok(Exit::Success)
+}
+
+/// How a bulk action is run from the command line: counted first and asked about on a
+/// terminal, unless `--dry-run` (count only) or `--yes`.
+pub(crate) struct Ask {
+    pub action: Transition,
+    /// `deliveries` or `tasks`.
+    pub noun: &'static str,
+    pub dry_run: bool,
+    pub yes: bool,
+}
+
+impl Ask {
+    /// `send(dry_run)` makes the request.
+    pub async fn run<F, Fut>(&self, out: &mut Output<'_>, send: F) -> anyhow::Result<Exit>
+    where
+        F: Fn(bool) -> Fut,
+        Fut: std::future::Future<Output = Result<BulkResult, ClientError>>,
+    {
+        let (action, noun) = (self.action.as_str(), self.noun);
+        if !self.dry_run && !self.yes {
+            if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+                return Err(UsageError::new(format!(
+                    "{action} of every one of the {noun} a filter matches needs --yes when not \
+                     run on a terminal (--dry-run counts them first)"
+                ))
+                .into());
+            }
+            let counted = send(true).await?;
+            if counted.changed == 0 {
+                print(out, noun, &counted)?;
+                return Ok(Exit::Success);
+            }
+            eprint!(
+                "{action} {} {noun} ({} match, {} skipped)? [y/N] ",
+                counted.changed, counted.matched, counted.skipped
+            );
+            let mut answer = String::new();
+            std::io::stdin().lock().read_line(&mut answer)?;
+            if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+                return Err(anyhow!("not confirmed; nothing was changed"));
+            }
+        }
+        let result = send(self.dry_run).await?;
+        print(out, noun, &result)?;
+        Ok(Exit::Success)
+    }
 }
 
 /// `retried 118 of 120 matching deliveries (2 skipped: not in a status retry applies to)`, then
 /// the first ids; on a dry run, `would retry …`.
-fn print(out: &mut Output<'_>, result: &BulkResult) -> anyhow::Result<()> {
+fn print(out: &mut Output<'_>, noun: &str, result: &BulkResult) -> anyhow::Result<()> {
     if out.is_json() {
         return Ok(out.json(result)?);
     }
@@ -161,12 +193,12 @@ fn print(out: &mut Output<'_>, result: &BulkResult) -> anyhow::Result<()> {
         done.to_owned()
     };
     let mut line = format!(
-        "{said} {} of {} matching deliveries",
+        "{said} {} of {} matching {noun}",
         result.changed, result.matched
     );
     if result.skipped > 0 {
         line.push_str(&format!(
-            " ({} skipped: not in a status {verb} applies to)",
+            " ({} skipped: {verb} does not apply to them)",
             result.skipped
         ));
     }

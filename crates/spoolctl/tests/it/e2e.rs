@@ -864,8 +864,8 @@ async fn retry_and_cancel_by_filter_count_first_and_ask() {
     assert_eq!(
         out,
         format!(
-            "would retry 3 of 4 matching deliveries (1 skipped: not in a status retry applies \
-             to)\nfirst: {}\n",
+            "would retry 3 of 4 matching deliveries (1 skipped: retry does not apply to \
+             them)\nfirst: {}\n",
             failed.join(" ")
         )
     );

@@ -585,3 +585,83 @@ async fn following_the_logs_of_a_task_not_yet_started_waits_for_it() {
         format!("spoolctl: task {id} is pending; waiting for attempt 1 to start\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn task_retry_and_cancel_take_several_ids_or_a_filter() {
+    let t = TaskSpoold::start(&[]).await;
+    let mut failed = Vec::new();
+    for _ in 0..2 {
+        let id = t.submit(&["fail"]).await;
+        t.wait_for(&id, "failed").await;
+        failed.push(id);
+    }
+    let out = check_ok(
+        &t.ctl(&[
+            "task",
+            "retry",
+            "--type",
+            "fail",
+            "--since",
+            "1h",
+            "--dry-run",
+        ])
+        .await,
+    );
+    assert_eq!(
+        out,
+        format!(
+            "would retry 2 of 2 matching tasks\nfirst: {}\n",
+            failed.join(" ")
+        )
+    );
+    let o = t.ctl(&["task", "retry", "--type", "fail"]).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let out = check_ok(
+        &t.ctl(&["task", "retry", "--status", "failed", "--yes"])
+            .await,
+    );
+    assert_eq!(
+        out,
+        format!(
+            "retried 2 of 2 matching tasks\nfirst: {}\n",
+            failed.join(" ")
+        )
+    );
+    for id in &failed {
+        t.wait_for(id, "failed").await;
+    }
+
+    // Several IDs: each one's row; one that cannot be canceled is reported, the rest go on.
+    let a = t
+        .submit(&["ok", "-p", "name=a", "--not-before", "2099-01-01T00:00:00Z"])
+        .await;
+    let b = t
+        .submit(&["ok", "-p", "name=b", "--not-before", "2099-01-01T00:00:00Z"])
+        .await;
+    let o = t.ctl(&["task", "cancel", &a, &failed[0], &b]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "{}{}",
+            row("cancel", &a, "canceled", "0/1", "ok"),
+            row("cancel", &b, "canceled", "0/1", "ok")
+        )
+    );
+    let err = stderr(&o);
+    assert!(
+        err.starts_with(&format!(
+            "spoolctl: {}: spoold returned HTTP 409",
+            failed[0]
+        )) && err.ends_with("spoolctl: 1 of 3 tasks could not cancel\n"),
+        "{err}"
+    );
+    for args in [
+        &["task", "cancel"][..],
+        &["task", "cancel", &a, "--type", "ok"][..],
+        &["task", "cancel", &a, "--dry-run"][..],
+    ] {
+        let o = t.ctl(args).await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -92,6 +92,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/deliveries/{id}/cancel", post(deliveries::cancel))
         .route("/v1/deliveries/{id}/retry", post(deliveries::retry))
         .route("/v1/tasks", post(tasks::submit).get(tasks::list))
+        .route("/v1/tasks/bulk", post(tasks::bulk))
         .route("/v1/tasks/{id}", get(tasks::get))
         .route("/v1/tasks/{id}/attempts", get(tasks::attempts))
         .route("/v1/tasks/{id}/transitions", get(tasks::transitions))

@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use spool_proto::units::{format_duration, format_time};
 use spool_proto::{
-    ErrorBody, ErrorCode, ResolveTask, SubmitTask, TaskAttemptList, TaskAttemptView, TaskList,
-    TaskParamView, TaskResolveOutcome, TaskStatus, TaskTransitionList, TaskTransitionView,
-    TaskTypeList, TaskTypeView, TaskView,
+    BulkResult, ErrorBody, ErrorCode, ResolveTask, SubmitTask, TaskAttemptList, TaskAttemptView,
+    TaskBulkRequest, TaskList, TaskParamView, TaskResolveOutcome, TaskStatus, TaskTransitionList,
+    TaskTransitionView, TaskTypeList, TaskTypeView, TaskView,
 };
 use spool_store::tasks::{self as model, NewTask, TaskAction, TaskInsert};
 
@@ -195,7 +195,15 @@ pub async fn list(
     let cursor = page_cursor(&params)?;
     let page = state
         .store
-        .list_tasks(status, task_type, limit, cursor)
+        .list_tasks(
+            spool_store::tasks::TaskFilter {
+                status,
+                task_type,
+                ..Default::default()
+            },
+            limit,
+            cursor,
+        )
         .await?;
     let tasks: Vec<TaskView> = page.tasks.into_iter().map(view).collect();
     Ok(json(
@@ -342,6 +350,67 @@ pub async fn retry(
     }
     let extra = kind.map_or(1, |k| k.max_attempts);
     action_response(state.store.retry_task(id, extra).await?)
+}
+
+#[utoipa::path(
+    post, path = "/v1/tasks/bulk", tag = "tasks",
+    request_body = TaskBulkRequest,
+    responses(
+        (status = 200, description = "What the action changed — or, with `dryRun`, would change: the tasks matched, changed and skipped (in a status the action does not apply to, or, for a retry, of a type that allows no operator retry), and the first ids changed", body = BulkResult),
+        (status = 400, description = "`invalid_request`: the JSON, no action, no filter, or a bad `createdAfter` or `createdBefore`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
+        (status = 507, description = "`storage_full`", body = ErrorBody),
+    )
+)]
+pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Response, ApiError> {
+    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
+    let req: TaskBulkRequest = super::decision(body).await?;
+    let Some(action) = req.action else {
+        return Err(invalid("action is required: retry or cancel".into()));
+    };
+    let filter = req.filter.unwrap_or_default();
+    if filter == spool_proto::TaskFilter::default() {
+        return Err(invalid(
+            "filter needs at least one of status, type, createdAfter, createdBefore (to act on \
+             every task in manual review, say status: manual_review)"
+                .into(),
+        ));
+    }
+    let time = |name: &str, value: Option<&str>| {
+        value
+            .map(|t| {
+                spool_proto::units::parse_time(t)
+                    .map_err(|e| invalid(format!("filter.{name}: {e}")))
+            })
+            .transpose()
+    };
+    let filter = model::TaskFilter {
+        status: filter.status.map(store_status),
+        created_after: time("createdAfter", filter.created_after.as_deref())?,
+        created_before: time("createdBefore", filter.created_before.as_deref())?,
+        task_type: filter.task_type,
+    };
+    let dry_run = req.dry_run.unwrap_or(false);
+    let types = state.task_types.now();
+    let result: BulkResult = crate::tasks::bulk::run(
+        &state.store,
+        &types,
+        &state.running_tasks,
+        action,
+        filter.clone(),
+        dry_run,
+    )
+    .await?;
+    tracing::info!(
+        action = action.as_str(),
+        dry_run,
+        matched = result.matched,
+        changed = result.changed,
+        skipped = result.skipped,
+        filter = ?filter,
+        "bulk task action"
+    );
+    Ok(json(StatusCode::OK, &result))
 }
 
 #[utoipa::path(
@@ -503,6 +572,19 @@ pub fn view(t: model::Task) -> TaskView {
         locks: t.locks,
         cancel_requested: t.cancel_requested,
         ending: t.ending,
+    }
+}
+
+fn store_status(s: TaskStatus) -> model::TaskStatus {
+    match s {
+        TaskStatus::Pending => model::TaskStatus::Pending,
+        TaskStatus::Running => model::TaskStatus::Running,
+        TaskStatus::Succeeded => model::TaskStatus::Succeeded,
+        TaskStatus::Failed => model::TaskStatus::Failed,
+        TaskStatus::TimedOut => model::TaskStatus::TimedOut,
+        TaskStatus::Interrupted => model::TaskStatus::Interrupted,
+        TaskStatus::Canceled => model::TaskStatus::Canceled,
+        TaskStatus::ManualReview => model::TaskStatus::ManualReview,
     }
 }
 

@@ -3,6 +3,7 @@
 //! that spawns processes. The store keeps tasks, attempts and transitions and enforces the
 //! state machine; nothing here is remembered only in memory.
 
+pub mod bulk;
 pub mod cgroup;
 pub mod exec;
 pub mod output;

@@ -1016,3 +1016,121 @@ async fn control_characters_in_parameters_are_refused_at_submission() {
     .await;
     assert_eq!(status, 201, "{body}");
 }
+
+async fn bulk(api: &Api, body: Value) -> (u16, Value) {
+    let (status, _, bytes) = api
+        .request(
+            Method::POST,
+            "/v1/tasks/bulk",
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+        .expect("bulk");
+    (status, serde_json::from_slice(&bytes).expect("JSON"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bulk_retry_and_cancel_change_the_tasks_a_filter_matches() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let once = format!(
+        "\n[tasks.once]\ncommand = [\"{}\", \"1\"]\noperator_retry = false\n",
+        setup.path("exit.sh")
+    );
+    let daemon = crate::task_locks::boot_with(&setup, &once, &[]).await;
+    let api = &daemon.api;
+    // Two failed tasks that may be retried, one whose type says no, one running, one waiting.
+    let mut failed = Vec::new();
+    for key in ["a", "b"] {
+        let (_, t) = submit(
+            api,
+            json!({"type": "exit", "params": {"code": "64"}, "idempotencyKey": key}),
+        )
+        .await;
+        failed.push(id(&t));
+    }
+    let (_, no_retry) = submit(api, json!({"type": "once"})).await;
+    for task in failed.iter().chain([&id(&no_retry)]) {
+        wait_task(api, task, &["failed"]).await;
+    }
+    let (_, running) = submit(api, json!({"type": "hang", "idempotencyKey": "h"})).await;
+    wait_task(api, &id(&running), &["running"]).await;
+    let (_, waiting) = submit(
+        api,
+        json!({"type": "record", "params": {"database": "later"},
+               "notBefore": "2099-01-01T00:00:00Z"}),
+    )
+    .await;
+
+    for body in [
+        json!({"filter": {"status": "failed"}}),
+        json!({"action": "retry", "filter": {}}),
+        json!({"action": "retry", "filter": {"type": null}}),
+        json!({"action": "retry", "filter": {"createdBefore": "soon"}}),
+    ] {
+        let (status, answer) = bulk(api, body.clone()).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{body}: {answer}"
+        );
+    }
+
+    // Counted: the failed ones of a type that allows it; the other is skipped.
+    let (status, counted) = bulk(
+        api,
+        json!({"action": "retry", "filter": {"status": "failed"}, "dryRun": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{counted}");
+    assert_eq!(
+        counted,
+        json!({"action": "retry", "dryRun": true, "matched": 3, "changed": 2, "skipped": 1,
+               "ids": failed})
+    );
+    let (_, retried) = bulk(api, json!({"action": "retry", "filter": {"type": "exit"}})).await;
+    assert_eq!(
+        (&retried["changed"], &retried["skipped"]),
+        (&json!(2), &json!(0))
+    );
+    for task in &failed {
+        let log = get(api, &format!("/v1/tasks/{task}/transitions")).await;
+        assert!(
+            log["transitions"]
+                .as_array()
+                .expect("log")
+                .iter()
+                .any(|t| t["reason"] == "retried"),
+            "{log}"
+        );
+        wait_task(api, task, &["failed"]).await;
+    }
+
+    // Cancel what is not over: the running one is asked to stop, the waiting one at once.
+    let (_, canceled) = bulk(
+        api,
+        json!({"action": "cancel", "filter": {"createdAfter": "2000-01-01T00:00:00Z"}}),
+    )
+    .await;
+    assert_eq!(
+        (
+            &canceled["matched"],
+            &canceled["changed"],
+            &canceled["skipped"]
+        ),
+        (&json!(5), &json!(2), &json!(3)),
+        "{canceled}"
+    );
+    assert_eq!(
+        wait_task(api, &id(&waiting), &["canceled"]).await["status"],
+        "canceled"
+    );
+    let ended = wait_task(api, &id(&running), &["canceled", "timed_out"]).await;
+    assert_eq!(ended["status"], "canceled", "{ended}");
+    let left = wait_gone(&setup.pids()).await;
+    kill_all(&left);
+    assert!(
+        left.is_empty(),
+        "still alive after the bulk cancel: {left:?}"
+    );
+}

@@ -124,8 +124,37 @@ pub async fn task_submission_is_idempotent_by_scope_and_key(store: Store) {
     submit(&store, other_scope).await;
     submit(&store, new_task(5, None, "{}")).await;
     submit(&store, new_task(6, None, "{}")).await;
-    let page = store.list_tasks(None, None, 100, None).await.expect("list");
+    let page = store
+        .list_tasks(Default::default(), 100, None)
+        .await
+        .expect("list");
     assert_eq!(page.tasks.len(), 4);
+    // By creation time: none before the first, all before tomorrow, none since tomorrow.
+    let created = page.tasks[0].created_at;
+    let count = |filter: spool_store::tasks::TaskFilter| {
+        let store = store.clone();
+        async move {
+            store
+                .list_tasks(filter, 100, None)
+                .await
+                .expect("list")
+                .tasks
+                .len()
+        }
+    };
+    let day = 86_400_000;
+    let before = |at| spool_store::tasks::TaskFilter {
+        created_before: Some(at),
+        ..Default::default()
+    };
+    let after = |at| spool_store::tasks::TaskFilter {
+        created_after: Some(at),
+        ..Default::default()
+    };
+    assert_eq!(count(before(created)).await, 0);
+    assert_eq!(count(before(created + day)).await, 4);
+    assert_eq!(count(after(created)).await, 4);
+    assert_eq!(count(after(created + day)).await, 0);
 }
 
 pub async fn concurrent_task_submissions_create_one(store: Store) {

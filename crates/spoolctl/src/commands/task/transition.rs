@@ -1,30 +1,112 @@
-//! `spoolctl task cancel ID`, `task retry ID` and `task resolve ID`. spoold decides whether the
-//! change is allowed (409 `invalid_transition` otherwise); a running task's cancel is a request,
-//! said so.
+//! `spoolctl task cancel`, `task retry` and `task resolve ID`. cancel and retry take task IDs,
+//! or a filter (`POST /v1/tasks/bulk`). spoold decides whether each change is allowed: one
+//! named by ID that is not is an error (409 `invalid_transition`), one matched by a filter is
+//! skipped and counted; a running task's cancel is a request, said so.
 
-use spool_proto::{ResolveTask, TaskResolveOutcome};
+use anyhow::anyhow;
+use spool_proto::{ResolveTask, TaskBulkRequest, TaskFilter, TaskResolveOutcome, TaskStatus};
 
-use crate::cli::{TaskIdArgs, TaskResolveArgs, UsageError};
+use crate::cli::{TaskActionArgs, TaskResolveArgs, UsageError};
 use crate::client::{Client, Transition};
+use crate::commands::list::moment;
 use crate::commands::task::task_id;
+use crate::commands::transition::{bulk_action, Ask};
 use crate::commands::Exit;
 use crate::output::Output;
 
 pub async fn run(
     client: &Client,
     action: Transition,
-    args: TaskIdArgs,
+    args: TaskActionArgs,
     out: &mut Output<'_>,
 ) -> anyhow::Result<Exit> {
-    let id = task_id(&args.id)?;
-    let task = client.task_transition(id, action).await?;
-    if out.is_json() {
-        out.json(&task)?;
-    } else {
-        out.task(action.as_str(), &task)?;
-        if task.cancel_requested {
-            out.line("cancel requested: spoold is stopping the running attempt")?;
+    let filter = TaskFilter {
+        status: args.status.map(TaskStatus::from),
+        task_type: args.task_type.clone(),
+        created_after: args
+            .since
+            .as_deref()
+            .map(|t| moment("--since", t))
+            .transpose()?,
+        created_before: args
+            .until
+            .as_deref()
+            .map(|t| moment("--until", t))
+            .transpose()?,
+    };
+    let by_filter = filter != TaskFilter::default();
+    match (args.ids.is_empty(), by_filter) {
+        (false, true) => Err(UsageError::new(format!(
+            "task {} takes task IDs or a filter, not both",
+            action.as_str()
+        ))
+        .into()),
+        (true, false) => Err(UsageError::new(format!(
+            "task {} needs task IDs, or a filter: --type, --status, --since, --until",
+            action.as_str()
+        ))
+        .into()),
+        (false, false) if args.dry_run || args.yes => {
+            Err(UsageError::new("--dry-run and --yes go with a filter, not with IDs").into())
         }
+        (false, false) => each(client, action, &args.ids, out).await,
+        (true, true) => {
+            let request = |dry_run: bool| TaskBulkRequest {
+                action: Some(bulk_action(action)),
+                filter: Some(filter.clone()),
+                dry_run: Some(dry_run),
+            };
+            let ask = Ask {
+                action,
+                noun: "tasks",
+                dry_run: args.dry_run,
+                yes: args.yes,
+            };
+            ask.run(out, |dry_run| {
+                let request = request(dry_run);
+                async move { client.task_bulk(&request).await }
+            })
+            .await
+        }
+    }
+}
+
+/// The action on each task named, in order; one that fails is reported and the others still
+/// go ahead.
+async fn each(
+    client: &Client,
+    action: Transition,
+    ids: &[String],
+    out: &mut Output<'_>,
+) -> anyhow::Result<Exit> {
+    let mut failed = 0;
+    for id in ids {
+        let done = match task_id(id) {
+            Ok(id) => client.task_transition(id, action).await.map_err(Into::into),
+            Err(e) => Err(anyhow::Error::from(e)),
+        };
+        match done {
+            Ok(task) if out.is_json() => out.json(&task)?,
+            Ok(task) => {
+                out.task(action.as_str(), &task)?;
+                if task.cancel_requested {
+                    out.line("cancel requested: spoold is stopping the running attempt")?;
+                }
+            }
+            // One ID: its error is the command's, reported (and its exit status set) as usual.
+            Err(e) if ids.len() == 1 => return Err(e),
+            Err(e) => {
+                eprintln!("spoolctl: {id}: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(anyhow!(
+            "{failed} of {} tasks could not {}",
+            ids.len(),
+            action.as_str()
+        ));
     }
     Ok(Exit::Success)
 }
