@@ -292,6 +292,21 @@ impl Store {
         dispatch!(self, s => s.get(id).await)
     }
 
+    /// The delivery `id` with everything kept of it — headers and body as stored, the digest
+    /// its idempotency key is compared by, its attempts, transitions and checks — for an
+    /// export; `None` if there is none.
+    pub async fn export(&self, id: String) -> Result<Option<model::DeliveryRecord>> {
+        dispatch!(self, s => s.export(id).await)
+    }
+
+    /// Write an exported delivery with its history, in one transaction, durable when `Ok`.
+    /// Never overwrites: the same id with the same request is `Existing`; the same id with
+    /// another request, or an idempotency key another delivery holds, is a `Conflict`. The
+    /// row is written as given: the caller decides what an in-flight delivery becomes.
+    pub async fn import(&self, record: model::DeliveryRecord) -> Result<model::ImportOutcome> {
+        dispatch!(self, s => s.import(record).await)
+    }
+
     /// Oldest first, without headers and bodies; `after` is a cursor from a previous page.
     pub async fn list(
         &self,

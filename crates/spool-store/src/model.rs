@@ -609,6 +609,44 @@ pub struct Check {
     pub duration_ms: i64,
 }
 
+/// A delivery with everything kept of it, as an export writes it and an import reads it back:
+/// the row with its headers and body as stored, the digest its idempotency key is compared by,
+/// and its attempts, transitions and checks, oldest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRecord {
+    pub delivery: Delivery,
+    /// The digest of the request an idempotency key is compared by (deliveries with a key).
+    pub request_digest: Option<Vec<u8>>,
+    pub attempts: Vec<Attempt>,
+    pub transitions: Vec<Transition>,
+    pub checks: Vec<Check>,
+}
+
+/// What an import of one [`DeliveryRecord`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportOutcome {
+    /// Written, with its history.
+    Imported,
+    /// A delivery with this id and the same request is there already: left as it is.
+    Existing,
+    /// Its id, or its idempotency key, belongs to another request (`existing_id`): not
+    /// written, nothing overwritten.
+    Conflict { existing_id: String },
+}
+
+impl DeliveryRecord {
+    /// Whether `other` (the delivery stored under this record's id) is the same request: the
+    /// same target, method, headers, body and idempotency key.
+    pub fn same_request(&self, other: &Delivery) -> bool {
+        let d = &self.delivery;
+        d.target_url == other.target_url
+            && d.method == other.method
+            && d.headers == other.headers
+            && d.body == other.body
+            && d.idempotency_key == other.idempotency_key
+    }
+}
+
 /// What a check (or the passing of the window) decides for an `unknown` delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckVerdict {

@@ -17,6 +17,7 @@ mod deliveries;
 mod notify;
 mod schema;
 mod tasks;
+mod transfer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -686,6 +687,21 @@ impl PgStore {
 
     pub async fn get(&self, id: String) -> Result<Option<Delivery>> {
         read!(self, |c| deliveries::get(c, &id))
+    }
+
+    pub async fn export(&self, id: String) -> Result<Option<crate::model::DeliveryRecord>> {
+        read!(self, |c| transfer::export(c, &id))
+    }
+
+    pub async fn import(
+        &self,
+        record: crate::model::DeliveryRecord,
+    ) -> Result<crate::model::ImportOutcome> {
+        let out = in_tx!(self, |tx, _now| transfer::import(&tx, &record));
+        self.inner
+            .wake
+            .deliveries_when(matches!(out, Ok(crate::model::ImportOutcome::Imported)));
+        out
     }
 
     pub async fn list(

@@ -1557,7 +1557,7 @@ fn parse_status(text: &str) -> Result<DeliveryStatus> {
         .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
 }
 
-fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {
+pub(super) fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {
     match body {
         Body::None => (BODY_NONE, None),
         Body::Json(b) => (BODY_JSON, Some(b)),
@@ -1574,7 +1574,7 @@ fn decode_body(kind: i64, bytes: Option<Vec<u8>>) -> Body {
     }
 }
 
-fn encode_headers(headers: &[(String, String)]) -> Result<String> {
+pub(super) fn encode_headers(headers: &[(String, String)]) -> Result<String> {
     serde_json::to_string(headers).map_err(|e| StoreError::Database(e.to_string()))
 }
 

@@ -9,6 +9,7 @@ mod checkpoint;
 mod deliveries;
 mod schema;
 mod tasks;
+mod transfer;
 mod writer;
 
 use std::fs::{self, File, OpenOptions};
@@ -711,6 +712,26 @@ impl SqliteStore {
 
     pub async fn get(&self, id: String) -> Result<Option<Delivery>> {
         self.read(move |c| deliveries::get(c, &id)).await
+    }
+
+    /// See [`crate::Store::export`].
+    pub async fn export(&self, id: String) -> Result<Option<crate::model::DeliveryRecord>> {
+        self.read(move |c| transfer::export(c, &id)).await
+    }
+
+    /// See [`crate::Store::import`].
+    pub async fn import(
+        &self,
+        record: crate::model::DeliveryRecord,
+    ) -> Result<crate::model::ImportOutcome> {
+        let wake = self.waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, _now| transfer::import(c, &record),
+                move |r| wake.when(matches!(r, Ok(crate::model::ImportOutcome::Imported))),
+            )
+            .await
     }
 
     pub async fn list(

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use spool_store::model::{
     Applied, Attempt, AttemptResult, Body, Check, CheckResult, CheckVerdict, Claimed, Delivery,
-    DeliveryStatus, Disposition, InsertOutcome, Mode, NewDelivery, Reclaimed, Reservation,
-    Resolution, StartOutcome, Taken, TransitionOutcome, MAX_ERROR_BYTES,
+    DeliveryStatus, Disposition, ImportOutcome, InsertOutcome, Mode, NewDelivery, Reclaimed,
+    Reservation, Resolution, StartOutcome, Taken, TransitionOutcome, MAX_ERROR_BYTES,
 };
 use spool_store::{Capacity, Store};
 use tokio::task::JoinSet;
@@ -54,6 +54,7 @@ macro_rules! conformance_suite {
             advance_records_starts_and_reserves_as_one,
             take_next_starts_at_least_once_and_only_reserves_at_most_once,
             a_named_secret_comes_with_every_start,
+            export_and_import_keep_a_delivery_whole,
             release_restores_the_delivery,
             unstart_undoes_an_attempt_never_sent,
             expire_overdue_fails_waiting_work,
@@ -875,6 +876,116 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
     }
     assert_eq!(advanced.reserved.expect("no reservation"), None);
     assert_eq!(get(&store, &id(6)).await.status, DeliveryStatus::Pending);
+}
+
+/// An exported delivery imported elsewhere is the same delivery, history and all, and goes
+/// on from where it was; an import never overwrites: the same id and request is `Existing`,
+/// anything else under a taken id or key a `Conflict`.
+pub async fn export_and_import_keep_a_delivery_whole(store: Store) {
+    let mut new = new_delivery(&id(1), Some("order-1"), URL_A);
+    new.body = Body::Binary(vec![0, 255, 10, 13, 0]);
+    new.headers
+        .push(("x-token".to_owned(), "s3cr3t".to_owned()));
+    new.sign_secret = Some("billing".to_owned());
+    create(&store, new).await;
+    let first = claim(&store, 1).await.remove(0);
+    complete(
+        &store,
+        &first,
+        Disposition::Retry { delay_ms: 0 },
+        Some(503),
+    )
+    .await;
+    let second = claim(&store, 1).await.remove(0);
+    complete(&store, &second, Disposition::Succeeded, Some(200)).await;
+    create(&store, new_delivery(&id(2), None, URL_A)).await;
+
+    let record = store
+        .export(id(1))
+        .await
+        .expect("export")
+        .expect("the delivery");
+    assert_eq!(
+        record.delivery.body,
+        Some(Body::Binary(vec![0, 255, 10, 13, 0]))
+    );
+    assert_eq!(record.request_digest.as_deref(), Some(URL_A.as_bytes()));
+    assert_eq!(record.attempts.len(), 2);
+    assert_eq!(
+        record
+            .transitions
+            .iter()
+            .map(|t| t.reason.as_str())
+            .collect::<Vec<_>>(),
+        ["created", "claimed", "http_status", "claimed", "delivered"]
+    );
+    assert_eq!(store.export(id(9)).await.expect("export"), None);
+
+    // Here already: the same request is left alone; another under its id or key conflicts.
+    assert_eq!(
+        store.import(record.clone()).await.expect("import"),
+        ImportOutcome::Existing
+    );
+    let mut changed = record.clone();
+    changed.delivery.target_url = URL_B.to_owned();
+    assert_eq!(
+        store.import(changed).await.expect("import"),
+        ImportOutcome::Conflict { existing_id: id(1) }
+    );
+    let mut same_key = record.clone();
+    same_key.delivery.id = id(3);
+    assert_eq!(
+        store.import(same_key).await.expect("import"),
+        ImportOutcome::Conflict { existing_id: id(1) }
+    );
+    assert_eq!(store.get(id(3)).await.expect("get"), None, "nothing kept");
+
+    // Imported under a new id and key: exported again, it is the same record.
+    let mut copy = record.clone();
+    copy.delivery.id = id(4);
+    copy.delivery.idempotency_key = Some("order-4".to_owned());
+    assert_eq!(
+        store.import(copy.clone()).await.expect("import"),
+        ImportOutcome::Imported
+    );
+    assert_eq!(
+        store.export(id(4)).await.expect("export").expect("copy"),
+        copy
+    );
+
+    // A pending delivery imported goes on: claimed, its next attempt continues the history.
+    let mut pending = store.export(id(2)).await.expect("export").expect("pending");
+    pending.delivery.id = id(5);
+    assert_eq!(
+        store.import(pending).await.expect("import"),
+        ImportOutcome::Imported
+    );
+    store.cancel(id(2)).await.expect("cancel the original");
+    let claimed = claim(&store, 1).await.remove(0);
+    assert_eq!(claimed.id, id(5));
+    complete(&store, &claimed, Disposition::Succeeded, Some(200)).await;
+    let log = store
+        .transitions(id(5))
+        .await
+        .expect("transitions")
+        .expect("log");
+    assert_eq!(
+        log.iter().map(|t| t.reason.as_str()).collect::<Vec<_>>(),
+        ["created", "claimed", "delivered"]
+    );
+    let stats = store.stats().await.expect("stats");
+    let count = |status| {
+        stats
+            .by_status
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(
+        [DeliveryStatus::Succeeded, DeliveryStatus::Canceled].map(count),
+        [3, 1],
+        "imports are counted"
+    );
 }
 
 /// The secret a create names to sign its attempts is kept (its name) and handed out with
