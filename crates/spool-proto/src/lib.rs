@@ -20,6 +20,7 @@ pub mod overview;
 pub mod signing;
 pub mod step;
 pub mod task;
+pub mod transfer;
 pub mod units;
 
 pub use bulk::{BulkAction, BulkRequest, BulkResult, DeliveryFilter, TaskBulkRequest, TaskFilter};

@@ -132,6 +132,26 @@ pub enum Command {
             question, and is needed when stdin is not a terminal."
     )]
     Cancel(ActionArgs),
+    /// Write deliveries with their history as JSON lines, to move or back up the queue
+    #[command(
+        long_about = "Write deliveries with their history as JSON lines, to move or back \
+        up the queue.\n\n\
+        One JSON object a line: the delivery with its headers (unmasked) and body as stored \
+        (base64, byte for byte), its attempts, transitions and checks. Every delivery, or \
+        those a filter matches. Keep the file as carefully as the database: it holds the \
+        requests' secrets. `spoolctl import` reads it back, into SQLite or PostgreSQL."
+    )]
+    Export(ExportArgs),
+    /// Read deliveries written by `spoolctl export` (or a spoold v0.1.0 journal) into spoold
+    #[command(long_about = "Read deliveries written by `spoolctl export` (or, with \
+        --spoold-journal, the pending deliveries of a spoold v0.1.0 journal) into spoold.\n\n\
+        Idempotent: a delivery already there (same id, same request) is left alone. One whose \
+        id or idempotency key belongs to another request is a conflict: reported, not \
+        overwritten. Each record is checked as a create would be. Deliveries that were in \
+        flight come in as crash recovery would leave them. A torn last line (an export or a \
+        journal cut short) is reported and skipped. Exit status 1 if any record was not \
+        imported or already there.")]
+    Import(ImportArgs),
     /// Settle an at-most-once delivery whose outcome is unknown or in manual review
     #[command(
         override_usage = "spoolctl resolve <ID> (--succeeded [--remote-id <ID>] | --failed | --resend) \
@@ -564,6 +584,26 @@ pub struct ActionArgs {
     /// With a filter: act without asking (needed when stdin is not a terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// Write to FILE (created, not readable by others) instead of standard output
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The file (`-`: standard input)
+    pub file: PathBuf,
+
+    /// FILE is a spoold v0.1.0 journal: its pending (and in-flight) deliveries are imported
+    #[arg(long)]
+    pub spoold_journal: bool,
 }
 
 /// Which deliveries a bulk action applies to; every flag given must match.

@@ -20,11 +20,12 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
+use spool_proto::transfer::{ExportPage, ImportRequest, ImportResults};
 use spool_proto::{
-    AttemptList, BulkRequest, BulkResult, CheckList, CreateDelivery, DeliveryList, DeliveryStatus,
-    DeliveryView, LockList, ReportStep, ResolveRequest, ResolveTask, StatsView, SubmitTask,
-    TargetList, TaskAttemptList, TaskBulkRequest, TaskList, TaskStatus, TaskStepList, TaskStepView,
-    TaskTransitionList, TaskTypeList, TaskView, TransitionList,
+    AttemptList, BulkRequest, BulkResult, CheckList, CreateDelivery, DeliveryFilter, DeliveryList,
+    DeliveryStatus, DeliveryView, LockList, ReportStep, ResolveRequest, ResolveTask, StatsView,
+    SubmitTask, TargetList, TaskAttemptList, TaskBulkRequest, TaskList, TaskStatus, TaskStepList,
+    TaskStepView, TaskTransitionList, TaskTypeList, TaskView, TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
@@ -425,6 +426,44 @@ impl Client {
         }
         let path = format!("/v1/deliveries?{}", q.finish());
         decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `GET /v1/export`: a page of export records, `filter`'s deliveries.
+    pub async fn export_page(
+        &self,
+        filter: &DeliveryFilter,
+        cursor: Option<&str>,
+    ) -> Result<ExportPage, ClientError> {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("limit", "100");
+        if let Some(status) = filter.status {
+            q.append_pair("status", status.as_str());
+        }
+        for (name, value) in [
+            ("target", &filter.target_origin),
+            ("createdAfter", &filter.created_after),
+            ("createdBefore", &filter.created_before),
+            ("lastErrorCode", &filter.last_error_code),
+        ] {
+            if let Some(value) = value {
+                q.append_pair(name, value);
+            }
+        }
+        if let Some(cursor) = cursor {
+            q.append_pair("cursor", cursor);
+        }
+        let path = format!("/v1/export?{}", q.finish());
+        decode(&self.send(Method::GET, &path, None).await?)
+    }
+
+    /// `POST /v1/import`
+    pub async fn import(&self, req: &ImportRequest) -> Result<ImportResults, ClientError> {
+        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
+        decode(
+            &self
+                .send(Method::POST, "/v1/import", Some(body.into()))
+                .await?,
+        )
     }
 
     /// `GET /v1/deliveries/{id}/attempts`

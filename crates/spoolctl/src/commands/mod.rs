@@ -15,6 +15,7 @@ mod stats;
 mod step;
 mod targets;
 mod task;
+mod transfer;
 mod transition;
 mod transitions;
 mod verify;
@@ -114,6 +115,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
                 args,
                 out,
             ))?,
+            Command::Export(args) => block_on(transfer::export(&connect(global)?, args, out))?,
+            Command::Import(args) => block_on(transfer::import(&connect(global)?, args, out))?,
             Command::Resolve(args) => block_on(resolve::run(&connect(global)?, args, out))?,
             Command::Checks(args) => block_on(checks::run(&connect(global)?, args, out))?,
             Command::Wait(args) => block_on(wait::run(&connect(global)?, args, out))?,

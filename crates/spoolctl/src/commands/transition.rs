@@ -42,7 +42,7 @@ pub async fn run(
 }
 
 /// The filter the flags describe; `None` when no flag is given.
-fn filter(args: &FilterArgs) -> Result<Option<DeliveryFilter>, UsageError> {
+pub(crate) fn filter(args: &FilterArgs) -> Result<Option<DeliveryFilter>, UsageError> {
     let filter = DeliveryFilter {
         status: args.status.map(DeliveryStatus::from),
         target_origin: args.target.clone(),

@@ -995,3 +995,141 @@ async fn on_a_terminal_answering(
         .expect("spoolctl ends");
     (o.status.code(), stdout(&o).replace('\r', ""))
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn export_to_a_file_and_import_into_another_daemon() {
+    let a = Spoold::start().await;
+    let url = a.receiver.url("/moved");
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(row_id(&check_ok(
+            &a.ctl(&[
+                "send",
+                &url,
+                "-d",
+                &format!("{{\"n\":{n}}}"),
+                "--not-before",
+                FAR_FUTURE,
+            ])
+            .await,
+        )));
+    }
+    let file = a.dir.path().join("spool.ndjson");
+    let file_arg = file.display().to_string();
+    let o = a
+        .ctl(&["export", "--status", "pending", "-o", &file_arg])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "spoolctl: exported 3 deliveries\n");
+    let text = std::fs::read_to_string(&file).expect("the export");
+    assert_eq!(text.lines().count(), 3, "{text}");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&file).expect("stat").permissions().mode();
+    assert_eq!(mode & 0o077, 0, "not readable by others: {mode:o}");
+
+    let b = Spoold::start().await;
+    let out = check_ok(&b.ctl(&["import", &file_arg]).await);
+    assert_eq!(out, "imported 3, already there 0, conflicts 0, invalid 0\n");
+    let out = check_ok(&b.ctl(&["list", "--status", "pending", "--json"]).await);
+    let listed: Value = serde_json::from_str(&out).expect("JSON");
+    let mut got: Vec<String> = listed["deliveries"]
+        .as_array()
+        .expect("deliveries")
+        .iter()
+        .map(|d| d["id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    got.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(got, want);
+    // Again, from standard input with a torn last line: nothing new, the tear reported.
+    let cut = &text[..text.len() - 10];
+    let o = b.ctl_stdin(&["import", "-"], cut.as_bytes()).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "imported 0, already there 2, conflicts 0, invalid 0, torn last line skipped\n"
+    );
+    assert!(
+        stderr(&o).contains("line 3: the last line is torn"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spoold_journal_brings_its_pending_deliveries() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/from-go");
+    let line = |id: &str, status: &str, extra: &str| {
+        format!(
+            "{{\"version\":2,\"delivery\":{{\"id\":\"{id}\",\"targetUrl\":\"{url}\",\
+             \"method\":\"POST\",\"headers\":{{\"X-Trace\":\"t-1\"}},\"body\":{{\"a\": [1, 2]}},\
+             \"status\":\"{status}\",\"attempts\":1,\"maxAttempts\":8,\
+             \"createdAt\":\"2026-11-30T10:00:00.123456789Z\",\
+             \"updatedAt\":\"2026-11-30T10:00:01Z\"{extra}}},\"requestHash\":\"abc\"}}\n"
+        )
+    };
+    let pending = "a".repeat(32);
+    let in_flight = "b".repeat(32);
+    let finished = "c".repeat(32);
+    let removed = "d".repeat(32);
+    let journal = [
+        line(&pending, "in_flight", ""),
+        line(&pending, "pending", ",\"idempotencyKey\":\"job-7\""),
+        line(
+            &in_flight,
+            "in_flight",
+            ",\"leaseUntil\":\"2026-11-30T10:00:30Z\"",
+        ),
+        line(&finished, "succeeded", ""),
+        line(&removed, "pending", ""),
+        format!("{{\"version\":2,\"deletedId\":\"{removed}\"}}\n"),
+        "{\"version\":2,\"delivery\":{\"id\":\"ee".to_owned(),
+    ]
+    .concat();
+    let file = s.dir.path().join("spoold.journal");
+    std::fs::write(&file, journal).expect("write the journal");
+    let file_arg = file.display().to_string();
+    let o = s.ctl(&["import", "--spoold-journal", &file_arg]).await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "imported 2, already there 0, conflicts 0, invalid 0, finished in the journal and left \
+         out 1, torn last line skipped\n"
+    );
+    let api = s.api();
+    for id in [&pending, &in_flight] {
+        api.wait_status(id, &["succeeded"], WAIT)
+            .await
+            .expect("delivered");
+    }
+    let seen = s.receiver.requests();
+    assert_eq!(seen.len(), 2);
+    assert!(
+        seen.iter()
+            .all(|r| r.body.as_ref() == br#"{"a": [1, 2]}"# && r.header("x-trace") == Some("t-1")),
+        "the body byte for byte, the headers kept"
+    );
+    // The key came along: the same create from the old client finds it.
+    let o = s
+        .ctl(&[
+            "send",
+            &url,
+            "-H",
+            "X-Trace: t-1",
+            "-d",
+            r#"{"a": [1, 2]}"#,
+            "--idempotency-key",
+            "job-7",
+            "--max-attempts",
+            "8",
+        ])
+        .await;
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with(&format!("existing  {pending}")),
+        "{}",
+        stdout(&o)
+    );
+}

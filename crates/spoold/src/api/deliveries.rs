@@ -152,55 +152,9 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let params = first_values(query.as_deref());
-    let status = match params.get("status").map(String::as_str) {
-        None | Some("") => None,
-        Some(s) => Some(
-            s.parse::<model::DeliveryStatus>()
-                .map_err(|_| ApiError::new(ErrorCode::InvalidStatus, "unknown delivery status"))?,
-        ),
-    };
+    let filter = list_filter(&params)?;
     let limit = page_limit(&params)?;
     let cursor = page_cursor(&params)?;
-    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
-    let origin = match params.get("target").map(String::as_str) {
-        None | Some("") => None,
-        Some(t) => Some(
-            crate::deliveries::submission::origin_filter(t).ok_or_else(|| {
-                invalid(format!(
-                    "target {t:?} is not an http(s) URL or origin, e.g. https://hooks.example.com"
-                ))
-            })?,
-        ),
-    };
-    let time = |name: &str| match params.get(name).map(String::as_str) {
-        None | Some("") => Ok(None),
-        Some(t) => spool_proto::units::parse_time(t)
-            .map(Some)
-            .map_err(|e| invalid(format!("{name}: {e}"))),
-    };
-    let created_after = time("createdAfter")?;
-    let created_before = time("createdBefore")?;
-    let last_error_code = match params.get("lastErrorCode").map(String::as_str) {
-        None | Some("") => None,
-        Some(code) => Some(error_code(code).ok_or_else(|| {
-            invalid(format!(
-                "lastErrorCode {code:?} is not an error code (lowercase letters and '_')"
-            ))
-        })?),
-    };
-    let newest_first = match params.get("order").map(String::as_str) {
-        None | Some("") | Some("asc") => false,
-        Some("desc") => true,
-        Some(other) => return Err(invalid(format!("order {other:?} is not asc or desc"))),
-    };
-    let filter = model::ListFilter {
-        status,
-        origin,
-        created_after,
-        created_before,
-        last_error_code,
-        newest_first,
-    };
     let page = state.store.list_filtered(filter, limit, cursor).await?;
     let deliveries: Vec<DeliveryView> = page
         .deliveries
@@ -469,6 +423,60 @@ fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError>
     }
 }
 
+/// The listing filter a query asks for: `status`, `target`, `createdAfter`, `createdBefore`,
+/// `lastErrorCode` and `order` (for `GET /v1/deliveries` and `GET /v1/export`).
+pub(crate) fn list_filter(
+    params: &BTreeMap<String, String>,
+) -> Result<model::ListFilter, ApiError> {
+    let status = match params.get("status").map(String::as_str) {
+        None | Some("") => None,
+        Some(s) => Some(
+            s.parse::<model::DeliveryStatus>()
+                .map_err(|_| ApiError::new(ErrorCode::InvalidStatus, "unknown delivery status"))?,
+        ),
+    };
+    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
+    let origin = match params.get("target").map(String::as_str) {
+        None | Some("") => None,
+        Some(t) => Some(
+            crate::deliveries::submission::origin_filter(t).ok_or_else(|| {
+                invalid(format!(
+                    "target {t:?} is not an http(s) URL or origin, e.g. https://hooks.example.com"
+                ))
+            })?,
+        ),
+    };
+    let time = |name: &str| match params.get(name).map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(t) => spool_proto::units::parse_time(t)
+            .map(Some)
+            .map_err(|e| invalid(format!("{name}: {e}"))),
+    };
+    let created_after = time("createdAfter")?;
+    let created_before = time("createdBefore")?;
+    let last_error_code = match params.get("lastErrorCode").map(String::as_str) {
+        None | Some("") => None,
+        Some(code) => Some(error_code(code).ok_or_else(|| {
+            invalid(format!(
+                "lastErrorCode {code:?} is not an error code (lowercase letters and '_')"
+            ))
+        })?),
+    };
+    let newest_first = match params.get("order").map(String::as_str) {
+        None | Some("") | Some("asc") => false,
+        Some("desc") => true,
+        Some(other) => return Err(invalid(format!("order {other:?} is not asc or desc"))),
+    };
+    Ok(model::ListFilter {
+        status,
+        origin,
+        created_after,
+        created_before,
+        last_error_code,
+        newest_first,
+    })
+}
+
 /// `code` if it can be a `lastErrorCode` (1 to 64 lowercase letters and `_`).
 fn error_code(code: &str) -> Option<String> {
     ((1..=64).contains(&code.len()) && code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
@@ -616,7 +624,7 @@ pub fn view(d: model::Delivery, reveal: bool) -> DeliveryView {
     }
 }
 
-fn wire_status(s: model::DeliveryStatus) -> DeliveryStatus {
+pub(crate) fn wire_status(s: model::DeliveryStatus) -> DeliveryStatus {
     match s {
         model::DeliveryStatus::Pending => DeliveryStatus::Pending,
         model::DeliveryStatus::InFlight => DeliveryStatus::InFlight,
@@ -628,7 +636,7 @@ fn wire_status(s: model::DeliveryStatus) -> DeliveryStatus {
     }
 }
 
-fn store_status(s: DeliveryStatus) -> model::DeliveryStatus {
+pub(crate) fn store_status(s: DeliveryStatus) -> model::DeliveryStatus {
     match s {
         DeliveryStatus::Pending => model::DeliveryStatus::Pending,
         DeliveryStatus::InFlight => model::DeliveryStatus::InFlight,

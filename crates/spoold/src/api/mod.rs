@@ -14,6 +14,7 @@ pub mod system;
 pub mod targets;
 pub mod task_output;
 pub mod tasks;
+pub mod transfer;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -81,6 +82,8 @@ pub fn router(state: SharedState) -> Router {
             post(deliveries::create).get(deliveries::list),
         )
         .route("/v1/deliveries/bulk", post(deliveries::bulk))
+        .route("/v1/export", get(transfer::export))
+        .route("/v1/import", post(transfer::import))
         .route("/v1/deliveries/{id}", get(deliveries::get))
         .route("/v1/deliveries/{id}/attempts", get(deliveries::attempts))
         .route(
@@ -267,7 +270,7 @@ pub(crate) fn decision_note(note: Option<String>) -> Result<String, ApiError> {
 }
 
 /// 32 lowercase hex characters: a delivery's or a task's id.
-fn is_id(s: &str) -> bool {
+pub(crate) fn is_id(s: &str) -> bool {
     s.len() == 32
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))

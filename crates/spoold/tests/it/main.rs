@@ -34,6 +34,7 @@ mod task_steps;
 mod tasks;
 mod tidy;
 mod tls;
+mod transfer;
 mod validation;
 
 use std::path::PathBuf;

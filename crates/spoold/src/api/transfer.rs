@@ -1,0 +1,483 @@
+//! `GET /v1/export` and `POST /v1/import`: deliveries with their history as export records
+//! (`spool_proto::transfer`), to and from the store's [`DeliveryRecord`].
+//!
+//! An imported record is checked by the very rules a create is: its request is rebuilt as a
+//! create and validated ([`submission::validate`]: URL, address policy, method, headers, body,
+//! at-most-once fields, signing), so an import cannot hold what the API would refuse. The
+//! rest — status, counters, times, history — is taken as exported, except for a delivery that
+//! was in flight: its claim belonged to the exporting daemon, so it is imported as crash
+//! recovery would leave it — an at-least-once delivery pending again (the open attempt
+//! recorded as interrupted, not charged), an at-most-once one whose attempt had started
+//! `unknown` (it may have arrived), one only reserved pending again.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde_json::value::RawValue;
+use spool_proto::transfer::{
+    ExportRecord, ExportedAttempt, ExportedCheck, ExportedDelivery, ExportedTransition,
+    EXPORT_FORMAT,
+};
+use spool_proto::{CreateDelivery, DeliveryMode, Reconcile, Sign};
+use spool_store::model::{
+    self, Attempt, Body, Check, Delivery, DeliveryRecord, DeliveryStatus, Millis, Mode, Transition,
+    DEFAULT_OBSERVATION_WINDOW_MS,
+};
+
+use axum::body::Body as HttpBody;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use futures_util::future::join_all;
+use spool_proto::transfer::{ExportPage, ImportRequest, ImportResult, ImportResults};
+use spool_proto::{ErrorBody, ErrorCode};
+
+use super::{first_values, json, page_cursor, page_limit, ApiError, SharedState};
+use crate::deliveries::submission::{self, Rules};
+
+/// The most records one import request may carry.
+pub const MAX_IMPORT_RECORDS: usize = 500;
+/// The largest import request: 500 records of small deliveries, or a few with 1 MiB bodies.
+const MAX_IMPORT_BYTES: usize = 64 << 20;
+
+#[utoipa::path(
+    get, path = "/v1/export", tag = "deliveries",
+    params(
+        ("status" = Option<spool_proto::DeliveryStatus>, Query, description = "Only deliveries in this status"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
+        ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
+        ("target" = Option<String>, Query, pattern = "^(https?://([a-z][a-z0-9-]{0,20}\\.){0,3}[g-z][a-z0-9-]{0,20}(:[1-9][0-9]{0,3})?(/[a-z0-9/_-]*)?)?$", description = "Only deliveries to this target's origin"),
+        ("createdAfter" = Option<String>, Query, format = DateTime, description = "Only deliveries created at or after this RFC 3339 time"),
+        ("createdBefore" = Option<String>, Query, format = DateTime, description = "Only deliveries created before this RFC 3339 time"),
+        ("lastErrorCode" = Option<String>, Query, pattern = "^([a-z_]{1,64})?$", description = "Only deliveries whose last attempt ended with this `lastErrorCode`"),
+    ),
+    responses(
+        (status = 200, description = "A page of deliveries with everything kept of them (headers unmasked, bodies as base64 of the stored bytes, attempts, transitions, checks), oldest first", body = ExportPage),
+        (status = 400, description = "`invalid_status`, `invalid_limit`, `invalid_cursor`, or `invalid_request` for a bad filter", body = ErrorBody),
+    )
+)]
+pub async fn export(
+    State(state): State<SharedState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let params = first_values(query.as_deref());
+    let filter = super::deliveries::list_filter(&params)?;
+    let limit = page_limit(&params)?;
+    let cursor = page_cursor(&params)?;
+    let page = state.store.list_filtered(filter, limit, cursor).await?;
+    let mut records = Vec::with_capacity(page.deliveries.len());
+    for d in page.deliveries {
+        // One purged since the page was read is left out.
+        if let Some(record) = state.store.export(d.id).await? {
+            records.push(to_export(record));
+        }
+    }
+    Ok(json(
+        StatusCode::OK,
+        &ExportPage {
+            records,
+            next_cursor: page.next_cursor,
+        },
+    ))
+}
+
+#[utoipa::path(
+    post, path = "/v1/import", tag = "deliveries",
+    request_body = ImportRequest,
+    responses(
+        (status = 200, description = "One result per record, in order: `imported`, `existing` (the same delivery is there), `conflict` (its id or idempotency key belongs to another request, `existingId`; nothing overwritten) or `invalid` (`error` says why)", body = ImportResults),
+        (status = 400, description = "`invalid_request`: the JSON, or more than 500 records", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
+        (status = 507, description = "`storage_full`", body = ErrorBody),
+    )
+)]
+pub async fn import(
+    State(state): State<SharedState>,
+    body: HttpBody,
+) -> Result<Response, ApiError> {
+    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
+    let bytes = axum::body::to_bytes(body, MAX_IMPORT_BYTES)
+        .await
+        .map_err(|_| invalid("decode JSON: request body too large (at most 64 MiB)".into()))?;
+    let request: ImportRequest =
+        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
+    if request.records.len() > MAX_IMPORT_RECORDS {
+        return Err(invalid(format!(
+            "at most {MAX_IMPORT_RECORDS} records a request, not {}",
+            request.records.len()
+        )));
+    }
+    let now = state.store.now_ms();
+    // Written concurrently: the store's group commit carries many in one transaction.
+    let results = join_all(request.records.into_iter().map(|record| {
+        let state = &state;
+        async move {
+            let id = record.delivery.id.clone();
+            let checked = from_export(record, &state.rules, now).and_then(|checked| {
+                declared_secret(&checked, &state.target_rules.now()).map(|()| checked)
+            });
+            let checked = match checked {
+                Ok(checked) => checked,
+                Err(error) => {
+                    return Ok(ImportResult {
+                        id,
+                        outcome: spool_proto::transfer::ImportOutcome::Invalid,
+                        existing_id: None,
+                        error: Some(error),
+                    })
+                }
+            };
+            let (outcome, existing_id) = match state.store.import(checked).await? {
+                model::ImportOutcome::Imported => {
+                    (spool_proto::transfer::ImportOutcome::Imported, None)
+                }
+                model::ImportOutcome::Existing => {
+                    (spool_proto::transfer::ImportOutcome::Existing, None)
+                }
+                model::ImportOutcome::Conflict { existing_id } => (
+                    spool_proto::transfer::ImportOutcome::Conflict,
+                    Some(existing_id),
+                ),
+            };
+            Ok::<_, ApiError>(ImportResult {
+                id,
+                outcome,
+                existing_id,
+                error: None,
+            })
+        }
+    }))
+    .await
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    Ok(json(StatusCode::OK, &ImportResults { results }))
+}
+
+/// The reason logged for the change an import makes to a delivery that was in flight.
+const IMPORTED: &str = "imported";
+
+/// The store's record as an export line.
+pub fn to_export(record: DeliveryRecord) -> ExportRecord {
+    let d = record.delivery;
+    let (body_kind, body) = match d.body.unwrap_or(Body::None) {
+        Body::None => ("none", Vec::new()),
+        Body::Json(b) => ("json", b),
+        Body::Binary(b) => ("binary", b),
+    };
+    ExportRecord {
+        format: EXPORT_FORMAT,
+        delivery: ExportedDelivery {
+            id: d.id,
+            idempotency_key: d.idempotency_key,
+            request_digest: record.request_digest.map(|b| STANDARD.encode(b)),
+            target_url: d.target_url,
+            method: d.method,
+            headers: d.headers.unwrap_or_default(),
+            body_kind: body_kind.to_owned(),
+            body_base64: STANDARD.encode(body),
+            status: wire_status(d.status),
+            attempts: d.attempts,
+            uncharged: d.uncharged,
+            max_attempts: d.max_attempts,
+            cycle: d.cycle,
+            last_error: d.last_error,
+            last_error_code: d.last_error_code,
+            last_response_code: d.last_response_code,
+            created_at_ms: d.created_at,
+            updated_at_ms: d.updated_at,
+            next_attempt_at_ms: d.next_attempt_at,
+            not_before_ms: d.not_before,
+            expires_at_ms: d.expires_at,
+            mode: d.mode.as_str().to_owned(),
+            fingerprint: d.fingerprint,
+            reconcile: d.reconcile,
+            remote_id_pointer: d.remote_id_pointer,
+            observation_window_ms: d.observation_window_ms,
+            remote_id: d.remote_id,
+            unknown_since_ms: d.unknown_since,
+            review_at_ms: d.review_at,
+            check_at_ms: d.check_at,
+            sign_secret: d.sign_secret,
+        },
+        attempts: record
+            .attempts
+            .into_iter()
+            .map(|a| ExportedAttempt {
+                cycle: a.cycle,
+                number: a.number,
+                started_at_ms: a.started_at,
+                finished_at_ms: a.finished_at,
+                outcome: a.outcome,
+                http_status: a.http_status,
+                error_code: a.error_code,
+                error: a.error,
+                duration_ms: a.duration_ms,
+            })
+            .collect(),
+        transitions: record
+            .transitions
+            .into_iter()
+            .map(|t| ExportedTransition {
+                from: t.from.map(wire_status),
+                to: wire_status(t.to),
+                attempt: t.attempt,
+                at_ms: t.at,
+                reason: t.reason,
+                note: t.note,
+            })
+            .collect(),
+        checks: record
+            .checks
+            .into_iter()
+            .map(|c| ExportedCheck {
+                at_ms: c.at,
+                http_status: c.http_status,
+                matches: c.matches,
+                error_code: c.error_code,
+                error: c.error,
+                duration_ms: c.duration_ms,
+            })
+            .collect(),
+    }
+}
+
+/// An export line as the store's record, checked as a create would be; in-flight work is
+/// settled as of `now` (see the module documentation). `Err` says what is wrong with it.
+pub fn from_export(
+    record: ExportRecord,
+    rules: &Rules,
+    now: Millis,
+) -> Result<DeliveryRecord, String> {
+    if record.format != EXPORT_FORMAT {
+        return Err(format!(
+            "format {} is not one this spoold reads (it reads {EXPORT_FORMAT})",
+            record.format
+        ));
+    }
+    let e = record.delivery;
+    if !super::is_id(&e.id) {
+        return Err("id must be 32 lowercase hex digits".into());
+    }
+    let bytes = STANDARD
+        .decode(&e.body_base64)
+        .map_err(|err| format!("bodyBase64: {err}"))?;
+    let body = match e.body_kind.as_str() {
+        "none" if bytes.is_empty() => Body::None,
+        "none" => return Err("bodyKind none with a body".into()),
+        "json" => Body::Json(bytes),
+        "binary" => Body::Binary(bytes),
+        other => return Err(format!("bodyKind {other:?} is not none, json or binary")),
+    };
+    let mode: Mode = e
+        .mode
+        .parse()
+        .map_err(|_| format!("mode {:?} is not at_least_once or at_most_once", e.mode))?;
+    // The request, checked by the rules of a create.
+    let (raw_body, body_base64) = match &body {
+        Body::None => (None, None),
+        Body::Json(b) => (
+            Some(
+                RawValue::from_string(String::from_utf8_lossy(b).into_owned())
+                    .map_err(|err| format!("the JSON body does not parse: {err}"))?,
+            ),
+            None,
+        ),
+        Body::Binary(b) => (None, Some(STANDARD.encode(b))),
+    };
+    let reconcile = e
+        .reconcile
+        .as_deref()
+        .map(serde_json::from_str::<Reconcile>)
+        .transpose()
+        .map_err(|err| format!("reconcile: {err}"))?;
+    let create = CreateDelivery {
+        idempotency_key: e.idempotency_key.clone(),
+        target_url: Some(e.target_url.clone()),
+        method: Some(e.method.clone()),
+        headers: Some(
+            e.headers
+                .iter()
+                .map(|(n, v)| (n.clone(), Some(v.clone())))
+                .collect(),
+        ),
+        body: raw_body,
+        body_base64,
+        max_attempts: Some(i64::from(e.max_attempts)),
+        not_before: None,
+        expires_at: None,
+        mode: (mode == Mode::AtMostOnce).then_some(DeliveryMode::AtMostOnce),
+        fingerprint: e.fingerprint.clone(),
+        reconcile,
+        remote_id_pointer: e.remote_id_pointer.clone(),
+        sign: e.sign_secret.clone().map(|name| Sign {
+            secret_ref: Some(name),
+        }),
+    };
+    let checked = submission::validate(create, rules).map_err(|r| r.message)?;
+    let request_digest = match (&e.request_digest, &checked.idempotency_key) {
+        (Some(digest), _) => Some(
+            STANDARD
+                .decode(digest)
+                .map_err(|err| format!("requestDigest: {err}"))?,
+        ),
+        (None, Some(_)) => Some(checked.request_digest.clone()),
+        (None, None) => None,
+    };
+    let mut delivery = Delivery {
+        id: e.id,
+        idempotency_key: checked.idempotency_key,
+        target_url: checked.target_url,
+        origin: checked.origin,
+        method: checked.method,
+        headers: Some(checked.headers),
+        body: Some(body),
+        status: store_status(e.status),
+        attempts: e.attempts,
+        uncharged: e.uncharged,
+        max_attempts: e.max_attempts,
+        cycle: e.cycle.max(1),
+        last_error: e.last_error,
+        last_error_code: e.last_error_code,
+        last_response_code: e.last_response_code,
+        created_at: e.created_at_ms,
+        updated_at: e.updated_at_ms,
+        next_attempt_at: e.next_attempt_at_ms,
+        not_before: e.not_before_ms,
+        expires_at: e.expires_at_ms,
+        lease_until: None,
+        mode,
+        fingerprint: checked.fingerprint,
+        reconcile: checked.reconcile,
+        remote_id_pointer: checked.remote_id_pointer,
+        observation_window_ms: e.observation_window_ms,
+        remote_id: e.remote_id,
+        unknown_since: e.unknown_since_ms,
+        review_at: e.review_at_ms,
+        check_at: e.check_at_ms,
+        checks: record.checks.len() as u32,
+        sign_secret: checked.sign_secret,
+    };
+    let mut attempts: Vec<Attempt> = record
+        .attempts
+        .into_iter()
+        .map(|a| Attempt {
+            cycle: a.cycle,
+            number: a.number,
+            started_at: a.started_at_ms,
+            finished_at: a.finished_at_ms,
+            outcome: a.outcome,
+            http_status: a.http_status,
+            error_code: a.error_code,
+            error: a.error,
+            duration_ms: a.duration_ms,
+        })
+        .collect();
+    let mut transitions: Vec<Transition> = record
+        .transitions
+        .into_iter()
+        .map(|t| Transition {
+            from: t.from.map(store_status),
+            to: store_status(t.to),
+            attempt: t.attempt,
+            at: t.at_ms,
+            reason: t.reason,
+            note: t.note,
+        })
+        .collect();
+    if delivery.status == DeliveryStatus::InFlight {
+        settle_in_flight(&mut delivery, &mut attempts, &mut transitions, now);
+    }
+    Ok(DeliveryRecord {
+        delivery,
+        request_digest,
+        attempts,
+        transitions,
+        checks: record
+            .checks
+            .into_iter()
+            .map(|c| Check {
+                at: c.at_ms,
+                http_status: c.http_status,
+                matches: c.matches,
+                error_code: c.error_code,
+                error: c.error,
+                duration_ms: c.duration_ms,
+            })
+            .collect(),
+    })
+}
+
+/// A delivery that was in flight where it was exported, as crash recovery would leave it.
+fn settle_in_flight(
+    d: &mut Delivery,
+    attempts: &mut [Attempt],
+    transitions: &mut Vec<Transition>,
+    now: Millis,
+) {
+    let open = attempts
+        .last_mut()
+        .filter(|a| a.outcome.is_none() && a.cycle == d.cycle);
+    let to = match (d.mode, open) {
+        (Mode::AtMostOnce, Some(attempt)) => {
+            attempt.outcome = Some(model::AttemptOutcome::Unknown.as_str().to_owned());
+            attempt.finished_at = Some(now);
+            attempt.error_code = Some(IMPORTED.to_owned());
+            attempt.error = Some(
+                "in flight when it was exported: it may have arrived; at most once, so it is \
+                 not sent again"
+                    .into(),
+            );
+            d.unknown_since = Some(now);
+            d.review_at = Some(
+                now + d
+                    .observation_window_ms
+                    .unwrap_or(DEFAULT_OBSERVATION_WINDOW_MS),
+            );
+            d.check_at = Some(now);
+            d.next_attempt_at = None;
+            DeliveryStatus::Unknown
+        }
+        (_, open) => {
+            if let Some(attempt) = open {
+                attempt.outcome = Some(model::AttemptOutcome::Interrupted.as_str().to_owned());
+                attempt.finished_at = Some(now);
+                attempt.error_code = Some(IMPORTED.to_owned());
+                attempt.error =
+                    Some("in flight when it was exported; it will be sent again".into());
+                d.uncharged += 1;
+            }
+            d.next_attempt_at = Some(now);
+            DeliveryStatus::Pending
+        }
+    };
+    transitions.push(Transition {
+        from: Some(DeliveryStatus::InFlight),
+        to,
+        attempt: d.attempts,
+        at: now,
+        reason: IMPORTED.to_owned(),
+        note: None,
+    });
+    d.status = to;
+    d.updated_at = now;
+    d.last_error_code = Some(IMPORTED.to_owned());
+    d.last_error = Some("in flight when it was exported".into());
+}
+
+use super::deliveries::{store_status, wire_status};
+
+/// A delivery that will still be sent and names a secret must name one declared here.
+fn declared_secret(
+    record: &DeliveryRecord,
+    rules: &crate::deliveries::targets::TargetRules,
+) -> Result<(), String> {
+    let d = &record.delivery;
+    match &d.sign_secret {
+        Some(name) if d.status == DeliveryStatus::Pending && rules.secret(name).is_none() => {
+            Err(format!(
+                "sign.secretRef {name:?} is not declared in [secrets] here, and the delivery is \
+                 still to be sent"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
