@@ -59,7 +59,6 @@ pub struct BulkRequest {
 /// The deliveries a bulk action applies to. Fields may be absent but not `null`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(min_properties = 1)]
 pub struct DeliveryFilter {
     #[serde(
         default,
@@ -143,7 +142,6 @@ pub struct TaskBulkRequest {
 /// The tasks a bulk action applies to. Fields may be absent but not `null`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schema(min_properties = 1)]
 pub struct TaskFilter {
     #[serde(
         default,

@@ -3,6 +3,8 @@
 //! between the SQLite and PostgreSQL backends. Bodies travel as base64 of the stored bytes, so
 //! a round trip is byte-exact; times are integer milliseconds since the epoch, as stored.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -45,9 +47,9 @@ pub struct ExportedDelivery {
     pub request_digest: Option<String>,
     pub target_url: String,
     pub method: String,
-    /// Name and value pairs, in stored order.
+    /// Name → value, as stored (names canonical).
     #[serde(default)]
-    pub headers: Vec<(String, String)>,
+    pub headers: BTreeMap<String, String>,
     /// `none`, `json` or `binary`.
     #[schema(pattern = "^(none|json|binary)$")]
     pub body_kind: String,
@@ -66,6 +68,7 @@ pub struct ExportedDelivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(maximum = 65535)]
     pub last_response_code: Option<u16>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -114,6 +117,7 @@ pub struct ExportedAttempt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(maximum = 65535)]
     pub http_status: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
@@ -141,6 +145,7 @@ pub struct ExportedTransition {
 pub struct ExportedCheck {
     pub at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(maximum = 65535)]
     pub http_status: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matches: Option<u32>,

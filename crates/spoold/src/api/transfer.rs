@@ -171,7 +171,7 @@ pub fn to_export(record: DeliveryRecord) -> ExportRecord {
             request_digest: record.request_digest.map(|b| STANDARD.encode(b)),
             target_url: d.target_url,
             method: d.method,
-            headers: d.headers.unwrap_or_default(),
+            headers: d.headers.unwrap_or_default().into_iter().collect(),
             body_kind: body_kind.to_owned(),
             body_base64: STANDARD.encode(body),
             status: wire_status(d.status),
