@@ -2,24 +2,26 @@
 //! (`spoolctl export > spool.ndjson`, `spoolctl import spool.ndjson`), between hosts and
 //! between the SQLite and PostgreSQL backends. Bodies travel as base64 of the stored bytes, so
 //! a round trip is byte-exact; times are integer milliseconds since the epoch, as stored.
+//! Counts and codes are 64-bit integers on the wire: the importing daemon checks their ranges
+//! (a record out of range is reported `invalid`), so that the document and the daemon agree
+//! on what a record may hold.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::DeliveryStatus;
+use crate::{DeliveryMode, DeliveryStatus};
 
 /// The format of an [`ExportRecord`]; an import refuses a record of another.
-pub const EXPORT_FORMAT: u32 = 1;
+pub const EXPORT_FORMAT: i64 = 1;
 
 /// One delivery, as `GET /v1/export` gives it and `POST /v1/import` takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExportRecord {
-    /// `1`.
-    #[schema(minimum = 1, maximum = 1)]
-    pub format: u32,
+    /// `1`; an import reports a record of another format `invalid`.
+    pub format: i64,
     pub delivery: ExportedDelivery,
     /// Oldest first.
     #[serde(default)]
@@ -37,7 +39,7 @@ pub struct ExportRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExportedDelivery {
-    #[schema(pattern = "^[0-9a-f]{32}$")]
+    /// 32 lowercase hex digits (an import reports any other `invalid`).
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
@@ -50,26 +52,23 @@ pub struct ExportedDelivery {
     /// Name → value, as stored (names canonical).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// `none`, `json` or `binary`.
-    #[schema(pattern = "^(none|json|binary)$")]
-    pub body_kind: String,
+    pub body_kind: BodyKind,
     /// Standard base64 of the body's bytes (empty for none).
     #[serde(default)]
     pub body_base64: String,
     pub status: DeliveryStatus,
-    pub attempts: u32,
+    pub attempts: i64,
     #[serde(default)]
-    pub uncharged: u32,
-    pub max_attempts: u32,
+    pub uncharged: i64,
+    pub max_attempts: i64,
     #[serde(default = "one")]
-    pub cycle: u32,
+    pub cycle: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(maximum = 65535)]
-    pub last_response_code: Option<u16>,
+    pub last_response_code: Option<i64>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,9 +77,7 @@ pub struct ExportedDelivery {
     pub not_before_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<i64>,
-    /// `at_least_once` or `at_most_once`.
-    #[schema(pattern = "^(at_least_once|at_most_once)$")]
-    pub mode: String,
+    pub mode: DeliveryMode,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
     /// The reconcile query, as the daemon stores it (JSON text).
@@ -102,23 +99,32 @@ pub struct ExportedDelivery {
     pub sign_secret: Option<String>,
 }
 
-fn one() -> u32 {
+/// What a delivery's body is: none, JSON (sent as `application/json` unless its headers say
+/// otherwise) or bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyKind {
+    None,
+    Json,
+    Binary,
+}
+
+fn one() -> i64 {
     1
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExportedAttempt {
-    pub cycle: u32,
-    pub number: u32,
+    pub cycle: i64,
+    pub number: i64,
     pub started_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at_ms: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(maximum = 65535)]
-    pub http_status: Option<u16>,
+    pub http_status: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,7 +139,7 @@ pub struct ExportedTransition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<DeliveryStatus>,
     pub to: DeliveryStatus,
-    pub attempt: u32,
+    pub attempt: i64,
     pub at_ms: i64,
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,10 +151,9 @@ pub struct ExportedTransition {
 pub struct ExportedCheck {
     pub at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(maximum = 65535)]
-    pub http_status: Option<u16>,
+    pub http_status: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub matches: Option<u32>,
+    pub matches: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

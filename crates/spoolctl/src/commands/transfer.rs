@@ -11,7 +11,8 @@ use anyhow::{anyhow, Context as _};
 use base64::Engine as _;
 use serde::Deserialize;
 use spool_proto::transfer::{
-    ExportRecord, ExportedDelivery, ExportedTransition, ImportOutcome, ImportRequest, EXPORT_FORMAT,
+    BodyKind, ExportRecord, ExportedDelivery, ExportedTransition, ImportOutcome, ImportRequest,
+    EXPORT_FORMAT,
 };
 use spool_proto::{units, DeliveryStatus};
 
@@ -316,23 +317,27 @@ fn from_journal(lines: &[Line], tally: &mut Tally) -> anyhow::Result<Vec<ExportR
                 target_url: d.target_url,
                 method: d.method,
                 headers: d.headers.into_iter().collect(),
-                body_kind: if body.is_some() { "json" } else { "none" }.to_owned(),
+                body_kind: if body.is_some() {
+                    BodyKind::Json
+                } else {
+                    BodyKind::None
+                },
                 body_base64: base64::engine::general_purpose::STANDARD
                     .encode(body.unwrap_or_default()),
                 status: DeliveryStatus::Pending,
-                attempts: d.attempts.min(d.max_attempts.saturating_sub(1)),
+                attempts: i64::from(d.attempts.min(d.max_attempts.saturating_sub(1))),
                 uncharged: 0,
-                max_attempts: d.max_attempts,
+                max_attempts: i64::from(d.max_attempts),
                 cycle: 1,
                 last_error: d.last_error.filter(|e| !e.is_empty()),
                 last_error_code: None,
-                last_response_code: d.last_response_code.filter(|c| *c != 0),
+                last_response_code: d.last_response_code.filter(|c| *c != 0).map(i64::from),
                 created_at_ms: created,
                 updated_at_ms: time_ms(Some(&d.updated_at)).unwrap_or(created),
                 next_attempt_at_ms: Some(due),
                 not_before_ms: None,
                 expires_at_ms: None,
-                mode: "at_least_once".to_owned(),
+                mode: spool_proto::DeliveryMode::AtLeastOnce,
                 fingerprint: None,
                 reconcile: None,
                 remote_id_pointer: None,

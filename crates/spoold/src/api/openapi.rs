@@ -68,6 +68,7 @@ use utoipa::OpenApi;
         spool_proto::DeliveryFilter,
         spool_proto::BulkResult,
         spool_proto::transfer::ExportRecord,
+        spool_proto::transfer::BodyKind,
         spool_proto::transfer::ExportedDelivery,
         spool_proto::transfer::ExportedAttempt,
         spool_proto::transfer::ExportedTransition,

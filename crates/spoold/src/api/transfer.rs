@@ -14,7 +14,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::value::RawValue;
 use spool_proto::transfer::{
-    ExportRecord, ExportedAttempt, ExportedCheck, ExportedDelivery, ExportedTransition,
+    BodyKind, ExportRecord, ExportedAttempt, ExportedCheck, ExportedDelivery, ExportedTransition,
     EXPORT_FORMAT,
 };
 use spool_proto::{CreateDelivery, DeliveryMode, Reconcile, Sign};
@@ -98,8 +98,11 @@ pub async fn import(
     let bytes = axum::body::to_bytes(body, MAX_IMPORT_BYTES)
         .await
         .map_err(|_| invalid("decode JSON: request body too large (at most 64 MiB)".into()))?;
-    let request: ImportRequest =
+    let mut value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
+    integral_numbers(&mut value);
+    let request: ImportRequest =
+        serde_json::from_value(value).map_err(|e| invalid(format!("decode JSON: {e}")))?;
     if request.records.len() > MAX_IMPORT_RECORDS {
         return Err(invalid(format!(
             "at most {MAX_IMPORT_RECORDS} records a request, not {}",
@@ -159,9 +162,9 @@ const IMPORTED: &str = "imported";
 pub fn to_export(record: DeliveryRecord) -> ExportRecord {
     let d = record.delivery;
     let (body_kind, body) = match d.body.unwrap_or(Body::None) {
-        Body::None => ("none", Vec::new()),
-        Body::Json(b) => ("json", b),
-        Body::Binary(b) => ("binary", b),
+        Body::None => (BodyKind::None, Vec::new()),
+        Body::Json(b) => (BodyKind::Json, b),
+        Body::Binary(b) => (BodyKind::Binary, b),
     };
     ExportRecord {
         format: EXPORT_FORMAT,
@@ -172,22 +175,25 @@ pub fn to_export(record: DeliveryRecord) -> ExportRecord {
             target_url: d.target_url,
             method: d.method,
             headers: d.headers.unwrap_or_default().into_iter().collect(),
-            body_kind: body_kind.to_owned(),
+            body_kind,
             body_base64: STANDARD.encode(body),
             status: wire_status(d.status),
-            attempts: d.attempts,
-            uncharged: d.uncharged,
-            max_attempts: d.max_attempts,
-            cycle: d.cycle,
+            attempts: i64::from(d.attempts),
+            uncharged: i64::from(d.uncharged),
+            max_attempts: i64::from(d.max_attempts),
+            cycle: i64::from(d.cycle),
             last_error: d.last_error,
             last_error_code: d.last_error_code,
-            last_response_code: d.last_response_code,
+            last_response_code: d.last_response_code.map(i64::from),
             created_at_ms: d.created_at,
             updated_at_ms: d.updated_at,
             next_attempt_at_ms: d.next_attempt_at,
             not_before_ms: d.not_before,
             expires_at_ms: d.expires_at,
-            mode: d.mode.as_str().to_owned(),
+            mode: match d.mode {
+                Mode::AtLeastOnce => DeliveryMode::AtLeastOnce,
+                Mode::AtMostOnce => DeliveryMode::AtMostOnce,
+            },
             fingerprint: d.fingerprint,
             reconcile: d.reconcile,
             remote_id_pointer: d.remote_id_pointer,
@@ -202,12 +208,12 @@ pub fn to_export(record: DeliveryRecord) -> ExportRecord {
             .attempts
             .into_iter()
             .map(|a| ExportedAttempt {
-                cycle: a.cycle,
-                number: a.number,
+                cycle: i64::from(a.cycle),
+                number: i64::from(a.number),
                 started_at_ms: a.started_at,
                 finished_at_ms: a.finished_at,
                 outcome: a.outcome,
-                http_status: a.http_status,
+                http_status: a.http_status.map(i64::from),
                 error_code: a.error_code,
                 error: a.error,
                 duration_ms: a.duration_ms,
@@ -219,7 +225,7 @@ pub fn to_export(record: DeliveryRecord) -> ExportRecord {
             .map(|t| ExportedTransition {
                 from: t.from.map(wire_status),
                 to: wire_status(t.to),
-                attempt: t.attempt,
+                attempt: i64::from(t.attempt),
                 at_ms: t.at,
                 reason: t.reason,
                 note: t.note,
@@ -230,8 +236,8 @@ pub fn to_export(record: DeliveryRecord) -> ExportRecord {
             .into_iter()
             .map(|c| ExportedCheck {
                 at_ms: c.at,
-                http_status: c.http_status,
-                matches: c.matches,
+                http_status: c.http_status.map(i64::from),
+                matches: c.matches.map(i64::from),
                 error_code: c.error_code,
                 error: c.error,
                 duration_ms: c.duration_ms,
@@ -260,17 +266,16 @@ pub fn from_export(
     let bytes = STANDARD
         .decode(&e.body_base64)
         .map_err(|err| format!("bodyBase64: {err}"))?;
-    let body = match e.body_kind.as_str() {
-        "none" if bytes.is_empty() => Body::None,
-        "none" => return Err("bodyKind none with a body".into()),
-        "json" => Body::Json(bytes),
-        "binary" => Body::Binary(bytes),
-        other => return Err(format!("bodyKind {other:?} is not none, json or binary")),
+    let body = match e.body_kind {
+        BodyKind::None if bytes.is_empty() => Body::None,
+        BodyKind::None => return Err("bodyKind none with a body".into()),
+        BodyKind::Json => Body::Json(bytes),
+        BodyKind::Binary => Body::Binary(bytes),
     };
-    let mode: Mode = e
-        .mode
-        .parse()
-        .map_err(|_| format!("mode {:?} is not at_least_once or at_most_once", e.mode))?;
+    let mode = match e.mode {
+        DeliveryMode::AtLeastOnce => Mode::AtLeastOnce,
+        DeliveryMode::AtMostOnce => Mode::AtMostOnce,
+    };
     // The request, checked by the rules of a create.
     let (raw_body, body_base64) = match &body {
         Body::None => (None, None),
@@ -301,7 +306,7 @@ pub fn from_export(
         ),
         body: raw_body,
         body_base64,
-        max_attempts: Some(i64::from(e.max_attempts)),
+        max_attempts: Some(e.max_attempts),
         not_before: None,
         expires_at: None,
         mode: (mode == Mode::AtMostOnce).then_some(DeliveryMode::AtMostOnce),
@@ -331,13 +336,16 @@ pub fn from_export(
         headers: Some(checked.headers),
         body: Some(body),
         status: store_status(e.status),
-        attempts: e.attempts,
-        uncharged: e.uncharged,
-        max_attempts: e.max_attempts,
-        cycle: e.cycle.max(1),
+        attempts: count("attempts", e.attempts)?,
+        uncharged: count("uncharged", e.uncharged)?,
+        max_attempts: count("maxAttempts", e.max_attempts)?,
+        cycle: count("cycle", e.cycle)?.max(1),
         last_error: e.last_error,
         last_error_code: e.last_error_code,
-        last_response_code: e.last_response_code,
+        last_response_code: e
+            .last_response_code
+            .map(|c| code("lastResponseCode", c))
+            .transpose()?,
         created_at: e.created_at_ms,
         updated_at: e.updated_at_ms,
         next_attempt_at: e.next_attempt_at_ms,
@@ -356,33 +364,57 @@ pub fn from_export(
         checks: record.checks.len() as u32,
         sign_secret: checked.sign_secret,
     };
+    let checks: Vec<Check> = record
+        .checks
+        .into_iter()
+        .map(|c| {
+            Ok(Check {
+                at: c.at_ms,
+                http_status: c
+                    .http_status
+                    .map(|s| code("checks.httpStatus", s))
+                    .transpose()?,
+                matches: c.matches.map(|m| count("checks.matches", m)).transpose()?,
+                error_code: c.error_code,
+                error: c.error,
+                duration_ms: c.duration_ms,
+            })
+        })
+        .collect::<Result<_, String>>()?;
     let mut attempts: Vec<Attempt> = record
         .attempts
         .into_iter()
-        .map(|a| Attempt {
-            cycle: a.cycle,
-            number: a.number,
-            started_at: a.started_at_ms,
-            finished_at: a.finished_at_ms,
-            outcome: a.outcome,
-            http_status: a.http_status,
-            error_code: a.error_code,
-            error: a.error,
-            duration_ms: a.duration_ms,
+        .map(|a| {
+            Ok(Attempt {
+                cycle: count("attempts.cycle", a.cycle)?,
+                number: count("attempts.number", a.number)?,
+                started_at: a.started_at_ms,
+                finished_at: a.finished_at_ms,
+                outcome: a.outcome,
+                http_status: a
+                    .http_status
+                    .map(|c| code("attempts.httpStatus", c))
+                    .transpose()?,
+                error_code: a.error_code,
+                error: a.error,
+                duration_ms: a.duration_ms,
+            })
         })
-        .collect();
+        .collect::<Result<_, String>>()?;
     let mut transitions: Vec<Transition> = record
         .transitions
         .into_iter()
-        .map(|t| Transition {
-            from: t.from.map(store_status),
-            to: store_status(t.to),
-            attempt: t.attempt,
-            at: t.at_ms,
-            reason: t.reason,
-            note: t.note,
+        .map(|t| {
+            Ok(Transition {
+                from: t.from.map(store_status),
+                to: store_status(t.to),
+                attempt: count("transitions.attempt", t.attempt)?,
+                at: t.at_ms,
+                reason: t.reason,
+                note: t.note,
+            })
         })
-        .collect();
+        .collect::<Result<_, String>>()?;
     if delivery.status == DeliveryStatus::InFlight {
         settle_in_flight(&mut delivery, &mut attempts, &mut transitions, now);
     }
@@ -391,19 +423,36 @@ pub fn from_export(
         request_digest,
         attempts,
         transitions,
-        checks: record
-            .checks
-            .into_iter()
-            .map(|c| Check {
-                at: c.at_ms,
-                http_status: c.http_status,
-                matches: c.matches,
-                error_code: c.error_code,
-                error: c.error,
-                duration_ms: c.duration_ms,
-            })
-            .collect(),
+        checks,
     })
+}
+
+/// JSON counts `6708.0` as an integer, and so does the document; serde does not. Such numbers
+/// become integers (records hold no number that is not one).
+fn integral_numbers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64()) {
+                if f.fract() == 0.0 && f > i64::MIN as f64 && f < i64::MAX as f64 {
+                    *value = Value::from(f as i64);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_numbers),
+        Value::Object(fields) => fields.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
+}
+
+/// A count of a record (attempts, a cycle, …): 0 to 2³² − 1.
+fn count(name: &str, value: i64) -> Result<u32, String> {
+    u32::try_from(value).map_err(|_| format!("{name} {value} is out of range"))
+}
+
+/// An HTTP status code of a record: 0 to 65535.
+fn code(name: &str, value: i64) -> Result<u16, String> {
+    u16::try_from(value).map_err(|_| format!("{name} {value} is out of range"))
 }
 
 /// A delivery that was in flight where it was exported, as crash recovery would leave it.
