@@ -154,7 +154,7 @@ pub enum Command {
     Import(ImportArgs),
     /// Settle an at-most-once delivery whose outcome is unknown or in manual review
     #[command(
-        override_usage = "spoolctl resolve <ID> (--succeeded [--remote-id <ID>] | --failed | --resend) \
+        override_usage = "spoolctl resolve <ID>... (--succeeded [--remote-id <ID>] | --failed | --resend) \
             --note <TEXT>",
         long_about = "Settle an at-most-once delivery whose outcome is unknown or in manual review.\n\n\
             Say what happened at the target: --succeeded (it arrived; --remote-id records the \
@@ -633,8 +633,9 @@ pub struct FilterArgs {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("outcome").required(true).args(["succeeded", "failed", "resend"])))]
 pub struct ResolveArgs {
-    /// The delivery ID
-    pub id: String,
+    /// The delivery IDs (one decision for each)
+    #[arg(required = true)]
+    pub ids: Vec<String>,
 
     /// It arrived: the delivery succeeded
     #[arg(long)]
@@ -660,8 +661,9 @@ pub struct ResolveArgs {
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("outcome").required(true).args(["succeeded", "failed"])))]
 pub struct TaskResolveArgs {
-    /// The task ID
-    pub id: String,
+    /// The task IDs (one decision for each)
+    #[arg(required = true)]
+    pub ids: Vec<String>,
 
     /// The work was done: the task succeeded
     #[arg(long)]

@@ -214,6 +214,51 @@ fn delivery_id(id: &str) -> Result<&str, UsageError> {
     non_empty_id(id, "delivery")
 }
 
+/// An operator's action on each of several IDs, in order: `act` makes it, `show` prints what
+/// came back. With one ID its error is the command's; with several, one that fails is reported
+/// on stderr (`spoolctl: ID: …`) and the rest still go ahead, and the command fails at the end
+/// (`N of M deliveries could not retry`).
+pub(crate) async fn each_id<T, F, Fut>(
+    ids: &[String],
+    noun: &str,
+    verb: &str,
+    out: &mut Output<'_>,
+    mut act: F,
+    show: impl Fn(&mut Output<'_>, &T) -> anyhow::Result<()>,
+) -> anyhow::Result<Exit>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut failed = 0;
+    for id in ids {
+        let done = match non_empty_id(id, noun) {
+            Ok(id) => act(id.to_owned()).await,
+            Err(e) => Err(e.into()),
+        };
+        match done {
+            Ok(item) => show(out, &item)?,
+            Err(e) if ids.len() == 1 => return Err(e),
+            Err(e) => {
+                eprintln!("spoolctl: {id}: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        let plural = if noun == "delivery" {
+            "deliveries"
+        } else {
+            "tasks"
+        };
+        return Err(anyhow::anyhow!(
+            "{failed} of {} {plural} could not {verb}",
+            ids.len()
+        ));
+    }
+    Ok(Exit::Success)
+}
+
 /// An id from the command line, trimmed; `what` names it in the message.
 fn non_empty_id<'a>(id: &'a str, what: &str) -> Result<&'a str, UsageError> {
     let id = id.trim();

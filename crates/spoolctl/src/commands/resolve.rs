@@ -1,4 +1,4 @@
-//! `spoolctl resolve ID`: an operator's decision on an at-most-once delivery whose outcome is
+//! `spoolctl resolve ID…`: an operator's decision on an at-most-once delivery whose outcome is
 //! `unknown` or in `manual_review`. spoold decides whether it is allowed (409
 //! `invalid_transition` from any other status).
 
@@ -6,19 +6,26 @@ use spool_proto::{ResolveOutcome, ResolveRequest};
 
 use crate::cli::{ResolveArgs, UsageError};
 use crate::client::Client;
-use crate::commands::{delivery_id, Exit};
+use crate::commands::{each_id, Exit};
 use crate::output::Output;
 
 pub async fn run(client: &Client, args: ResolveArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
-    let id = delivery_id(&args.id)?;
-    let request = request(&args)?;
-    let delivery = client.resolve(id, &request).await?;
-    if out.is_json() {
-        out.json(&delivery)?;
-    } else {
-        out.delivery("resolve", &delivery)?;
-    }
-    Ok(Exit::Success)
+    let request = &request(&args)?;
+    each_id(
+        &args.ids,
+        "delivery",
+        "resolve",
+        out,
+        |id| async move { Ok(client.resolve(&id, request).await?) },
+        |out, delivery| {
+            if out.is_json() {
+                Ok(out.json(delivery)?)
+            } else {
+                Ok(out.delivery("resolve", delivery)?)
+            }
+        },
+    )
+    .await
 }
 
 /// The request for the parsed flags; clap has made sure exactly one outcome is given and
@@ -47,7 +54,7 @@ mod tests {
 
     fn args(succeeded: bool, failed: bool, resend: bool, note: &str) -> ResolveArgs {
         ResolveArgs {
-            id: "x".into(),
+            ids: vec!["x".into()],
             succeeded,
             failed,
             resend,

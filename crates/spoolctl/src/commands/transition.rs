@@ -11,7 +11,7 @@ use spool_proto::{BulkAction, BulkRequest, BulkResult, DeliveryFilter, DeliveryS
 use crate::cli::{ActionArgs, FilterArgs, UsageError};
 use crate::client::{Client, ClientError, Transition};
 use crate::commands::list::moment;
-use crate::commands::{delivery_id, Exit};
+use crate::commands::{each_id, Exit};
 use crate::output::Output;
 
 pub async fn run(
@@ -36,7 +36,23 @@ pub async fn run(
         (false, None) if args.dry_run || args.yes => {
             Err(UsageError::new("--dry-run and --yes go with a filter, not with IDs").into())
         }
-        (false, None) => each(client, action, &args.ids, out).await,
+        (false, None) => {
+            each_id(
+                &args.ids,
+                "delivery",
+                action.as_str(),
+                out,
+                |id| async move { Ok(client.transition(&id, action).await?) },
+                |out, delivery| {
+                    if out.is_json() {
+                        Ok(out.json(delivery)?)
+                    } else {
+                        Ok(out.delivery(action.as_str(), delivery)?)
+                    }
+                },
+            )
+            .await
+        }
         (true, Some(filter)) => bulk(client, action, filter, &args, out).await,
     }
 }
@@ -59,41 +75,6 @@ pub(crate) fn filter(args: &FilterArgs) -> Result<Option<DeliveryFilter>, UsageE
             .transpose()?,
     };
     Ok((filter != DeliveryFilter::default()).then_some(filter))
-}
-
-/// The action on each delivery named, in order; one that fails is reported and the others
-/// still go ahead.
-async fn each(
-    client: &Client,
-    action: Transition,
-    ids: &[String],
-    out: &mut Output<'_>,
-) -> anyhow::Result<Exit> {
-    let mut failed = 0;
-    for id in ids {
-        let done = match delivery_id(id) {
-            Ok(id) => client.transition(id, action).await.map_err(Into::into),
-            Err(e) => Err(anyhow::Error::from(e)),
-        };
-        match done {
-            Ok(delivery) if out.is_json() => out.json(&delivery)?,
-            Ok(delivery) => out.delivery(action.as_str(), &delivery)?,
-            // One ID: its error is the command's, reported (and its exit status set) as usual.
-            Err(e) if ids.len() == 1 => return Err(e),
-            Err(e) => {
-                eprintln!("spoolctl: {id}: {e:#}");
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        return Err(anyhow!(
-            "{failed} of {} deliveries could not {}",
-            ids.len(),
-            action.as_str()
-        ));
-    }
-    Ok(Exit::Success)
 }
 
 /// The action on every delivery `filter` matches.

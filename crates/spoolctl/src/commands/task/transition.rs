@@ -3,15 +3,13 @@
 //! named by ID that is not is an error (409 `invalid_transition`), one matched by a filter is
 //! skipped and counted; a running task's cancel is a request, said so.
 
-use anyhow::anyhow;
 use spool_proto::{ResolveTask, TaskBulkRequest, TaskFilter, TaskResolveOutcome, TaskStatus};
 
 use crate::cli::{TaskActionArgs, TaskResolveArgs, UsageError};
 use crate::client::{Client, Transition};
 use crate::commands::list::moment;
-use crate::commands::task::task_id;
 use crate::commands::transition::{bulk_action, Ask};
-use crate::commands::Exit;
+use crate::commands::{each_id, Exit};
 use crate::output::Output;
 
 pub async fn run(
@@ -49,7 +47,26 @@ pub async fn run(
         (false, false) if args.dry_run || args.yes => {
             Err(UsageError::new("--dry-run and --yes go with a filter, not with IDs").into())
         }
-        (false, false) => each(client, action, &args.ids, out).await,
+        (false, false) => {
+            each_id(
+                &args.ids,
+                "task",
+                action.as_str(),
+                out,
+                |id| async move { Ok(client.task_transition(&id, action).await?) },
+                |out, task| {
+                    if out.is_json() {
+                        return Ok(out.json(task)?);
+                    }
+                    out.task(action.as_str(), task)?;
+                    if task.cancel_requested {
+                        out.line("cancel requested: spoold is stopping the running attempt")?;
+                    }
+                    Ok(())
+                },
+            )
+            .await
+        }
         (true, true) => {
             let request = |dry_run: bool| TaskBulkRequest {
                 action: Some(bulk_action(action)),
@@ -71,53 +88,12 @@ pub async fn run(
     }
 }
 
-/// The action on each task named, in order; one that fails is reported and the others still
-/// go ahead.
-async fn each(
-    client: &Client,
-    action: Transition,
-    ids: &[String],
-    out: &mut Output<'_>,
-) -> anyhow::Result<Exit> {
-    let mut failed = 0;
-    for id in ids {
-        let done = match task_id(id) {
-            Ok(id) => client.task_transition(id, action).await.map_err(Into::into),
-            Err(e) => Err(anyhow::Error::from(e)),
-        };
-        match done {
-            Ok(task) if out.is_json() => out.json(&task)?,
-            Ok(task) => {
-                out.task(action.as_str(), &task)?;
-                if task.cancel_requested {
-                    out.line("cancel requested: spoold is stopping the running attempt")?;
-                }
-            }
-            // One ID: its error is the command's, reported (and its exit status set) as usual.
-            Err(e) if ids.len() == 1 => return Err(e),
-            Err(e) => {
-                eprintln!("spoolctl: {id}: {e:#}");
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        return Err(anyhow!(
-            "{failed} of {} tasks could not {}",
-            ids.len(),
-            action.as_str()
-        ));
-    }
-    Ok(Exit::Success)
-}
-
 /// `task resolve`: clap has made sure exactly one outcome is given.
 pub async fn resolve(
     client: &Client,
     args: TaskResolveArgs,
     out: &mut Output<'_>,
 ) -> anyhow::Result<Exit> {
-    let id = task_id(&args.id)?;
     // An empty note would reach spoold only to be refused there.
     let note = args.note.trim();
     if note.is_empty() {
@@ -131,11 +107,20 @@ pub async fn resolve(
         }),
         note: Some(note.to_owned()),
     };
-    let task = client.resolve_task(id, &request).await?;
-    if out.is_json() {
-        out.json(&task)?;
-    } else {
-        out.task("resolve", &task)?;
-    }
-    Ok(Exit::Success)
+    let request = &request;
+    each_id(
+        &args.ids,
+        "task",
+        "resolve",
+        out,
+        |id| async move { Ok(client.resolve_task(&id, request).await?) },
+        |out, task| {
+            if out.is_json() {
+                Ok(out.json(task)?)
+            } else {
+                Ok(out.task("resolve", task)?)
+            }
+        },
+    )
+    .await
 }
