@@ -47,6 +47,7 @@
 pub mod api;
 pub mod bin_path;
 pub mod daemon;
+pub mod group;
 pub mod pg;
 pub mod privileged;
 pub mod proxy;
@@ -57,6 +58,7 @@ pub mod tls;
 pub use api::Api;
 pub use bin_path::cargo_bin;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
+pub use group::run_in_group;
 pub use pg::{HeldConnections, PrivateServer, TestDatabase};
 pub use proxy::Proxy;
 pub use receiver::{Receiver, Recorded, Reply};

@@ -15,6 +15,7 @@ pub mod targets;
 pub mod task_output;
 pub mod tasks;
 pub mod transfer;
+pub mod ui;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -77,6 +78,10 @@ pub fn router(state: SharedState) -> Router {
         .route("/readyz", get(system::readyz))
         .route("/metrics", get(system::metrics))
         .route("/v1/openapi.json", get(system::openapi))
+        .route("/ui", get(ui::index))
+        .route("/ui/", get(ui::index))
+        .route("/ui/app.js", get(ui::app))
+        .route("/ui/style.css", get(ui::style))
         .route(
             "/v1/deliveries",
             post(deliveries::create).get(deliveries::list),
@@ -287,7 +292,8 @@ async fn require_token(
     let Some(token) = &state.auth_token else {
         return next.run(request).await;
     };
-    if OPEN_ROUTES.contains(&request.uri().path()) {
+    let path = request.uri().path();
+    if OPEN_ROUTES.contains(&path) || ui::PATHS.contains(&path) {
         return next.run(request).await;
     }
     let presented = request

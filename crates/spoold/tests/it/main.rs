@@ -8,6 +8,7 @@ mod bulk;
 mod bytes;
 mod classification;
 mod crash;
+mod dashboard;
 mod disk_full;
 mod fairness;
 mod idempotency;

@@ -1,0 +1,48 @@
+//! The dashboard at `/ui`: three static files embedded in the binary (no build step, no Node
+//! at run time), served without a token — they hold no data. The page asks the API for
+//! everything it shows, with the operator's bearer token in the `Authorization` header (never
+//! a cookie, so another site cannot make the browser act with it); a strict content security
+//! policy (this origin's scripts only, no inline script) and no framing keep its buttons from
+//! being reached any other way.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+const INDEX: &str = include_str!("ui/index.html");
+const APP: &str = include_str!("ui/app.js");
+const STYLE: &str = include_str!("ui/style.css");
+
+/// The paths the dashboard is served under (open, like the health probes).
+pub const PATHS: [&str; 4] = ["/ui", "/ui/", "/ui/app.js", "/ui/style.css"];
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+             img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+pub async fn index() -> Response {
+    asset("text/html; charset=utf-8", INDEX)
+}
+
+pub async fn app() -> Response {
+    asset("text/javascript; charset=utf-8", APP)
+}
+
+pub async fn style() -> Response {
+    asset("text/css; charset=utf-8", STYLE)
+}

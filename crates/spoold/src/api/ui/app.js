@@ -1,0 +1,302 @@
+// spoold's dashboard: one page, no dependencies, no build step. Every number comes from the
+// API, called with the operator's bearer token (typed once, kept in this tab's session
+// storage, sent in the Authorization header — never a cookie, so no other site can make the
+// browser act with it). Everything shown is escaped; nothing the API returns becomes markup.
+
+const main = document.getElementById("main");
+const status = document.getElementById("status");
+const forget = document.getElementById("forget");
+const TOKEN_KEY = "spoold-token";
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+  })[c]);
+}
+
+function say(text, error = false) {
+  status.textContent = text;
+  status.className = error ? "error" : "";
+}
+
+class Unauthorized extends Error {}
+
+async function api(method, path, body) {
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401) throw new Unauthorized();
+  const text = await response.text();
+  const json = text && response.headers.get("content-type")?.includes("json") ? JSON.parse(text) : text;
+  if (!response.ok) {
+    const message = json?.error ? `${json.error.code}: ${json.error.message}` : `HTTP ${response.status}`;
+    throw new Error(message);
+  }
+  return json;
+}
+
+const statusCell = (s) => `<span class="status-${esc(s)}">${esc(s)}</span>`;
+const idLink = (kind, id) => `<a class="id" href="#/${kind}/${esc(id)}">${esc(id)}</a>`;
+
+function table(caption, head, rows, empty = "None.") {
+  if (rows.length === 0) return `<p><strong>${esc(caption)}</strong>: ${esc(empty)}</p>`;
+  return `<table><caption>${esc(caption)}</caption><thead><tr>${head
+    .map((h) => `<th scope="col">${esc(h)}</th>`)
+    .join("")}</tr></thead><tbody>${rows.map((r) => `<tr>${r.join("")}</tr>`).join("")}</tbody></table>`;
+}
+
+const td = (html, num = false) => `<td${num ? ' class="num"' : ""}>${html}</td>`;
+
+// ---- pages ---------------------------------------------------------------------------------
+
+async function overview() {
+  const [stats, targets] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/targets?limit=100")]);
+  const d = stats.deliveries;
+  const person = (d.unknown ?? 0) + (d.manual_review ?? 0);
+  const rows = Object.entries(d).map(([s, n]) => [
+    td(`<a href="#/deliveries?status=${esc(s)}">${statusCell(s)}</a>`),
+    td(`<span data-count="${esc(s)}">${esc(n)}</span>`, true),
+  ]);
+  const window = (name, w) => [
+    td(esc(name)), td(esc(w.attempts), true), td(esc(w.succeeded), true),
+    td(esc(w.retryableFailures), true), td(esc(w.terminalFailures), true), td(esc(w.unknown), true),
+  ];
+  const trouble = targets.targets.filter((t) => t.paused || t.failedLastHour > 0);
+  return `<h1>Overview</h1>
+    ${person > 0 ? `<p class="attention" id="needs-a-person"><strong>${esc(person)}</strong> deliveries need a person: ${esc(d.unknown ?? 0)} unknown, ${esc(d.manual_review ?? 0)} in manual review. <a href="#/deliveries?status=manual_review">Review them</a>.</p>` : ""}
+    ${table("Deliveries by status", ["Status", "Count"], rows)}
+    <dl>
+      <dt>Oldest due</dt><dd>${stats.oldestDueAt ? `${esc(stats.oldestDueAt)} (${esc(stats.oldestDueAge)} ago)` : "nothing is waiting"}</dd>
+      <dt>Paused targets</dt><dd id="paused-targets">${esc(stats.pausedTargets)}</dd>
+      <dt>Database</dt><dd>${esc((stats.databaseBytes / 1048576).toFixed(1))} MiB</dd>
+    </dl>
+    ${table("Attempts", ["Window", "Attempts", "Succeeded", "Failed, retried", "Failed for good", "Unknown"], [window("last 5 minutes", stats.lastFiveMinutes), window("last hour", stats.lastHour)])}
+    ${table("Paused or failing targets", ["Target", "Pending", "Failed last hour", "Paused"], trouble.map((t) => [
+      td(`<a href="#/deliveries?target=${encodeURIComponent(t.origin)}">${esc(t.origin)}</a>`),
+      td(esc(t.pending), true), td(esc(t.failedLastHour), true),
+      td(t.paused ? esc(t.pauseReason ?? "paused") : "no"),
+    ]))}`;
+}
+
+async function deliveries(query) {
+  const params = new URLSearchParams({ limit: "50", order: "desc" });
+  for (const key of ["status", "target", "cursor"]) if (query.get(key)) params.set(key, query.get(key));
+  const list = await api("GET", `/v1/deliveries?${params}`);
+  const statuses = ["", "pending", "in_flight", "succeeded", "failed", "canceled", "unknown", "manual_review"];
+  const next = new URLSearchParams(query);
+  if (list.nextCursor) next.set("cursor", list.nextCursor);
+  return `<h1>Deliveries</h1>
+    <form class="inline" id="filter">
+      <label>Status <select name="status">${statuses.map((s) => `<option value="${s}"${query.get("status") === s ? " selected" : ""}>${s || "any"}</option>`).join("")}</select></label>
+      <label>Target <input name="target" value="${esc(query.get("target") ?? "")}" placeholder="https://hooks.example.com"></label>
+      <button type="submit">Show</button>
+    </form>
+    ${table("Newest first", ["Delivery", "Status", "Attempts", "Method", "URL", "Updated"], list.deliveries.map((d) => [
+      td(idLink("delivery", d.id)), td(statusCell(d.status)), td(`${esc(d.attempts)}/${esc(d.maxAttempts)}`, true),
+      td(esc(d.method)), td(`<code>${esc(d.targetUrl)}</code>`), td(esc(d.updatedAt)),
+    ]), "No deliveries match.")}
+    ${list.nextCursor ? `<p><a href="#/deliveries?${esc(next.toString())}">Next page</a></p>` : ""}`;
+}
+
+async function delivery(id) {
+  const [d, attempts, transitions] = await Promise.all([
+    api("GET", `/v1/deliveries/${id}`),
+    api("GET", `/v1/deliveries/${id}/attempts`),
+    api("GET", `/v1/deliveries/${id}/transitions`),
+  ]);
+  const fields = ["status", "attempts", "maxAttempts", "mode", "lastError", "lastErrorCode", "lastResponseCode", "createdAt", "updatedAt", "nextAttemptAt", "expiresAt", "idempotencyKey", "remoteId"];
+  const body = d.body !== undefined ? JSON.stringify(d.body, null, 2) : d.bodyBase64 ? `base64: ${d.bodyBase64}` : "(none)";
+  const buttons = [];
+  if (d.status === "failed") buttons.push(`<button type="button" data-action="retry">Retry</button>`);
+  if (d.status === "pending" || (d.status === "in_flight" && d.mode !== "at_most_once")) buttons.push(`<button type="button" data-action="cancel">Cancel</button>`);
+  const resolve = ["unknown", "manual_review"].includes(d.status) ? `
+    <form id="resolve" class="inline">
+      <label>Outcome <select name="outcome"><option value="succeeded">it arrived (succeeded)</option><option value="failed">it did not arrive (failed)</option><option value="resend">send it again</option></select></label>
+      <label>Note <input name="note" required placeholder="why, for the transition log"></label>
+      <button type="submit">Resolve</button>
+    </form>` : "";
+  return `<h1>Delivery <span class="id">${esc(d.id)}</span></h1>
+    <p><code>${esc(d.method)} ${esc(d.targetUrl)}</code></p>
+    <div class="actions" id="actions">${buttons.join("")}</div>${resolve}
+    <dl>${fields.filter((f) => d[f] !== undefined).map((f) => `<dt>${esc(f)}</dt><dd${f === "status" ? ' id="delivery-status"' : ""}>${f === "status" ? statusCell(d.status) : esc(d[f])}</dd>`).join("")}</dl>
+    ${table("Headers (secret values masked)", ["Name", "Value"], Object.entries(d.headers ?? {}).map(([n, v]) => [td(esc(n)), td(`<code>${esc(v)}</code>`)]))}
+    <h2>Body</h2><pre>${esc(body)}</pre>
+    ${table("Attempts", ["Cycle", "#", "Started", "Outcome", "HTTP", "Error"], attempts.attempts.map((a) => [
+      td(esc(a.cycle), true), td(esc(a.number), true), td(esc(a.startedAt)), td(statusCell(a.outcome ?? "running")),
+      td(esc(a.httpStatus ?? ""), true), td(esc(a.error ?? "")),
+    ]))}
+    <h2>Transitions</h2>
+    <ol class="timeline">${transitions.transitions.map((t) => `<li><time>${esc(t.at)}</time> ${esc(t.from ?? "·")} → ${statusCell(t.to)} <span class="muted">(${esc(t.reason)}${t.note ? `: ${esc(t.note)}` : ""})</span></li>`).join("")}</ol>`;
+}
+
+async function targets() {
+  const list = await api("GET", "/v1/targets?limit=500");
+  return `<h1>Targets</h1>
+    ${table("Targets with work, recent failures or a pause", ["Target", "Pending", "In flight", "Failed last hour", "Paused", ""], list.targets.map((t) => [
+      td(`<a href="#/deliveries?target=${encodeURIComponent(t.origin)}">${esc(t.origin)}</a>`),
+      td(esc(t.pending), true), td(esc(t.inFlight), true), td(esc(t.failedLastHour), true),
+      td(t.paused ? `${esc(t.pauseReason ?? "paused")}${t.pausedUntil ? ` until ${esc(t.pausedUntil)}` : ""}` : "no"),
+      td(`<button type="button" data-target="${esc(t.origin)}" data-pause="${t.paused ? "resume" : "pause"}">${t.paused ? "Resume" : "Pause"}</button>`),
+    ]), "No target has work waiting, recent failures or a pause.")}`;
+}
+
+async function tasks(query) {
+  const params = new URLSearchParams({ limit: "50" });
+  if (query.get("status")) params.set("status", query.get("status"));
+  const list = await api("GET", `/v1/tasks?${params}`);
+  return `<h1>Tasks</h1>
+    ${table("Oldest first", ["Task", "Type", "Status", "Attempt", "Created", "Error"], list.tasks.map((t) => [
+      td(idLink("task", t.id)), td(esc(t.type)), td(statusCell(t.status)), td(`${esc(t.attempt)}/${esc(t.maxAttempts)}`, true),
+      td(esc(t.createdAt)), td(esc(t.errorCode ?? "")),
+    ]), "No tasks.")}`;
+}
+
+async function task(id) {
+  const [t, attempts, transitions] = await Promise.all([
+    api("GET", `/v1/tasks/${id}`),
+    api("GET", `/v1/tasks/${id}/attempts`),
+    api("GET", `/v1/tasks/${id}/transitions`),
+  ]);
+  let output = "";
+  if (attempts.attempts.length > 0) {
+    output = await api("GET", `/v1/tasks/${id}/output`).catch((e) => `(${e.message})`);
+  }
+  const buttons = [];
+  if (["pending", "running", "manual_review"].includes(t.status)) buttons.push(`<button type="button" data-task-action="cancel">Cancel</button>`);
+  if (["failed", "timed_out", "interrupted", "manual_review"].includes(t.status)) buttons.push(`<button type="button" data-task-action="retry">Retry</button>`);
+  return `<h1>Task <span class="id">${esc(t.id)}</span> <span class="muted">${esc(t.type)}</span></h1>
+    <div class="actions">${buttons.join("")}</div>
+    <dl><dt>Status</dt><dd id="task-status">${statusCell(t.status)}${t.cancelRequested ? " (cancel requested)" : ""}</dd>
+      <dt>Attempt</dt><dd>${esc(t.attempt)}/${esc(t.maxAttempts)}</dd>
+      <dt>Parameters</dt><dd><code>${esc(JSON.stringify(t.params))}</code></dd>
+      ${t.error ? `<dt>Error</dt><dd>${esc(t.error)}</dd>` : ""}</dl>
+    ${table("Attempts", ["#", "Started", "Outcome", "Exit", "Error"], attempts.attempts.map((a) => [
+      td(esc(a.number), true), td(esc(a.startedAt)), td(statusCell(a.outcome ?? "running")), td(esc(a.exitCode ?? a.signal ?? ""), true), td(esc(a.error ?? "")),
+    ]))}
+    <h2>Output of the latest attempt${t.status === "running" ? " (refreshed every 2 s while it runs)" : ""}</h2><pre id="task-output">${esc(output || "(none)")}</pre>
+    <h2>Transitions</h2>
+    <ol class="timeline">${transitions.transitions.map((x) => `<li><time>${esc(x.at)}</time> ${esc(x.from ?? "·")} → ${statusCell(x.to)} <span class="muted">(${esc(x.reason)}${x.note ? `: ${esc(x.note)}` : ""})</span></li>`).join("")}</ol>`;
+}
+
+async function locks() {
+  const list = await api("GET", "/v1/locks");
+  return `<h1>Locks</h1>
+    ${table("Held locks", ["Lock", "Held by", "Type", "Since", "Waiting"], list.locks.map((l) => [
+      td(`<code>${esc(l.name)}</code>`), td(idLink("task", l.taskId)), td(esc(l.taskType)), td(esc(l.since)), td(esc(l.waiting.length), true),
+    ]), "No lock is held.")}`;
+}
+
+function login(message) {
+  forget.hidden = true;
+  return `<h1>Sign in</h1>
+    <p>${esc(message)}</p>
+    <form id="login" class="inline">
+      <label>Bearer token <input name="token" type="password" autocomplete="current-password" required></label>
+      <button type="submit">Use this token</button>
+    </form>
+    <p class="muted">Kept in this tab only (session storage), sent as <code>Authorization: Bearer …</code>.</p>`;
+}
+
+// ---- routing and actions -------------------------------------------------------------------
+
+let refresh = null;
+let rendered = false;
+
+async function render() {
+  clearTimeout(refresh);
+  const [path, search = ""] = location.hash.replace(/^#/, "").split("?");
+  const query = new URLSearchParams(search);
+  const parts = path.split("/").filter(Boolean);
+  for (const a of document.querySelectorAll("nav a")) {
+    const here = a.getAttribute("href").replace(/^#/, "").split("/")[1] ?? "";
+    a.toggleAttribute("aria-current", here === (parts[0] ?? "") || (here === "deliveries" && parts[0] === "delivery") || (here === "tasks" && parts[0] === "task"));
+    if (a.hasAttribute("aria-current")) a.setAttribute("aria-current", "page");
+  }
+  try {
+    let html;
+    switch (parts[0] ?? "") {
+      case "": html = await overview(); break;
+      case "deliveries": html = await deliveries(query); break;
+      case "delivery": html = await delivery(parts[1]); break;
+      case "targets": html = await targets(); break;
+      case "tasks": html = await tasks(query); break;
+      case "task": html = await task(parts[1]); break;
+      case "locks": html = await locks(); break;
+      default: html = "<h1>Not found</h1>";
+    }
+    main.innerHTML = html;
+    forget.hidden = !sessionStorage.getItem(TOKEN_KEY);
+    if (parts[0] === "task" && document.querySelector("#task-status .status-running")) refresh = setTimeout(render, 2000);
+  } catch (e) {
+    if (e instanceof Unauthorized) {
+      main.innerHTML = login(sessionStorage.getItem(TOKEN_KEY) ? "That token was refused." : "This spoold asks for a bearer token.");
+    } else {
+      say(e.message, true);
+      main.innerHTML = `<h1>Could not load this page</h1><p>${esc(e.message)}</p>`;
+    }
+  }
+  // After the first page, a new page takes the focus (a screen reader starts reading it); the
+  // first leaves it at the top, where Tab finds the skip link.
+  if (rendered) main.focus();
+  rendered = true;
+}
+
+async function act(what, call) {
+  try {
+    await call();
+    say(`${what}: done.`);
+  } catch (e) {
+    say(`${what}: ${e.message}`, true);
+  }
+  await render();
+}
+
+main.addEventListener("click", (event) => {
+  const button = event.target.closest("button");
+  if (!button) return;
+  const id = location.hash.split("/")[2]?.split("?")[0];
+  if (button.dataset.action) {
+    act(`${button.dataset.action} ${id}`, () => api("POST", `/v1/deliveries/${id}/${button.dataset.action}`));
+  } else if (button.dataset.taskAction) {
+    act(`${button.dataset.taskAction} ${id}`, () => api("POST", `/v1/tasks/${id}/${button.dataset.taskAction}`));
+  } else if (button.dataset.pause) {
+    const target = button.dataset.target;
+    act(`${button.dataset.pause} ${target}`, () => api("POST", `/v1/targets/${encodeURIComponent(target)}/${button.dataset.pause}`));
+  }
+});
+
+main.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const form = new FormData(event.target);
+  if (event.target.id === "login") {
+    sessionStorage.setItem(TOKEN_KEY, form.get("token"));
+    say("");
+    render();
+  } else if (event.target.id === "filter") {
+    const query = new URLSearchParams();
+    for (const key of ["status", "target"]) if (form.get(key)) query.set(key, form.get(key));
+    location.hash = `#/deliveries?${query}`;
+  } else if (event.target.id === "resolve") {
+    const id = location.hash.split("/")[2];
+    act(`resolve ${id}`, () => api("POST", `/v1/deliveries/${id}/resolve`, { outcome: form.get("outcome"), note: form.get("note") }));
+  }
+});
+
+// The skip link moves focus to the content without touching the route (the hash).
+document.querySelector(".skip").addEventListener("click", (event) => {
+  event.preventDefault();
+  main.focus();
+});
+
+forget.addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  render();
+});
+window.addEventListener("hashchange", render);
+render();

@@ -1,0 +1,104 @@
+//! The dashboard (`/ui`) in a real headless Chromium: `tests/ui/dashboard.cjs` drives Debian's
+//! Chromium with playwright-core against a real spoold that asks for a bearer token and holds
+//! failed and waiting deliveries — the pages load, the numbers match the API, the buttons
+//! change state, the keyboard works, and each page is photographed into
+//! `target/ui-screenshots/`. Needs `SPOOLD_TEST_UITOOLS` (a directory with playwright-core in
+//! its node_modules, which `scripts/test` installs) and Chromium; `SPOOLD_REQUIRE_TOOLS` makes
+//! their absence a failure, as CI does.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+use spool_testkit::{Api, DaemonProcess, Receiver, Reply};
+use tempfile::TempDir;
+
+use crate::{id_of, process_opts, WAIT};
+
+const TOKEN: &str = "dashboard-token-0123456789abcdef";
+
+/// The browser tools, or `None` (with the reason said) when they are not there.
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    let required = std::env::var_os("SPOOLD_REQUIRE_TOOLS").is_some();
+    let chromium = PathBuf::from(
+        std::env::var_os("SPOOLD_TEST_CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()),
+    );
+    let missing = match std::env::var_os("SPOOLD_TEST_UITOOLS") {
+        None => "SPOOLD_TEST_UITOOLS is not set (scripts/test sets it)".to_owned(),
+        Some(_) if !chromium.exists() => format!("{} is missing", chromium.display()),
+        Some(dir) => return Some((PathBuf::from(dir), chromium)),
+    };
+    assert!(!required, "the dashboard test needs its browser: {missing}");
+    eprintln!("dashboard test skipped: {missing}");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_dashboard_shows_the_api_and_its_buttons_act() {
+    let Some((uitools, chromium)) = tools() else {
+        return;
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let opts = process_opts(&dir).args([
+        "--auth-token-file".to_owned(),
+        token_file.display().to_string(),
+    ]);
+    let daemon = DaemonProcess::start(opts).await.expect("daemon");
+    let api = Api::with_token(daemon.base_url(), TOKEN);
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies((0..3).map(|_| Reply::status(404)));
+    for n in 0..3 {
+        let (_, d) = api
+            .create(
+                json!({"targetUrl": r.url(&format!("/rejected/{n}")), "maxAttempts": 1,
+                           "body": {"n": n}}),
+            )
+            .await
+            .expect("create");
+        api.wait_status(&id_of(&d), &["failed"], WAIT)
+            .await
+            .expect("failed");
+    }
+    let (status, _) = api
+        .create(json!({"targetUrl": r.url("/later"), "notBefore": "2099-01-01T00:00:00Z"}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201);
+
+    let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
+    std::fs::create_dir_all(&shots).expect("screenshot directory");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/ui/dashboard.cjs");
+    let mut node = tokio::process::Command::new("node");
+    node.arg(script)
+        .env("NODE_PATH", uitools.join("node_modules"))
+        .env("BASE_URL", daemon.base_url())
+        .env("TOKEN", TOKEN)
+        .env("TARGET", r.url("/").trim_end_matches('/'))
+        .env("SHOTS", &shots)
+        .env("CHROMIUM", &chromium);
+    let out = spool_testkit::run_in_group(node, Duration::from_secs(120))
+        .await
+        .expect("the browser run ends");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("dashboard: every check held"), "{said}");
+    for page in [
+        "sign-in",
+        "overview",
+        "deliveries",
+        "delivery",
+        "targets",
+        "tasks",
+        "locks",
+    ] {
+        assert!(shots.join(format!("{page}.png")).is_file(), "{page}.png");
+    }
+}
