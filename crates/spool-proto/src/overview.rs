@@ -25,6 +25,10 @@ pub struct StatsView {
     pub last_five_minutes: ActivityView,
     /// The same over the current minute and the 59 before it.
     pub last_hour: ActivityView,
+    /// The last hour minute by minute, oldest first: 60 entries, the last the current minute
+    /// (for a chart).
+    #[serde(default)]
+    pub by_minute: Vec<ActivityView>,
     /// Targets paused for refusing connections or waiting out a `Retry-After`.
     pub paused_targets: u64,
     /// Bytes the database uses.

@@ -38,6 +38,7 @@ pub async fn stats(State(state): State<SharedState>) -> Result<Response, ApiErro
             .map(|at| format_duration(Duration::from_millis((now - at).max(0) as u64))),
         last_five_minutes: window(five),
         last_hour: window(hour),
+        by_minute: state.activity.by_minute().into_iter().map(window).collect(),
         paused_targets: state.metrics.paused_targets.get().max(0) as u64,
         database_bytes: stats.db_bytes,
         max_database_bytes: (state.max_db_bytes > 0).then_some(state.max_db_bytes),

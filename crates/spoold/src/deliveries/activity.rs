@@ -243,6 +243,28 @@ impl Activity {
         (window(5), window(MINUTES))
     }
 
+    /// The last hour minute by minute, oldest first: [`MINUTES`] windows of one minute each,
+    /// the last the current minute.
+    pub fn by_minute(&self) -> Vec<Window> {
+        let now = self.minute();
+        let inner = self.lock();
+        (0..MINUTES)
+            .rev()
+            .map(|back| {
+                let minute = now.saturating_sub(back);
+                let one = |m: &Minutes| if back > now { 0 } else { m.sum(minute, 1) };
+                Window {
+                    attempts: one(&inner.attempts),
+                    succeeded: one(&inner.succeeded),
+                    retryable_failures: one(&inner.retryable),
+                    terminal_failures: one(&inner.terminal),
+                    interrupted: one(&inner.interrupted),
+                    unknown: one(&inner.unknown),
+                }
+            })
+            .collect()
+    }
+
     /// Targets seen in the last hour or paused now, in origin order.
     pub fn targets(&self, now: Millis) -> Vec<(String, TargetActivity)> {
         let minute = self.minute();

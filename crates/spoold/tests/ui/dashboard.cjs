@@ -53,6 +53,10 @@ async function eventually(what, check) {
     assert.equal(await page.textContent(`[data-count="${status}"]`), String(count), status);
   }
   assert.equal(await page.textContent("#paused-targets"), String(stats.pausedTargets));
+  // The chart's bars add up to the hour's attempts.
+  assert.equal(stats.byMinute.length, 60);
+  assert.equal(await page.getAttribute("#chart", "data-total"), String(stats.lastHour.attempts));
+  assert.ok(stats.lastHour.attempts > 0, "attempts to draw");
   await shot("overview");
 
   // Failed deliveries: the same rows as the API's listing.

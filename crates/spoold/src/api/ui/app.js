@@ -53,6 +53,23 @@ function table(caption, head, rows, empty = "None.") {
 
 const td = (html, num = false) => `<td${num ? ' class="num"' : ""}>${html}</td>`;
 
+// Attempts per minute over the last hour as bars: succeeded below, failed on top.
+function chart(minutes) {
+  const width = 600, height = 80, slot = width / Math.max(minutes.length, 1);
+  const peak = Math.max(1, ...minutes.map((m) => m.attempts));
+  const total = minutes.reduce((n, m) => n + m.attempts, 0);
+  const bars = minutes.map((m, i) => {
+    const failed = m.retryableFailures + m.terminalFailures + m.unknown + m.interrupted;
+    const ok = (m.succeeded / peak) * height, bad = (failed / peak) * height;
+    const x = (i * slot + 1).toFixed(1), w = Math.max(slot - 2, 1).toFixed(1);
+    return `<rect class="ok" x="${x}" y="${(height - ok).toFixed(1)}" width="${w}" height="${ok.toFixed(1)}"></rect>` +
+      `<rect class="bad" x="${x}" y="${(height - ok - bad).toFixed(1)}" width="${w}" height="${bad.toFixed(1)}"></rect>`;
+  }).join("");
+  const label = `Attempts per minute over the last hour: ${total} in all, at most ${peak === 1 && total === 0 ? 0 : peak} in a minute`;
+  return `<figure id="chart" data-total="${total}"><svg role="img" aria-label="${esc(label)}" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}"><title>${esc(label)}</title>${bars}</svg>
+    <figcaption>Attempts per minute, the last hour (the right end is now): succeeded, and failed on top.</figcaption></figure>`;
+}
+
 // ---- pages ---------------------------------------------------------------------------------
 
 async function overview() {
@@ -76,6 +93,7 @@ async function overview() {
       <dt>Paused targets</dt><dd id="paused-targets">${esc(stats.pausedTargets)}</dd>
       <dt>Database</dt><dd>${esc((stats.databaseBytes / 1048576).toFixed(1))} MiB</dd>
     </dl>
+    ${chart(stats.byMinute ?? [])}
     ${table("Attempts", ["Window", "Attempts", "Succeeded", "Failed, retried", "Failed for good", "Unknown"], [window("last 5 minutes", stats.lastFiveMinutes), window("last hour", stats.lastHour)])}
     ${table("Paused or failing targets", ["Target", "Pending", "Failed last hour", "Paused"], trouble.map((t) => [
       td(`<a href="#/deliveries?target=${encodeURIComponent(t.origin)}">${esc(t.origin)}</a>`),
