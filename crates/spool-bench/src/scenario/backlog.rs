@@ -72,7 +72,13 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
         let mut daemon = Daemon::start(&bench.spec(&dir, &[])).await?;
         let ready = daemon.wait_ready().await?;
         let at_ready = daemon.memory()?;
-        for path in ["/metrics", "/v1/stats"] {
+        // What a scrape asks, and what the dashboard's overview and deliveries pages ask.
+        for path in [
+            "/metrics",
+            "/v1/stats",
+            "/v1/targets?limit=100",
+            "/v1/deliveries?limit=50&order=desc",
+        ] {
             let (median, max) = time_gets(&daemon, path).await?;
             let r = &mut bench.results;
             r.record(

@@ -507,14 +507,6 @@ pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Re
                 .into(),
         ));
     }
-    let time = |name: &str, value: Option<&str>| {
-        value
-            .map(|t| {
-                spool_proto::units::parse_time(t)
-                    .map_err(|e| invalid(format!("filter.{name}: {e}")))
-            })
-            .transpose()
-    };
     let filter = model::ListFilter {
         status: filter.status.map(store_status),
         origin: filter
@@ -522,8 +514,8 @@ pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Re
             .as_deref()
             .map(super::targets::target_origin)
             .transpose()?,
-        created_after: time("createdAfter", filter.created_after.as_deref())?,
-        created_before: time("createdBefore", filter.created_before.as_deref())?,
+        created_after: super::filter_time("createdAfter", filter.created_after.as_deref())?,
+        created_before: super::filter_time("createdBefore", filter.created_before.as_deref())?,
         last_error_code: filter
             .last_error_code
             .map(|code| {

@@ -274,6 +274,20 @@ pub(crate) fn decision_note(note: Option<String>) -> Result<String, ApiError> {
     Ok(note.to_owned())
 }
 
+/// A bulk filter's time field (`filter.createdAfter`, …): RFC 3339, in milliseconds.
+pub(crate) fn filter_time(
+    name: &str,
+    value: Option<&str>,
+) -> Result<Option<spool_store::model::Millis>, ApiError> {
+    value
+        .map(|t| {
+            spool_proto::units::parse_time(t).map_err(|e| {
+                ApiError::new(ErrorCode::InvalidRequest, format!("filter.{name}: {e}"))
+            })
+        })
+        .transpose()
+}
+
 /// 32 lowercase hex characters: a delivery's or a task's id.
 pub(crate) fn is_id(s: &str) -> bool {
     s.len() == 32

@@ -376,18 +376,10 @@ pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Re
                 .into(),
         ));
     }
-    let time = |name: &str, value: Option<&str>| {
-        value
-            .map(|t| {
-                spool_proto::units::parse_time(t)
-                    .map_err(|e| invalid(format!("filter.{name}: {e}")))
-            })
-            .transpose()
-    };
     let filter = model::TaskFilter {
         status: filter.status.map(store_status),
-        created_after: time("createdAfter", filter.created_after.as_deref())?,
-        created_before: time("createdBefore", filter.created_before.as_deref())?,
+        created_after: super::filter_time("createdAfter", filter.created_after.as_deref())?,
+        created_before: super::filter_time("createdBefore", filter.created_before.as_deref())?,
         task_type: filter.task_type,
     };
     let dry_run = req.dry_run.unwrap_or(false);
