@@ -34,6 +34,15 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
     None
 }
 
+/// Lets the test's task finish, however the test ends: its script waits for this file.
+struct Release(PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, b"go");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_dashboard_shows_the_api_and_its_buttons_act() {
     let Some((uitools, chromium)) = tools() else {
@@ -43,9 +52,22 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    // A task that says one line, waits for the test to say go, and says two more.
+    let go = dir.path().join("go");
+    let _release = Release(go.clone());
+    let config = dir.path().join("spoold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tasks.talk]\ncommand = [\"/bin/sh\", \"-c\", \"echo line 1; i=0; while [ ! -e \\\"$GO\\\" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo line 2; echo line 3\"]\ntimeout = \"60s\"\nenv = {{ GO = {go:?} }}\n"
+        ),
+    )
+    .expect("write config");
     let opts = process_opts(&dir).args([
         "--auth-token-file".to_owned(),
         token_file.display().to_string(),
+        "--config".to_owned(),
+        config.display().to_string(),
     ]);
     let daemon = DaemonProcess::start(opts).await.expect("daemon");
     let api = Api::with_token(daemon.base_url(), TOKEN);
@@ -69,6 +91,18 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
         .expect("create");
     assert_eq!(status, 201);
 
+    let (status, _, task) = api
+        .request(
+            http::Method::POST,
+            "/v1/tasks",
+            Some(br#"{"type": "talk"}"#.to_vec()),
+        )
+        .await
+        .expect("submit");
+    assert_eq!(status, 201);
+    let task: serde_json::Value = serde_json::from_slice(&task).expect("JSON");
+    let task = task["id"].as_str().expect("task id").to_owned();
+
     let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
     std::fs::create_dir_all(&shots).expect("screenshot directory");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/ui/dashboard.cjs");
@@ -79,6 +113,8 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
         .env("TOKEN", TOKEN)
         .env("TARGET", r.url("/").trim_end_matches('/'))
         .env("SHOTS", &shots)
+        .env("TASK", &task)
+        .env("GO", &go)
         .env("CHROMIUM", &chromium);
     let out = spool_testkit::run_in_group(node, Duration::from_secs(120))
         .await

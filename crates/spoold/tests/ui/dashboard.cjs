@@ -99,6 +99,20 @@ async function eventually(what, check) {
     assert.ok(t && !t.paused, "resumed in the API");
   });
 
+  // A running task's output is followed live: the first line, then the rest once the script
+  // is let go; then the page shows how it ended.
+  await page.goto(`${BASE_URL}/ui#/task/${process.env.TASK}`);
+  await page.waitForSelector("#task-status");
+  await eventually("the first line", async () => {
+    assert.match(await page.textContent("#task-output"), /line 1/);
+  });
+  require("node:fs").writeFileSync(process.env.GO, "go");
+  await eventually("the rest, live", async () => {
+    assert.match(await page.textContent("#task-output"), /line 1\nline 2\nline 3/);
+  });
+  await page.waitForSelector("#task-status .status-succeeded");
+  await shot("task");
+
   // Tasks and locks load.
   for (const [name, heading] of [["tasks", "Tasks"], ["locks", "Locks"]]) {
     await page.goto(`${BASE_URL}/ui#/${name}`);

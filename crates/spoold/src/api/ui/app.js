@@ -176,13 +176,14 @@ async function tasks(query) {
 }
 
 async function task(id) {
-  const [t, attempts, transitions] = await Promise.all([
+  const [t, attempts, transitions, steps] = await Promise.all([
     api("GET", `/v1/tasks/${id}`),
     api("GET", `/v1/tasks/${id}/attempts`),
     api("GET", `/v1/tasks/${id}/transitions`),
+    api("GET", `/v1/tasks/${id}/steps`),
   ]);
   let output = "";
-  if (attempts.attempts.length > 0) {
+  if (attempts.attempts.length > 0 && t.status !== "running") {
     output = await api("GET", `/v1/tasks/${id}/output`).catch((e) => `(${e.message})`);
   }
   const buttons = [];
@@ -197,7 +198,8 @@ async function task(id) {
     ${table("Attempts", ["#", "Started", "Outcome", "Exit", "Error"], attempts.attempts.map((a) => [
       td(esc(a.number), true), td(esc(a.startedAt)), td(statusCell(a.outcome ?? "running")), td(esc(a.exitCode ?? a.signal ?? ""), true), td(esc(a.error ?? "")),
     ]))}
-    <h2>Output of the latest attempt${t.status === "running" ? " (refreshed every 2 s while it runs)" : ""}</h2><pre id="task-output">${esc(output || "(none)")}</pre>
+    ${table("Steps done", ["Step", "Attempt", "At"], steps.steps.map((s) => [td(`<code>${esc(s.name)}</code>`), td(esc(s.attempt), true), td(esc(s.at))]), "No steps reported.")}
+    <h2>Output of the latest attempt${t.status === "running" ? " (live)" : ""}</h2><pre id="task-output" aria-live="off">${t.status === "running" ? "" : esc(output || "(none)")}</pre>
     <h2>Transitions</h2>
     <ol class="timeline">${transitions.transitions.map((x) => `<li><time>${esc(x.at)}</time> ${esc(x.from ?? "·")} → ${statusCell(x.to)} <span class="muted">(${esc(x.reason)}${x.note ? `: ${esc(x.note)}` : ""})</span></li>`).join("")}</ol>`;
 }
@@ -224,10 +226,37 @@ function login(message) {
 // ---- routing and actions -------------------------------------------------------------------
 
 let refresh = null;
+// The output stream of a running task's attempt being followed, stopped when the page changes.
+let following = null;
+
+// Follow a running attempt's output as it is written (the API streams it until the attempt
+// ends), then show the task as it ended.
+async function follow(id) {
+  following = new AbortController();
+  const pre = document.getElementById("task-output");
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  try {
+    const response = await fetch(`/v1/tasks/${id}/output?follow=true`, { headers, signal: following.signal });
+    if (!response.ok || !response.body) return;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pre.textContent += value;
+    }
+    refresh = setTimeout(render, 300);
+  } catch (e) {
+    if (e.name !== "AbortError") say(`output: ${e.message}`, true);
+  }
+}
 let rendered = false;
 
 async function render() {
   clearTimeout(refresh);
+  following?.abort();
+  following = null;
   const [path, search = ""] = location.hash.replace(/^#/, "").split("?");
   const query = new URLSearchParams(search);
   const parts = path.split("/").filter(Boolean);
@@ -250,7 +279,7 @@ async function render() {
     }
     main.innerHTML = html;
     forget.hidden = !sessionStorage.getItem(TOKEN_KEY);
-    if (parts[0] === "task" && document.querySelector("#task-status .status-running")) refresh = setTimeout(render, 2000);
+    if (parts[0] === "task" && document.querySelector("#task-status .status-running")) follow(parts[1]);
   } catch (e) {
     if (e instanceof Unauthorized) {
       main.innerHTML = login(sessionStorage.getItem(TOKEN_KEY) ? "That token was refused." : "This spoold asks for a bearer token.");
@@ -316,5 +345,9 @@ forget.addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN_KEY);
   render();
 });
-window.addEventListener("hashchange", render);
+// A new page starts without the last page's message.
+window.addEventListener("hashchange", () => {
+  say("");
+  render();
+});
 render();
