@@ -325,6 +325,7 @@ fn from_journal(lines: &[Line], tally: &mut Tally) -> anyhow::Result<Vec<ExportR
                 body_base64: base64::engine::general_purpose::STANDARD
                     .encode(body.unwrap_or_default()),
                 status: DeliveryStatus::Pending,
+                // One attempt left at least: an in-flight one that was the last is sent again.
                 attempts: i64::from(d.attempts.min(d.max_attempts.saturating_sub(1))),
                 uncharged: 0,
                 max_attempts: i64::from(d.max_attempts),

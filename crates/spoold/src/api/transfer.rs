@@ -10,32 +10,31 @@
 //! recorded as interrupted, not charged), an at-most-once one whose attempt had started
 //! `unknown` (it may have arrived), one only reserved pending again.
 
+use super::{first_values, json, page_cursor, page_limit, ApiError, SharedState};
+use crate::deliveries::submission::{self, Rules};
+use axum::body::Body as HttpBody;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use futures_util::future::join_all;
 use serde_json::value::RawValue;
 use spool_proto::transfer::{
-    BodyKind, ExportRecord, ExportedAttempt, ExportedCheck, ExportedDelivery, ExportedTransition,
-    EXPORT_FORMAT,
+    BodyKind, ExportPage, ExportRecord, ExportedAttempt, ExportedCheck, ExportedDelivery,
+    ExportedTransition, ImportRequest, ImportResult, ImportResults, EXPORT_FORMAT,
 };
-use spool_proto::{CreateDelivery, DeliveryMode, Reconcile, Sign};
+use spool_proto::{CreateDelivery, DeliveryMode, ErrorBody, ErrorCode, Reconcile, Sign};
 use spool_store::model::{
     self, Attempt, Body, Check, Delivery, DeliveryRecord, DeliveryStatus, Millis, Mode, Transition,
     DEFAULT_OBSERVATION_WINDOW_MS,
 };
 
-use axum::body::Body as HttpBody;
-use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
-use axum::response::Response;
-use futures_util::future::join_all;
-use spool_proto::transfer::{ExportPage, ImportRequest, ImportResult, ImportResults};
-use spool_proto::{ErrorBody, ErrorCode};
-
-use super::{first_values, json, page_cursor, page_limit, ApiError, SharedState};
-use crate::deliveries::submission::{self, Rules};
-
 /// The most records one import request may carry.
 pub const MAX_IMPORT_RECORDS: usize = 500;
+/// Body bytes after which an export page ends early: with one more body of at most 1 MiB, a
+/// page stays under spoolctl's 4 MiB answer limit.
+const MAX_PAGE_BODY_BYTES: usize = 1 << 20;
 /// The largest import request: 500 records of small deliveries, or a few with 1 MiB bodies.
 const MAX_IMPORT_BYTES: usize = 64 << 20;
 
@@ -64,18 +63,29 @@ pub async fn export(
     let limit = page_limit(&params)?;
     let cursor = page_cursor(&params)?;
     let page = state.store.list_filtered(filter, limit, cursor).await?;
-    let mut records = Vec::with_capacity(page.deliveries.len());
-    for d in page.deliveries {
+    let rows = page.deliveries.len();
+    let mut records = Vec::with_capacity(rows);
+    let mut next_cursor = page.next_cursor;
+    let mut body_bytes = 0;
+    for (n, d) in page.deliveries.into_iter().enumerate() {
+        let id = d.id.clone();
         // One purged since the page was read is left out.
         if let Some(record) = state.store.export(d.id).await? {
+            body_bytes += record.delivery.body.as_ref().map_or(0, |b| b.bytes().len());
             records.push(to_export(record));
+        }
+        // Large bodies end a page early (the next one starts after this delivery), so that a
+        // page stays a few MiB whatever the bodies.
+        if body_bytes >= MAX_PAGE_BODY_BYTES && n + 1 < rows {
+            next_cursor = Some(id);
+            break;
         }
     }
     Ok(json(
         StatusCode::OK,
         &ExportPage {
             records,
-            next_cursor: page.next_cursor,
+            next_cursor,
         },
     ))
 }
@@ -281,8 +291,12 @@ pub fn from_export(
         Body::None => (None, None),
         Body::Json(b) => (
             Some(
-                RawValue::from_string(String::from_utf8_lossy(b).into_owned())
-                    .map_err(|err| format!("the JSON body does not parse: {err}"))?,
+                String::from_utf8(b.clone())
+                    .map_err(|err| format!("the JSON body is not UTF-8: {err}"))
+                    .and_then(|text| {
+                        RawValue::from_string(text)
+                            .map_err(|err| format!("the JSON body does not parse: {err}"))
+                    })?,
             ),
             None,
         ),

@@ -211,3 +211,34 @@ async fn an_export_imported_elsewhere_is_the_same_queue() {
     let (status, _) = api.get(&"f".repeat(32)).await.expect("get");
     assert_eq!(status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_bodies_end_an_export_page_early() {
+    let dir = TempDir::new().expect("temp dir");
+    let daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let body = base64::engine::general_purpose::STANDARD.encode(vec![7u8; 700 << 10]);
+    for n in 0..3 {
+        let (status, d) = api
+            .create(json!({"targetUrl": format!("http://127.0.0.1:9/big/{n}"),
+                           "bodyBase64": body, "notBefore": "2099-01-01T00:00:00Z"}))
+            .await
+            .expect("create");
+        assert_eq!(status, 201, "{d}");
+    }
+    let (_, _, bytes) = api
+        .request(http::Method::GET, "/v1/export?limit=100", None)
+        .await
+        .expect("export");
+    let page: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(page["records"].as_array().map(Vec::len), Some(2));
+    assert!(page["nextCursor"].is_string(), "the page ended early");
+    assert!(bytes.len() < 4 << 20, "{} bytes", bytes.len());
+    assert_eq!(
+        export_all(&api).await.len(),
+        3,
+        "every delivery, over pages"
+    );
+}
