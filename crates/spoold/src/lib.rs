@@ -22,6 +22,7 @@ pub mod deliveries;
 pub mod logging;
 pub mod metrics;
 mod schema_watch;
+pub mod systemd;
 pub mod tasks;
 mod unix_socket;
 

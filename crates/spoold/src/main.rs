@@ -1,5 +1,6 @@
 //! The `spoold` binary: flags, logging, signals (SIGTERM/SIGINT stop it gracefully, SIGHUP
-//! reloads the configuration). Everything else is in the library.
+//! reloads the configuration), and telling systemd (`Type=notify`) when it is ready, reloading
+//! or stopping, and that it is alive. Everything else is in the library.
 //!
 //! Exit codes: 0 after a clean shutdown, 1 if the daemon cannot start (database locked,
 //! corrupt or too new, address in use) or stopped by itself (a shared database migrated past
@@ -46,20 +47,39 @@ fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
         .thread_name("spoold")
         .build()
         .map_err(|e| (1, format!("cannot start the async runtime: {e}")))?;
+    let notifier = std::sync::Arc::new(spoold::systemd::Notifier::from_env());
     runtime.block_on(async {
         let mut running = spoold::start(config)
             .await
             .map_err(|e| (1, e.to_string()))?;
         let mut signals = Signals::new().map_err(|e| (1, format!("cannot handle signals: {e}")))?;
+        // The store is open and the API listens: ready, for systemd too.
+        let ready = format!("READY=1\nSTATUS=listening on {}", running.bound);
+        notifier.send(&ready);
+        if let Some(every) = notifier.watchdog_every() {
+            let notifier = std::sync::Arc::clone(&notifier);
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(every);
+                loop {
+                    ticks.tick().await;
+                    notifier.send("WATCHDOG=1");
+                }
+            });
+        }
         loop {
             tokio::select! {
                 signal = signals.next() => match signal {
                     Signal::Stop => break,
-                    Signal::Reload => reload(&mut running),
+                    Signal::Reload => {
+                        notifier.reloading();
+                        reload(&mut running);
+                        notifier.send(&ready);
+                    }
                 },
                 () = running.stopping() => break,
             }
         }
+        notifier.send("STOPPING=1\nSTATUS=stopping");
         running.shutdown();
         running.wait().await.map_err(|why| (1, why))
     })

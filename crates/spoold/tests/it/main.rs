@@ -27,6 +27,7 @@ mod shared_db;
 mod signing;
 mod ssrf_netns;
 mod storage_faults;
+mod systemd;
 mod task_locks;
 mod task_output;
 mod task_processes;
