@@ -88,6 +88,12 @@ pub struct Args {
     #[arg(long)]
     pub check_config: bool,
 
+    /// Print the configuration in effect — flags, environment, the configuration file and
+    /// defaults combined — as a configuration file would say it (secrets masked), and exit:
+    /// 0, or 2 when it does not load. Opens no database, listens nowhere.
+    #[arg(long, conflicts_with = "check_config")]
+    pub print_config: bool,
+
     /// PostgreSQL: connections this host opens to the database in all (at least 5). The default
     /// lets ten hosts share a server at PostgreSQL's default max_connections (100).
     #[arg(
@@ -250,6 +256,93 @@ pub struct Config {
 }
 
 impl Config {
+    /// The configuration in effect, as lines of a configuration file (the keys `--config`
+    /// takes), with what the file alone declares (task types, target rules, secrets) named in
+    /// comments. Secrets are masked: the token is said to be set, keys are not shown, a
+    /// PostgreSQL URL loses its password.
+    pub fn print(&self) -> String {
+        use spool_proto::units::format_duration as d;
+        let listen = match &self.listen {
+            Listen::Tcp(addr) => addr.to_string(),
+            Listen::Unix(path) => format!("unix:{}", path.display()),
+        };
+        let allow: Vec<String> = self
+            .allow_targets
+            .iter()
+            .map(|c| format!("{:?}", c.to_string()))
+            .collect();
+        let cgroup = match &self.task_cgroup {
+            crate::tasks::cgroup::CgroupChoice::Auto => "auto".to_owned(),
+            crate::tasks::cgroup::CgroupChoice::Off => "off".to_owned(),
+            crate::tasks::cgroup::CgroupChoice::Path(p) => p.display().to_string(),
+        };
+        let mut out = String::from(
+            "# spoold's configuration in effect: flags, environment, configuration file and \
+             defaults combined (secrets masked)\n",
+        );
+        let mut line = |key: &str, value: String| out.push_str(&format!("{key} = {value}\n"));
+        line("listen", format!("{listen:?}"));
+        line("db", format!("{:?}", self.db.to_string()));
+        line(
+            "data_dir",
+            format!("{:?}", self.data_dir.display().to_string()),
+        );
+        line("max_db_bytes", self.max_db_bytes.to_string());
+        line("db_connections", self.db_connections.to_string());
+        line("strict", self.strict.to_string());
+        line("concurrency", self.concurrency.to_string());
+        line(
+            "per_target_concurrency",
+            self.per_target_concurrency.to_string(),
+        );
+        line("request_timeout", format!("{:?}", d(self.request_timeout)));
+        line("lease", format!("{:?}", d(self.lease)));
+        line(
+            "shutdown_timeout",
+            format!("{:?}", d(self.shutdown_timeout)),
+        );
+        line("retry_base", format!("{:?}", d(self.retry_base)));
+        line("retry_cap", format!("{:?}", d(self.retry_cap)));
+        line("reconcile_base", format!("{:?}", d(self.reconcile_base)));
+        line(
+            "retry_window",
+            format!("{:?}", self.retry_window.map_or_else(|| "0".to_owned(), d)),
+        );
+        line(
+            "terminal_retention",
+            format!("{:?}", d(self.terminal_retention)),
+        );
+        line(
+            "allow_private_targets",
+            self.allow_private_targets.to_string(),
+        );
+        line("allow_target", format!("[{}]", allow.join(", ")));
+        line("max_redirects", self.max_redirects.to_string());
+        line("breaker_failures", self.breaker_failures.to_string());
+        line("breaker_window", format!("{:?}", d(self.breaker_window)));
+        line("task_concurrency", self.task_concurrency.to_string());
+        line("task_lease", format!("{:?}", d(self.task_lease)));
+        line("task_cgroup", format!("{cgroup:?}"));
+        out.push_str(&format!(
+            "# auth token: {}\n# task types: {}\n# target rules: {}; secrets: {}\n",
+            if self.auth_token.is_some() {
+                "set (from --auth-token-file; not shown)"
+            } else {
+                "none (the API asks for no token)"
+            },
+            match self.task_types.names() {
+                names if names.is_empty() => "none".to_owned(),
+                names => names.join(", "),
+            },
+            self.target_rules.len(),
+            match self.target_rules.secret_names().collect::<Vec<_>>() {
+                names if names.is_empty() => "none".to_owned(),
+                names => format!("{} (keys not shown)", names.join(", ")),
+            },
+        ));
+        out
+    }
+
     /// The settings a running daemon keeps as it started with them — all but the declared task
     /// types — that differ in `other`, by their flag names: a reload (SIGHUP) names them and
     /// keeps them; they take effect at the next start.

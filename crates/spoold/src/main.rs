@@ -4,7 +4,8 @@
 //!
 //! Exit codes: 0 after a clean shutdown, 1 if the daemon cannot start (database locked,
 //! corrupt or too new, address in use) or stopped by itself (a shared database migrated past
-//! it), 2 for invalid flags. `--check-config` exits 0 or 2 without starting.
+//! it), 2 for invalid flags. `--check-config` and `--print-config` exit 0 or 2 without
+//! starting.
 
 use std::process::ExitCode;
 
@@ -36,7 +37,12 @@ fn main() -> ExitCode {
 /// whoever started it (not a second copy in the log format).
 fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
     let check_only = args.check_config;
+    let print_only = args.print_config;
     let config = args.into_config().map_err(|e| (2, e.to_string()))?;
+    if print_only {
+        print!("{}", config.print());
+        return Ok(());
+    }
     if check_only {
         let summary = spoold::check_config(&config).map_err(|e| (2, e.to_string()))?;
         println!("{summary}");

@@ -478,3 +478,70 @@ fn check_config_says_whether_a_start_would_work_and_starts_nothing() {
     );
     assert!(o.stdout.is_empty());
 }
+
+#[test]
+fn print_config_says_what_is_in_effect_masked_and_reads_back() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cr3t-token-0123456789abcdefghijklmnop\n").expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let key = dir.path().join("ops.key");
+    std::fs::write(&key, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n").expect("key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let config = dir.path().join("spoold.toml");
+    std::fs::write(
+        &config,
+        format!("concurrency = 12\n\n[secrets]\nops = {{ file = {key:?} }}\n"),
+    )
+    .expect("config");
+    let spoold = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_spoold"))
+            .args(args)
+            .env_remove("SPOOLD_LOG_FORMAT")
+            .env_remove("SPOOLD_LISTEN")
+            .output()
+            .expect("spoold runs")
+    };
+    let o = spoold(&[
+        "--print-config",
+        "--config",
+        &config.display().to_string(),
+        "--db",
+        "postgres://spool:hunter2@127.0.0.1:5432/spool",
+        "--auth-token-file",
+        &token.display().to_string(),
+        "--request-timeout",
+        "7s",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    for wanted in [
+        "concurrency = 12\n",
+        "request_timeout = \"7s\"\n",
+        "listen = \"127.0.0.1:8080\"\n",
+        "db = \"postgres://spool:***@127.0.0.1:5432/spool\"\n",
+        "# auth token: set",
+        "secrets: ops (keys not shown)",
+    ] {
+        assert!(printed.contains(wanted), "{wanted:?} in\n{printed}");
+    }
+    for secret in ["hunter2", "s3cr3t-token", "MfKQ9r8G"] {
+        assert!(!printed.contains(secret), "{secret} shown:\n{printed}");
+    }
+    // What it prints is a configuration file spoold takes.
+    let again = dir.path().join("printed.toml");
+    std::fs::write(&again, &printed).expect("write");
+    let o = spoold(&["--check-config", "--config", &again.display().to_string()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
