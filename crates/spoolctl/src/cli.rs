@@ -236,6 +236,12 @@ pub enum Command {
         /// The shell to generate the script for
         shell: clap_complete::Shell,
     },
+    /// Print the manual page (roff) to stdout
+    #[command(
+        long_about = "Print the manual page (roff) to stdout, generated from these \
+            definitions.\n\nRead it with: spoolctl man | man -l -"
+    )]
+    Man,
 }
 
 const STEP_EXAMPLE: &str = "\

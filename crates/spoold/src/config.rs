@@ -94,6 +94,10 @@ pub struct Args {
     #[arg(long, conflicts_with = "check_config")]
     pub print_config: bool,
 
+    /// Print the manual page (roff) to stdout and exit: `spoold --man | man -l -`.
+    #[arg(long)]
+    pub man: bool,
+
     /// PostgreSQL: connections this host opens to the database in all (at least 5). The default
     /// lets ten hosts share a server at PostgreSQL's default max_connections (100).
     #[arg(
@@ -214,6 +218,14 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
 pub enum Listen {
     Tcp(SocketAddr),
     Unix(PathBuf),
+}
+
+/// spoold(1): the manual page (roff), generated from the flags' definitions.
+pub fn man_page() -> std::io::Result<Vec<u8>> {
+    use clap::CommandFactory as _;
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Args::command()).render(&mut page)?;
+    Ok(page)
 }
 
 /// A validated configuration.

@@ -20,6 +20,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.man {
+        return match spoold::config::man_page() {
+            Ok(page) => {
+                use std::io::Write as _;
+                match std::io::stdout().write_all(&page) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(_) => ExitCode::from(1),
+                }
+            }
+            Err(e) => {
+                eprintln!("spoold: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let log = spoold::logging::init(args.log_format);
     let result = run(args);
     // Every log line is out before the one-line error, and before the process ends.

@@ -1,5 +1,5 @@
-//! `spoolctl completion <shell>`: a completion script generated from the clap definitions, so
-//! it always matches the command line.
+//! `spoolctl completion <shell>` and `spoolctl man`: a completion script and the manual page,
+//! generated from the clap definitions, so they always match the command line.
 
 use clap::CommandFactory;
 use clap_complete::Shell;
@@ -13,5 +13,13 @@ pub fn run(shell: Shell, out: &mut Output<'_>) -> anyhow::Result<Exit> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "spoolctl", &mut script);
     out.raw(&script)?;
+    Ok(Exit::Success)
+}
+
+/// `spoolctl man`: spoolctl(1).
+pub fn man(out: &mut Output<'_>) -> anyhow::Result<Exit> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+    out.raw(&page)?;
     Ok(Exit::Success)
 }

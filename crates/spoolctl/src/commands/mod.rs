@@ -98,6 +98,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         match cli.command {
             Command::Version => version::run(out)?,
             Command::Completion { shell } => completion::run(shell, out)?,
+            Command::Man => completion::man(out)?,
             Command::Send(args) => block_on(send::run(&connect(global)?, *args, out))?,
             Command::List(args) => block_on(list::run(&connect(global)?, args, out))?,
             Command::Get(args) => block_on(get::run(&connect(global)?, args, out))?,

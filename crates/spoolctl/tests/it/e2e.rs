@@ -1133,3 +1133,25 @@ async fn a_spoold_journal_brings_its_pending_deliveries() {
         stdout(&o)
     );
 }
+
+/// `docs/man/spoolctl.1` is what `spoolctl man` prints (regenerate with UPDATE_SNAPSHOTS=1).
+#[test]
+fn the_committed_manual_page_is_current() {
+    let o = spoolctl().arg("man").output().expect("spoolctl runs");
+    assert!(o.status.success());
+    let committed =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/man/spoolctl.1");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&committed, &o.stdout).expect("write the page");
+    }
+    let page = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        page.contains(".TH spoolctl 1") && page.contains("export"),
+        "{page}"
+    );
+    assert_eq!(
+        std::fs::read(&committed).expect("docs/man/spoolctl.1"),
+        o.stdout,
+        "docs/man/spoolctl.1 is stale; regenerate with UPDATE_SNAPSHOTS=1 cargo nextest run -p spoolctl manual"
+    );
+}
