@@ -84,15 +84,24 @@ pub async fn import(
                 .with_context(|| format!("open {}", args.file.display()))?,
         )
     };
-    let lines = read_lines(reader)?;
+    let mut lines = Lines::new(reader);
     let mut tally = Tally::default();
-    let records = if args.spoold_journal {
-        from_journal(&lines, &mut tally)?
+    let mut batch = Batch::default();
+    if args.spoold_journal {
+        // The journal is replayed whole: a later record of a delivery replaces an earlier one.
+        let lines = lines
+            .by_ref()
+            .collect::<std::io::Result<Vec<Line>>>()
+            .context("read")?;
+        for record in from_journal(&lines, &mut tally)? {
+            batch.push(client, record, &mut tally).await?;
+        }
     } else {
-        let mut records = Vec::with_capacity(lines.len());
-        for line in &lines {
+        // An export is read a line at a time and sent a batch at a time: any size fits.
+        for line in lines {
+            let line = line.context("read")?;
             match serde_json::from_str::<ExportRecord>(&line.text) {
-                Ok(record) => records.push(record),
+                Ok(record) => batch.push(client, record, &mut tally).await?,
                 Err(e) if line.torn => tally.torn(line.number, &e.to_string()),
                 Err(e) => {
                     eprintln!("spoolctl: line {}: not an export record: {e}", line.number);
@@ -100,21 +109,8 @@ pub async fn import(
                 }
             }
         }
-        records
-    };
-    let mut batch: Vec<ExportRecord> = Vec::new();
-    let mut batch_bytes = 0;
-    for record in records {
-        batch_bytes += record.delivery.body_base64.len() + 1024;
-        batch.push(record);
-        if batch.len() >= BATCH || batch_bytes >= BATCH_BYTES {
-            send(client, std::mem::take(&mut batch), &mut tally).await?;
-            batch_bytes = 0;
-        }
     }
-    if !batch.is_empty() {
-        send(client, batch, &mut tally).await?;
-    }
+    batch.flush(client, &mut tally).await?;
     out.line(&tally.summary())?;
     if tally.refused() > 0 {
         return Err(anyhow!(
@@ -123,6 +119,39 @@ pub async fn import(
         ));
     }
     Ok(Exit::Success)
+}
+
+/// Records waiting to be sent in one import request.
+#[derive(Default)]
+struct Batch {
+    records: Vec<ExportRecord>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// Add `record`; send the batch once it is full.
+    async fn push(
+        &mut self,
+        client: &Client,
+        record: ExportRecord,
+        tally: &mut Tally,
+    ) -> anyhow::Result<()> {
+        self.bytes += record.delivery.body_base64.len() + 1024;
+        self.records.push(record);
+        if self.records.len() >= BATCH || self.bytes >= BATCH_BYTES {
+            self.flush(client, tally).await?;
+        }
+        Ok(())
+    }
+
+    /// Send what is waiting, if anything.
+    async fn flush(&mut self, client: &Client, tally: &mut Tally) -> anyhow::Result<()> {
+        self.bytes = 0;
+        match std::mem::take(&mut self.records) {
+            records if records.is_empty() => Ok(()),
+            records => send(client, records, tally).await,
+        }
+    }
 }
 
 async fn send(
@@ -209,23 +238,44 @@ struct Line {
     torn: bool,
 }
 
-fn read_lines(reader: Box<dyn Read>) -> anyhow::Result<Vec<Line>> {
-    let mut reader = BufReader::new(reader);
-    let mut lines = Vec::new();
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        if reader.read_until(b'\n', &mut buf).context("read")? == 0 {
-            return Ok(lines);
+/// The non-blank lines of a reader, one at a time.
+struct Lines {
+    reader: BufReader<Box<dyn Read>>,
+    number: usize,
+}
+
+impl Lines {
+    fn new(reader: Box<dyn Read>) -> Lines {
+        Lines {
+            reader: BufReader::new(reader),
+            number: 0,
         }
-        let torn = buf.last() != Some(&b'\n');
-        let text = String::from_utf8_lossy(&buf).trim_end().to_owned();
-        if !text.is_empty() {
-            lines.push(Line {
-                number: lines.len() + 1,
-                text,
-                torn,
-            });
+    }
+}
+
+impl Iterator for Lines {
+    type Item = std::io::Result<Line>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match self.reader.read_until(b'\n', &mut buf) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(e)),
+            }
+            // Only the last line can lack its newline.
+            let torn = buf.last() != Some(&b'\n');
+            let text = String::from_utf8_lossy(&buf).trim_end().to_owned();
+            if !text.is_empty() {
+                self.number += 1;
+                return Some(Ok(Line {
+                    number: self.number,
+                    text,
+                    torn,
+                }));
+            }
         }
     }
 }

@@ -191,7 +191,7 @@ async fn an_export_imported_elsewhere_is_the_same_queue() {
     let mut refused = records[0].clone();
     refused["delivery"]["id"] = json!("e".repeat(32));
     refused["delivery"]["idempotencyKey"] = json!("other");
-    refused["delivery"]["targetUrl"] = json!("ftp://example.com/x");
+    refused["delivery"]["targetUrl"] = json!("ftp://127.0.0.1/x");
     let results = import(&api, &[other, same_key, refused]).await;
     assert_eq!(
         outcomes(&results),
