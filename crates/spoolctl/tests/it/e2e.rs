@@ -1137,21 +1137,47 @@ async fn a_spoold_journal_brings_its_pending_deliveries() {
 /// `docs/man/spoolctl.1` is what `spoolctl man` prints (regenerate with UPDATE_SNAPSHOTS=1).
 #[test]
 fn the_committed_manual_page_is_current() {
-    let o = spoolctl().arg("man").output().expect("spoolctl runs");
-    assert!(o.status.success());
-    let committed =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/man/spoolctl.1");
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&committed, &o.stdout).expect("write the page");
-    }
-    let page = String::from_utf8_lossy(&o.stdout);
+    let page = committed_output_is_current(&["man"], "docs/man/spoolctl.1", "manual");
     assert!(
         page.contains(".TH spoolctl 1") && page.contains("export"),
         "{page}"
     );
+}
+
+/// The completion scripts the package installs are what `spoolctl completion SHELL` prints
+/// (regenerate with UPDATE_SNAPSHOTS=1).
+#[test]
+fn the_committed_completions_are_current() {
+    for (shell, file, says) in [
+        ("bash", "spoolctl.bash", "complete -F _spoolctl"),
+        ("zsh", "_spoolctl", "#compdef spoolctl"),
+        ("fish", "spoolctl.fish", "complete -c spoolctl"),
+    ] {
+        let script = committed_output_is_current(
+            &["completion", shell],
+            &format!("deploy/completions/{file}"),
+            "completions",
+        );
+        assert!(script.contains(says), "{shell}: {script}");
+        assert!(script.contains("export"), "{shell}: every command is in it");
+    }
+}
+
+/// Run spoolctl with `args` and compare its output with the committed file `path` (relative to
+/// the workspace), writing it first when UPDATE_SNAPSHOTS is set. Returns the output.
+fn committed_output_is_current(args: &[&str], path: &str, filter: &str) -> String {
+    let o = spoolctl().args(args).output().expect("spoolctl runs");
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    let committed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&committed, &o.stdout).expect("write the snapshot");
+    }
     assert_eq!(
-        std::fs::read(&committed).expect("docs/man/spoolctl.1"),
+        std::fs::read(&committed).unwrap_or_default(),
         o.stdout,
-        "docs/man/spoolctl.1 is stale; regenerate with UPDATE_SNAPSHOTS=1 cargo nextest run -p spoolctl manual"
+        "{path} is stale; regenerate with UPDATE_SNAPSHOTS=1 cargo nextest run -p spoolctl {filter}"
     );
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -99,19 +99,20 @@ async fn systemd_hears_ready_watchdog_reloading_and_stopping() {
     assert!(stopping.starts_with("STOPPING=1"), "{stopping:?}");
 }
 
-/// `deploy/systemd/spoold.service` with its `ExecStart` binary replaced by `spoold`.
+/// `deploy/systemd/spoold.service` with its `ExecStart` binary replaced by `spoold`, and its
+/// command line with the configuration file the package installs as /etc/spoold/spoold.toml
+/// read from the repository (`deploy/spoold.toml`).
 fn unit_for(spoold: &std::path::Path) -> (String, Vec<String>) {
-    let unit = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../deploy/systemd/spoold.service"),
-    )
-    .expect("the unit file");
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let unit =
+        std::fs::read_to_string(deploy.join("systemd/spoold.service")).expect("the unit file");
+    let shipped = deploy.join("spoold.toml").display().to_string();
     let exec: Vec<String> = unit
         .lines()
         .find_map(|l| l.strip_prefix("ExecStart="))
         .expect("an ExecStart line")
         .split_whitespace()
-        .map(str::to_owned)
+        .map(|arg| arg.replace("/etc/spoold/spoold.toml", &shipped))
         .collect();
     let unit = unit.replace("/usr/bin/spoold", &spoold.display().to_string());
     (unit, exec)
@@ -126,10 +127,13 @@ async fn the_unit_file_verifies_and_its_command_line_is_accepted() {
         "KillMode=mixed",
         "WatchdogSec=",
         "StateDirectory=spoold",
+        "Delegate=yes",
+        "--config /etc/spoold/spoold.toml",
     ] {
         assert!(unit.contains(wanted), "{wanted}");
     }
-    // The flags it starts spoold with are ones spoold takes.
+    // The flags it starts spoold with, and the configuration file the package ships, are ones
+    // spoold takes; they keep the queue in the state directory and the API on loopback.
     let mut check = tokio::process::Command::new(&spoold);
     check.args(&exec[1..]).arg("--check-config");
     let out = spool_testkit::run_in_group(check, WAIT)
@@ -140,6 +144,18 @@ async fn the_unit_file_verifies_and_its_command_line_is_accepted() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let mut print = tokio::process::Command::new(&spoold);
+    print.args(&exec[1..]).arg("--print-config");
+    let out = spool_testkit::run_in_group(print, WAIT)
+        .await
+        .expect("spoold --print-config");
+    let effective = String::from_utf8_lossy(&out.stdout);
+    for wanted in [
+        r#"db = "/var/lib/spoold/spoold.db""#,
+        r#"listen = "127.0.0.1:8080""#,
+    ] {
+        assert!(effective.contains(wanted), "{wanted}: {effective}");
+    }
 
     let Some(analyze) = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"]
         .into_iter()

@@ -156,3 +156,40 @@ fn every_flag_is_in_the_readme() {
         "flags missing from README's table: {missing:?}"
     );
 }
+
+/// Every setting (a flag that is not an action of its own) is a key of the configuration file
+/// the package installs, `deploy/spoold.toml`, set or commented out with its default.
+#[test]
+fn every_setting_is_in_the_shipped_configuration_file() {
+    use clap::CommandFactory as _;
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/spoold.toml"),
+    )
+    .expect("deploy/spoold.toml");
+    let keys: Vec<&str> = shipped
+        .lines()
+        .map(|l| l.trim_start_matches("# "))
+        .filter_map(|l| l.split_once(" = ").map(|(key, _)| key))
+        .collect();
+    let missing: Vec<String> = spoold::config::Args::command()
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|long| {
+            ![
+                "help",
+                "version",
+                "config",
+                "check-config",
+                "print-config",
+                "man",
+            ]
+            .contains(long)
+        })
+        .map(|long| long.replace('-', "_"))
+        .filter(|key| !keys.contains(&key.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "settings missing from deploy/spoold.toml: {missing:?}"
+    );
+}
