@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, Semaphore};
 
+pub use schema::LATEST as SCHEMA_VERSION;
 pub use writer::{CommitObserver, WriterStats};
 
 use crate::clock::Clock;

@@ -37,6 +37,7 @@ mod tasks;
 mod tidy;
 mod tls;
 mod transfer;
+mod upgrade;
 mod validation;
 
 use std::path::PathBuf;
