@@ -3,6 +3,7 @@
 //! a real SQLite file in a temporary directory, and a real HTTP receiver on 127.0.0.1.
 
 mod at_most_once;
+mod backup;
 mod breaker;
 mod bulk;
 mod bytes;
