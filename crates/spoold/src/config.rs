@@ -265,6 +265,8 @@ pub struct Config {
     pub task_concurrency: u32,
     pub task_lease: Duration,
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
+    /// `--log-format` (the binary sets logging up from it; kept to be printed).
+    pub log_format: LogFormat,
 }
 
 impl Config {
@@ -274,10 +276,6 @@ impl Config {
     /// PostgreSQL URL loses its password.
     pub fn print(&self) -> String {
         use spool_proto::units::format_duration as d;
-        let listen = match &self.listen {
-            Listen::Tcp(addr) => addr.to_string(),
-            Listen::Unix(path) => format!("unix:{}", path.display()),
-        };
         let allow: Vec<String> = self
             .allow_targets
             .iter()
@@ -293,7 +291,22 @@ impl Config {
              defaults combined (secrets masked)\n",
         );
         let mut line = |key: &str, value: String| out.push_str(&format!("{key} = {value}\n"));
-        line("listen", format!("{listen:?}"));
+        match &self.listen {
+            Listen::Tcp(addr) => line("listen", format!("{:?}", addr.to_string())),
+            Listen::Unix(path) => line("unix_socket", format!("{:?}", path.display().to_string())),
+        }
+        if let Some(token) = &self.auth_token {
+            line(
+                "auth_token_file",
+                format!("{:?}", token.file().display().to_string()),
+            );
+        }
+        let log_format = match self.log_format {
+            LogFormat::Auto => "auto",
+            LogFormat::Json => "json",
+            LogFormat::Text => "text",
+        };
+        line("log_format", format!("{log_format:?}"));
         line("db", format!("{:?}", self.db.to_string()));
         line(
             "data_dir",
@@ -338,7 +351,7 @@ impl Config {
         out.push_str(&format!(
             "# auth token: {}\n# task types: {}\n# target rules: {}; secrets: {}\n",
             if self.auth_token.is_some() {
-                "set (from --auth-token-file; not shown)"
+                "set (read from auth_token_file; not shown)"
             } else {
                 "none (the API asks for no token)"
             },
@@ -393,9 +406,14 @@ impl Config {
             task_concurrency => "--task-concurrency",
             task_lease => "--task-lease",
             task_cgroup => "--task-cgroup",
+            log_format => "--log-format",
         );
         // Its `Debug` hides the value.
-        let token = |c: &Config| c.auth_token.as_ref().map(|t| t.0.clone());
+        let token = |c: &Config| {
+            c.auth_token
+                .as_ref()
+                .map(|t| (t.token.clone(), t.file.clone()))
+        };
         if token(self) != token(other) {
             changed.push("--auth-token-file");
         }
@@ -403,9 +421,12 @@ impl Config {
     }
 }
 
-/// The API bearer token. Its `Debug` never shows the value.
+/// The API bearer token, and the file it was read from. Its `Debug` never shows the value.
 #[derive(Clone)]
-pub struct AuthToken(String);
+pub struct AuthToken {
+    token: String,
+    file: PathBuf,
+}
 
 impl AuthToken {
     /// Shortest token accepted, in bytes.
@@ -434,11 +455,19 @@ impl AuthToken {
                 Self::MIN_BYTES
             )));
         }
-        Ok(AuthToken(token.to_owned()))
+        Ok(AuthToken {
+            token: token.to_owned(),
+            file: path.to_owned(),
+        })
     }
 
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.token
+    }
+
+    /// The file the token was read from (`--auth-token-file`).
+    pub fn file(&self) -> &Path {
+        &self.file
     }
 }
 
@@ -574,6 +603,7 @@ impl Args {
             task_concurrency: self.task_concurrency,
             task_lease: self.task_lease,
             task_cgroup: self.task_cgroup,
+            log_format: self.log_format,
         })
     }
 }

@@ -527,6 +527,8 @@ fn print_config_says_what_is_in_effect_masked_and_reads_back() {
         "listen = \"127.0.0.1:8080\"\n",
         "db = \"postgres://spool:***@127.0.0.1:5432/spool\"\n",
         "# auth token: set",
+        &format!("auth_token_file = {:?}\n", token.display().to_string()),
+        "log_format = \"auto\"\n",
         "secrets: ops (keys not shown)",
     ] {
         assert!(printed.contains(wanted), "{wanted:?} in\n{printed}");
@@ -534,15 +536,46 @@ fn print_config_says_what_is_in_effect_masked_and_reads_back() {
     for secret in ["hunter2", "s3cr3t-token", "MfKQ9r8G"] {
         assert!(!printed.contains(secret), "{secret} shown:\n{printed}");
     }
-    // What it prints is a configuration file spoold takes.
-    let again = dir.path().join("printed.toml");
-    std::fs::write(&again, &printed).expect("write");
-    let o = spoold(&["--check-config", "--config", &again.display().to_string()]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
+    // What it prints is a configuration file spoold takes, and that file prints the same (the
+    // token file, the listen address or socket and the log format included).
+    let socket = dir.path().join("api.sock").display().to_string();
+    let with_socket = |text: &str| {
+        let o = spoold(&["--print-config", "--config", text, "--unix-socket", &socket]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for printed in [printed.clone(), with_socket(&config.display().to_string())] {
+        let again = dir.path().join("printed.toml");
+        std::fs::write(&again, &printed).expect("write");
+        let again = again.display().to_string();
+        let o = spoold(&["--check-config", "--config", &again]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // (Task types, rules and secrets are only named in comments: the settings are equal.)
+        let settings = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        let o = spoold(&["--print-config", "--config", &again]);
+        assert_eq!(
+            settings(&String::from_utf8_lossy(&o.stdout)),
+            settings(&printed)
+        );
+    }
+    assert!(
+        with_socket(&config.display().to_string()).contains(&format!("unix_socket = {socket:?}\n")),
+        "a unix socket is printed as unix_socket"
     );
 }
 
