@@ -11,6 +11,13 @@ use std::process::ExitCode;
 
 use spoold::config::{normalize_go_flags, parse_args, ArgsError};
 
+/// The static (musl) builds allocate with mimalloc, which (feature `override`) also replaces
+/// musl's `malloc` for SQLite: musl's own allocator halved enqueue and end-to-end throughput
+/// (docs/BENCHMARKS.md, "Static binaries"). glibc builds keep the system allocator.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = match parse_args(normalize_go_flags(std::env::args())) {
         Ok(args) => args,
