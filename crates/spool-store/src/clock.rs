@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::model::Millis;
+/// Milliseconds since the Unix epoch, UTC. Every timestamp in the store contract is one of these,
+/// so that backends agree without sharing a date type.
+pub type Millis = i64;
 
 /// How far the wall clock may move away from the store's clock before the step is logged.
 const STEP_LOGGED_MS: Millis = 2_000;

@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-/// Milliseconds since the Unix epoch, UTC. Every timestamp in the store contract is one of these,
-/// so that backends agree without sharing a date type.
-pub type Millis = i64;
+pub use crate::clock::Millis;
 
 /// Where a delivery is in its life.
 ///

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::model::Millis;
+use crate::clock::Millis;
 
 /// Where a task is in its life.
 ///

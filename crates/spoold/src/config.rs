@@ -481,6 +481,10 @@ impl std::fmt::Debug for AuthToken {
 /// `--concurrency` is smaller).
 pub const DEFAULT_PER_TARGET: u32 = 8;
 
+/// At most once: the longest wait between two reconcile checks of one delivery (and so the
+/// largest `--reconcile-base`).
+pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(300);
+
 /// The least a lease must exceed the request timeout by (see `Args::into_config`).
 pub const LEASE_SLACK: Duration = Duration::from_secs(2);
 
@@ -569,9 +573,7 @@ impl Args {
         if self.retry_base.is_zero() || self.retry_cap < self.retry_base {
             return err("--retry-base must be greater than 0 and at most --retry-cap");
         }
-        if self.reconcile_base.is_zero()
-            || self.reconcile_base > crate::deliveries::reconcile::MAX_CHECK_INTERVAL
-        {
+        if self.reconcile_base.is_zero() || self.reconcile_base > MAX_CHECK_INTERVAL {
             return err("--reconcile-base must be greater than 0 and at most 5m");
         }
         Ok(Config {

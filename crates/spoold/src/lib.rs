@@ -265,7 +265,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         connect_timeout: config.request_timeout,
         max_redirects: config.max_redirects,
     })?;
-    let metrics = Arc::new(metrics::Metrics::new(&config));
+    let metrics = Arc::new(metrics::Metrics::new(metrics::Settings {
+        max_db_bytes: config.max_db_bytes,
+        allow_private_targets: config.allow_private_targets,
+        allowed_target_ranges: config.allow_targets.len(),
+        max_redirects: config.max_redirects,
+    }));
     let activity = Arc::new(activity::Activity::default());
     let control = Arc::new(scheduler::TargetControl::default());
     store.observe_commits(metrics.clone());

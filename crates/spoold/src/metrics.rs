@@ -109,8 +109,17 @@ fn attempt_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
 }
 
+/// The settings the `spoold_config_*` and `spoold_journal_max_bytes` gauges show.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub max_db_bytes: u64,
+    pub allow_private_targets: bool,
+    pub allowed_target_ranges: usize,
+    pub max_redirects: u32,
+}
+
 impl Metrics {
-    pub fn new(config: &crate::config::Config) -> Metrics {
+    pub fn new(config: Settings) -> Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             deliveries: Family::default(),
@@ -353,7 +362,7 @@ impl Metrics {
         m.allow_private_targets
             .set(i64::from(config.allow_private_targets));
         m.allowed_target_ranges
-            .set(config.allow_targets.len() as i64);
+            .set(config.allowed_target_ranges as i64);
         m.max_redirects.set(i64::from(config.max_redirects));
         for status in DeliveryStatus::ALL {
             let _ = m.deliveries.get_or_create(&StatusLabel {

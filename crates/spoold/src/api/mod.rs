@@ -77,7 +77,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/metrics", get(system::metrics))
-        .route("/v1/openapi.json", get(system::openapi))
+        .route("/v1/openapi.json", get(openapi::openapi))
         .route("/ui", get(ui::index))
         .route("/ui/", get(ui::index))
         .route("/ui/app.js", get(ui::app))

@@ -5,6 +5,8 @@
 
 use std::sync::OnceLock;
 
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde_json::{json, Value};
 use utoipa::OpenApi;
 
@@ -49,7 +51,7 @@ use utoipa::OpenApi;
         super::system::healthz,
         super::system::readyz,
         super::system::metrics,
-        super::system::openapi,
+        openapi,
     ),
     components(schemas(
         spool_proto::CreateDelivery,
@@ -130,6 +132,12 @@ pub fn value() -> &'static Value {
         add_rules(&mut doc);
         doc
     })
+}
+
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system",
+    responses((status = 200, description = "This document")))]
+pub async fn openapi() -> Response {
+    super::json(StatusCode::OK, value())
 }
 
 /// The document as pretty JSON, as committed in `docs/openapi.json`.

@@ -1,4 +1,4 @@
-//! Liveness, readiness, metrics and the OpenAPI document.
+//! Liveness, readiness and metrics.
 //!
 //! Readiness is a real durable write, and `/readyz` needs no token: so the write is made at most
 //! once per [`READINESS_TTL`] (or sooner if a write has failed since), and every probe in between
@@ -123,10 +123,4 @@ async fn probe_store(state: &SharedState) -> Result<(), String> {
         result: result.clone(),
     });
     result
-}
-
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "system",
-    responses((status = 200, description = "This document")))]
-pub async fn openapi() -> Response {
-    json(StatusCode::OK, super::openapi::value())
 }

@@ -361,9 +361,6 @@ impl TargetHealth {
     }
 }
 
-/// The `User-Agent` sent unless the delivery sets its own.
-pub const USER_AGENT_VALUE: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"));
-
 impl Deliverer {
     /// Run one attempt to the end and record it; while the target keeps answering, go on with
     /// its next due deliveries, one commit per delivery. Once the target has answered quickly
@@ -1073,7 +1070,7 @@ fn request_headers(claimed: &Claimed, rules: &TargetRules) -> Result<http::Heade
         }
     }
     if !headers.contains_key(USER_AGENT) {
-        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        headers.insert(USER_AGENT, HeaderValue::from_static(outbound::USER_AGENT));
     }
     if let Ok(v) = HeaderValue::from_str(&claimed.id) {
         headers.insert(spool_proto::DELIVERY_ID_HEADER, v);

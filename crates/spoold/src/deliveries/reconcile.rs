@@ -36,9 +36,6 @@ use crate::metrics::{Metrics, ResultLabel};
 /// The largest reconcile answer read (and the largest 2xx body searched for a remote id).
 pub const MAX_ANSWER_BYTES: usize = 1 << 20;
 
-/// The longest wait between two checks of one delivery.
-pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(300);
-
 /// Checks run at once, at most.
 const PARALLEL_CHECKS: usize = 8;
 
@@ -197,11 +194,11 @@ pub fn verdict(
     }
 }
 
-/// `base · 2^checks_done` after `now`, at most [`MAX_CHECK_INTERVAL`], and never after the
+/// `base · 2^checks_done` after `now`, at most [`MAX_CHECK_INTERVAL`](crate::config::MAX_CHECK_INTERVAL), and never after the
 /// window closes (the last check is made then).
 pub fn next_check(now: Millis, review_at: Millis, checks_done: u32, base: Duration) -> Millis {
     let factor = 2f64.powi(checks_done.min(30) as i32);
-    let wait = (base.as_secs_f64() * factor).min(MAX_CHECK_INTERVAL.as_secs_f64());
+    let wait = (base.as_secs_f64() * factor).min(crate::config::MAX_CHECK_INTERVAL.as_secs_f64());
     (now + (wait * 1000.0) as Millis).min(review_at.max(now))
 }
 
@@ -359,7 +356,7 @@ impl Reconciler {
         if !headers.contains_key(http::header::USER_AGENT) {
             headers.insert(
                 http::header::USER_AGENT,
-                HeaderValue::from_static(crate::deliveries::deliver::USER_AGENT_VALUE),
+                HeaderValue::from_static(outbound::USER_AGENT),
             );
         }
         // Never the delivery's own `X-Spoold-Delivery-ID` or attempt headers: the query is not

@@ -193,3 +193,135 @@ fn every_setting_is_in_the_shipped_configuration_file() {
         "settings missing from deploy/spoold.toml: {missing:?}"
     );
 }
+
+/// No two modules of a crate import each other, directly or through others (a module and its
+/// own submodules aside): each file has a place in one order, and can be read knowing only what
+/// is below it. References are read from `crate::`, `super::` and `self::` paths (and `use`
+/// groups) in code outside comments and `#[cfg(test)]` modules.
+#[test]
+fn modules_import_each_other_in_no_circle() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut circles = Vec::new();
+    for entry in std::fs::read_dir(&crates).expect("crates").flatten() {
+        let src = entry.path().join("src");
+        if src.is_dir() {
+            circles.extend(circles_in(&src));
+        }
+    }
+    assert!(circles.is_empty(), "modules in a circle: {circles:#?}");
+}
+
+/// The circles among the modules under `src`, each as `a -> b -> … -> a`.
+fn circles_in(src: &Path) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let path_re =
+        regex::Regex::new(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)(::\{[^}]*\})?")
+            .expect("regex");
+    let mut files: BTreeMap<Vec<String>, PathBuf> = BTreeMap::new();
+    for file in sources().into_iter().filter(|p| p.starts_with(src)) {
+        let rel = file
+            .strip_prefix(src)
+            .expect("under src")
+            .with_extension("");
+        let mut module: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if module.last().is_some_and(|m| m == "mod") {
+            module.pop();
+        }
+        if module == ["lib"] || module == ["main"] {
+            continue;
+        }
+        files.insert(module, file);
+    }
+    let resolve = |path: &[String]| -> Option<Vec<String>> {
+        (1..=path.len())
+            .rev()
+            .map(|n| path[..n].to_vec())
+            .find(|prefix| files.contains_key(prefix))
+    };
+    let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (module, file) in &files {
+        let text = std::fs::read_to_string(file).expect("read");
+        let code: String = text
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let deps = edges.entry(module.clone()).or_default();
+        for m in path_re.captures_iter(&code) {
+            let mut segments: Vec<String> = m[2]
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            let mut base: Vec<String> = match &m[1] {
+                "crate" => Vec::new(),
+                "self" => module.clone(),
+                // `super` of `a/b.rs` and of `a/b/mod.rs` alike is `a`.
+                _ => module[..module.len().saturating_sub(1)].to_vec(),
+            };
+            while segments.first().is_some_and(|s| s == "super") {
+                segments.remove(0);
+                base.pop();
+            }
+            base.extend(segments);
+            let mut targets = vec![base.clone()];
+            if let Some(group) = m.get(3) {
+                for item in group
+                    .as_str()
+                    .trim_start_matches("::{")
+                    .trim_end_matches('}')
+                    .split(',')
+                {
+                    let first = item.trim().split("::").next().unwrap_or_default();
+                    let first = first.split_whitespace().next().unwrap_or_default();
+                    if !first.is_empty() && first != "self" {
+                        let mut path = base.clone();
+                        path.push(first.to_owned());
+                        targets.push(path);
+                    }
+                }
+            }
+            for target in targets {
+                if let Some(found) = resolve(&target) {
+                    if !related(&found, module) {
+                        deps.insert(found);
+                    }
+                }
+            }
+        }
+    }
+    // A circle is an edge a -> b with a path back from b to a.
+    let mut circles = Vec::new();
+    for (a, deps) in &edges {
+        for b in deps {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![vec![b.clone()]];
+            while let Some(path) = stack.pop() {
+                let last = path.last().expect("a path").clone();
+                if &last == a {
+                    let mut names: Vec<String> = vec![a.join("/")];
+                    names.extend(path.iter().map(|m| m.join("/")));
+                    circles.push(format!("{}: {}", src.display(), names.join(" -> ")));
+                    stack.clear();
+                    break;
+                }
+                if !seen.insert(last.clone()) {
+                    continue;
+                }
+                for next in edges.get(&last).into_iter().flatten() {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push(longer);
+                }
+            }
+        }
+    }
+    circles
+}

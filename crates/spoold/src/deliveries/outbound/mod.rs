@@ -25,6 +25,9 @@ pub use policy::{AddressPolicy, Cidr, Denied};
 /// How much of a response body is kept (for `lastError`).
 pub const MAX_RESPONSE_EXCERPT: usize = 4096;
 
+/// The `User-Agent` sent (to targets and in reconcile checks) unless a delivery sets its own.
+pub const USER_AGENT: &str = concat!("spoold/", env!("CARGO_PKG_VERSION"));
+
 /// How long past its deadline a request may still take to hand over an answer that is already
 /// on its way (read by the connection's own task): a host paused past the deadline while the
 /// answer arrived reads it instead of calling the outcome unknown.
