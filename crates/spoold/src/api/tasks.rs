@@ -8,21 +8,17 @@ use axum::body::Body as HttpBody;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 use spool_proto::units::{format_duration, format_time};
 use spool_proto::{
     BulkResult, ErrorBody, ErrorCode, ResolveTask, SubmitTask, TaskAttemptList, TaskAttemptView,
     TaskBulkRequest, TaskList, TaskParamView, TaskResolveOutcome, TaskStatus, TaskTransitionList,
     TaskTransitionView, TaskTypeList, TaskTypeView, TaskView,
 };
-use spool_store::tasks::{self as model, NewTask, TaskAction, TaskInsert};
+use spool_store::tasks::{self as model, TaskAction, TaskInsert};
 
 use super::{first_values, json, page_cursor, page_limit, ApiError, SharedState};
 use crate::metrics::TypeLabel;
-use crate::tasks::types::render;
-
-/// The largest submission accepted.
-const MAX_SUBMISSION_BYTES: usize = 64 * 1024;
+use crate::tasks::submission;
 
 #[utoipa::path(
     post, path = "/v1/tasks", tag = "tasks",
@@ -44,77 +40,20 @@ pub async fn submit(State(state): State<SharedState>, body: HttpBody) -> Respons
 }
 
 async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, ApiError> {
-    let invalid = |m: String| ApiError::new(ErrorCode::InvalidRequest, m);
-    let bytes = axum::body::to_bytes(body, MAX_SUBMISSION_BYTES)
+    let bytes = axum::body::to_bytes(body, submission::MAX_SUBMISSION_BYTES)
         .await
-        .map_err(|_| invalid("decode JSON: request body too large".into()))?;
-    let req: SubmitTask =
-        serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
-    let name = req.task_type.unwrap_or_default();
-    let declared = state.task_types.now();
-    let Some(kind) = declared.get(&name) else {
-        return Err(ApiError::new(
-            ErrorCode::UnknownTaskType,
-            if name.is_empty() {
-                "type is required: one of the declared task types (GET /v1/task-types)".to_owned()
-            } else {
-                format!("task type {name:?} is not declared (GET /v1/task-types)")
-            },
-        ));
-    };
-    let params = kind
-        .check_params(&req.params.unwrap_or_default())
-        .map_err(|e| {
-            let code = match e.code {
-                "unknown_param" => ErrorCode::UnknownParam,
-                "missing_param" => ErrorCode::MissingParam,
-                _ => ErrorCode::InvalidParams,
-            };
-            ApiError::new(code, e.message)
+        .map_err(|_| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                "decode JSON: request body too large",
+            )
         })?;
-    let given_key = req
-        .idempotency_key
-        .map(|k| k.trim().to_owned())
-        .filter(|k| !k.is_empty());
-    let key = match (&kind.idempotency_key, given_key) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(format!(
-                "task type {name} derives its idempotency key from its parameters; do not give \
-                 idempotencyKey"
-            )))
-        }
-        (Some(template), None) => Some(render(template, &params)),
-        (None, Some(k)) if k.len() > spool_proto::MAX_KEY_BYTES => {
-            return Err(invalid("idempotencyKey must not exceed 256 bytes".into()))
-        }
-        (None, given) => given,
-    };
-    let not_before = req
-        .not_before
-        .as_deref()
-        .map(|t| {
-            spool_proto::units::parse_time(t).map_err(|_| {
-                invalid("notBefore must be an RFC 3339 time, e.g. 2026-07-18T12:00:00Z".into())
-            })
-        })
-        .transpose()?;
-    let params_json =
-        serde_json::to_string(&params).map_err(|e| invalid(format!("params: {e}")))?;
-    let new = NewTask {
-        id: uuid::Uuid::now_v7().simple().to_string(),
-        task_type: name.clone(),
-        scope: render(&kind.scope, &params),
-        idempotency_key: key,
-        digest: digest(&name, &params),
-        params: params_json,
-        max_attempts: kind.max_attempts,
-        not_before,
-        queue_timeout_ms: kind.queue_timeout.map(|d| d.as_millis() as i64),
-        retry_deadline_ms: kind.retry_deadline.map(|d| d.as_millis() as i64),
-        locks: kind.locks(&params),
-    };
+    let declared = state.task_types.now();
+    let new = submission::decode(&bytes)
+        .and_then(|req| submission::validate(req, &declared))
+        .map_err(|r| ApiError::new(r.code, r.message))?;
     let label = TypeLabel {
-        task_type: name.clone(),
+        task_type: new.task_type.clone(),
     };
     let (status, task) = match state.store.insert_task(new).await {
         Ok(TaskInsert::Created(t)) => {
@@ -146,23 +85,6 @@ async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, A
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
-}
-
-/// What makes two submissions the same task: the type and every parameter (defaults filled in).
-fn digest(task_type: &str, params: &BTreeMap<String, String>) -> Vec<u8> {
-    let mut h = Sha256::new();
-    let mut field = |bytes: &[u8]| {
-        h.update(bytes.len().to_string().as_bytes());
-        h.update(b":");
-        h.update(bytes);
-    };
-    field(b"spoold-task-v1");
-    field(task_type.as_bytes());
-    for (name, value) in params {
-        field(name.as_bytes());
-        field(value.as_bytes());
-    }
-    h.finalize().to_vec()
 }
 
 #[utoipa::path(

@@ -1,7 +1,8 @@
 //! Ops tasks: pre-declared commands run as durable tasks. `types` holds the declared types (from
-//! the configuration file), `runner` claims and runs their attempts, `exec` is the only place
-//! that spawns processes. The store keeps tasks, attempts and transitions and enforces the
-//! state machine; nothing here is remembered only in memory.
+//! the configuration file), `submission` turns a submission into a task to store, `runner`
+//! claims and runs their attempts, `exec` is the only place that spawns processes. The store
+//! keeps tasks, attempts and transitions and enforces the state machine; nothing here is
+//! remembered only in memory.
 
 pub mod bulk;
 pub mod cgroup;
@@ -9,6 +10,7 @@ pub mod exec;
 pub mod output;
 pub mod processes;
 pub mod runner;
+pub mod submission;
 pub mod types;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,125 @@
+//! Turning a submission into a [`NewTask`]: JSON decoding (`invalid_request`), the declared
+//! type (`unknown_task_type`), its parameters (`unknown_param`, `missing_param`,
+//! `invalid_params`), the business key (given, or rendered from the type's template) and the
+//! digest that makes two submissions the same task. The same shape as
+//! `deliveries::submission`: the API layer only reads the body, calls [`decode`] and
+//! [`validate`], and hands the result to the store.
+//!
+//! Parse, don't validate: a `NewTask` exists only if every rule held.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+use spool_proto::{ErrorCode, SubmitTask};
+use spool_store::tasks::NewTask;
+
+use super::types::render;
+use super::TaskTypes;
+
+/// The largest submission accepted.
+pub const MAX_SUBMISSION_BYTES: usize = 64 * 1024;
+
+/// A refused submission: the code and message for the error envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+fn invalid(message: impl Into<String>) -> Rejection {
+    Rejection {
+        code: ErrorCode::InvalidRequest,
+        message: message.into(),
+    }
+}
+
+/// Decode one JSON object.
+pub fn decode(bytes: &[u8]) -> Result<SubmitTask, Rejection> {
+    if bytes.len() > MAX_SUBMISSION_BYTES {
+        return Err(invalid("decode JSON: request body too large"));
+    }
+    serde_json::from_slice(bytes).map_err(|e| invalid(format!("decode JSON: {e}")))
+}
+
+/// Check a submission against the declared types and build the task to store.
+pub fn validate(req: SubmitTask, declared: &TaskTypes) -> Result<NewTask, Rejection> {
+    let name = req.task_type.unwrap_or_default();
+    let Some(kind) = declared.get(&name) else {
+        return Err(Rejection {
+            code: ErrorCode::UnknownTaskType,
+            message: if name.is_empty() {
+                "type is required: one of the declared task types (GET /v1/task-types)".to_owned()
+            } else {
+                format!("task type {name:?} is not declared (GET /v1/task-types)")
+            },
+        });
+    };
+    let params = kind
+        .check_params(&req.params.unwrap_or_default())
+        .map_err(|e| Rejection {
+            code: match e.code {
+                "unknown_param" => ErrorCode::UnknownParam,
+                "missing_param" => ErrorCode::MissingParam,
+                _ => ErrorCode::InvalidParams,
+            },
+            message: e.message,
+        })?;
+    let given_key = req
+        .idempotency_key
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty());
+    let key = match (&kind.idempotency_key, given_key) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(format!(
+                "task type {name} derives its idempotency key from its parameters; do not give \
+                 idempotencyKey"
+            )))
+        }
+        (Some(template), None) => Some(render(template, &params)),
+        (None, Some(k)) if k.len() > spool_proto::MAX_KEY_BYTES => {
+            return Err(invalid("idempotencyKey must not exceed 256 bytes"))
+        }
+        (None, given) => given,
+    };
+    let not_before = req
+        .not_before
+        .as_deref()
+        .map(|t| {
+            spool_proto::units::parse_time(t).map_err(|_| {
+                invalid("notBefore must be an RFC 3339 time, e.g. 2026-07-18T12:00:00Z")
+            })
+        })
+        .transpose()?;
+    let params_json =
+        serde_json::to_string(&params).map_err(|e| invalid(format!("params: {e}")))?;
+    Ok(NewTask {
+        id: uuid::Uuid::now_v7().simple().to_string(),
+        scope: render(&kind.scope, &params),
+        idempotency_key: key,
+        digest: digest(&name, &params),
+        params: params_json,
+        max_attempts: kind.max_attempts,
+        not_before,
+        queue_timeout_ms: kind.queue_timeout.map(|d| d.as_millis() as i64),
+        retry_deadline_ms: kind.retry_deadline.map(|d| d.as_millis() as i64),
+        locks: kind.locks(&params),
+        task_type: name,
+    })
+}
+
+/// What makes two submissions the same task: the type and every parameter (defaults filled in).
+fn digest(task_type: &str, params: &BTreeMap<String, String>) -> Vec<u8> {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update(bytes.len().to_string().as_bytes());
+        h.update(b":");
+        h.update(bytes);
+    };
+    field(b"spoold-task-v1");
+    field(task_type.as_bytes());
+    for (name, value) in params {
+        field(name.as_bytes());
+        field(value.as_bytes());
+    }
+    h.finalize().to_vec()
+}
