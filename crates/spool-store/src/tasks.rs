@@ -378,7 +378,9 @@ pub struct TaskAttemptEnd {
 }
 
 /// Where a finished attempt takes its task: decided here, the same for every backend, from
-/// how the attempt ended and what the store knows of the task.
+/// how the attempt ended and what the store knows of the task. A backend reads the row, calls
+/// [`TaskEnd::decide`] and writes what it says: the task leaves `running` for [`Self::status`]
+/// (with [`Self::locks`]), then [`Self::then`] says what follows in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskEnd {
     /// What the task leaves `running` for.
@@ -388,10 +390,46 @@ pub struct TaskEnd {
     pub note: Option<String>,
     pub error_code: Option<String>,
     pub error: Option<String>,
-    /// Then pending again at this time (a retry).
-    pub retry_at: Option<Millis>,
-    /// Then on to `manual_review` (`partial_failure`): `status` is `failed`.
-    pub partial: bool,
+    /// What leaving `running` does with the task's locks.
+    pub locks: Locks,
+    /// What follows the first change.
+    pub then: Then,
+}
+
+/// What a status change does with a task's locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locks {
+    /// Give them up unless the task is (still) `running` or `pending`.
+    Release,
+    /// Keep them: the change is the first half of a retry that holds its locks.
+    Keep,
+}
+
+impl Locks {
+    /// Whether a change to `to` with this choice gives the task's locks up.
+    pub fn released_by(self, to: TaskStatus) -> bool {
+        self == Locks::Release && !matches!(to, TaskStatus::Running | TaskStatus::Pending)
+    }
+}
+
+/// What a finished attempt's task does after it left `running`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Nothing: the task ended where it went (`finished_at` is set).
+    End,
+    /// On to `manual_review` (from `failed`): it failed after some of its steps were done.
+    Review,
+    /// Pending again at `at` (`finished_at` stays unset). `release_locks`: give the locks up
+    /// first (the type does not hold them between attempts).
+    Retry { at: Millis, release_locks: bool },
+}
+
+impl Then {
+    /// The reason, the note and the error code of the change to `manual_review`.
+    pub const REVIEW: (&'static str, &'static str) = (
+        "partial_failure",
+        "it failed after some of its steps were done",
+    );
 }
 
 impl TaskEnd {
@@ -401,7 +439,9 @@ impl TaskEnd {
     /// A requested cancel wins over every outcome but success: the task ends `canceled` and
     /// nothing runs again, whatever the attempt exited with — the operator was told the cancel
     /// was taken. A success stays a success: its work is done, and saying otherwise would
-    /// invite someone to do it again.
+    /// invite someone to do it again. A failure or timeout after steps were done, of a type
+    /// that asks for it (`review_partial`), goes to review instead of a retry; any other end
+    /// with a `retry_at` is pending again then, keeping its locks if the type holds them.
     pub fn decide(end: &TaskAttemptEnd, cancel_requested: bool, has_steps: bool) -> TaskEnd {
         if cancel_requested && !matches!(end.outcome, TaskStatus::Succeeded | TaskStatus::Canceled)
         {
@@ -419,13 +459,21 @@ impl TaskEnd {
                 error: Some(format!(
                     "canceled by an operator; the attempt then ended: {what}"
                 )),
-                retry_at: None,
-                partial: false,
+                locks: Locks::Release,
+                then: Then::End,
             };
         }
         let partial = end.review_partial
             && has_steps
             && matches!(end.outcome, TaskStatus::Failed | TaskStatus::TimedOut);
+        let then = match end.retry_at {
+            _ if partial => Then::Review,
+            Some(at) => Then::Retry {
+                at,
+                release_locks: !end.hold_locks,
+            },
+            None => Then::End,
+        };
         TaskEnd {
             // A partial failure is recorded as `failed` (a timed-out attempt too: the edge to
             // `manual_review` is from `failed`), then goes to review.
@@ -441,8 +489,38 @@ impl TaskEnd {
             note: None,
             error_code: end.error_code.clone(),
             error: end.error.clone(),
-            retry_at: if partial { None } else { end.retry_at },
-            partial,
+            locks: if matches!(then, Then::Retry { .. }) && end.hold_locks {
+                Locks::Keep
+            } else {
+                Locks::Release
+            },
+            then,
+        }
+    }
+
+    /// The task's `finished_at` after the first change: now, unless it is to run again.
+    pub fn finished_at(&self, now: Millis) -> Option<Millis> {
+        (!matches!(self.then, Then::Retry { .. })).then_some(now)
+    }
+}
+
+/// What an operator's cancel does to a task in `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOf {
+    /// Running: the cancel is recorded (`cancel_requested`) and its runner ends the attempt.
+    Request,
+    /// Pending or in review: canceled at once, from `status`.
+    Now(TaskStatus),
+    /// Already ended: nothing to cancel.
+    Invalid(TaskStatus),
+}
+
+impl CancelOf {
+    pub fn decide(status: TaskStatus) -> CancelOf {
+        match status {
+            TaskStatus::Running => CancelOf::Request,
+            TaskStatus::Pending | TaskStatus::ManualReview => CancelOf::Now(status),
+            other => CancelOf::Invalid(other),
         }
     }
 }
@@ -617,6 +695,89 @@ mod tests {
             assert_eq!(st.as_str().parse::<TaskStatus>().ok(), Some(st));
         }
         assert!("in_flight".parse::<TaskStatus>().is_err());
+    }
+
+    /// Where an attempt's end takes its task, as a table: how it ended, whether a cancel was
+    /// asked for, the type's partial-failure review and lock policy, and whether steps were
+    /// done → the status it leaves `running` for, what that does to its locks, what follows.
+    #[test]
+    fn an_attempts_end_decides_its_task() {
+        use TaskStatus::*;
+        const AT: Millis = 5_000;
+        let retry = |release_locks| Then::Retry {
+            at: AT,
+            release_locks,
+        };
+        // (outcome, retry_at, cancel_requested, review_partial, has_steps, hold_locks)
+        //   → (status, locks, then)
+        #[rustfmt::skip]
+        let table = [
+            ((Succeeded, false, false, false, false, false), (Succeeded, Locks::Release, Then::End)),
+            ((Succeeded, false, true,  false, false, false), (Succeeded, Locks::Release, Then::End)),
+            ((Failed,    false, false, false, false, false), (Failed,    Locks::Release, Then::End)),
+            ((Failed,    true,  false, false, false, false), (Failed,    Locks::Release, retry(true))),
+            ((Failed,    true,  false, false, false, true ), (Failed,    Locks::Keep,    retry(false))),
+            ((TimedOut,  true,  false, false, false, false), (TimedOut,  Locks::Release, retry(true))),
+            ((Interrupted, true, false, false, false, true), (Interrupted, Locks::Keep,  retry(false))),
+            // A cancel asked for wins over anything but success, retries included.
+            ((Failed,    true,  true,  false, false, true ), (Canceled,  Locks::Release, Then::End)),
+            ((TimedOut,  false, true,  false, false, false), (Canceled,  Locks::Release, Then::End)),
+            ((Canceled,  false, true,  false, false, false), (Canceled,  Locks::Release, Then::End)),
+            // Failed after steps were done: review, not a retry (a timeout is recorded failed).
+            ((Failed,    true,  false, true,  true,  true ), (Failed,    Locks::Release, Then::Review)),
+            ((TimedOut,  false, false, true,  true,  false), (Failed,    Locks::Release, Then::Review)),
+            ((Failed,    true,  false, true,  false, false), (Failed,    Locks::Release, retry(true))),
+            ((Failed,    true,  false, false, true,  false), (Failed,    Locks::Release, retry(true))),
+            ((Succeeded, false, false, true,  true,  false), (Succeeded, Locks::Release, Then::End)),
+        ];
+        for ((outcome, retries, cancel, review_partial, has_steps, hold_locks), want) in table {
+            let end = TaskAttemptEnd {
+                id: "t".into(),
+                claim_seq: 1,
+                outcome,
+                exit_code: None,
+                signal: None,
+                error_code: None,
+                error: None,
+                duration_ms: 1,
+                output_bytes: 0,
+                output_truncated: false,
+                killed: false,
+                result_summary: None,
+                retry_at: retries.then_some(AT),
+                hold_locks,
+                review_partial,
+                redactions: 0,
+            };
+            let to = TaskEnd::decide(&end, cancel, has_steps);
+            let case = format!("{outcome} retry={retries} cancel={cancel} review={review_partial} steps={has_steps} hold={hold_locks}");
+            assert_eq!((to.status, to.locks, to.then), want, "{case}");
+            assert!(Running.can_become(to.status), "{case}");
+            if to.then == Then::Review {
+                assert!(to.status.can_become(ManualReview), "{case}");
+            }
+            assert_eq!(
+                to.finished_at(7),
+                (!matches!(to.then, Then::Retry { .. })).then_some(7),
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cancel_decides_by_status() {
+        use TaskStatus::*;
+        for status in TaskStatus::ALL {
+            let want = match status {
+                Running => CancelOf::Request,
+                Pending | ManualReview => CancelOf::Now(status),
+                other => CancelOf::Invalid(other),
+            };
+            assert_eq!(CancelOf::decide(status), want, "{status}");
+            if let CancelOf::Now(from) = want {
+                assert!(from.can_become(Canceled), "{status}");
+            }
+        }
     }
 
     #[test]

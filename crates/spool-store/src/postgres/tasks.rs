@@ -28,6 +28,7 @@ use crate::tasks::{
     OrphanSettled, Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd,
     TaskEnd, TaskInsert, TaskPage, TaskStatus, TaskStep, TaskTransition, WaitReason,
 };
+use crate::tasks::{CancelOf, Locks, Then};
 
 /// A statement parameter.
 type Param<'a> = &'a (dyn ToSql + Sync);
@@ -169,15 +170,6 @@ async fn change(
     .await
 }
 
-/// What a status change does with the task's locks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Locks {
-    /// Give them up unless the task is (still) `running` or `pending`.
-    Release,
-    /// Keep them: the change is the first half of a retry that holds its locks.
-    Keep,
-}
-
 #[allow(
     clippy::too_many_arguments,
     reason = "one status change: where from and to, why, when, and what else the row gets"
@@ -219,10 +211,7 @@ async fn change_with(
     let seq: i64 = column(&step, "log_seq")?;
     let attempt: i64 = column(&step, "attempts")?;
     let has_locks: bool = column(&step, "has_locks")?;
-    if has_locks
-        && locks == Locks::Release
-        && !matches!(to, TaskStatus::Running | TaskStatus::Pending)
-    {
+    if has_locks && locks.released_by(to) {
         release_locks(tx, id).await?;
     }
     log(tx, id, Some(from), to, (seq, attempt), now, reason, note).await
@@ -632,20 +621,11 @@ pub(crate) async fn finish(
     let has_steps = end.review_partial && has_steps(tx, &end.id).await?;
     let to = TaskEnd::decide(end, cancel_requested, has_steps);
     let error = to.error.as_deref().map(clip_error);
-    let finished = if to.retry_at.is_some() {
-        None
-    } else {
-        Some(now)
-    };
-    let locks = if to.retry_at.is_some() && end.hold_locks {
-        Locks::Keep
-    } else {
-        Locks::Release
-    };
+    let finished = to.finished_at(now);
     change_with(
         tx,
         &end.id,
-        (TaskStatus::Running, to.status, locks),
+        (TaskStatus::Running, to.status, to.locks),
         now,
         &to.reason,
         to.note.as_deref(),
@@ -661,25 +641,27 @@ pub(crate) async fn finish(
         ],
     )
     .await?;
-    if to.partial {
-        change(
-            tx,
-            &end.id,
-            TaskStatus::Failed,
-            TaskStatus::ManualReview,
-            now,
-            "partial_failure",
-            Some("it failed after some of its steps were done"),
-            "error_code = 'partial_failure'",
-            &[],
-        )
-        .await?;
-        return Ok(Some(TaskStatus::ManualReview));
-    }
-    let Some(at) = to.retry_at else {
-        return Ok(Some(to.status));
+    let (at, release) = match to.then {
+        Then::End => return Ok(Some(to.status)),
+        Then::Review => {
+            let (reason, note) = Then::REVIEW;
+            change(
+                tx,
+                &end.id,
+                to.status,
+                TaskStatus::ManualReview,
+                now,
+                reason,
+                Some(note),
+                "error_code = $3",
+                &[&reason],
+            )
+            .await?;
+            return Ok(Some(TaskStatus::ManualReview));
+        }
+        Then::Retry { at, release_locks } => (at, release_locks),
     };
-    if !end.hold_locks {
+    if release {
         release_locks(tx, &end.id).await?;
     }
     let note = format!(
@@ -713,8 +695,8 @@ pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TaskAct
     let Some(task) = get_locked(tx, id).await? else {
         return Ok(TaskAction::NotFound);
     };
-    match task.status {
-        TaskStatus::Running => {
+    match CancelOf::decide(task.status) {
+        CancelOf::Request => {
             exec(
                 tx,
                 "UPDATE tasks SET cancel_requested = true WHERE id = $1",
@@ -726,7 +708,7 @@ pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TaskAct
                 .ok_or_else(|| StoreError::Database("task vanished".into()))?;
             return Ok(TaskAction::CancelRequested(task));
         }
-        from @ (TaskStatus::Pending | TaskStatus::ManualReview) => {
+        CancelOf::Now(from) => {
             change(
                 tx,
                 id,
@@ -740,7 +722,7 @@ pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TaskAct
             )
             .await?
         }
-        other => return Ok(TaskAction::Invalid(other)),
+        CancelOf::Invalid(other) => return Ok(TaskAction::Invalid(other)),
     }
     done(tx, id).await
 }

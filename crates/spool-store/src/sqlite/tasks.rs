@@ -12,7 +12,7 @@ use crate::tasks::{
     Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
     TaskPage, TaskStatus, TaskStep, TaskTransition, WaitReason,
 };
-use crate::tasks::{OrphanSettled, TaskEnd};
+use crate::tasks::{CancelOf, Locks, OrphanSettled, TaskEnd, Then};
 
 const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, attempts, \
      max_attempts, created_at, updated_at, started_at, finished_at, next_run_at, not_before, \
@@ -123,15 +123,6 @@ fn change(
     )
 }
 
-/// What a status change does with the task's locks.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Locks {
-    /// Give them up unless the task is (still) `running` or `pending`.
-    Release,
-    /// Keep them: the change is the first half of a retry that holds its locks.
-    Keep,
-}
-
 #[allow(
     clippy::too_many_arguments,
     reason = "one status change: where from and to, why, when, and what else the row gets"
@@ -177,10 +168,7 @@ fn change_with(
             "task {id} was not {from} when it was to become {to}"
         ))
     })?;
-    if has_locks
-        && locks == Locks::Release
-        && !matches!(to, TaskStatus::Running | TaskStatus::Pending)
-    {
+    if has_locks && locks.released_by(to) {
         release_locks(conn, id)?;
     }
     log(conn, id, Some(from), to, (seq, attempt), now, reason, note)
@@ -530,20 +518,11 @@ pub(crate) fn finish(
     let has_steps = end.review_partial && has_steps(conn, &end.id)?;
     let to = TaskEnd::decide(end, cancel_requested, has_steps);
     let error = to.error.as_deref().map(clip_error);
-    let finished = if to.retry_at.is_some() {
-        None
-    } else {
-        Some(now)
-    };
-    let locks = if to.retry_at.is_some() && end.hold_locks {
-        Locks::Keep
-    } else {
-        Locks::Release
-    };
+    let finished = to.finished_at(now);
     change_with(
         conn,
         &end.id,
-        (TaskStatus::Running, to.status, locks),
+        (TaskStatus::Running, to.status, to.locks),
         now,
         &to.reason,
         to.note.as_deref(),
@@ -558,24 +537,26 @@ pub(crate) fn finish(
             &finished,
         ],
     )?;
-    if to.partial {
-        change(
-            conn,
-            &end.id,
-            TaskStatus::Failed,
-            TaskStatus::ManualReview,
-            now,
-            "partial_failure",
-            Some("it failed after some of its steps were done"),
-            "error_code = 'partial_failure'",
-            &[],
-        )?;
-        return Ok(Some(TaskStatus::ManualReview));
-    }
-    let Some(at) = to.retry_at else {
-        return Ok(Some(to.status));
+    let (at, release) = match to.then {
+        Then::End => return Ok(Some(to.status)),
+        Then::Review => {
+            let (reason, note) = Then::REVIEW;
+            change(
+                conn,
+                &end.id,
+                to.status,
+                TaskStatus::ManualReview,
+                now,
+                reason,
+                Some(note),
+                "error_code = ?3",
+                &[&reason],
+            )?;
+            return Ok(Some(TaskStatus::ManualReview));
+        }
+        Then::Retry { at, release_locks } => (at, release_locks),
     };
-    if !end.hold_locks {
+    if release {
         release_locks(conn, &end.id)?;
     }
     let note = format!(
@@ -609,8 +590,8 @@ pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TaskAct
     let Some(task) = get(conn, id)? else {
         return Ok(TaskAction::NotFound);
     };
-    match task.status {
-        TaskStatus::Running => {
+    match CancelOf::decide(task.status) {
+        CancelOf::Request => {
             conn.prepare_cached("UPDATE tasks SET cancel_requested = 1 WHERE id = ?1")
                 .and_then(|mut st| st.execute([id]))
                 .map_err(map_err)?;
@@ -618,7 +599,7 @@ pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TaskAct
                 get(conn, id)?.ok_or_else(|| StoreError::Database("task vanished".into()))?;
             return Ok(TaskAction::CancelRequested(task));
         }
-        from @ (TaskStatus::Pending | TaskStatus::ManualReview) => change(
+        CancelOf::Now(from) => change(
             conn,
             id,
             from,
@@ -629,7 +610,7 @@ pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TaskAct
             "next_run_at = NULL, finished_at = ?2",
             &[],
         )?,
-        other => return Ok(TaskAction::Invalid(other)),
+        CancelOf::Invalid(other) => return Ok(TaskAction::Invalid(other)),
     }
     done(conn, id)
 }
