@@ -100,12 +100,17 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
     assert_eq!(status_of("refused"), "failed");
     assert_eq!(status_of("delivered-once"), "succeeded");
     assert_eq!(status_of("later"), "canceled");
-    assert_eq!(status_of("closed"), "pending");
+    // Pending after a refused attempt, its next one due an hour after the fixture was made:
+    // by now it may be due, and be tried again (to a port where nothing listens).
+    assert!(
+        ["pending", "in_flight"].contains(&status_of("closed").as_str()),
+        "{listing}"
+    );
     assert_eq!(found["delivered-once"]["mode"], "at_most_once", "{listing}");
     let closed = id_of(&found["closed"]);
     let (_, attempts) = api.attempts(&closed).await.expect("attempts");
     let attempts = attempts["attempts"].as_array().expect("attempts").clone();
-    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert!(!attempts.is_empty(), "{attempts:?}");
     assert_eq!(attempts[0]["errorCode"], "connect_failed", "{attempts:?}");
     let (_, transitions) = api
         .transitions(&id_of(&found["refused"]))
@@ -157,8 +162,7 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
     assert_eq!(status, 200, "{attempts}");
     assert_eq!(attempts["attempts"][0]["exitCode"], 0, "{attempts}");
 
-    // Old rows are worked on: the pending one is canceled, the failed one retried to a
-    // receiver that is up now; and new work goes through.
+    // Old rows are worked on (the pending one is canceled), and new work goes through.
     let (status, canceled) = api.cancel(&closed).await.expect("cancel");
     assert_eq!((status, &canceled["status"]), (200, &json!("canceled")));
     let receiver = Receiver::start().await.expect("receiver");
