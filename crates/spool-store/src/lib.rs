@@ -23,6 +23,7 @@ pub mod model;
 pub mod postgres;
 pub mod sqlite;
 pub mod tasks;
+pub mod transitions;
 
 pub use clock::Clock;
 pub use error::{Result, StoreError};

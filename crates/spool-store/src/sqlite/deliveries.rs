@@ -9,12 +9,12 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Body, Capacity, Check,
-    CheckResult, CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition,
-    InsertOutcome, ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page,
-    Reclaimed, Reservation, Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
-    DEFAULT_OBSERVATION_WINDOW_MS,
+    clip_error, Applied, Attempt, AttemptResult, Body, Capacity, Check, CheckResult, CheckVerdict,
+    ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, ListFilter, Millis,
+    Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed, Reservation, Resolution,
+    StartOutcome, Stats, Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
+use crate::transitions::{Completion, InFlight};
 
 // Queries over pending, in-flight or finished work name their partial index (`INDEXED BY`):
 // without statistics SQLite prefers the equality on `status` in `deliveries_status` and then
@@ -505,23 +505,26 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         })
         .map_err(map_err)?;
     // The claim is current only while the delivery is still in flight under this claim.
-    let current = current.filter(|(status, claim_seq, ..)| {
-        status == DeliveryStatus::InFlight.as_str() && *claim_seq == result.claim_seq
-    });
-    let exhausted = current
-        .as_ref()
-        .is_some_and(|(_, _, attempts, uncharged, max, _)| {
-            attempts.saturating_sub(*uncharged) >= *max
-        });
-    let outcome = match result.disposition {
-        Disposition::Succeeded => AttemptOutcome::Succeeded,
-        // The last allowed attempt did not end in a retry: it ended the delivery.
-        Disposition::Retry { .. } if exhausted => AttemptOutcome::Failed,
-        Disposition::Retry { .. } => AttemptOutcome::Retry,
-        Disposition::Failed => AttemptOutcome::Failed,
-        Disposition::Interrupted => AttemptOutcome::Interrupted,
-        Disposition::Unknown { .. } => AttemptOutcome::Unknown,
+    let current = current
+        .filter(|(status, claim_seq, ..)| {
+            status == DeliveryStatus::InFlight.as_str() && *claim_seq == result.claim_seq
+        })
+        .map(
+            |(_, _, attempts, uncharged, max_attempts, expires_at)| InFlight {
+                attempts,
+                uncharged,
+                max_attempts,
+                expires_at,
+            },
+        );
+    // A fenced result is still recorded on its attempt, as if its budget were not used up.
+    let fenced = InFlight {
+        attempts: 0,
+        uncharged: 0,
+        max_attempts: 1,
+        expires_at: None,
     };
+    let to = Completion::decide(current.as_ref().unwrap_or(&fenced), result, now);
     conn.prepare_cached(
         "UPDATE attempts SET finished_at = ?3, outcome = ?4, http_status = ?5, error_code = ?6, \
          error = ?7, duration_ms = ?8 \
@@ -532,7 +535,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
             result.id,
             result.claim_seq,
             now,
-            outcome.as_str(),
+            to.outcome.as_str(),
             result.http_status,
             result.error_code,
             error,
@@ -540,35 +543,13 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         ])
     })
     .map_err(map_err)?;
-
-    let Some((_, _, _, uncharged, _, expires_at)) = current else {
+    if current.is_none() {
         return Ok(Applied::Fenced);
-    };
-    let mut unknown = (None, None);
-    let (new_status, next_at, uncharged) = match result.disposition {
-        Disposition::Succeeded => (DeliveryStatus::Succeeded, None, uncharged),
-        Disposition::Failed => (DeliveryStatus::Failed, None, uncharged),
-        Disposition::Interrupted => (DeliveryStatus::Pending, Some(now), uncharged + 1),
-        Disposition::Unknown { check_in_ms } => {
-            unknown = (Some(now), Some(now + check_in_ms.max(0)));
-            (DeliveryStatus::Unknown, None, uncharged)
-        }
-        Disposition::Retry { delay_ms } => {
-            if exhausted {
-                (DeliveryStatus::Failed, None, uncharged)
-            } else {
-                let mut at = now + delay_ms.max(0);
-                if let Some(exp) = expires_at {
-                    // Wake at the deadline at the latest; the claim then fails it as expired.
-                    at = at.min(exp);
-                }
-                (DeliveryStatus::Pending, Some(at), uncharged)
-            }
-        }
-    };
-    let (last_error, last_error_code) = match result.disposition {
-        Disposition::Succeeded => (None, None),
-        _ => (error, result.error_code.clone()),
+    }
+    let (last_error, last_error_code) = if to.keeps_error {
+        (error, result.error_code.clone())
+    } else {
+        (None, None)
     };
     // Entering `unknown` starts its clock: the first check, and the end of the window.
     let step = conn
@@ -586,45 +567,33 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
             st.query_row(
                 params![
                     result.id,
-                    new_status.as_str(),
-                    next_at,
-                    uncharged,
+                    to.status.as_str(),
+                    to.next_attempt_at,
+                    to.uncharged,
                     last_error,
                     last_error_code,
                     result.http_status,
                     now,
                     result.remote_id,
-                    unknown.0,
-                    unknown.1,
+                    to.unknown.map(|(since, _)| since),
+                    to.unknown.map(|(_, check)| check),
                     DEFAULT_OBSERVATION_WINDOW_MS,
                 ],
                 |r| Step::read(r, 0),
             )
         })
         .map_err(map_err)?;
-    let reason = match (result.disposition, result.error_code.as_deref()) {
-        (Disposition::Succeeded, _) => "delivered",
-        (_, Some(code)) => code,
-        (Disposition::Failed, None) => "failed",
-        (Disposition::Unknown { .. }, None) => "unknown",
-        (_, None) => "retry",
-    };
-    let note = match (new_status, result.disposition) {
-        (DeliveryStatus::Failed, Disposition::Retry { .. }) => Some("no attempts left"),
-        (DeliveryStatus::Unknown, _) => Some("the request may have reached the target; not resent"),
-        _ => None,
-    };
     log(
         conn,
         &result.id,
         Some(DeliveryStatus::InFlight),
-        new_status,
+        to.status,
         step,
         now,
-        reason,
-        note,
+        &to.reason,
+        to.note,
     )?;
-    Ok(Applied::Now(new_status))
+    Ok(Applied::Now(to.status))
 }
 
 /// Reserve the oldest due delivery of `origin`, if there is one (expired ones met on the way

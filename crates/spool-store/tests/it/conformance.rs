@@ -69,6 +69,7 @@ macro_rules! conformance_suite {
             complete_clips_long_errors,
             complete_after_cancel_is_fenced,
             complete_with_stale_claim_is_fenced,
+            completion_follows_the_decision_table,
             cancel_transitions,
             retry_transitions,
             recover_interrupts_started_and_releases_reserved,
@@ -1654,6 +1655,139 @@ pub async fn complete_with_stale_claim_is_fenced(store: Store) {
 
 // ---------------------------------------------------------------------------------------------
 // operator transitions
+
+/// Every backend does what `Completion::decide` says, case by case: a delivery is brought to
+/// an attempt with the case's budget (charged retries and uncharged interruptions before it)
+/// and deadline, its result is recorded, and the delivery, its attempt and its transition are
+/// compared with the decision for the row as it was and the time the store recorded. SQLite
+/// calls the function; PostgreSQL's `spoold_steps` must agree with it.
+pub async fn completion_follows_the_decision_table(store: Store) {
+    use spool_store::transitions::{Completion, InFlight};
+    let unknown = Disposition::Unknown { check_in_ms: 2_000 };
+    // (disposition, error code, max attempts, retries before, interruptions before,
+    //  expires in ms, at most once)
+    type Case = (
+        Disposition,
+        Option<&'static str>,
+        u32,
+        u32,
+        u32,
+        Option<i64>,
+        bool,
+    );
+    #[rustfmt::skip]
+    let cases: [Case; 11] = [
+        (Disposition::Succeeded, None, 3, 0, 0, None, false),
+        (Disposition::Succeeded, None, 3, 2, 0, None, false),
+        (Disposition::Retry { delay_ms: 5_000 }, Some("http_status"), 3, 0, 0, None, false),
+        (Disposition::Retry { delay_ms: 3_600_000 }, None, 3, 0, 0, Some(60_000), false),
+        (Disposition::Retry { delay_ms: 0 }, Some("timeout"), 2, 1, 0, None, false),
+        (Disposition::Retry { delay_ms: 5_000 }, None, 3, 1, 1, None, false),
+        (Disposition::Retry { delay_ms: 5_000 }, Some("connect_failed"), 2, 1, 1, None, false),
+        (Disposition::Failed, Some("http_status"), 3, 0, 0, None, false),
+        (Disposition::Failed, None, 3, 1, 0, None, false),
+        (Disposition::Interrupted, Some("shutdown"), 1, 0, 0, None, false),
+        (unknown, Some("timeout"), 3, 0, 0, None, true),
+    ];
+    for (n, (disposition, code, max, retries, interruptions, expires_in, amo)) in
+        cases.into_iter().enumerate()
+    {
+        let case = format!("case {n}: {disposition:?} {code:?} max {max}");
+        let delivery = id(100 + n as u32);
+        let mut new = if amo {
+            at_most_once(&delivery)
+        } else {
+            new_delivery(&delivery, None, URL_A)
+        };
+        new.max_attempts = max;
+        new.expires_at = expires_in.map(|ms| store.now_ms() + ms);
+        create(&store, new).await;
+        let mut before = Vec::new();
+        before.extend(std::iter::repeat_n(
+            Disposition::Retry { delay_ms: 0 },
+            retries as usize,
+        ));
+        before.extend(std::iter::repeat_n(
+            Disposition::Interrupted,
+            interruptions as usize,
+        ));
+        for earlier in before {
+            let claimed = claim(&store, 10).await;
+            assert_eq!(claimed.len(), 1, "{case}: only this delivery is due");
+            complete(&store, &claimed[0], earlier, None).await;
+        }
+        let claimed = claim(&store, 10).await;
+        assert_eq!(claimed.len(), 1, "{case}: only this delivery is due");
+        let row = get(&store, &delivery).await;
+        let read = InFlight {
+            attempts: row.attempts,
+            uncharged: row.uncharged,
+            max_attempts: row.max_attempts,
+            expires_at: row.expires_at,
+        };
+        let result = AttemptResult {
+            id: delivery.clone(),
+            claim_seq: claimed[0].claim_seq,
+            disposition,
+            http_status: Some(503),
+            error_code: code.map(str::to_owned),
+            error: code.map(|c| format!("it went {c}")),
+            duration_ms: 3,
+            remote_id: None,
+        };
+        let applied = store.complete(result.clone()).await.expect("complete");
+        let d = get(&store, &delivery).await;
+        let want = Completion::decide(&read, &result, d.updated_at);
+        assert_eq!(applied, Applied::Now(want.status), "{case}");
+        assert_eq!(
+            (d.status, d.next_attempt_at, d.uncharged),
+            (want.status, want.next_attempt_at, want.uncharged),
+            "{case}"
+        );
+        assert_eq!(
+            (d.unknown_since, d.check_at),
+            (want.unknown.map(|u| u.0), want.unknown.map(|u| u.1)),
+            "{case}"
+        );
+        let kept = |v: Option<String>| v.filter(|_| want.keeps_error);
+        assert_eq!(
+            (d.last_error_code, d.last_error),
+            (kept(result.error_code.clone()), kept(result.error.clone())),
+            "{case}"
+        );
+        let last_attempt = attempts(&store, &delivery).await.pop().expect("an attempt");
+        assert_eq!(
+            last_attempt.outcome.as_deref(),
+            Some(want.outcome.as_str()),
+            "{case}"
+        );
+        let log = store
+            .transitions(delivery.clone())
+            .await
+            .expect("transitions")
+            .expect("a known delivery");
+        let last = log.last().expect("a transition");
+        assert_eq!(
+            (
+                last.from,
+                last.to,
+                last.reason.as_str(),
+                last.note.as_deref()
+            ),
+            (
+                Some(DeliveryStatus::InFlight),
+                want.status,
+                want.reason.as_str(),
+                want.note
+            ),
+            "{case}"
+        );
+        // Out of the way of the next case's claims.
+        if matches!(d.status, DeliveryStatus::Pending) {
+            store.cancel(delivery.clone()).await.expect("cancel");
+        }
+    }
+}
 
 pub async fn cancel_transitions(store: Store) {
     create(&store, new_delivery(&id(1), None, URL_A)).await;
