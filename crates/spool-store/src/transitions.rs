@@ -1,5 +1,7 @@
 //! What an attempt's result makes of its delivery, decided once for both backends: a pure
-//! function of the row as the completion reads it, the result and the store's time.
+//! function of the row as the completion reads it, the result and the store's time; and where
+//! an operator's resolution takes it. (Which operator actions a delivery refuses is
+//! `Delivery::refusal`, in `model.rs`.)
 //!
 //! SQLite reads the row, calls [`Completion::decide`] and writes what it says. PostgreSQL
 //! applies the same rules inside `spoold_steps` (`postgres/functions/steps.sql`), in the one
@@ -7,7 +9,7 @@
 //! function, case by case (`completion_follows_the_decision_table`).
 
 use crate::clock::Millis;
-use crate::model::{AttemptOutcome, AttemptResult, DeliveryStatus, Disposition};
+use crate::model::{AttemptOutcome, AttemptResult, DeliveryStatus, Disposition, Mode, Resolution};
 
 /// What a completion reads of a delivery in flight under the result's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +113,57 @@ impl Completion {
             keeps_error: result.disposition != Disposition::Succeeded,
             reason: reason.to_owned(),
             note,
+        }
+    }
+}
+
+impl AttemptResult {
+    /// The result recorded for an attempt whose claim was taken back (its owner gone: a
+    /// restart, a lapsed lease) after it started: interrupted and sent again at least once, or,
+    /// at most once, `unknown` — its request may have reached the target, so it is never resent
+    /// by a restart.
+    pub fn taken_back(
+        id: String,
+        claim_seq: u32,
+        mode: Mode,
+        code: &str,
+        check_in_ms: i64,
+    ) -> AttemptResult {
+        let (disposition, error) = match mode {
+            Mode::AtLeastOnce => (
+                Disposition::Interrupted,
+                "attempt interrupted; the outcome is unknown, so it will be sent again",
+            ),
+            Mode::AtMostOnce => (
+                Disposition::Unknown { check_in_ms },
+                "attempt interrupted while its request may have been on the wire; \
+                 at most once, so it is not sent again",
+            ),
+        };
+        AttemptResult {
+            id,
+            claim_seq,
+            disposition,
+            http_status: None,
+            error_code: Some(code.to_owned()),
+            error: Some(error.to_owned()),
+            duration_ms: 0,
+            remote_id: None,
+        }
+    }
+}
+
+impl Resolution {
+    /// Where an operator's decision takes an `unknown` or `manual_review` delivery, the
+    /// transition's reason, and the remote id it records: a resend starts a new cycle
+    /// (`pending`, a fresh attempt budget, due at once); the others settle it.
+    pub fn decide(&self) -> (DeliveryStatus, &'static str, Option<&str>) {
+        match self {
+            Resolution::Succeeded { remote_id } => {
+                (DeliveryStatus::Succeeded, "resolved", remote_id.as_deref())
+            }
+            Resolution::Failed => (DeliveryStatus::Failed, "resolved", None),
+            Resolution::Resend => (DeliveryStatus::Pending, "resend", None),
         }
     }
 }

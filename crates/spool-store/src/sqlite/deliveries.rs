@@ -863,34 +863,13 @@ fn take_back(
             taken.released += 1;
             continue;
         }
-        let (disposition, error, counted) = match parse_mode(mode)? {
-            Mode::AtLeastOnce => (
-                Disposition::Interrupted,
-                "attempt interrupted; the outcome is unknown, so it will be sent again",
-                &mut taken.interrupted,
-            ),
-            Mode::AtMostOnce => (
-                Disposition::Unknown { check_in_ms },
-                "attempt interrupted while its request may have been on the wire; \
-                 at most once, so it is not sent again",
-                &mut taken.unknown,
-            ),
-        };
-        *counted += 1;
-        complete(
-            conn,
-            &AttemptResult {
-                id: id.clone(),
-                claim_seq: *claim_seq,
-                disposition,
-                http_status: None,
-                error_code: Some(code.to_owned()),
-                error: Some(error.into()),
-                duration_ms: 0,
-                remote_id: None,
-            },
-            now,
-        )?;
+        let mode = parse_mode(mode)?;
+        match mode {
+            Mode::AtLeastOnce => taken.interrupted += 1,
+            Mode::AtMostOnce => taken.unknown += 1,
+        }
+        let result = AttemptResult::taken_back(id.clone(), *claim_seq, mode, code, check_in_ms);
+        complete(conn, &result, now)?;
     }
     Ok(taken)
 }
@@ -937,13 +916,7 @@ pub(crate) fn resolve(
     now: Millis,
 ) -> Result<TransitionOutcome> {
     transition(conn, id, OperatorAction::Resolve, |conn, from| {
-        let (to, reason, remote_id) = match resolution {
-            Resolution::Succeeded { remote_id } => {
-                (DeliveryStatus::Succeeded, "resolved", remote_id.as_deref())
-            }
-            Resolution::Failed => (DeliveryStatus::Failed, "resolved", None),
-            Resolution::Resend => (DeliveryStatus::Pending, "resend", None),
-        };
+        let (to, reason, remote_id) = resolution.decide();
         let step = match resolution {
             // A new cycle, as an operator's retry: a fresh attempt budget, due at once.
             Resolution::Resend => conn
