@@ -22,6 +22,7 @@ pub mod error;
 pub mod model;
 pub mod postgres;
 pub mod sqlite;
+mod stored;
 pub mod tasks;
 pub mod transitions;
 

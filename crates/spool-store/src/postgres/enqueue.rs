@@ -12,10 +12,11 @@
 use std::collections::HashSet;
 
 use super::batch::{fail_all, Batcher, Job};
-use super::deliveries::{encode_body, encode_headers, known_key};
+use super::deliveries::known_key;
 use super::{exec, rows, PgStore, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{InsertOutcome, Millis, NewDelivery};
+use crate::stored::{encode_body, encode_headers};
 
 /// Creates written in one transaction at most.
 const MAX_BATCH: usize = 256;

@@ -5,10 +5,11 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::deliveries::{attempts, checks, encode_body, encode_headers, get, transitions};
+use super::deliveries::{attempts, checks, get, transitions};
 use super::{exec, get as col, row, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{DeliveryRecord, ImportOutcome};
+use crate::stored::{encode_body, encode_headers};
 
 /// The delivery `id` with its history; `None` if there is none.
 pub(crate) async fn export<C: GenericClient>(c: &C, id: &str) -> Result<Option<DeliveryRecord>> {

@@ -9,10 +9,13 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptResult, Body, Capacity, Check, CheckResult, CheckVerdict,
+    clip_error, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, CheckVerdict,
     ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, ListFilter, Millis,
     Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed, Reservation, Resolution,
     StartOutcome, Stats, Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+};
+use crate::stored::{
+    decode_body, decode_headers, encode_body, encode_headers, parse_mode, parse_status,
 };
 use crate::transitions::{Completion, InFlight};
 
@@ -37,10 +40,6 @@ const LIST_COLUMNS: &str = list_columns!();
 const LIST_WIDTH: usize = 30;
 /// Columns of a full delivery row.
 const FULL_COLUMNS: &str = concat!(list_columns!(), ", headers, body_kind, body");
-
-const BODY_NONE: i64 = 0;
-const BODY_JSON: i64 = 1;
-const BODY_BINARY: i64 = 2;
 
 pub(crate) fn insert(
     conn: &Connection,
@@ -1487,39 +1486,4 @@ fn row_to_delivery(r: &Row<'_>, full: bool) -> rusqlite::Result<Delivery> {
         headers,
         body,
     })
-}
-
-fn parse_mode(text: &str) -> Result<Mode> {
-    text.parse()
-        .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
-}
-
-fn parse_status(text: &str) -> Result<DeliveryStatus> {
-    text.parse()
-        .map_err(|e: crate::model::UnknownStatus| StoreError::Database(e.to_string()))
-}
-
-pub(super) fn encode_body(body: &Body) -> (i64, Option<&[u8]>) {
-    match body {
-        Body::None => (BODY_NONE, None),
-        Body::Json(b) => (BODY_JSON, Some(b)),
-        Body::Binary(b) => (BODY_BINARY, Some(b)),
-    }
-}
-
-fn decode_body(kind: i64, bytes: Option<Vec<u8>>) -> Body {
-    match (kind, bytes) {
-        (BODY_JSON, Some(b)) => Body::Json(b),
-        (BODY_BINARY, Some(b)) => Body::Binary(b),
-        (BODY_BINARY, None) => Body::Binary(Vec::new()),
-        _ => Body::None,
-    }
-}
-
-pub(super) fn encode_headers(headers: &[(String, String)]) -> Result<String> {
-    serde_json::to_string(headers).map_err(|e| StoreError::Database(e.to_string()))
-}
-
-fn decode_headers(text: &str) -> Result<Vec<(String, String)>> {
-    serde_json::from_str(text).map_err(|e| StoreError::Database(format!("stored headers: {e}")))
 }

@@ -9,10 +9,11 @@
 
 use rusqlite::{params, Connection, OptionalExtension as _};
 
-use super::deliveries::{attempts, checks, encode_body, encode_headers, get, transitions};
+use super::deliveries::{attempts, checks, get, transitions};
 use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{DeliveryRecord, ImportOutcome};
+use crate::stored::{encode_body, encode_headers};
 
 /// The delivery `id` with its history; `None` if there is none.
 pub(crate) fn export(conn: &Connection, id: &str) -> Result<Option<DeliveryRecord>> {
