@@ -11,6 +11,9 @@
 //! # Layout
 //! - [`model`]: statuses, transitions and the records crossing the boundary (backend-neutral;
 //!   timestamps are integer milliseconds).
+//! - [`transitions`] and [`tasks`]: the decisions both backends apply, as pure functions (what
+//!   an attempt's result makes of a delivery or a task, cancels, resolutions, take-backs);
+//!   `stored`: how bodies, headers, statuses and modes are stored, for both.
 //! - [`sqlite`]: the embedded backend — group-commit writer thread, read pool, migrations.
 //! - [`postgres`]: the shared backend — several hosts on one database, claims with
 //!   `FOR UPDATE SKIP LOCKED`, the database's clock, LISTEN/NOTIFY wake-ups.
