@@ -62,6 +62,16 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub unix_socket: Option<PathBuf>,
 
+    /// A connection to the API must deliver a request's whole head within this long of being
+    /// opened, and of its last response (an idle keep-alive connection is closed after it too).
+    #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub header_read_timeout: Duration,
+
+    /// Connections to the API open at once; beyond it new ones wait to be accepted until one
+    /// closes.
+    #[arg(long, default_value_t = crate::api::server::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    pub max_connections: usize,
+
     /// The store: a SQLite file (a path or sqlite:PATH; created with its directory if missing),
     /// or a PostgreSQL database shared by several hosts (postgres://user@host/db).
     #[arg(
@@ -232,6 +242,8 @@ pub fn man_page() -> std::io::Result<Vec<u8>> {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: Listen,
+    /// `--header-read-timeout` and `--max-connections`.
+    pub connections: crate::api::server::Limits,
     pub db: Database,
     /// Task results and output logs (absolute).
     pub data_dir: PathBuf,
@@ -301,6 +313,14 @@ impl Config {
                 format!("{:?}", token.file().display().to_string()),
             );
         }
+        line(
+            "header_read_timeout",
+            format!("{:?}", d(self.connections.header_read_timeout)),
+        );
+        line(
+            "max_connections",
+            self.connections.max_connections.to_string(),
+        );
         let log_format = match self.log_format {
             LogFormat::Auto => "auto",
             LogFormat::Json => "json",
@@ -408,6 +428,12 @@ impl Config {
             task_cgroup => "--task-cgroup",
             log_format => "--log-format",
         );
+        if self.connections.header_read_timeout != other.connections.header_read_timeout {
+            changed.push("--header-read-timeout");
+        }
+        if self.connections.max_connections != other.connections.max_connections {
+            changed.push("--max-connections");
+        }
         // Its `Debug` hides the value.
         let token = |c: &Config| {
             c.auth_token
@@ -576,8 +602,18 @@ impl Args {
         if self.reconcile_base.is_zero() || self.reconcile_base > MAX_CHECK_INTERVAL {
             return err("--reconcile-base must be greater than 0 and at most 5m");
         }
+        if self.header_read_timeout.is_zero() {
+            return err("--header-read-timeout must be greater than 0");
+        }
+        if self.max_connections == 0 {
+            return err("--max-connections must be at least 1");
+        }
         Ok(Config {
             listen,
+            connections: crate::api::server::Limits {
+                header_read_timeout: self.header_read_timeout,
+                max_connections: self.max_connections,
+            },
             db,
             data_dir,
             max_db_bytes: self.max_db_bytes,

@@ -312,18 +312,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 addr: addr.to_string(),
                 source,
             })?;
-            let serve = axum::serve(listener, router)
-                .with_graceful_shutdown(stop.clone().cancelled_owned());
-            (Bound::Tcp(local), tokio::spawn(async move { serve.await }))
+            let serve = api::server::serve(listener, router, config.connections, stop.clone());
+            (Bound::Tcp(local), tokio::spawn(serve))
         }
         Listen::Unix(path) => {
             let listener = unix_socket::bind(path).map_err(StartError::Socket)?;
-            let serve = axum::serve(listener, router)
-                .with_graceful_shutdown(stop.clone().cancelled_owned());
-            (
-                Bound::Unix(path.clone()),
-                tokio::spawn(async move { serve.await }),
-            )
+            let serve = api::server::serve(listener, router, config.connections, stop.clone());
+            (Bound::Unix(path.clone()), tokio::spawn(serve))
         }
     };
     // `config.db` is absolute (or a URL without its password): a daemon started elsewhere
@@ -477,8 +472,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             }
         }
         match tokio::time::timeout(shutdown_timeout, server).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => warn!(error = %e, "API server stopped with an error"),
+            Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, "API server task failed"),
             Err(_) => warn!("API connections still open at shutdown; closing them"),
         }

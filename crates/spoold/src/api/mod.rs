@@ -8,6 +8,7 @@
 pub mod deliveries;
 pub mod locks;
 pub mod openapi;
+pub mod server;
 pub mod stats;
 pub mod steps;
 pub mod system;

@@ -8,6 +8,7 @@ mod breaker;
 mod bulk;
 mod bytes;
 mod classification;
+mod connections;
 mod crash;
 mod dashboard;
 mod disk_full;
