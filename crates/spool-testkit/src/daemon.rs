@@ -405,6 +405,14 @@ impl DaemonProcess {
                 command.env_remove(name);
             }
         }
+        // On PostgreSQL a test daemon opens the fewest connections it can (a flag in `args`, or
+        // the variable in `env`, still says otherwise).
+        if opts.db.to_string_lossy().starts_with("postgres") {
+            command.env(
+                "SPOOLD_DB_CONNECTIONS",
+                crate::pg::TEST_DB_CONNECTIONS.to_string(),
+            );
+        }
         command.envs(opts.env.iter().map(|(k, v)| (k, v)));
         let mut child = command
             .spawn()

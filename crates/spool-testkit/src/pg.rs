@@ -12,6 +12,12 @@ use anyhow::Context;
 /// databases on.
 pub const PG_URL_VAR: &str = "SPOOLD_TEST_PG_URL";
 
+/// Connections a test's store or daemon opens to PostgreSQL (`--db-connections`, the least it
+/// takes; a daemon's default is 9). The suite shares one server with whatever else runs on the
+/// machine: with at most two PostgreSQL tests at once (the nextest group `postgres`), two
+/// two-host tests stay near 25 connections, inside a server's `max_connections = 40`.
+pub const TEST_DB_CONNECTIONS: usize = 5;
+
 /// A database created for one test; dropped (with any connection still open) on drop.
 #[derive(Debug)]
 pub struct TestDatabase {

@@ -39,6 +39,7 @@ mod suite {
 async fn open(url: &str, max_db_bytes: u64) -> Result<Store, StoreError> {
     let mut config = PgConfig::new(url);
     config.max_db_bytes = max_db_bytes;
+    config.connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
     PgStore::open(&config).await.map(Store::Postgres)
 }
 
@@ -54,7 +55,9 @@ async fn commits_are_synchronous() {
     ))
     .await
     .expect("alter database");
-    let store = PgStore::open(&PgConfig::new(db.url())).await.expect("open");
+    let mut config = PgConfig::new(db.url());
+    config.connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
+    let store = PgStore::open(&config).await.expect("open");
     assert_eq!(store.synchronous_commit().await.expect("show"), "on");
 }
 

@@ -582,9 +582,14 @@ async fn a_server_out_of_connections_is_named_and_ridden_out() {
     };
     let receiver = Receiver::start().await.expect("receiver");
     let data = TempDir::new().expect("dir");
+    // The default number of connections (tests elsewhere use the fewest).
     let opts = DaemonOptions::new(PathBuf::from(server.url()))
         .args(FAST_RETRIES.iter().copied())
-        .args(["--data-dir".to_owned(), data.path().display().to_string()]);
+        .args(["--data-dir".to_owned(), data.path().display().to_string()])
+        .env(
+            "SPOOLD_DB_CONNECTIONS",
+            spool_store::postgres::DEFAULT_CONNECTIONS.to_string(),
+        );
     let daemon = DaemonProcess::start(opts).await.expect("daemon starts");
     let api = Api::new(daemon.base_url());
     tokio::time::sleep(Duration::from_millis(500)).await;
