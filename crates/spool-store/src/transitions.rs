@@ -29,9 +29,9 @@ impl InFlight {
     }
 }
 
-/// What an attempt's result makes of its delivery.
+/// What an attempt's result makes of its delivery (borrowing the result's error code).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
+pub struct Completion<'a> {
     /// The attempt record's outcome.
     pub outcome: AttemptOutcome,
     /// The delivery's new status (it leaves `in_flight`).
@@ -47,7 +47,7 @@ pub struct Completion {
     /// clears them).
     pub keeps_error: bool,
     /// The transition's reason: `delivered`, the error code, or `failed`, `unknown`, `retry`.
-    pub reason: String,
+    pub reason: &'a str,
     pub note: Option<&'static str>,
 }
 
@@ -66,8 +66,8 @@ impl AttemptOutcome {
     }
 }
 
-impl Completion {
-    pub fn decide(row: &InFlight, result: &AttemptResult, now: Millis) -> Completion {
+impl<'a> Completion<'a> {
+    pub fn decide(row: &InFlight, result: &'a AttemptResult, now: Millis) -> Completion<'a> {
         let exhausted = row.exhausted();
         let (status, next_attempt_at, uncharged, unknown) = match result.disposition {
             Disposition::Succeeded => (DeliveryStatus::Succeeded, None, row.uncharged, None),
@@ -111,7 +111,7 @@ impl Completion {
             uncharged,
             unknown,
             keeps_error: result.disposition != Disposition::Succeeded,
-            reason: reason.to_owned(),
+            reason,
             note,
         }
     }
@@ -225,7 +225,8 @@ mod tests {
             (row(1, 0, 3, None), Disposition::Unknown { check_in_ms: 2_000 }, Some("timeout"), (Unknown, None, 0, AttemptOutcome::Unknown, "timeout", Some("the request may have reached the target; not resent"))),
         ];
         for (row, disposition, code, want) in table {
-            let c = Completion::decide(&row, &result(disposition, code), NOW);
+            let result = result(disposition, code);
+            let c = Completion::decide(&row, &result, NOW);
             let case = format!("{row:?} {disposition:?} {code:?}");
             assert_eq!(
                 (
@@ -233,7 +234,7 @@ mod tests {
                     c.next_attempt_at,
                     c.uncharged,
                     c.outcome,
-                    c.reason.as_str(),
+                    c.reason,
                     c.note
                 ),
                 want,

@@ -321,12 +321,9 @@ impl Config {
             "max_connections",
             self.connections.max_connections.to_string(),
         );
-        let log_format = match self.log_format {
-            LogFormat::Auto => "auto",
-            LogFormat::Json => "json",
-            LogFormat::Text => "text",
-        };
-        line("log_format", format!("{log_format:?}"));
+        if let Some(format) = self.log_format.to_possible_value() {
+            line("log_format", format!("{:?}", format.get_name()));
+        }
         line("db", format!("{:?}", self.db.to_string()));
         line(
             "data_dir",

@@ -119,7 +119,7 @@ pub struct Settings {
 }
 
 impl Metrics {
-    pub fn new(config: Settings) -> Metrics {
+    pub fn new(settings: Settings) -> Metrics {
         let mut registry = Registry::default();
         let m = Metrics {
             deliveries: Family::default(),
@@ -358,12 +358,12 @@ impl Metrics {
             "Secrets and patterns replaced by [REDACTED] in task output, by type",
             m.task_redactions.clone(),
         );
-        m.db_max_bytes.set(config.max_db_bytes as i64);
+        m.db_max_bytes.set(settings.max_db_bytes as i64);
         m.allow_private_targets
-            .set(i64::from(config.allow_private_targets));
+            .set(i64::from(settings.allow_private_targets));
         m.allowed_target_ranges
-            .set(config.allowed_target_ranges as i64);
-        m.max_redirects.set(i64::from(config.max_redirects));
+            .set(settings.allowed_target_ranges as i64);
+        m.max_redirects.set(i64::from(settings.max_redirects));
         for status in DeliveryStatus::ALL {
             let _ = m.deliveries.get_or_create(&StatusLabel {
                 status: status.as_str(),

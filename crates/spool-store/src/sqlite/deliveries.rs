@@ -9,10 +9,11 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, CheckVerdict,
-    ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, ListFilter, Millis,
-    Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed, Reservation, Resolution,
-    StartOutcome, Stats, Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Capacity, Check, CheckResult,
+    CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome,
+    ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed,
+    Reservation, Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
+    DEFAULT_OBSERVATION_WINDOW_MS,
 };
 use crate::stored::{
     decode_body, decode_headers, encode_body, encode_headers, parse_mode, parse_status,
@@ -516,14 +517,14 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
                 expires_at,
             },
         );
-    // A fenced result is still recorded on its attempt, as if its budget were not used up.
-    let fenced = InFlight {
-        attempts: 0,
-        uncharged: 0,
-        max_attempts: 1,
-        expires_at: None,
-    };
-    let to = Completion::decide(current.as_ref().unwrap_or(&fenced), result, now);
+    let to = current
+        .as_ref()
+        .map(|row| Completion::decide(row, result, now));
+    // A fenced result is still recorded on its attempt: no budget of its claim is left to use up.
+    let outcome = to.as_ref().map_or_else(
+        || AttemptOutcome::of(result.disposition, false),
+        |to| to.outcome,
+    );
     conn.prepare_cached(
         "UPDATE attempts SET finished_at = ?3, outcome = ?4, http_status = ?5, error_code = ?6, \
          error = ?7, duration_ms = ?8 \
@@ -534,7 +535,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
             result.id,
             result.claim_seq,
             now,
-            to.outcome.as_str(),
+            outcome.as_str(),
             result.http_status,
             result.error_code,
             error,
@@ -542,9 +543,9 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         ])
     })
     .map_err(map_err)?;
-    if current.is_none() {
+    let Some(to) = to else {
         return Ok(Applied::Fenced);
-    }
+    };
     let (last_error, last_error_code) = if to.keeps_error {
         (error, result.error_code.clone())
     } else {
@@ -589,7 +590,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         to.status,
         step,
         now,
-        &to.reason,
+        to.reason,
         to.note,
     )?;
     Ok(Applied::Now(to.status))

@@ -1777,7 +1777,7 @@ pub async fn completion_follows_the_decision_table(store: Store) {
             (
                 Some(DeliveryStatus::InFlight),
                 want.status,
-                want.reason.as_str(),
+                want.reason,
                 want.note
             ),
             "{case}"

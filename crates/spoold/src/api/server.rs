@@ -21,8 +21,6 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Default of `--header-read-timeout`.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `--max-connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use reqwest::Method;
 use serde_json::{json, Value};
 use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver};
 use tempfile::TempDir;
 
+use crate::tasks::{get, submit};
 use crate::{db_path, id_of, WAIT};
 
 /// The database spoold at commit 7095ed0 (SQLite schema 8: deliveries, at-most-once, tasks)
@@ -48,17 +48,6 @@ fn user_version(db: &Path) -> i64 {
         .expect("user_version")
 }
 
-async fn json(api: &Api, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let (status, _, bytes) = api
-        .request(method, path, body.map(|b| b.to_string().into_bytes()))
-        .await
-        .expect("request");
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
 /// Each delivery of a listing, by the path of its target URL.
 fn by_path(listing: &Value) -> std::collections::BTreeMap<String, Value> {
     listing["deliveries"]
@@ -86,8 +75,7 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
     let api = Api::new(daemon.base_url());
 
     // Every delivery is there, as the old spoold left it.
-    let (status, listing) = json(&api, Method::GET, "/v1/deliveries?limit=100", None).await;
-    assert_eq!(status, 200, "{listing}");
+    let listing = get(&api, "/v1/deliveries?limit=100").await;
     let found = by_path(&listing);
     let status_of = |path: &str| {
         found[path]["status"]
@@ -138,13 +126,11 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
     assert_eq!(status, 409, "{conflict}");
 
     // Its tasks, their attempts and business keys.
-    let (_, tasks) = json(&api, Method::GET, "/v1/tasks?type=echo", None).await;
+    let tasks = get(&api, "/v1/tasks?type=echo").await;
     assert_eq!(tasks["count"], 2, "{tasks}");
-    let (status, existing) = json(
+    let (status, existing) = submit(
         &api,
-        Method::POST,
-        "/v1/tasks",
-        Some(json!({"type": "echo", "params": {"word": "hello", "code": "0"}})),
+        json!({"type": "echo", "params": {"word": "hello", "code": "0"}}),
     )
     .await;
     assert_eq!(
@@ -152,14 +138,7 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
         (200, &json!("succeeded")),
         "{existing}"
     );
-    let (status, attempts) = json(
-        &api,
-        Method::GET,
-        &format!("/v1/tasks/{}/attempts", id_of(&existing)),
-        None,
-    )
-    .await;
-    assert_eq!(status, 200, "{attempts}");
+    let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id_of(&existing))).await;
     assert_eq!(attempts["attempts"][0]["exitCode"], 0, "{attempts}");
 
     // Old rows are worked on (the pending one is canceled), and new work goes through.
@@ -174,11 +153,9 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
     api.wait_status(&id_of(&created), &["succeeded"], WAIT)
         .await
         .expect("a new delivery after the upgrade");
-    let (status, task) = json(
+    let (status, task) = submit(
         &api,
-        Method::POST,
-        "/v1/tasks",
-        Some(json!({"type": "echo", "params": {"word": "upgraded", "code": "0"}})),
+        json!({"type": "echo", "params": {"word": "upgraded", "code": "0"}}),
     )
     .await;
     assert_eq!(status, 201, "{task}");
