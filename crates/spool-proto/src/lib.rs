@@ -6,6 +6,8 @@
 //! - [`delivery`]: create request, delivery object, listings, attempt history.
 //! - [`error`]: the error envelope and its stable codes.
 //! - [`headers`]: header-name canonicalisation and token rules.
+//! - [`journal`]: spoold v0.1.0's journal replayed into export records (`import
+//!   --spoold-journal`).
 //! - [`lock`]: resource locks held by tasks.
 //! - [`overview`]: the operator's overview (stats, targets).
 //! - [`step`]: the steps (checkpoints) a task's script reports done.
@@ -15,6 +17,7 @@ pub mod bulk;
 pub mod delivery;
 pub mod error;
 pub mod headers;
+pub mod journal;
 pub mod lock;
 pub mod overview;
 pub mod signing;

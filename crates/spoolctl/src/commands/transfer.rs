@@ -2,19 +2,13 @@
 //! of one spoold and into another (`GET /v1/export`, `POST /v1/import`), and the pending
 //! deliveries of a spoold v0.1.0 journal into spoold.
 
-use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 
 use anyhow::{anyhow, Context as _};
-use base64::Engine as _;
-use serde::Deserialize;
-use spool_proto::transfer::{
-    BodyKind, ExportRecord, ExportedDelivery, ExportedTransition, ImportOutcome, ImportRequest,
-    EXPORT_FORMAT,
-};
-use spool_proto::{units, DeliveryStatus};
+use spool_proto::journal::{self, Line};
+use spool_proto::transfer::{ExportRecord, ImportOutcome, ImportRequest};
 
 use crate::cli::{ExportArgs, ImportArgs};
 use crate::client::Client;
@@ -93,7 +87,12 @@ pub async fn import(
             .by_ref()
             .collect::<std::io::Result<Vec<Line>>>()
             .context("read")?;
-        for record in from_journal(&lines, &mut tally)? {
+        let replayed = journal::replay(&lines, crate::output::now_ms())?;
+        if let Some(torn) = &replayed.torn {
+            tally.torn(torn.number, &torn.error);
+        }
+        tally.finished += replayed.finished;
+        for record in replayed.records {
             batch.push(client, record, &mut tally).await?;
         }
     } else {
@@ -231,14 +230,8 @@ impl Tally {
     }
 }
 
-/// One line of the input, numbered from 1; `torn` for a last line without its newline.
-struct Line {
-    number: usize,
-    text: String,
-    torn: bool,
-}
-
-/// The non-blank lines of a reader, one at a time.
+/// The non-blank lines of a reader, one at a time (a journal's too: [`journal::replay`] reads
+/// them).
 struct Lines {
     reader: BufReader<Box<dyn Read>>,
     number: usize,
@@ -265,156 +258,10 @@ impl Iterator for Lines {
                 Ok(_) => {}
                 Err(e) => return Some(Err(e)),
             }
-            // Only the last line can lack its newline.
-            let torn = buf.last() != Some(&b'\n');
-            let text = String::from_utf8_lossy(&buf).trim_end().to_owned();
-            if !text.is_empty() {
+            if let Some(line) = Line::from_bytes(self.number + 1, &buf) {
                 self.number += 1;
-                return Some(Ok(Line {
-                    number: self.number,
-                    text,
-                    torn,
-                }));
+                return Some(Ok(line));
             }
         }
     }
-}
-
-/// A record of a spoold v0.1.0 journal: the delivery as it then was, or its removal.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JournalRecord {
-    #[serde(default)]
-    delivery: Option<JournalDelivery>,
-    #[serde(default)]
-    deleted_id: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JournalDelivery {
-    id: String,
-    #[serde(default)]
-    idempotency_key: Option<String>,
-    target_url: String,
-    method: String,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    body: Option<Box<serde_json::value::RawValue>>,
-    status: String,
-    #[serde(default)]
-    attempts: u32,
-    max_attempts: u32,
-    #[serde(default)]
-    next_attempt_at: Option<String>,
-    #[serde(default)]
-    last_error: Option<String>,
-    #[serde(default)]
-    last_response_code: Option<u16>,
-    created_at: String,
-    updated_at: String,
-}
-
-/// The journal replayed (each record replaces the last of its delivery; a removal removes
-/// it), and its pending and in-flight deliveries as export records, due as the journal says
-/// (in-flight ones at once: the old daemon is gone).
-fn from_journal(lines: &[Line], tally: &mut Tally) -> anyhow::Result<Vec<ExportRecord>> {
-    let mut live: BTreeMap<String, (usize, JournalDelivery)> = BTreeMap::new();
-    for (order, line) in lines.iter().enumerate() {
-        let record: JournalRecord = match serde_json::from_str(&line.text) {
-            Ok(record) => record,
-            Err(e) if line.torn => {
-                tally.torn(line.number, &e.to_string());
-                continue;
-            }
-            Err(e) => {
-                return Err(anyhow!(
-                    "line {}: not a spoold journal record: {e}",
-                    line.number
-                ))
-            }
-        };
-        if let Some(id) = record.deleted_id {
-            live.remove(&id);
-        }
-        if let Some(d) = record.delivery {
-            let first = live.get(&d.id).map_or(order, |(first, _)| *first);
-            live.insert(d.id.clone(), (first, d));
-        }
-    }
-    let now = crate::output::now_ms();
-    let mut in_order: Vec<(usize, JournalDelivery)> = live.into_values().collect();
-    in_order.sort_by_key(|(first, _)| *first);
-    let mut records = Vec::new();
-    for (_, d) in in_order {
-        let due = match d.status.as_str() {
-            "pending" => time_ms(d.next_attempt_at.as_deref()).unwrap_or(now),
-            "in_flight" => now,
-            _ => {
-                tally.finished += 1;
-                continue;
-            }
-        };
-        let created = time_ms(Some(&d.created_at)).unwrap_or(now);
-        let body = d.body.map(|raw| raw.get().as_bytes().to_vec());
-        records.push(ExportRecord {
-            format: EXPORT_FORMAT,
-            delivery: ExportedDelivery {
-                id: d.id,
-                idempotency_key: d.idempotency_key.filter(|k| !k.is_empty()),
-                request_digest: None,
-                target_url: d.target_url,
-                method: d.method,
-                headers: d.headers.into_iter().collect(),
-                body_kind: if body.is_some() {
-                    BodyKind::Json
-                } else {
-                    BodyKind::None
-                },
-                body_base64: base64::engine::general_purpose::STANDARD
-                    .encode(body.unwrap_or_default()),
-                status: DeliveryStatus::Pending,
-                // One attempt left at least: an in-flight one that was the last is sent again.
-                attempts: i64::from(d.attempts.min(d.max_attempts.saturating_sub(1))),
-                uncharged: 0,
-                max_attempts: i64::from(d.max_attempts),
-                cycle: 1,
-                last_error: d.last_error.filter(|e| !e.is_empty()),
-                last_error_code: None,
-                last_response_code: d.last_response_code.filter(|c| *c != 0).map(i64::from),
-                created_at_ms: created,
-                updated_at_ms: time_ms(Some(&d.updated_at)).unwrap_or(created),
-                next_attempt_at_ms: Some(due),
-                not_before_ms: None,
-                expires_at_ms: None,
-                mode: spool_proto::DeliveryMode::AtLeastOnce,
-                fingerprint: None,
-                reconcile: None,
-                remote_id_pointer: None,
-                observation_window_ms: None,
-                remote_id: None,
-                unknown_since_ms: None,
-                review_at_ms: None,
-                check_at_ms: None,
-                sign_secret: None,
-            },
-            attempts: Vec::new(),
-            transitions: vec![ExportedTransition {
-                from: None,
-                to: DeliveryStatus::Pending,
-                attempt: 0,
-                at_ms: created,
-                reason: "created".to_owned(),
-                note: Some("imported from a spoold v0.1.0 journal".to_owned()),
-            }],
-            checks: Vec::new(),
-        });
-    }
-    Ok(records)
-}
-
-/// A journal time (RFC 3339, Go's zero time for none) in milliseconds.
-fn time_ms(text: Option<&str>) -> Option<i64> {
-    units::parse_time(text?).ok().filter(|ms| *ms > 0)
 }
