@@ -1,5 +1,5 @@
 //! Connecting to PostgreSQL: the URL, TLS (rustls, only when the URL asks for it), the session
-//! settings every connection carries (`synchronous_commit = on`), and the pool.
+//! settings every connection carries (`synchronous_commit = on`, READ COMMITTED), and the pool.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -10,6 +10,11 @@ use tokio_postgres::config::SslMode;
 
 use super::map_err;
 use crate::error::{Result, StoreError};
+
+/// The settings every session starts with (`options` of the startup message: a backslash
+/// keeps the space in a value).
+const SESSION_OPTIONS: &str =
+    "-c synchronous_commit=on -c default_transaction_isolation=read\\ committed";
 
 /// How long to wait for a connection: from the server, and from the pool.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -54,12 +59,14 @@ impl Target {
             None
         };
         // Every session acknowledges a commit only once it is flushed to disk, whatever the
-        // server's default: our "acknowledged" means durable.
+        // server's default: our "acknowledged" means durable. And its transactions run at READ
+        // COMMITTED, which every statement is written for, whatever a database or role default
+        // says (these settings come from the client, which outranks both).
         let mut options = config.get_options().unwrap_or_default().to_owned();
         if !options.is_empty() {
             options.push(' ');
         }
-        options.push_str("-c synchronous_commit=on");
+        options.push_str(SESSION_OPTIONS);
         config.options(&options);
         if config.get_application_name().is_none() {
             config.application_name("spoold");
@@ -230,7 +237,10 @@ mod tests {
         let plain = Target::parse("postgres://postgres@127.0.0.1:5432/test").expect("parse");
         assert!(plain.tls.is_none());
         assert_eq!(plain.config.get_ssl_mode(), SslMode::Disable);
-        assert_eq!(plain.config.get_options(), Some("-c synchronous_commit=on"));
+        assert_eq!(
+            plain.config.get_options(),
+            Some("-c synchronous_commit=on -c default_transaction_isolation=read\\ committed")
+        );
         let (url, verify) = strip_verify_mode("postgres://127.0.0.1/db?sslmode=verify-full");
         assert!(verify);
         assert_eq!(url, "postgres://127.0.0.1/db?sslmode=require");

@@ -2,8 +2,12 @@
 //!
 //! **Invariants:**
 //! - Correctness rests on rows, transactions and `FOR UPDATE SKIP LOCKED` alone. LISTEN/NOTIFY
-//!   only wakes other hosts sooner (a slow poll stands in when it is down); the advisory lock
-//!   only serialises migrations.
+//!   only wakes other hosts sooner (a slow poll stands in when it is down, or switched off:
+//!   [`PgConfig::notify`]); the advisory lock only serialises migrations.
+//! - Every transaction runs at READ COMMITTED, whatever the server's default (asked for by
+//!   every session, read back at open): each statement sees what was committed before it
+//!   began, which is what a statement after a row lock relies on to see the lock's previous
+//!   holder's writes.
 //! - A write returns `Ok` only after its COMMIT was answered, on a session with
 //!   `synchronous_commit = on` (read back at open): acknowledged means flushed to disk.
 //! - Due times, leases and timestamps are read from the database's clock (`clock_timestamp()`
@@ -61,6 +65,14 @@ const CLOCK_SQL: &str = "SELECT floor(extract(epoch FROM clock_timestamp()) * 10
 /// `max_connections` (100, of which 3 are kept for superusers).
 pub const DEFAULT_CONNECTIONS: usize = 9;
 
+/// How often waiters look for other hosts' work without being told, under LISTEN/NOTIFY.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// As [`DEFAULT_POLL_INTERVAL`], without LISTEN/NOTIFY (`PgConfig::notify` off), where the poll
+/// is the only news of other hosts' work: it bounds how long that work waits for a host with
+/// room (half of it on average), at two idle transactions a second per host.
+pub const DEFAULT_POLL_ONLY_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How often, at most, a reservation looks for due work from the start of its origin's due
 /// index rather than from where the last one left off (`spoold_reserve`).
 const FULL_SEEK_EVERY: Duration = Duration::from_secs(1);
@@ -79,11 +91,15 @@ pub struct PgConfig {
     /// Refuse new deliveries once the database uses this many bytes; 0 = no limit.
     pub max_db_bytes: u64,
     /// Connections this host opens to the database in all: the creates' writers
-    /// ([`enqueue::WRITERS`]), the one listening for notifications, and a pool for the rest
-    /// (at least two).
+    /// ([`enqueue::WRITERS`]), the one listening for notifications (with [`PgConfig::notify`]),
+    /// and a pool for the rest (at least two).
     pub connections: usize,
+    /// Hosts tell each other of new work with LISTEN/NOTIFY. Without it the store never sends
+    /// LISTEN or NOTIFY (for PostgreSQL-wire databases that lack them): other hosts' work is
+    /// found by the poll alone, this host's own wakes it in process as always.
+    pub notify: bool,
     /// How often, without any notification, waiters are woken to look for work another host
-    /// made due (the safety net under LISTEN/NOTIFY).
+    /// made due: the safety net under LISTEN/NOTIFY, or the only way without it.
     pub poll_interval: Duration,
     /// Carries the estimate of the database clock between readings ([`Clock::steady_micros`]:
     /// a step of this host's wall clock changes nothing).
@@ -96,7 +112,8 @@ impl PgConfig {
             url: url.into(),
             max_db_bytes: 0,
             connections: DEFAULT_CONNECTIONS,
-            poll_interval: Duration::from_secs(5),
+            notify: true,
+            poll_interval: DEFAULT_POLL_INTERVAL,
             clock: Clock::system(),
         }
     }
@@ -200,10 +217,11 @@ impl PgStore {
     /// lock: two hosts starting together apply each migration once).
     pub async fn open(config: &PgConfig) -> Result<PgStore> {
         let target = connect::Target::parse(&config.url)?;
+        let listening = usize::from(config.notify);
         let pool = target.pool(
             config
                 .connections
-                .saturating_sub(enqueue::WRITERS + 1)
+                .saturating_sub(enqueue::WRITERS + listening)
                 .max(2),
         )?;
         // Creates have connections of their own: a client waiting for its acknowledgement
@@ -226,6 +244,12 @@ impl PgStore {
                 "synchronous_commit is {sync}, expected on"
             )));
         }
+        let isolation: String = client
+            .query_one("SHOW transaction_isolation", &[])
+            .await
+            .map_err(map_err)?
+            .get(0);
+        check_isolation(&isolation)?;
         if let SchemaFit::NewerCompatible { found } = schema::migrate(&client).await? {
             tracing::warn!(
                 "the database's schema ({found}) is newer than this spoold's ({SCHEMA_VERSION}); \
@@ -234,7 +258,15 @@ impl PgStore {
         }
         drop(client);
         let wake = notify::Wakeups::default();
-        let listener = notify::Listener::spawn(target, wake.clone(), config.poll_interval);
+        let listener = if config.notify {
+            notify::Listener::spawn(target, wake.clone(), config.poll_interval)
+        } else {
+            tracing::info!(
+                poll_ms = config.poll_interval.as_millis() as u64,
+                "PostgreSQL without LISTEN/NOTIFY: other hosts' work is found by polling"
+            );
+            notify::Listener::poll_only(wake.clone(), config.poll_interval)
+        };
         let store = PgStore {
             inner: Arc::new_cyclic(|inner| Inner {
                 pool,
@@ -685,6 +717,14 @@ impl PgStore {
         })
     }
 
+    /// The isolation level of a pooled session's transactions (always `read committed` on
+    /// PostgreSQL: asked for by every session).
+    pub async fn transaction_isolation(&self) -> Result<String> {
+        read!(self, |c| async {
+            Ok(one(c, "SHOW transaction_isolation", &[]).await?.get(0))
+        })
+    }
+
     pub async fn get(&self, id: String) -> Result<Option<Delivery>> {
         read!(self, |c| deliveries::get(c, &id))
     }
@@ -939,6 +979,29 @@ impl PgStore {
     pub async fn task_counts(&self) -> Result<Vec<(TaskStatus, u64)>> {
         in_tx!(self, |tx, now| compact_counts(&tx))?;
         read!(self, |c| tasks::counts(c))
+    }
+}
+
+/// Every statement is written for READ COMMITTED (ARCHITECTURE.md, "every PostgreSQL statement
+/// is correct under READ COMMITTED"), which each session asks for (`connect`): a statement after
+/// a lock sees what the lock's previous holder committed. SERIALIZABLE keeps every invariant too,
+/// at the price of retried conflicts. REPEATABLE READ (snapshot isolation) does not: a claim
+/// would count running tasks and held locks as of its first statement, before the claim gate
+/// let it in.
+fn check_isolation(level: &str) -> Result<()> {
+    match level {
+        "read committed" => Ok(()),
+        "serializable" => {
+            tracing::warn!(
+                "the database runs transactions as serializable, not read committed as spoold \
+                 asks: correct, but conflicting transactions fail and are retried"
+            );
+            Ok(())
+        }
+        other => Err(StoreError::Database(format!(
+            "transactions run at isolation level {other}; spoold needs read committed \
+             (or serializable)"
+        ))),
     }
 }
 

@@ -2,6 +2,10 @@
 //! and sends them when this host made work due. After a reconnect it LISTENs again and wakes
 //! every waiter to rescan; a slow poll wakes them too. None of this is needed for correctness:
 //! a lost notification only delays work until the next poll.
+//!
+//! Poll-only (`--db-notify off`, for PostgreSQL-wire databases without LISTEN/NOTIFY): no
+//! connection, no LISTEN, no NOTIFY — only the poll wakes the waiters for other hosts' work.
+//! Either way a write of this host wakes its own waiters at once, in process ([`Wakeups`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,7 +18,8 @@ use super::connect::Target;
 const WORK: &str = "spoold_work";
 const TASKS: &str = "spoold_tasks";
 
-/// The local waiters, and what this host has to announce to the others.
+/// The local waiters, and what this host has to announce to the others (nobody reads the
+/// announcements when polling only).
 #[derive(Clone, Default)]
 pub(crate) struct Wakeups {
     deliveries: Arc<Notify>,
@@ -57,7 +62,7 @@ impl Wakeups {
     }
 }
 
-/// The listening task; stopped when dropped.
+/// The listening (or only polling) task; stopped when dropped.
 pub(crate) struct Listener {
     task: tokio::task::JoinHandle<()>,
 }
@@ -69,10 +74,29 @@ impl Drop for Listener {
 }
 
 impl Listener {
+    /// LISTEN on a connection of its own, relay this host's announcements as NOTIFY, and wake
+    /// every waiter every `poll` as well.
     pub(crate) fn spawn(target: Target, wake: Wakeups, poll: Duration) -> Listener {
         Listener {
             task: tokio::spawn(run(target, wake, poll)),
         }
+    }
+
+    /// Wake every waiter every `poll`, and nothing else: no connection, no LISTEN, no NOTIFY.
+    pub(crate) fn poll_only(wake: Wakeups, poll: Duration) -> Listener {
+        Listener {
+            task: tokio::spawn(poll_only(wake, poll)),
+        }
+    }
+}
+
+async fn poll_only(wake: Wakeups, poll: Duration) {
+    let mut ticker = tokio::time::interval(poll);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // The first tick is at once: a rescan at start, as after a LISTEN.
+        ticker.tick().await;
+        wake.wake_all();
     }
 }
 

@@ -563,3 +563,150 @@ async fn concurrent_slots_advance_together() {
     assert_eq!(count(DeliveryStatus::InFlight), u64::from(SLOTS) * 2);
     assert_eq!(count(DeliveryStatus::Pending), 0);
 }
+
+/// Transactions run at READ COMMITTED, which every statement is written for, even when the
+/// database's default says otherwise (under REPEATABLE READ a task claim would count what ran
+/// as of its first statement, before the claim gate let it in).
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_run_read_committed_whatever_the_default() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    db.execute(&format!(
+        "ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'",
+        db.name()
+    ))
+    .await
+    .expect("alter database");
+    let mut config = PgConfig::new(db.url());
+    config.connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
+    let store = PgStore::open(&config).await.expect("open");
+    assert_eq!(
+        store.transaction_isolation().await.expect("show"),
+        "read committed"
+    );
+}
+
+/// A store on `url` with LISTEN/NOTIFY on or off, polling every `poll`.
+async fn open_waking(url: &str, notify: bool, poll: Duration) -> PgStore {
+    let mut config = PgConfig::new(url);
+    config.connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
+    config.notify = notify;
+    config.poll_interval = poll;
+    PgStore::open(&config).await.expect("open")
+}
+
+/// Whether `wake` is notified within `within`.
+async fn woken(wake: &tokio::sync::Notify, within: Duration) -> bool {
+    tokio::time::timeout(within, wake.notified()).await.is_ok()
+}
+
+/// Sessions of the database other than the asking one whose last statement was a LISTEN,
+/// UNLISTEN or NOTIFY (a listening connection runs nothing else), or that called pg_notify.
+const LISTENING_SESSIONS: &str = "SELECT count(*) FROM pg_stat_activity \
+     WHERE datname = current_database() AND pid <> pg_backend_pid() \
+     AND (query ~* '^\\s*(LISTEN|UNLISTEN|NOTIFY)\\M' OR query ~* 'pg_notify\\s*\\(')";
+
+/// Without LISTEN/NOTIFY (`notify` off) a store opens no listening connection and sends no
+/// NOTIFY: a create wakes its own host at once (in process) and the other host not at all
+/// until its poll; the poll alone wakes it, every `poll_interval`. With notify on, as a
+/// control, the same create wakes the other host at once, and the probe sees its LISTEN.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_notify_hosts_poll_and_never_listen() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let long = Duration::from_secs(3600);
+    let settle = Duration::from_secs(5);
+
+    // Off, with a poll too slow to matter: only the first tick (at once) wakes anyone.
+    let (a, b) = (
+        open_waking(db.url(), false, long).await,
+        open_waking(db.url(), false, long).await,
+    );
+    let (wake_a, wake_b) = (a.work_available(), b.work_available());
+    assert!(
+        woken(&wake_a, settle).await,
+        "the first poll rescans at start"
+    );
+    assert!(
+        woken(&wake_b, settle).await,
+        "the first poll rescans at start"
+    );
+    conformance::create(
+        &Store::Postgres(a.clone()),
+        conformance::new_delivery(&conformance::id(1), None, conformance::URL_A),
+    )
+    .await;
+    assert!(
+        woken(&wake_a, Duration::from_millis(100)).await,
+        "a create wakes its own host in process"
+    );
+    assert!(
+        !woken(&wake_b, Duration::from_millis(700)).await,
+        "without NOTIFY the other host hears nothing before its poll"
+    );
+    assert_eq!(
+        db.scalar(LISTENING_SESSIONS)
+            .await
+            .expect("probe")
+            .as_deref(),
+        Some("0")
+    );
+    drop((a, b));
+
+    // Off, polling every 100 ms: woken again and again with nothing written.
+    let polling = open_waking(db.url(), false, Duration::from_millis(100)).await;
+    let wake = polling.work_available();
+    let tasks = polling.tasks_available();
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        assert!(woken(&wake, settle).await, "the poll wakes the scheduler");
+        assert!(
+            woken(&tasks, settle).await,
+            "the poll wakes the task runner"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        db.scalar(LISTENING_SESSIONS)
+            .await
+            .expect("probe")
+            .as_deref(),
+        Some("0")
+    );
+    drop(polling);
+
+    // On (the control): the same create wakes the other host through NOTIFY, and the probe
+    // finds the listening connections.
+    let (c, d) = (
+        open_waking(db.url(), true, long).await,
+        open_waking(db.url(), true, long).await,
+    );
+    let (wake_c, wake_d) = (c.work_available(), d.work_available());
+    // Each wakes its waiters once it LISTENs (and at its first poll, just after: drained).
+    for wake in [&wake_c, &wake_d] {
+        assert!(woken(wake, settle).await, "listening");
+        woken(wake, Duration::from_millis(200)).await;
+    }
+    conformance::create(
+        &Store::Postgres(c.clone()),
+        conformance::new_delivery(&conformance::id(2), None, conformance::URL_A),
+    )
+    .await;
+    assert!(
+        woken(&wake_d, settle).await,
+        "with NOTIFY the other host is told"
+    );
+    let listening: u32 = db
+        .scalar(LISTENING_SESSIONS)
+        .await
+        .expect("probe")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(listening, 2, "one listening connection per store");
+}
