@@ -118,6 +118,17 @@ pub struct Args {
     )]
     pub db_connections: usize,
 
+    /// PostgreSQL: `on`, hosts tell each other of new work with LISTEN/NOTIFY; `off`, no LISTEN
+    /// or NOTIFY is ever sent (for PostgreSQL-wire databases without them) and each host finds
+    /// other hosts' work by polling (--db-poll-interval). No effect with SQLite.
+    #[arg(long, value_enum, default_value_t = DbNotify::On, value_name = "on|off")]
+    pub db_notify: DbNotify,
+
+    /// PostgreSQL: how often each host looks for work other hosts made due without telling it
+    /// (at least 10ms) [default: 5s; 1s with --db-notify off]
+    #[arg(long, value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub db_poll_interval: Option<Duration>,
+
     /// Refuse new deliveries (507 journal_full) once the database is this large; 0 = no limit.
     #[arg(long, alias = "max-journal-bytes", default_value = "1GiB", value_parser = parse_size_arg, value_name = "SIZE")]
     pub max_db_bytes: u64,
@@ -203,6 +214,15 @@ pub struct Args {
     pub log_format: LogFormat,
 }
 
+/// `--db-notify`: how PostgreSQL hosts learn of each other's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DbNotify {
+    /// LISTEN/NOTIFY, with a slow poll as the safety net.
+    On,
+    /// Polling alone: no LISTEN, no NOTIFY.
+    Off,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Text when stderr is a terminal, JSON otherwise.
@@ -249,6 +269,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub max_db_bytes: u64,
     pub db_connections: usize,
+    /// `--db-notify` (PostgreSQL only).
+    pub db_notify: DbNotify,
+    /// `--db-poll-interval`, or its default for `db_notify` (PostgreSQL only).
+    pub db_poll_interval: Duration,
     /// `--strict`: missing task files refuse the start or reload.
     pub strict: bool,
     pub concurrency: u32,
@@ -331,6 +355,13 @@ impl Config {
         );
         line("max_db_bytes", self.max_db_bytes.to_string());
         line("db_connections", self.db_connections.to_string());
+        if let Some(notify) = self.db_notify.to_possible_value() {
+            line("db_notify", format!("{:?}", notify.get_name()));
+        }
+        line(
+            "db_poll_interval",
+            format!("{:?}", d(self.db_poll_interval)),
+        );
         line("strict", self.strict.to_string());
         line("concurrency", self.concurrency.to_string());
         line(
@@ -405,6 +436,8 @@ impl Config {
             data_dir => "--data-dir",
             max_db_bytes => "--max-db-bytes",
             db_connections => "--db-connections",
+            db_notify => "--db-notify",
+            db_poll_interval => "--db-poll-interval",
             concurrency => "--concurrency",
             per_target_concurrency => "--per-target-concurrency",
             request_timeout => "--request-timeout",
@@ -508,6 +541,9 @@ pub const DEFAULT_PER_TARGET: u32 = 8;
 /// largest `--reconcile-base`).
 pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(300);
 
+/// The shortest `--db-poll-interval`: a poll is two transactions on every host.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
 /// The least a lease must exceed the request timeout by (see `Args::into_config`).
 pub const LEASE_SLACK: Duration = Duration::from_secs(2);
 
@@ -590,6 +626,14 @@ impl Args {
         if self.db_connections < 5 {
             return err("--db-connections must be at least 5");
         }
+        let db_poll_interval = match (self.db_poll_interval, self.db_notify) {
+            (Some(every), _) if every < MIN_POLL_INTERVAL => {
+                return err("--db-poll-interval must be at least 10ms")
+            }
+            (Some(every), _) => every,
+            (None, DbNotify::On) => spool_store::postgres::DEFAULT_POLL_INTERVAL,
+            (None, DbNotify::Off) => spool_store::postgres::DEFAULT_POLL_ONLY_INTERVAL,
+        };
         if self.shutdown_timeout.is_zero() {
             return err("--shutdown-timeout must be greater than 0");
         }
@@ -615,6 +659,8 @@ impl Args {
             data_dir,
             max_db_bytes: self.max_db_bytes,
             db_connections: self.db_connections,
+            db_notify: self.db_notify,
+            db_poll_interval,
             strict: self.strict,
             concurrency: self.concurrency,
             per_target_concurrency,
@@ -1058,6 +1104,27 @@ mod tests {
     }
 
     #[test]
+    fn the_poll_interval_follows_db_notify_unless_given() {
+        let wakeups = |args: &[&str]| parse(args).map(|c| (c.db_notify, c.db_poll_interval));
+        let ms = Duration::from_millis;
+        for (args, expected) in [
+            (&[][..], (DbNotify::On, ms(5_000))),
+            (&["--db-notify", "on"][..], (DbNotify::On, ms(5_000))),
+            (&["--db-notify", "off"][..], (DbNotify::Off, ms(1_000))),
+            (
+                &["--db-notify", "off", "--db-poll-interval", "250ms"][..],
+                (DbNotify::Off, ms(250)),
+            ),
+            (
+                &["--db-poll-interval", "30s"][..],
+                (DbNotify::On, ms(30_000)),
+            ),
+        ] {
+            assert_eq!(wakeups(args), Ok(expected), "{args:?}");
+        }
+    }
+
+    #[test]
     fn go_style_flags_and_aliases() {
         let c = parse(&[
             "-listen",
@@ -1111,6 +1178,14 @@ mod tests {
                 "unknown database URL scheme \"mysql\"",
             ),
             (&["--db", "sqlite:"], "must not be empty"),
+            (
+                &["--db-poll-interval", "5ms"],
+                "--db-poll-interval must be at least 10ms",
+            ),
+            (
+                &["--db-notify", "maybe"],
+                "invalid value 'maybe' for '--db-notify",
+            ),
             (
                 &["--per-target-concurrency", "65"],
                 "--per-target-concurrency 65 must be between 1 and --concurrency (64)",

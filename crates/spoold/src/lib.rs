@@ -620,6 +620,10 @@ fn remove_files_in(dir: &std::path::Path) {
 async fn open_store(config: &Config) -> Result<Store, StartError> {
     match &config.db {
         Database::Sqlite(path) => {
+            if config.db_notify == crate::config::DbNotify::Off {
+                // One host, woken in process: there is nothing to listen to or poll for.
+                warn!("--db-notify off applies to PostgreSQL only; with SQLite it changes nothing");
+            }
             let sqlite = SqliteConfig {
                 path: path.clone(),
                 max_db_bytes: config.max_db_bytes,
@@ -635,6 +639,8 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
             let mut pg = PgConfig::new(url.clone());
             pg.max_db_bytes = config.max_db_bytes;
             pg.connections = config.db_connections;
+            pg.notify = config.db_notify == crate::config::DbNotify::On;
+            pg.poll_interval = config.db_poll_interval;
             pg.clock = config.clock.clone();
             Ok(Store::Postgres(PgStore::open(&pg).await?))
         }

@@ -513,6 +513,8 @@ fn print_config_says_what_is_in_effect_masked_and_reads_back() {
         &token.display().to_string(),
         "--request-timeout",
         "7s",
+        "--db-notify",
+        "off",
     ]);
     assert_eq!(
         o.status.code(),
@@ -529,6 +531,8 @@ fn print_config_says_what_is_in_effect_masked_and_reads_back() {
         "# auth token: set",
         &format!("auth_token_file = {:?}\n", token.display().to_string()),
         "log_format = \"auto\"\n",
+        "db_notify = \"off\"\n",
+        "db_poll_interval = \"1s\"\n",
         "secrets: ops (keys not shown)",
     ] {
         assert!(printed.contains(wanted), "{wanted:?} in\n{printed}");

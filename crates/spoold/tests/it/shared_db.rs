@@ -1,7 +1,8 @@
 //! Several hosts on one PostgreSQL database: real `spoold` processes sharing a database of the
 //! test's own, one receiver. Work is shared, an idempotency key makes one row whichever host
-//! takes it, a host killed mid-run loses nothing, a task lock holds across hosts, and the
-//! daemons ride out the database dropping their connections.
+//! takes it, a host killed mid-run loses nothing, a task lock holds across hosts, the daemons
+//! ride out the database dropping their connections, and hosts without LISTEN/NOTIFY
+//! (`--db-notify off`) share work by polling alone.
 //!
 //! Skipped (with a message) without `SPOOLD_TEST_PG_URL`; `.ci/run` sets it, so there they
 //! are mandatory.
@@ -816,4 +817,178 @@ async fn a_paused_host_writes_nothing_after_its_claim_was_taken_back() {
     );
     a.kill9();
     drop(b);
+}
+
+/// Sessions of the test's database whose last statement was a LISTEN, UNLISTEN or NOTIFY (a
+/// listening connection runs nothing else), or that called pg_notify.
+async fn listening_sessions(db: &TestDatabase) -> u32 {
+    db.scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+         AND (query ~* '^\\s*(LISTEN|UNLISTEN|NOTIFY)\\M' OR query ~* 'pg_notify\\s*\\(')",
+    )
+    .await
+    .expect("read pg_stat_activity")
+    .and_then(|n| n.parse().ok())
+    .unwrap_or(u32::MAX)
+}
+
+/// An operator's pause or resume of `receiver`'s origin on the host behind `api`.
+async fn target_control(api: &Api, receiver: &Receiver, action: &str) -> u16 {
+    let origin = format!("http%3A%2F%2F127.0.0.1%3A{}", receiver.port());
+    let (status, _, _) = api
+        .request(
+            http::Method::POST,
+            &format!("/v1/targets/{origin}/{action}"),
+            None,
+        )
+        .await
+        .expect("target control");
+    status
+}
+
+/// The pid of the daemon that ran the first attempt of task `id` (executor `host:pid:run`).
+async fn ran_on(api: &Api, id: &str) -> u32 {
+    let attempts = get(api, &format!("/v1/tasks/{id}/attempts")).await;
+    attempts["attempts"][0]["executorId"]
+        .as_str()
+        .and_then(|e| e.split(':').nth(1))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no executor pid in {attempts}"))
+}
+
+/// Two hosts with `--db-notify off` — no LISTEN, no NOTIFY, each polling every second — share
+/// work enqueued on either. Deliveries created through a host whose target is paused there are
+/// sent by the other, each within a few seconds of its create (the poll finds it; the other
+/// host's sweep, which would too, comes only every 5 s with the default lease). A task
+/// submitted through a host whose one task slot is busy is run by the other (whose runner would
+/// otherwise sleep for a minute). No session of theirs ever LISTENs or NOTIFYs; a host started
+/// with notify on, the control, is seen listening by the same probe.
+#[tokio::test(flavor = "multi_thread")]
+async fn poll_only_hosts_share_work_without_listen_or_notify() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "hold.sh",
+        r#"i=0
+while [ ! -e "$RELEASE" ] && [ "$i" -lt 600 ]; do sleep 0.05; i=$((i + 1)); done"#,
+    );
+    setup.script("quick.sh", "echo done");
+    let release = dir.path().join("release");
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!(
+            r#"
+[tasks.hold]
+command = ["{hold}"]
+env = {{ RELEASE = "{release}" }}
+
+[tasks.quick]
+command = ["{quick}"]
+"#,
+            hold = setup.path("hold.sh"),
+            quick = setup.path("quick.sh"),
+            release = release.display(),
+        ),
+    );
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    // The default lease: sweeps every 5 s, so a pickup within a few seconds is the poll's.
+    let start = |data: &TempDir| {
+        let opts = DaemonOptions::new(PathBuf::from(db.url()))
+            .args(FAST_RETRIES.iter().copied())
+            .args(["--db-notify", "off", "--task-concurrency", "1"])
+            .args(["--config", config.as_str()])
+            .args(["--data-dir".to_owned(), data.path().display().to_string()]);
+        DaemonProcess::start(opts)
+    };
+    let a = start(&data_a).await.expect("host A starts");
+    let b = start(&data_b).await.expect("host B starts");
+    let hosts = [
+        (Api::new(a.base_url()), a.pid()),
+        (Api::new(b.base_url()), b.pid()),
+    ];
+    let mut probes = vec![listening_sessions(&db).await];
+
+    // Deliveries: created through the host whose target is paused, sent by the other.
+    for (through, other) in [(0, 1), (1, 0)] {
+        let api = &hosts[through].0;
+        assert_eq!(target_control(api, &receiver, "pause").await, 200);
+        let before = (
+            attempts_made(api).await,
+            attempts_made(&hosts[other].0).await,
+        );
+        for n in 0..5 {
+            let (status, d) = api
+                .create(json!({"targetUrl": receiver.url("/hook"), "body": {"n": n}}))
+                .await
+                .expect("create");
+            assert_eq!(status, 201, "{d}");
+            let created = std::time::Instant::now();
+            api.wait_status(&id_of(&d), &["succeeded"], WAIT)
+                .await
+                .expect("sent by the other host");
+            let took = created.elapsed();
+            assert!(
+                took < Duration::from_secs(3),
+                "host {other} took {took:?} to find a delivery of host {through}: not by its \
+                 1 s poll"
+            );
+        }
+        assert_eq!(attempts_made(api).await, before.0, "sent by its own host");
+        assert_eq!(attempts_made(&hosts[other].0).await, before.1 + 5.0);
+        assert_eq!(target_control(api, &receiver, "resume").await, 200);
+        probes.push(listening_sessions(&db).await);
+    }
+
+    // Tasks: submitted through the host whose one slot is busy, run by the other.
+    let (status, hold) = submit(&hosts[0].0, json!({"type": "hold"})).await;
+    assert_eq!(status, 201, "{hold}");
+    wait_task(&hosts[0].0, &id(&hold), &["running"]).await;
+    let held_by = ran_on(&hosts[0].0, &id(&hold)).await;
+    let busy = hosts
+        .iter()
+        .position(|(_, pid)| *pid == held_by)
+        .expect("the hold task runs on one of the hosts");
+    let idle = 1 - busy;
+    let (status, quick) = submit(&hosts[busy].0, json!({"type": "quick"})).await;
+    assert_eq!(status, 201, "{quick}");
+    let submitted = std::time::Instant::now();
+    let done = wait_task(&hosts[busy].0, &id(&quick), &["succeeded", "failed"]).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let took = submitted.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the idle host took {took:?} to find the task: not by its 1 s poll"
+    );
+    assert_eq!(ran_on(&hosts[busy].0, &id(&quick)).await, hosts[idle].1);
+    std::fs::write(&release, "").expect("release the hold task");
+    let held = wait_task(&hosts[idle].0, &id(&hold), &["succeeded", "failed"]).await;
+    assert_eq!(held["status"], "succeeded", "{held}");
+    probes.push(listening_sessions(&db).await);
+    assert!(
+        probes.iter().all(|&n| n == 0),
+        "sessions listening or notifying: {probes:?}"
+    );
+
+    // The control: a host with notify on (the default) is seen by the same probe.
+    let data_c = TempDir::new().expect("dir");
+    let c = DaemonProcess::start(
+        DaemonOptions::new(PathBuf::from(db.url()))
+            .args(["--data-dir".to_owned(), data_c.path().display().to_string()]),
+    )
+    .await
+    .expect("host C starts");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while listening_sessions(&db).await != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the probe never saw host C listen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop((a, b, c));
 }
