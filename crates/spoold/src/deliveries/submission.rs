@@ -473,6 +473,13 @@ fn parse_target(raw: &str) -> Result<Url, Rejection> {
     if url.host_str().is_none_or(str::is_empty) {
         return Err(invalid("target URL must include a host"));
     }
+    // The normal form is what is stored (and exported, and checked again on import): it is
+    // longer than the given one where the parser percent-encodes (`é` → `%C3%A9`).
+    if url.as_str().len() > spool_proto::MAX_URL_BYTES {
+        return Err(invalid(
+            "target URL must not exceed 4096 bytes once percent-encoded",
+        ));
+    }
     Ok(url)
 }
 
@@ -754,6 +761,10 @@ mod tests {
             ("http://b\u{fc}cher.test/", Ok("http://xn--bcher-kva.test/")),
             ("http://[::1]:8080/x", Ok("http://[::1]:8080/x")),
             ("http://2130706433/", Ok("http://127.0.0.1/")),
+            (
+                &format!("http://h.test/{}", "\u{e9}".repeat(1500)),
+                Err("must not exceed 4096 bytes once percent-encoded"),
+            ),
         ];
         let open = Rules {
             policy: AddressPolicy {
