@@ -131,7 +131,8 @@ pub enum DeliveryMode {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Reconcile {
     /// `http` or `https` URL template; `{fingerprint}` and `{deliveryId}` are replaced,
-    /// percent-encoded. Required. The same address policy applies as to deliveries.
+    /// percent-encoded, in its path or query (not in its host or port). Required. The same
+    /// address policy applies as to deliveries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(
         required = true,

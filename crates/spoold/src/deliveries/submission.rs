@@ -330,7 +330,18 @@ fn check_reconcile(
             "reconcile.url uses {fingerprint}, but the delivery has none: set fingerprint or idempotencyKey",
         ));
     }
-    // Judged with stand-in values: the address the check will dial is the same whatever they are.
+    // Judged with stand-in values: the address the check will dial is the same whatever they
+    // are, because a value may only stand in the path or the query (percent-encoded, it cannot
+    // leave them). In the host or port it would choose where the check goes.
+    let authority = template.split_once("://").map_or("", |(_, rest)| {
+        rest.split(['/', '?', '#']).next().unwrap_or_default()
+    });
+    if authority.contains(['{', '}']) {
+        return Err(invalid(
+            "reconcile.url: {fingerprint} and {deliveryId} may stand only in the path or query, \
+             not in the host or port",
+        ));
+    }
     let sample = reconcile::expand(template, "fingerprint", "0123456789abcdef0123456789abcdef");
     let url = parse_target(&sample).map_err(|r| Rejection {
         code: r.code,
@@ -904,6 +915,38 @@ mod tests {
             let req = decode(format!(r#"{{"targetUrl":"{url}"}}"#).as_bytes()).expect("json");
             let r = validate(req, &policy).expect_err(url);
             assert_eq!(r.code, ErrorCode::TargetBlocked, "{url}");
+        }
+    }
+
+    /// A reconciliation URL is judged once, with stand-in values: a value must not be able to
+    /// choose the host or port it goes to.
+    #[test]
+    fn reconcile_placeholders_stand_only_in_path_or_query() {
+        let reconcile = |url: &str| {
+            check(
+                json!({"targetUrl": "https://hooks.test/", "mode": "at_most_once",
+                         "fingerprint": "127.0.0.1", "reconcile": {"url": url}}),
+            )
+        };
+        for url in [
+            "https://{fingerprint}/x",
+            "https://a{deliveryId}.test/",
+            "https://api.test:{fingerprint}/",
+            "https://{fingerprint}",
+        ] {
+            let r = reconcile(url).expect_err(url);
+            assert!(
+                r.message.contains("only in the path or query"),
+                "{url}: {}",
+                r.message
+            );
+        }
+        for url in [
+            "https://api.test/{fingerprint}",
+            "https://api.test?f={fingerprint}#",
+            "https://api.test/d/{deliveryId}?f={fingerprint}",
+        ] {
+            assert!(reconcile(url).is_ok(), "{url}");
         }
     }
 
