@@ -44,12 +44,15 @@ pub use task::{
     TaskTypeView, TaskView,
 };
 
-/// Managed headers: set by spoold itself, refused in a create request.
+/// Managed headers: set by spoold itself, or describing one connection (hop-by-hop, RFC 9110
+/// §7.6.1), which spoold owns; refused in a create request in any case spelling.
 pub const MANAGED_HEADERS: &[&str] = &[
     "Connection",
     "Content-Length",
     "Host",
+    "Keep-Alive",
     "Proxy-Connection",
+    "Te",
     "Trailer",
     "Transfer-Encoding",
     "Upgrade",

@@ -868,6 +868,14 @@ mod tests {
                 "managed",
             ),
             (
+                json!({"targetUrl":"http://127.0.0.1/","headers":{"KEEP-alive":"5"}}),
+                "managed",
+            ),
+            (
+                json!({"targetUrl":"http://127.0.0.1/","headers":{" tE ":"trailers"}}),
+                "managed",
+            ),
+            (
                 json!({"targetUrl":"http://127.0.0.1/","headers":{"A":"x\r\ny"}}),
                 "newline",
             ),
