@@ -352,7 +352,8 @@ pub fn from_export(
         status: store_status(e.status),
         attempts: count("attempts", e.attempts)?,
         uncharged: count("uncharged", e.uncharged)?,
-        max_attempts: count("maxAttempts", e.max_attempts)?,
+        // As the create's rules read it: 0 is the default, not "no attempt".
+        max_attempts: checked.max_attempts,
         cycle: count("cycle", e.cycle)?.max(1),
         last_error: e.last_error,
         last_error_code: e.last_error_code,
