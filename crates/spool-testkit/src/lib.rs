@@ -19,6 +19,9 @@
 //!   TLS receiver ([`Receiver::start_tls`]) serves with.
 //! - [`proxy`]: [`Proxy`], a TCP proxy a test can pause, for a daemon that loses its database
 //!   while its connections stay open.
+//! - [`powerfs`]: [`PowerFs`], a FUSE file system that keeps writes in memory until they are
+//!   fsynced, so a test can cut the power and find only what was made durable; it can also
+//!   fail fsyncs (with Linux's semantics) and run out of space.
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
 //!   command runner, and the rule that skips such a test where it cannot run unless an
 //!   environment variable requires it.
@@ -49,6 +52,7 @@ pub mod bin_path;
 pub mod daemon;
 pub mod group;
 pub mod pg;
+pub mod powerfs;
 pub mod privileged;
 pub mod proxy;
 pub mod receiver;
@@ -60,6 +64,7 @@ pub use bin_path::cargo_bin;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
 pub use group::run_in_group;
 pub use pg::{HeldConnections, PrivateServer, TestDatabase};
+pub use powerfs::PowerFs;
 pub use proxy::Proxy;
 pub use receiver::{Receiver, Recorded, Reply};
 pub use remote::{CreateBehavior, Record, RemoteApi, SearchBehavior};
