@@ -130,19 +130,12 @@ impl SqliteStore {
             }
         }
         let (lock, fresh) = lock_database(&path)?;
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| corrupt_or(&path, e))?;
+        let conn = open_read_write(&path)?;
         if !fresh {
             // Before anything is set: another program's database is refused unchanged.
             schema::check(&conn).map_err(|e| schema_error(&path, e))?;
         }
-        configure_writer(&conn, &path, fresh)?;
-        // Every statement on the hot path is prepared once and kept (rusqlite keeps 16).
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        stable_plans(&conn)?;
+        prepare_writer(&conn, &path, fresh)?;
         schema::migrate(&conn).map_err(|e| schema_error(&path, e))?;
         let mut readers = Vec::with_capacity(config.readers.max(1));
         for _ in 0..config.readers.max(1) {
@@ -157,24 +150,20 @@ impl SqliteStore {
                 .map_err(map_err)?;
             readers.push(r);
         }
-        // Checkpoints run on their own thread and connection (see `checkpoint`).
-        conn.pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(map_err)?;
-        // After a burst, give the WAL file's space back once it is checkpointed and reset.
-        conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
-            .map_err(map_err)?;
         let signal = Arc::new(checkpoint::CheckpointSignal::default());
-        let checkpoint_conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| corrupt_or(&path, e))?;
+        let checkpoint_conn = open_read_write(&path)?;
         checkpoint_conn
             .busy_timeout(std::time::Duration::from_secs(5))
             .map_err(map_err)?;
         let checkpointer = checkpoint::Checkpointer::spawn(checkpoint_conn, Arc::clone(&signal))
             .map_err(|e| io_err("cannot start the checkpoint thread".into(), e))?;
-        let writer = writer::Writer::spawn(conn, signal, config.clock.clone())?;
+        let reopen_path = path.clone();
+        let reopen: writer::Reopen = Box::new(move || {
+            let conn = open_read_write(&reopen_path)?;
+            prepare_writer(&conn, &reopen_path, false)?;
+            Ok(conn)
+        });
+        let writer = writer::Writer::spawn(conn, reopen, signal, config.clock.clone())?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
@@ -872,6 +861,31 @@ fn schema_error(path: &Path, e: StoreError) -> StoreError {
         },
         other => corrupt_path(path, other),
     }
+}
+
+/// A read-write connection to `path`, used by one thread at a time.
+fn open_read_write(path: &Path) -> Result<Connection> {
+    Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| corrupt_or(path, e))
+}
+
+/// Set up the write connection: durability (`configure_writer`), its statement cache and
+/// plans, and checkpoints left to their own thread. The same for the first connection and for
+/// the one the writer opens after a failed COMMIT.
+fn prepare_writer(conn: &Connection, path: &Path, fresh: bool) -> Result<()> {
+    configure_writer(conn, path, fresh)?;
+    // Every statement on the hot path is prepared once and kept (rusqlite keeps 16).
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    stable_plans(conn)?;
+    // Checkpoints run on their own thread and connection (see `checkpoint`).
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(map_err)?;
+    // After a burst, give the WAL file's space back once it is checkpointed and reset.
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
+        .map_err(map_err)
 }
 
 fn configure_writer(conn: &Connection, path: &Path, fresh: bool) -> Result<()> {

@@ -12,6 +12,21 @@
 //! a transaction of its own, and treats such an error as the end of the transaction. Every job
 //! that ran in a transaction that did not commit is answered with an error, the earlier ones
 //! too; the jobs not yet run go on in a fresh transaction.
+//!
+//! **Invariant: a write answered with an error is not stored, even when COMMIT itself failed.**
+//! A COMMIT that fails (typically its fsync: `EIO`, or `ENOSPC` while appending) may have left
+//! the whole transaction in the WAL file, commit frame included: the file system's cache holds
+//! it even if the disk does not, and after a crash SQLite's recovery would read it back as
+//! committed. Linux also forgets the failed writes once an fsync has reported them
+//! ("fsyncgate"), so retrying the fsync would prove nothing. So after a failed COMMIT the
+//! writer never retries it: it drops its connection, opens a new one, and commits a *fence*
+//! (one small write to `meta`) before it answers the failed jobs. The fence's frames go where
+//! the failed transaction's began, and its commit breaks their checksum chain, so recovery can
+//! never reach them again. Until a fence has committed, no job runs: each is answered with the
+//! error (and readiness, which writes, fails), so a disk that keeps failing stops writes instead
+//! of piling more on an unknown state. If the fence cannot commit, the failed jobs are still
+//! answered with an error, but that error can no longer promise the write is absent after a
+//! crash: it says so.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,6 +46,15 @@ use crate::model::Millis;
 /// Largest number of jobs folded into one batch. Bounds the latency a job can add to the
 /// others in its batch.
 const MAX_BATCH: usize = 1024;
+
+/// The fence committed after a failed COMMIT (see the module documentation): it must change a
+/// page, so that it writes a frame.
+const FENCE: &str = "INSERT INTO meta (key, value) VALUES ('write_fence', ?1) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+
+/// Opens a new write connection, set up like the first, for the writer to start over with after
+/// a failed COMMIT.
+pub(crate) type Reopen = Box<dyn Fn() -> Result<Connection> + Send>;
 
 /// Sends a job's answer once the fate of its transaction is known: `None` if it committed.
 type Reply = Box<dyn FnOnce(Option<&CommitError>) + Send>;
@@ -71,6 +95,19 @@ impl CommitError {
         CommitError::from_store_error(&map_err(clone_rusqlite(e)))
     }
 
+    /// This failure's COMMIT could not be fenced: the answer can no longer say the write is
+    /// absent for good.
+    fn unfenced(self) -> CommitError {
+        CommitError {
+            full: self.full,
+            message: format!(
+                "{}; the database could not be written again since, so this write may still be \
+                 found after a restart",
+                self.message
+            ),
+        }
+    }
+
     fn lost() -> CommitError {
         CommitError {
             full: false,
@@ -109,15 +146,23 @@ impl Writer {
     /// Start the thread; it stops when the handle is dropped.
     pub(crate) fn spawn(
         conn: Connection,
+        reopen: Reopen,
         checkpoints: Arc<CheckpointSignal>,
         clock: Clock,
     ) -> Result<Writer> {
         let (tx, rx) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
         let thread_stats = Arc::clone(&stats);
+        let fence_clock = clock.clone();
         let handle = thread::Builder::new()
             .name("spool-writer".into())
-            .spawn(move || run(conn, rx, &thread_stats, &checkpoints))
+            .spawn(move || {
+                let fencing = Fencing {
+                    reopen,
+                    clock: fence_clock,
+                };
+                run(conn, &fencing, rx, &thread_stats, &checkpoints);
+            })
             .map_err(|e| StoreError::Io {
                 context: "cannot start the store writer thread".into(),
                 source: e,
@@ -261,13 +306,41 @@ fn in_savepoint<T>(
     }
 }
 
+/// How the writer starts over after a failed COMMIT.
+struct Fencing {
+    reopen: Reopen,
+    clock: Clock,
+}
+
+impl Fencing {
+    /// A new connection in place of `conn` (dropped first), with a fence committed on it.
+    fn fence(&self, conn: &mut Option<Connection>) -> Result<(), CommitError> {
+        drop(conn.take());
+        let fresh = (self.reopen)().map_err(|e| CommitError::from_store_error(&e))?;
+        let now = self.clock.now_ms().to_string();
+        let committed = fresh
+            .execute_batch("BEGIN IMMEDIATE")
+            .and_then(|()| fresh.execute(FENCE, [now]))
+            .and_then(|_| fresh.execute_batch("COMMIT"));
+        if let Err(e) = committed {
+            rollback(&fresh);
+            return Err(CommitError::from_sqlite(&e));
+        }
+        *conn = Some(fresh);
+        Ok(())
+    }
+}
+
 fn run(
     conn: Connection,
+    fencing: &Fencing,
     rx: mpsc::Receiver<Job>,
     stats: &WriterStats,
     checkpoints: &CheckpointSignal,
 ) {
     let mut queue: VecDeque<Job> = VecDeque::with_capacity(MAX_BATCH);
+    // `None` while a failed COMMIT still waits for its fence.
+    let mut conn = Some(conn);
     while let Ok(first) = rx.recv() {
         queue.push_back(first);
         while queue.len() < MAX_BATCH {
@@ -280,7 +353,32 @@ fn run(
         let size = queue.len();
         let mut ok = true;
         while !queue.is_empty() {
-            if let Err(e) = transaction(&conn, &mut queue) {
+            let failed = match conn.as_ref() {
+                // Nothing runs before the fence has committed.
+                None => match fencing.fence(&mut conn) {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        refuse(&mut queue, &e);
+                        Some(e)
+                    }
+                },
+                Some(c) => {
+                    let settled = transaction(c, &mut queue);
+                    let mut fate = settled.fate;
+                    if settled.commit_failed {
+                        // Before anyone hears "failed": see the module documentation.
+                        if let Err(e) = fencing.fence(&mut conn) {
+                            tracing::error!(error = %e.message, "store fence after a failed commit failed");
+                            fate = fate.map_err(|why| why.unfenced());
+                        }
+                    }
+                    for reply in settled.replies {
+                        reply(fate.as_ref().err());
+                    }
+                    fate.err()
+                }
+            };
+            if let Some(e) = failed {
                 tracing::error!(error = %e.message, batch = size, "store commit failed");
                 stats.failures.fetch_add(1, Ordering::Relaxed);
                 ok = false;
@@ -297,7 +395,10 @@ fn run(
             .swap(false, Ordering::Relaxed)
         {
             // Between batches, after every caller has its answer (see `checkpoint`).
-            if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            let checkpoint = conn
+                .as_ref()
+                .map(|c| c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())));
+            if let Some(Err(e)) = checkpoint {
                 tracing::warn!(error = %e, "checkpoint by the writer failed");
             }
         }
@@ -305,10 +406,25 @@ fn run(
     tracing::debug!("store writer stopped");
 }
 
+/// Answer every job in `queue` with `err` without running it.
+fn refuse(queue: &mut VecDeque<Job>, err: &CommitError) {
+    for job in queue.drain(..) {
+        (job(None).reply)(Some(err));
+    }
+}
+
+/// A transaction's jobs, to be answered with its fate.
+struct Settled {
+    replies: Vec<Reply>,
+    fate: Result<(), CommitError>,
+    /// COMMIT itself failed: the transaction may be in the WAL file all the same.
+    commit_failed: bool,
+}
+
 /// Run jobs from the front of `queue` in one transaction until the queue is empty or a job
-/// leaves the transaction unusable, then commit (or roll back) and answer each of them with
-/// the transaction's fate. Always takes at least one job off the queue.
-fn transaction(conn: &Connection, queue: &mut VecDeque<Job>) -> Result<(), CommitError> {
+/// leaves the transaction unusable, then commit (or roll back). Always takes at least one job
+/// off the queue. The jobs are answered by the caller, once the fate is final.
+fn transaction(conn: &Connection, queue: &mut VecDeque<Job>) -> Settled {
     if !conn.is_autocommit() {
         // Only a failed rollback leaves a transaction open; never carry it into a new batch.
         rollback(conn);
@@ -316,10 +432,12 @@ fn transaction(conn: &Connection, queue: &mut VecDeque<Job>) -> Result<(), Commi
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         // Nothing can run: every job waiting is answered with the error.
         let err = CommitError::from_sqlite(&e);
-        for job in queue.drain(..) {
-            (job(None).reply)(Some(&err));
-        }
-        return Err(err);
+        refuse(queue, &err);
+        return Settled {
+            replies: Vec::new(),
+            fate: Err(err),
+            commit_failed: false,
+        };
     }
     let mut replies = Vec::new();
     let mut broken = None;
@@ -334,20 +452,24 @@ fn transaction(conn: &Connection, queue: &mut VecDeque<Job>) -> Result<(), Commi
             break;
         }
     }
-    let fate = match broken {
+    let (fate, commit_failed) = match broken {
         Some(why) => {
             rollback(conn);
-            Err(why)
+            (Err(why), false)
         }
-        None => conn.execute_batch("COMMIT").map_err(|e| {
-            rollback(conn);
-            CommitError::from_sqlite(&e)
-        }),
+        None => match conn.execute_batch("COMMIT") {
+            Ok(()) => (Ok(()), false),
+            Err(e) => {
+                rollback(conn);
+                (Err(CommitError::from_sqlite(&e)), true)
+            }
+        },
     };
-    for reply in replies {
-        reply(fate.as_ref().err());
+    Settled {
+        replies,
+        fate,
+        commit_failed,
     }
-    fate
 }
 
 /// Roll back whatever is open. SQLite may already have done so itself, and then says so in an
@@ -393,11 +515,21 @@ mod tests {
         let path = dir.path().join("w.db");
         let conn = Connection::open(&path).expect("open");
         conn.execute_batch(
-            "PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER NOT NULL UNIQUE);",
+            "PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER NOT NULL UNIQUE); \
+             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )
         .expect("schema");
-        let writer = Writer::spawn(conn, Arc::new(CheckpointSignal::default()), Clock::system())
-            .expect("writer thread");
+        let reopen_path = path.clone();
+        let reopen: Reopen = Box::new(move || {
+            Connection::open(&reopen_path).map_err(|e| StoreError::Storage(e.to_string()))
+        });
+        let writer = Writer::spawn(
+            conn,
+            reopen,
+            Arc::new(CheckpointSignal::default()),
+            Clock::system(),
+        )
+        .expect("writer thread");
         Fixture {
             _dir: dir,
             path,

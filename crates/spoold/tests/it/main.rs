@@ -20,6 +20,7 @@ mod lifecycle;
 mod observability;
 mod openapi;
 mod overview;
+mod power_loss;
 mod rate_limits;
 mod reload;
 mod reservations;
