@@ -421,6 +421,7 @@ pub fn redact_all(rules: &RedactRules, text: &str) -> String {
         &mut scratch,
         text.as_bytes(),
         text.len(),
+        Straddle::Take,
         &mut out,
     );
     // A literal secret need not be valid UTF-8, so cutting it out can split a character.
@@ -797,25 +798,49 @@ impl Redactor {
         if cut == 0 {
             return 0;
         }
-        let (cut, n) = redact_block(&self.rules.0, &mut self.scratch, data, cut, out);
+        // With literals only, the cut lies before the start of a secret that may still be
+        // arriving; a secret found across it may overlap that one (`abcd` and `cdxyz` in
+        // `abcd|xyz`), so it is held whole, as the merged streams hold one, instead of being
+        // redacted up to its end with the next secret's start (whose rest would then go out).
+        // Held only while that stays within a line's worth: memory stays bounded.
+        let straddle = if self.rules.0.regexes.is_empty() {
+            Straddle::Hold { at_most: LINE_CAP }
+        } else {
+            Straddle::Take
+        };
+        let (cut, n) = redact_block(&self.rules.0, &mut self.scratch, data, cut, straddle, out);
         self.redactions += n;
         cut
     }
 }
 
-/// Appends `data[..cut]` to `out` with every match replaced, after moving `cut` to the end of
-/// a match that straddles it. Returns the cut and the number of replacements.
+/// What [`redact_block`] does with a match that straddles its cut.
+#[derive(Clone, Copy)]
+enum Straddle {
+    /// Move the cut to the match's end: it goes now, redacted.
+    Take,
+    /// Move the cut to the match's start: it is held, whole, for the next block — unless that
+    /// holds more than `at_most` bytes, then as [`Straddle::Take`].
+    Hold { at_most: usize },
+}
+
+/// Appends `data[..cut]` to `out` with every match replaced, after moving `cut` to the end or
+/// the start of a match that straddles it. Returns the cut and the number of replacements.
 fn redact_block(
     rules: &Compiled,
     scratch: &mut Scratch,
     data: &[u8],
     mut cut: usize,
+    straddle: Straddle,
     out: &mut Vec<u8>,
 ) -> (usize, u64) {
     rules.find_spans(data, scratch);
     let spans = &scratch.spans;
-    if let Some(&(_, end)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
-        cut = end;
+    if let Some(&(start, end)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
+        cut = match straddle {
+            Straddle::Hold { at_most } if data.len() - start <= at_most => start,
+            Straddle::Hold { .. } | Straddle::Take => end,
+        };
     }
     let mut done = 0;
     let mut n = 0;
@@ -1148,6 +1173,19 @@ mod tests {
                 );
                 assert_eq!(n, 3);
             }
+        }
+    }
+
+    /// Two secrets that overlap (`abcd`, `cdxyz`), cut where the second has only begun: the
+    /// first is held whole until the second is complete, as in one piece.
+    #[test]
+    fn overlapping_secrets_split_between_them() {
+        let r = rules(&["abcd", "cdxyz"], &[]);
+        let whole = stream(&r, &[b"abcdxyz\n"]);
+        assert_eq!(whole.0, "[REDACTED]\n");
+        for cut in 1..8 {
+            let (a, b) = b"abcdxyz\n".split_at(cut);
+            assert_eq!(stream(&r, &[a, b]), whole, "cut at {cut}");
         }
     }
 
