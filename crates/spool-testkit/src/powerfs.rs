@@ -131,6 +131,11 @@ impl PowerFs {
         self.disk.state().capacity = bytes;
     }
 
+    /// Bytes the files hold now (what [`PowerFs::set_capacity`] limits).
+    pub fn used_bytes(&self) -> u64 {
+        self.disk.state().used()
+    }
+
     /// Counts of what happened so far.
     pub fn counts(&self) -> DiskCounts {
         self.disk.state().counts

@@ -12,6 +12,7 @@
 //! And fsync errors with Linux's semantics (the failed writes are dropped from the disk for
 //! good): a create whose commit's fsync failed is never acknowledged and is not stored
 //! afterwards, whether the power is then cut or the daemon killed; the daemon goes on serving.
+//! A disk that fills up mid-load and then loses power keeps what was acknowledged too.
 //!
 //! Needs root and /dev/fuse; without them the tests say so and pass, unless
 //! `SPOOLD_REQUIRE_MOUNT=1` (CI). `SPOOLD_POWER_SEED` replays a run's random choices (the seed
@@ -128,6 +129,47 @@ async fn a_create_whose_fsync_failed_is_refused_and_not_kept() {
     bench.disk.cut_power();
     daemon.kill9();
     assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
+    bench.disk.restore_power().expect("power back");
+    bench.integrity_check();
+    let mut ledger = Ledger::default();
+    ledger.absorb(answers);
+    let mut daemon = bench.start().await;
+    ledger.check_against(&Api::new(daemon.base_url()), 1).await;
+    daemon.kill9();
+}
+
+/// The disk fills up in the middle of the load (`ENOSPC` on a write, wherever it lands: the WAL,
+/// a spill, a checkpoint), then the power goes: every acknowledged create is there, no refused
+/// one is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_that_fills_up_then_loses_power_keeps_what_was_acknowledged() {
+    let Some(mut bench) = available("SPOOLD_REQUIRE_MOUNT", Bench::new()) else {
+        return;
+    };
+    let receiver = Receiver::start().await.expect("receiver");
+    let target = receiver.url("/hook");
+    let mut rng = Rng::seeded();
+    let mut daemon = bench.start().await;
+    let api = Api::new(daemon.base_url());
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = Load::start(&api, &target, 0, &stop, rng.next());
+    tokio::time::sleep(Duration::from_millis(rng.within(100..400))).await;
+    let room = rng.within(200_000..2_000_000);
+    bench
+        .disk
+        .set_capacity(Some(bench.disk.used_bytes() + room));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    bench.disk.cut_power();
+    daemon.kill9();
+    stop.store(true, Ordering::Relaxed);
+    let answers = load.finish().await;
+    let refused_writes = bench.disk.counts().refused_writes;
+    assert!(
+        refused_writes > 0 && !answers.refused.is_empty(),
+        "the load never met the full disk: {refused_writes} writes refused, {} creates refused",
+        answers.refused.len()
+    );
+    bench.disk.set_capacity(None);
     bench.disk.restore_power().expect("power back");
     bench.integrity_check();
     let mut ledger = Ledger::default();
