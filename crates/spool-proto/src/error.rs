@@ -60,10 +60,13 @@ pub enum ErrorCode {
     Forbidden,
     /// `sign.secretRef` names no `[secrets]` entry of the daemon's configuration.
     UnknownSecret,
+    /// The request's body did not arrive in full within `--body-read-timeout` of its head:
+    /// nothing was done, and the connection is closed.
+    RequestTimeout,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -89,6 +92,7 @@ impl ErrorCode {
         ErrorCode::OutputNotFound,
         ErrorCode::Forbidden,
         ErrorCode::UnknownSecret,
+        ErrorCode::RequestTimeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -118,6 +122,7 @@ impl ErrorCode {
             ErrorCode::OutputNotFound => "output_not_found",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::UnknownSecret => "unknown_secret",
+            ErrorCode::RequestTimeout => "request_timeout",
         }
     }
 
@@ -139,6 +144,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound | ErrorCode::OutputNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::IdempotencyConflict
             | ErrorCode::InvalidTransition
             | ErrorCode::NotCurrentAttempt => 409,

@@ -67,6 +67,11 @@ pub struct Args {
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
     pub header_read_timeout: Duration,
 
+    /// A request's body must arrive in full within this long of its head; a body that trickles
+    /// in slower is answered 408 and its connection closed.
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub body_read_timeout: Duration,
+
     /// Connections to the API open at once; beyond it new ones wait to be accepted until one
     /// closes.
     #[arg(long, default_value_t = crate::api::server::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
@@ -342,6 +347,10 @@ impl Config {
             format!("{:?}", d(self.connections.header_read_timeout)),
         );
         line(
+            "body_read_timeout",
+            format!("{:?}", d(self.connections.body_read_timeout)),
+        );
+        line(
             "max_connections",
             self.connections.max_connections.to_string(),
         );
@@ -460,6 +469,9 @@ impl Config {
         );
         if self.connections.header_read_timeout != other.connections.header_read_timeout {
             changed.push("--header-read-timeout");
+        }
+        if self.connections.body_read_timeout != other.connections.body_read_timeout {
+            changed.push("--body-read-timeout");
         }
         if self.connections.max_connections != other.connections.max_connections {
             changed.push("--max-connections");
@@ -646,6 +658,9 @@ impl Args {
         if self.header_read_timeout.is_zero() {
             return err("--header-read-timeout must be greater than 0");
         }
+        if self.body_read_timeout.is_zero() {
+            return err("--body-read-timeout must be greater than 0");
+        }
         if self.max_connections == 0 {
             return err("--max-connections must be at least 1");
         }
@@ -653,6 +668,7 @@ impl Args {
             listen,
             connections: crate::api::server::Limits {
                 header_read_timeout: self.header_read_timeout,
+                body_read_timeout: self.body_read_timeout,
                 max_connections: self.max_connections,
             },
             db,

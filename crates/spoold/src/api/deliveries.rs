@@ -30,6 +30,7 @@ pub const MASK: &str = "[redacted]";
         (status = 201, description = "Created and durable; `Location` names it", body = DeliveryView),
         (status = 200, description = "Same idempotency key and same request: the existing delivery", body = DeliveryView),
         (status = 400, description = "`invalid_request`, `invalid_delivery`, `target_blocked` or `unknown_secret`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
@@ -37,15 +38,10 @@ pub const MASK: &str = "[redacted]";
     )
 )]
 pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Response {
-    let bytes = match axum::body::to_bytes(body, spool_proto::MAX_REQUEST_BYTES).await {
+    let too_large = "decode JSON: request body too large";
+    let bytes = match super::read_body(body, spool_proto::MAX_REQUEST_BYTES, too_large).await {
         Ok(b) => b,
-        Err(_) => {
-            return ApiError::new(
-                ErrorCode::InvalidRequest,
-                "decode JSON: request body too large",
-            )
-            .into_response()
-        }
+        Err(e) => return e.into_response(),
     };
     let new =
         match submission::decode(&bytes).and_then(|req| submission::validate(req, &state.rules)) {
@@ -304,6 +300,7 @@ pub async fn checks(
     responses(
         (status = 200, description = "Resolved: `succeeded`, `failed`, or `pending` again (resend, a new cycle)", body = DeliveryView),
         (status = 400, description = "`invalid_request`: no outcome, no note, or a bad field", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_transition`: not unknown or manual_review (nor a failed at-most-once delivery that was unknown)", body = ErrorBody),
     )
@@ -489,6 +486,7 @@ fn error_code(code: &str) -> Option<String> {
     responses(
         (status = 200, description = "What the action changed — or, with `dryRun`, would change: the deliveries matched, changed and skipped (in a status the action does not apply to), and the first ids changed", body = BulkResult),
         (status = 400, description = "`invalid_request`: the JSON, no action, no filter, or a bad `targetOrigin`, `lastErrorCode`, `createdAfter` or `createdBefore`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody),
     )

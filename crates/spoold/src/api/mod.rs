@@ -148,8 +148,43 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        json(status, &ErrorBody::new(self.code, self.message))
+        let close = self.code == ErrorCode::RequestTimeout;
+        let mut response = json(status, &ErrorBody::new(self.code, self.message));
+        if close {
+            // What is left of the body would be read as the next request.
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        response
     }
+}
+
+/// A request's whole body, at most `limit` bytes. Too large is 400 `invalid_request` (with
+/// `message` saying so); a body that did not arrive within `--body-read-timeout` is 408
+/// `request_timeout`; a connection that broke mid-body is 400 as well (nobody reads it).
+pub(crate) async fn read_body(
+    body: axum::body::Body,
+    limit: usize,
+    too_large: &str,
+) -> Result<bytes::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(cause) = source {
+            if let Some(timeout) = cause.downcast_ref::<server::BodyTimedOut>() {
+                return ApiError::new(ErrorCode::RequestTimeout, timeout.to_string());
+            }
+            if cause.is::<http_body_util::LengthLimitError>() {
+                return ApiError::new(ErrorCode::InvalidRequest, too_large);
+            }
+            source = cause.source();
+        }
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("reading the request body: {e}"),
+        )
+    })
 }
 
 impl From<spool_store::StoreError> for ApiError {
@@ -254,9 +289,7 @@ pub(crate) async fn decision<T: serde::de::DeserializeOwned>(
     body: axum::body::Body,
 ) -> Result<T, ApiError> {
     let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
-    let bytes = axum::body::to_bytes(body, 64 * 1024)
-        .await
-        .map_err(|_| invalid("decode JSON: request body too large".into()))?;
+    let bytes = read_body(body, 64 * 1024, "decode JSON: request body too large").await?;
     serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))
 }
 

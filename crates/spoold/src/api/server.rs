@@ -5,6 +5,10 @@
 //!   whole head within this long of being accepted, and of its last response (so it also ends
 //!   a keep-alive connection left idle that long). A client holding a connection open with
 //!   nothing or half a header (slowloris) is closed.
+//! - **Body read timeout** (`--body-read-timeout`): a request's body must arrive in full within
+//!   this long of its head. A client that trickles a body (or stops sending one) gets 408
+//!   `request_timeout` and the connection is closed; bodies are size-limited as well, so a
+//!   request can hold neither memory nor a connection without bound.
 //! - **Connection cap** (`--max-connections`): at most this many connections are open at once;
 //!   at the cap, new ones wait in the listen backlog until one closes (as Go's `LimitListener`),
 //!   and the daemon keeps serving the ones it has.
@@ -12,8 +16,13 @@
 //! On shutdown, accepting stops and every connection finishes its request in progress, then
 //! closes (as `axum::serve`'s graceful shutdown did).
 
+use std::future::Future as _;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use http_body::{Frame, SizeHint};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -28,6 +37,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
     pub max_connections: usize,
 }
 
@@ -40,6 +50,15 @@ pub async fn serve<L>(
 ) where
     L: axum::serve::Listener,
 {
+    let body_timeout = limits.body_read_timeout;
+    // Runs as the request's head has been read, before routing: the body's clock starts there.
+    let router = router.layer(axum::middleware::map_request(
+        move |request: axum::extract::Request| async move {
+            Ok::<_, std::convert::Infallible>(
+                request.map(|body| axum::body::Body::new(Deadline::new(body, body_timeout))),
+            )
+        },
+    ));
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -72,4 +91,63 @@ pub async fn serve<L>(
     }
     connections.close();
     connections.wait().await;
+}
+
+/// The error a body gives once its deadline has passed (see [`Deadline`]).
+#[derive(Debug)]
+pub struct BodyTimedOut(pub Duration);
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive in full within {:?} (--body-read-timeout)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+/// A request body that fails with [`BodyTimedOut`] if it has not ended by a deadline.
+struct Deadline {
+    inner: axum::body::Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    after: Duration,
+}
+
+impl Deadline {
+    fn new(inner: axum::body::Body, after: Duration) -> Deadline {
+        Deadline {
+            inner,
+            sleep: Box::pin(tokio::time::sleep(after)),
+            after,
+        }
+    }
+}
+
+impl http_body::Body for Deadline {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(self.after))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }

@@ -28,6 +28,7 @@ const MAX_REPORT_BYTES: usize = 4096;
         (status = 201, description = "Recorded now, and durable", body = TaskStepView),
         (status = 200, description = "Done before (by this attempt or an earlier one): the first record", body = TaskStepView),
         (status = 400, description = "`invalid_request`: not JSON, or a bad name or attempt", body = spool_proto::ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = spool_proto::ErrorBody),
         (status = 403, description = "`forbidden`: a step token of another attempt", body = spool_proto::ErrorBody),
         (status = 404, description = "`not_found`", body = spool_proto::ErrorBody),
         (status = 409, description = "`not_current_attempt`: that attempt is not the task's running attempt", body = spool_proto::ErrorBody),
@@ -40,9 +41,12 @@ pub async fn report(
     body: HttpBody,
 ) -> Result<Response, ApiError> {
     let invalid = |m: String| ApiError::new(ErrorCode::InvalidRequest, m);
-    let bytes = axum::body::to_bytes(body, MAX_REPORT_BYTES)
-        .await
-        .map_err(|_| invalid("decode JSON: request body too large".into()))?;
+    let bytes = super::read_body(
+        body,
+        MAX_REPORT_BYTES,
+        "decode JSON: request body too large",
+    )
+    .await?;
     let req: ReportStep =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
     let name = StepName::parse(req.name.as_deref().unwrap_or_default())

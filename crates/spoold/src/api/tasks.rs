@@ -27,6 +27,7 @@ use crate::tasks::submission;
         (status = 201, description = "Submitted and durable; `Location` names it", body = TaskView),
         (status = 200, description = "Same key and same parameters: the existing task, in its current state", body = TaskView),
         (status = 400, description = "`invalid_request`, `unknown_task_type`, `unknown_param`, `missing_param` or `invalid_params`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: same key, other parameters", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
@@ -40,14 +41,8 @@ pub async fn submit(State(state): State<SharedState>, body: HttpBody) -> Respons
 }
 
 async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, ApiError> {
-    let bytes = axum::body::to_bytes(body, submission::MAX_SUBMISSION_BYTES)
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                ErrorCode::InvalidRequest,
-                "decode JSON: request body too large",
-            )
-        })?;
+    let too_large = "decode JSON: request body too large";
+    let bytes = super::read_body(body, submission::MAX_SUBMISSION_BYTES, too_large).await?;
     let declared = state.task_types.now();
     let new = submission::decode(&bytes)
         .and_then(|req| submission::validate(req, &declared))
@@ -280,6 +275,7 @@ pub async fn retry(
     responses(
         (status = 200, description = "What the action changed — or, with `dryRun`, would change: the tasks matched, changed and skipped (in a status the action does not apply to, or, for a retry, of a type that allows no operator retry), and the first ids changed", body = BulkResult),
         (status = 400, description = "`invalid_request`: the JSON, no action, no filter, or a bad `createdAfter` or `createdBefore`", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody),
     )
@@ -395,6 +391,7 @@ pub async fn types(State(state): State<SharedState>) -> Response {
     responses(
         (status = 200, description = "Settled as the person decided: `succeeded` or `failed` (the note is in the transition log)", body = TaskView),
         (status = 400, description = "`invalid_request`: no outcome, no note, or a bad field", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_transition`: not in manual review", body = ErrorBody),
     )

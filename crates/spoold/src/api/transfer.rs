@@ -96,6 +96,7 @@ pub async fn export(
     responses(
         (status = 200, description = "One result per record, in order: `imported`, `existing` (the same delivery is there), `conflict` (its id or idempotency key belongs to another request, `existingId`; nothing overwritten) or `invalid` (`error` says why)", body = ImportResults),
         (status = 400, description = "`invalid_request`: the JSON, or more than 500 records", body = ErrorBody),
+        (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody),
     )
@@ -105,9 +106,8 @@ pub async fn import(
     body: HttpBody,
 ) -> Result<Response, ApiError> {
     let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
-    let bytes = axum::body::to_bytes(body, MAX_IMPORT_BYTES)
-        .await
-        .map_err(|_| invalid("decode JSON: request body too large (at most 64 MiB)".into()))?;
+    let too_large = "decode JSON: request body too large (at most 64 MiB)";
+    let bytes = super::read_body(body, MAX_IMPORT_BYTES, too_large).await?;
     let mut value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
     integral_numbers(&mut value);
