@@ -13,6 +13,7 @@ mod crash;
 mod dashboard;
 mod disk_full;
 mod fairness;
+mod fuzz;
 mod idempotency;
 mod isolation;
 mod leases;
