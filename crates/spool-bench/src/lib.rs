@@ -12,6 +12,8 @@
 //! - [`load`]: the closed- and open-loop load generator, on [`connection`]s.
 //! - [`receiver`]: the delivery target; [`seed`]: large backlogs written straight to SQLite.
 //! - [`postgres`]: a fresh PostgreSQL database per run, with `--db`.
+//! - [`soak`]: the long run under a misbehaving receiver (the `spool-soak` binary), with its
+//!   chart.
 //! - [`summary`]: exact percentiles, median and spread; [`report`]: table and JSON;
 //!   [`machine`]: what it ran on.
 //!
@@ -31,6 +33,7 @@ pub mod receiver;
 pub mod report;
 pub mod scenario;
 pub mod seed;
+pub mod soak;
 pub mod summary;
 
 use std::path::{Path, PathBuf};
