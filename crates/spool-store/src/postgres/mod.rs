@@ -7,7 +7,8 @@
 //! - Every transaction runs at READ COMMITTED, whatever the server's default (asked for by
 //!   every session, read back at open): each statement sees what was committed before it
 //!   began, which is what a statement after a row lock relies on to see the lock's previous
-//!   holder's writes.
+//!   holder's writes. The one exception reads: an export, several statements that must agree
+//!   with each other, reads one snapshot (REPEATABLE READ, READ ONLY).
 //! - A write returns `Ok` only after its COMMIT was answered, on a session with
 //!   `synchronous_commit = on` (read back at open): acknowledged means flushed to disk.
 //! - Due times, leases and timestamps are read from the database's clock (`clock_timestamp()`
@@ -729,8 +730,22 @@ impl PgStore {
         read!(self, |c| deliveries::get(c, &id))
     }
 
+    /// The delivery with its history, read in one snapshot: its row, attempts, transitions and
+    /// checks are separate statements, which at READ COMMITTED could each see another moment
+    /// of a delivery that is changing (a row one step past its log). A read-only REPEATABLE
+    /// READ transaction never conflicts with anything.
     pub async fn export(&self, id: String) -> Result<Option<crate::model::DeliveryRecord>> {
-        read!(self, |c| transfer::export(c, &id))
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(map_err)?;
+        let record = transfer::export(&tx, &id).await?;
+        tx.commit().await.map_err(map_err)?;
+        Ok(record)
     }
 
     pub async fn import(
