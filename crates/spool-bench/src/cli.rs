@@ -41,6 +41,9 @@ pub enum Command {
     Idle,
     /// Enqueue-ack to receiver-sees-request latency at a steady enqueue rate.
     Latency,
+    /// PostgreSQL (--db), two hosts: enqueue through one host, delivered by the other; the
+    /// latency of that hand-off with --db-notify on and off.
+    Handoff,
     /// A target limited to 100/s with a large backlog: the rate it gets, and the CPU it costs.
     Rate,
     /// One bulk retry of many failed deliveries: how long it takes, and the API meanwhile.
@@ -51,10 +54,18 @@ pub enum Command {
 pub const MAX_HOSTS: i64 = 2;
 
 impl Cli {
-    /// What clap cannot check alone: the `--db` URL's form, `--hosts` only with `--db`, and
-    /// `--db` only with scenarios that can run on PostgreSQL. The message says what is wrong.
+    /// What clap cannot check alone: the `--db` URL's form, `--hosts` only with `--db`, `--db`
+    /// only with scenarios that can run on PostgreSQL, and those that need it only with it. The
+    /// message says what is wrong.
     pub fn check(&self) -> Result<(), String> {
         let Some(db) = &self.options.db else {
+            if self.command.postgres_only() {
+                return Err(format!(
+                    "{} needs --db postgres://…: it measures hosts sharing a PostgreSQL \
+                     database",
+                    self.command.name()
+                ));
+            }
             if self.options.hosts > 1 {
                 return Err(format!(
                     "--hosts {} needs --db postgres://…: several hosts share one PostgreSQL \
@@ -67,7 +78,7 @@ impl Cli {
         crate::postgres::PgServer::parse(db).map_err(|e| format!("{e:#}"))?;
         if self.command != Command::All && self.command.sqlite_only() {
             return Err(format!(
-                "--db applies to enqueue and e2e; {} runs on SQLite only",
+                "--db applies to enqueue, e2e and handoff; {} runs on SQLite only",
                 self.command.name()
             ));
         }
@@ -129,7 +140,8 @@ pub struct Options {
     /// Run enqueue and e2e on PostgreSQL: each run on a fresh database created on the server
     /// this URL names (postgres://user@host:port/db; the benchmark connects to that database to
     /// create and drop them). Default: a fresh SQLite file per run. With `all`, the scenarios
-    /// that run on SQLite only (backlog, idle, latency, tasks) are skipped.
+    /// that run on SQLite only (backlog, idle, latency, tasks) are skipped; without it, handoff
+    /// (PostgreSQL only) is.
     #[arg(long, global = true, value_name = "URL")]
     pub db: Option<String>,
 
@@ -201,6 +213,9 @@ pub struct SizeOverrides {
     /// Latency: enqueues per second.
     #[arg(long, global = true, value_name = "N")]
     pub latency_rate: Option<u32>,
+    /// Hand-off: deliveries enqueued per run (at 10 per second).
+    #[arg(long, global = true, value_name = "N")]
+    pub handoff_deliveries: Option<u64>,
 }
 
 impl Command {
@@ -219,6 +234,7 @@ impl Command {
                 Rate,
                 Bulk,
                 Tasks,
+                Handoff,
             ],
             Fsync => &[Fsync],
             HttpCeiling => &[HttpCeiling],
@@ -230,6 +246,7 @@ impl Command {
             Latency => &[Latency],
             Rate => &[Rate],
             Bulk => &[Bulk],
+            Handoff => &[Handoff],
         }
     }
 
@@ -247,6 +264,12 @@ impl Command {
         )
     }
 
+    /// Scenarios about several hosts on one PostgreSQL database; skipped under `all` without
+    /// `--db`.
+    pub fn postgres_only(self) -> bool {
+        matches!(self, Command::Handoff)
+    }
+
     /// The scenario's name in the table and the JSON document.
     pub fn name(self) -> &'static str {
         match self {
@@ -261,6 +284,7 @@ impl Command {
             Command::Latency => "latency",
             Command::Rate => "rate",
             Command::Bulk => "bulk",
+            Command::Handoff => "handoff",
         }
     }
 }
@@ -296,8 +320,15 @@ mod tests {
             assert!(check(&[scenario, "--db", pg]).is_err(), "{scenario}");
             assert!(check(&[scenario]).is_ok(), "{scenario}");
         }
-        for scenario in ["all", "fsync", "http-ceiling", "enqueue", "e2e"] {
+        for scenario in ["all", "fsync", "http-ceiling", "enqueue", "e2e", "handoff"] {
             assert!(check(&[scenario, "--db", pg]).is_ok(), "{scenario}");
         }
+    }
+
+    #[test]
+    fn handoff_needs_a_postgres_database() {
+        let err = check(&["handoff"]).expect_err("refused without --db");
+        assert!(err.contains("handoff needs --db"), "{err}");
+        assert!(check(&["all"]).is_ok(), "all skips it instead");
     }
 }

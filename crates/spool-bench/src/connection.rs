@@ -50,6 +50,12 @@ impl Connection {
         })
     }
 
+    /// Whether the peer has closed it (spoold closes a keep-alive connection left idle past
+    /// its `--header-read-timeout`).
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed() || self.driver.is_finished()
+    }
+
     /// Send one request and read the whole response body.
     pub async fn send(
         &mut self,

@@ -3,7 +3,7 @@
 //! generator and delivering to this crate's own fast receiver, everything on 127.0.0.1. Every
 //! scenario runs several times and is reported as median and spread, as a table and as JSON.
 //! `enqueue` and `e2e` can also run on PostgreSQL (`--db postgres://…`), with one or more
-//! daemons sharing each run's database (`--hosts`).
+//! daemons sharing each run's database (`--hosts`); `handoff` runs there only, two hosts.
 //!
 //! # Layout
 //! - [`cli`]: flags; [`plan`]: the sizes (full, smoke, overrides).
@@ -164,6 +164,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
     for &scenario in cli.command.scenarios() {
         let name = scenario.name();
+        if scenario.postgres_only() {
+            if let Backend::Sqlite = backend {
+                eprintln!("== {name} skipped: it runs on PostgreSQL only (--db)");
+                bench.results.note(format!(
+                    "{name}: skipped, it runs on PostgreSQL only (--db)"
+                ));
+                continue;
+            }
+        }
         if scenario.sqlite_only() {
             if let Backend::Postgres { .. } = backend {
                 eprintln!("== {name} skipped: it runs on SQLite only (--db)");
@@ -186,6 +195,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Latency => scenario::latency::run(&mut bench).await,
             Command::Rate => scenario::rate::run(&mut bench).await,
             Command::Bulk => scenario::bulk::run(&mut bench).await,
+            Command::Handoff => scenario::handoff::run(&mut bench).await,
             Command::All => Ok(()),
         };
         if let Err(e) = outcome {

@@ -177,7 +177,12 @@ pub async fn paced(load: &Paced) -> anyhow::Result<PacedReport> {
         let load = load.clone();
         tasks.spawn(async move {
             let _permit = permit;
-            let idle = pool.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            // At a low rate most pooled connections sit idle, and the daemon closes those
+            // idle past its header-read timeout: they are dropped here, not sent on.
+            let idle = {
+                let mut idle = pool.lock().unwrap_or_else(PoisonError::into_inner);
+                std::iter::from_fn(|| idle.pop()).find(|c| !c.is_closed())
+            };
             let mut conn = match idle {
                 Some(c) => c,
                 None => Connection::open(load.addr).await?,

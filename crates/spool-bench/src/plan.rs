@@ -62,6 +62,10 @@ pub struct Plan {
     /// Latency: how long the rate is held.
     #[serde(with = "seconds")]
     pub latency_duration: Duration,
+    /// Hand-off: deliveries enqueued through one host per run (and per notify mode).
+    pub handoff_deliveries: u64,
+    /// Hand-off: enqueues per second (open loop).
+    pub handoff_rate: u32,
 }
 
 impl Plan {
@@ -91,6 +95,8 @@ impl Plan {
             idle_window: Duration::from_secs(30),
             latency_rate: 1_000,
             latency_duration: Duration::from_secs(20),
+            handoff_deliveries: 200,
+            handoff_rate: 10,
         }
     }
 
@@ -120,6 +126,8 @@ impl Plan {
             idle_window: Duration::from_secs(3),
             latency_rate: 200,
             latency_duration: Duration::from_secs(2),
+            handoff_deliveries: 10,
+            handoff_rate: 10,
         }
     }
 
@@ -168,6 +176,7 @@ impl Plan {
         if let Some(r) = o.latency_rate {
             plan.latency_rate = r.max(1);
         }
+        set(&mut plan.handoff_deliveries, o.handoff_deliveries);
         plan
     }
 }

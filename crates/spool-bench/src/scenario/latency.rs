@@ -125,7 +125,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
 }
 
 /// `b − a` in microseconds, negative when `b` came first.
-fn signed_micros(a: Instant, b: Instant) -> i64 {
+pub(super) fn signed_micros(a: Instant, b: Instant) -> i64 {
     match b.checked_duration_since(a) {
         Some(d) => d.as_micros() as i64,
         None => -(a.duration_since(b).as_micros() as i64),
@@ -133,7 +133,7 @@ fn signed_micros(a: Instant, b: Instant) -> i64 {
 }
 
 /// The `id` of a create response.
-fn delivery_id(response: &[u8]) -> anyhow::Result<String> {
+pub(super) fn delivery_id(response: &[u8]) -> anyhow::Result<String> {
     let v: serde_json::Value =
         serde_json::from_slice(response).context("create response is not JSON")?;
     v.get("id")

@@ -3,7 +3,9 @@
 //!
 //! `enqueue` and `e2e` start their daemons through [`Bench::start_hosts`], which follows
 //! `--db` and `--hosts`: one daemon on a fresh SQLite file, or N daemons sharing a fresh
-//! PostgreSQL database. The other scenarios run on SQLite only ([`Bench::start_daemon`]).
+//! PostgreSQL database. `handoff` runs on PostgreSQL only, with two hosts
+//! ([`Bench::start_pg_hosts`]); the other scenarios run on SQLite only
+//! ([`Bench::start_daemon`]).
 
 pub mod backlog;
 pub mod bulk;
@@ -11,6 +13,7 @@ pub mod ceiling;
 pub mod e2e;
 pub mod enqueue;
 pub mod fsync;
+pub mod handoff;
 pub mod idle;
 pub mod latency;
 pub mod rate;
@@ -187,8 +190,8 @@ impl Bench {
     /// in a fresh directory `label`; on PostgreSQL a fresh database and the hosts on it, each
     /// with `--data-dir` in a directory of its own under the fresh one.
     pub async fn start_hosts(&mut self, label: &str, args: &[String]) -> anyhow::Result<Hosts> {
-        let dir = self.fresh_dir(label)?;
-        let Backend::Postgres { server, hosts } = &self.backend else {
+        let Backend::Postgres { hosts, .. } = &self.backend else {
+            let dir = self.fresh_dir(label)?;
             let daemon = self.start_daemon(&dir, args).await?;
             return Ok(Hosts {
                 daemons: vec![daemon],
@@ -197,6 +200,22 @@ impl Bench {
             });
         };
         let hosts = *hosts;
+        self.start_pg_hosts(label, hosts, args).await
+    }
+
+    /// As [`Bench::start_hosts`] on PostgreSQL, with `hosts` daemons whatever `--hosts` says
+    /// (for scenarios about several hosts); fails on SQLite.
+    pub async fn start_pg_hosts(
+        &mut self,
+        label: &str,
+        hosts: usize,
+        args: &[String],
+    ) -> anyhow::Result<Hosts> {
+        let Backend::Postgres { server, .. } = &self.backend else {
+            anyhow::bail!("{label} runs on PostgreSQL only: pass --db postgres://…");
+        };
+        let server = server.clone();
+        let dir = self.fresh_dir(label)?;
         let database = server.create_database(self.keep_data).await?;
         // Declared after the database, so dropped (killed) before it on an early return.
         let mut daemons = Vec::with_capacity(hosts);

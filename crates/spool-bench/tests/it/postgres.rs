@@ -1,7 +1,7 @@
 //! Runs `spool-bench all --smoke --db <url> --hosts 2` (tiny sizes) against the workspace's
 //! `spoold` on a PostgreSQL server: enqueue and e2e run on two hosts sharing a fresh database
-//! per run, the scenarios that run on SQLite only are skipped, every row says its backend, and
-//! no database is left behind.
+//! per run, so does the hand-off (with LISTEN/NOTIFY and without), the scenarios that run on
+//! SQLite only are skipped, every row says its backend, and no database is left behind.
 //!
 //! Skipped (with a message) without `SPOOLD_TEST_PG_URL`; `.ci/run` sets it, so there it is
 //! mandatory.
@@ -85,6 +85,13 @@ async fn smoke_on_postgres_with_two_hosts() {
         let row = entry(e2e, case, "delivery rate");
         assert_eq!(row["backend"], "postgres", "{row}");
         assert_eq!(row["hosts"], 2, "{row}");
+    }
+    // The hand-off, with and without LISTEN/NOTIFY, on two hosts whatever --hosts says.
+    let handoff = "handoff (postgres, 2 hosts)";
+    for case in ["notify on", "notify off (poll 1s)"] {
+        let p50 = median(handoff, case, "hand-off p50");
+        assert!(p50.is_finite() && p50 < 10_000.0, "{case}: p50 {p50} ms");
+        assert_eq!(entry(handoff, case, "hand-off p50")["hosts"], 2);
     }
     // Baselines run as always; the SQLite-only scenarios are skipped, not run on SQLite.
     assert!(median("fsync", "256 B append + fdatasync", "rate") > 0.0);
