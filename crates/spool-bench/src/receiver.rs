@@ -138,6 +138,27 @@ async fn accept(
     stop: CancellationToken,
     tasks: TaskTracker,
 ) {
+    serve(
+        listener,
+        move |req| answer(Arc::clone(&state), req),
+        stop,
+        tasks,
+    )
+    .await;
+}
+
+/// Accept connections on `listener` until `stop`, each served on a task of `tasks` (HTTP/1.1,
+/// keep-alive) by `answer`; an error from it drops the connection without a response.
+pub(crate) async fn serve<F, Fut, E>(
+    listener: TcpListener,
+    answer: F,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Response<Full<Bytes>>, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     loop {
         let stream = tokio::select! {
             () = stop.cancelled() => return,
@@ -151,13 +172,11 @@ async fn accept(
             },
         };
         let _ = stream.set_nodelay(true);
-        let state = Arc::clone(&state);
-        let stop = stop.clone();
+        let (answer, stop) = (answer.clone(), stop.clone());
         tasks.spawn(async move {
-            let service = service_fn(move |req| answer(Arc::clone(&state), req));
             let conn = http1::Builder::new()
                 .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(stream), service_fn(answer));
             tokio::select! {
                 () = stop.cancelled() => {}
                 _ = conn => {}

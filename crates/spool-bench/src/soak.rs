@@ -25,9 +25,6 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -478,32 +475,13 @@ impl Flaky {
         let counts = Arc::new(Counts::default());
         let stop = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let (c, s, t) = (Arc::clone(&counts), stop.clone(), tasks.clone());
-        tasks.spawn(async move {
-            loop {
-                let stream = tokio::select! {
-                    () = s.cancelled() => return,
-                    accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => stream,
-                        Err(_) => {
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            continue;
-                        }
-                    },
-                };
-                let (counts, stop) = (Arc::clone(&c), s.clone());
-                t.spawn(async move {
-                    let service = service_fn(move |req| answer(Arc::clone(&counts), req));
-                    let conn = http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(stream), service);
-                    tokio::select! {
-                        () = stop.cancelled() => {}
-                        _ = conn => {}
-                    }
-                });
-            }
-        });
+        let answering = Arc::clone(&counts);
+        tasks.spawn(crate::receiver::serve(
+            listener,
+            move |req| answer(Arc::clone(&answering), req),
+            stop.clone(),
+            tasks.clone(),
+        ));
         Ok(Flaky {
             addr,
             counts,

@@ -98,21 +98,13 @@ async fn a_create_whose_fsync_failed_is_refused_and_not_kept() {
     let Some(mut bench) = available("SPOOLD_REQUIRE_MOUNT", Bench::new()) else {
         return;
     };
-    let receiver = Receiver::start().await.expect("receiver");
-    let target = receiver.url("/hook");
-    let mut rng = Rng::seeded();
-    let mut daemon = bench.start().await;
-    let api = Api::new(daemon.base_url());
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = Load::start(&api, &target, 0, &stop, rng.next());
+    let mut run = Loaded::start(&bench).await;
     for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(rng.within(20..120))).await;
+        tokio::time::sleep(Duration::from_millis(run.rng.within(20..120))).await;
         bench.disk.fail_fsyncs(1);
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.store(true, Ordering::Relaxed);
-    let answers = load.finish().await;
+    let answers = run.finish().await;
     let failed = bench.disk.counts().failed_fsyncs;
     assert!(
         failed >= 10 && !answers.refused.is_empty(),
@@ -120,22 +112,15 @@ async fn a_create_whose_fsync_failed_is_refused_and_not_kept() {
         answers.refused.len()
     );
     // Still serving, and durable again.
-    let (status, body) = api
-        .create(json!({ "targetUrl": target, "idempotencyKey": "after" }))
+    let (status, body) = run
+        .api
+        .create(json!({ "targetUrl": run.target, "idempotencyKey": "after" }))
         .await
         .expect("create");
     assert_eq!(status, 201, "{body}");
-
     bench.disk.cut_power();
-    daemon.kill9();
-    assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
-    bench.disk.restore_power().expect("power back");
-    bench.integrity_check();
-    let mut ledger = Ledger::default();
-    ledger.absorb(answers);
-    let mut daemon = bench.start().await;
-    ledger.check_against(&Api::new(daemon.base_url()), 1).await;
-    daemon.kill9();
+    run.daemon.kill9();
+    bench.check_after_the_cut(answers).await;
 }
 
 /// The disk fills up in the middle of the load (`ENOSPC` on a write, wherever it lands: the WAL,
@@ -146,23 +131,16 @@ async fn a_disk_that_fills_up_then_loses_power_keeps_what_was_acknowledged() {
     let Some(mut bench) = available("SPOOLD_REQUIRE_MOUNT", Bench::new()) else {
         return;
     };
-    let receiver = Receiver::start().await.expect("receiver");
-    let target = receiver.url("/hook");
-    let mut rng = Rng::seeded();
-    let mut daemon = bench.start().await;
-    let api = Api::new(daemon.base_url());
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = Load::start(&api, &target, 0, &stop, rng.next());
-    tokio::time::sleep(Duration::from_millis(rng.within(100..400))).await;
-    let room = rng.within(200_000..2_000_000);
+    let mut run = Loaded::start(&bench).await;
+    tokio::time::sleep(Duration::from_millis(run.rng.within(100..400))).await;
+    let room = run.rng.within(200_000..2_000_000);
     bench
         .disk
         .set_capacity(Some(bench.disk.used_bytes() + room));
     tokio::time::sleep(Duration::from_millis(800)).await;
     bench.disk.cut_power();
-    daemon.kill9();
-    stop.store(true, Ordering::Relaxed);
-    let answers = load.finish().await;
+    run.daemon.kill9();
+    let answers = run.finish().await;
     let refused_writes = bench.disk.counts().refused_writes;
     assert!(
         refused_writes > 0 && !answers.refused.is_empty(),
@@ -170,13 +148,47 @@ async fn a_disk_that_fills_up_then_loses_power_keeps_what_was_acknowledged() {
         answers.refused.len()
     );
     bench.disk.set_capacity(None);
-    bench.disk.restore_power().expect("power back");
-    bench.integrity_check();
-    let mut ledger = Ledger::default();
-    ledger.absorb(answers);
-    let mut daemon = bench.start().await;
-    ledger.check_against(&Api::new(daemon.base_url()), 1).await;
-    daemon.kill9();
+    bench.check_after_the_cut(answers).await;
+}
+
+/// A daemon on the bench under [`Load`], for a test to bring its fault into.
+struct Loaded {
+    daemon: DaemonProcess,
+    api: Api,
+    target: String,
+    rng: Rng,
+    stop: Arc<AtomicBool>,
+    load: Load,
+    _receiver: Receiver,
+}
+
+impl Loaded {
+    async fn start(bench: &Bench) -> Loaded {
+        let receiver = Receiver::start().await.expect("receiver");
+        let target = receiver.url("/hook");
+        let mut rng = Rng::seeded();
+        let daemon = bench.start().await;
+        let api = Api::new(daemon.base_url());
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = Load::start(&api, &target, 0, &stop, rng.next());
+        Loaded {
+            daemon,
+            api,
+            target,
+            rng,
+            stop,
+            load,
+            _receiver: receiver,
+        }
+    }
+
+    /// Stop the load and collect its answers (the daemon may be dead by now).
+    async fn finish(&mut self) -> Answers {
+        self.stop.store(true, Ordering::Relaxed);
+        std::mem::replace(&mut self.load, Load::none())
+            .finish()
+            .await
+    }
 }
 
 /// The hard case for "refused means not kept": the fsync of a create's commit fails and the
@@ -246,6 +258,19 @@ impl Bench {
         )
         .await
         .expect("daemon on the power-loss disk")
+    }
+
+    /// With the power cut and the daemon dead: power back, the file checked, a daemon started
+    /// on it, and everything `answers` acknowledged there, nothing it refused.
+    async fn check_after_the_cut(&mut self, answers: Answers) {
+        self.disk.restore_power().expect("power back");
+        self.integrity_check();
+        let mut ledger = Ledger::default();
+        ledger.absorb(answers);
+        let mut daemon = self.start().await;
+        ledger.check_against(&Api::new(daemon.base_url()), 1).await;
+        daemon.kill9();
+        assert!(!daemon.stderr().contains("panicked"), "{}", daemon.stderr());
     }
 
     /// SQLite's own check of the database file as the power left it (after WAL recovery).
@@ -421,6 +446,13 @@ impl Load {
             answers
         });
         Load { clients }
+    }
+
+    /// A load with nothing running.
+    fn none() -> Load {
+        Load {
+            clients: JoinSet::new(),
+        }
     }
 
     async fn finish(mut self) -> Answers {
