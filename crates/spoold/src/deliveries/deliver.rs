@@ -329,6 +329,16 @@ impl Slot {
     }
 }
 
+/// How a slot ended: what its last request said of the target, and whether the target had
+/// answered one of the slot's requests before it (a slot goes on only while the target
+/// answers, so the scheduler sees one report a slot, not one a request: without this, a busy
+/// target that fails one request in five would look as if it failed every time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotEnd {
+    pub health: TargetHealth,
+    pub answered_before: bool,
+}
+
 /// What an attempt says about its target, for the scheduler's per-target pause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetHealth {
@@ -377,13 +387,14 @@ impl Deliverer {
     /// an attempt.
     ///
     /// `released` is called once the slot is given up, before the last result is recorded (the
-    /// request no longer occupies the target). Attempts started ahead and not sent are then
+    /// request no longer occupies the target), with what the slot's requests said of the
+    /// target ([`SlotEnd`]). Attempts started ahead and not sent are then
     /// undone ([`Store::unstart`]) and reservations released.
     pub async fn attempt(
         &self,
         first: Started,
         interrupt: CancellationToken,
-        released: impl FnOnce(TargetHealth),
+        released: impl FnOnce(SlotEnd),
     ) {
         let origin = first.claimed.origin.clone();
         let mut mine = SlotClaims::new(&self.live);
@@ -397,6 +408,7 @@ impl Deliverer {
         // while a write under way is bringing one.
         let mut unrecorded: VecDeque<Finished> = VecDeque::new();
         let mut health = TargetHealth::Answered;
+        let mut sent: u32 = 0;
         let mut going = true;
         loop {
             // Take in the writes that are done; wait for the oldest when there is nothing to
@@ -499,6 +511,7 @@ impl Deliverer {
             mine.hold_reserved(&reserved);
             slot.reserved.extend(reserved);
             health = answered;
+            sent = sent.saturating_add(1);
             slot.answered_in = Some(Duration::from_millis(result.duration_ms.max(0) as u64));
             // A target that answered, and did not ask us to slow down, gets its next delivery.
             let welcome =
@@ -513,7 +526,11 @@ impl Deliverer {
                 mode: current.claimed.mode,
             });
         }
-        released(health);
+        released(SlotEnd {
+            health,
+            // A slot goes on only while the target answers: every request before its last did.
+            answered_before: sent > 1,
+        });
         // Every write answered; what was started ahead or reserved and will not be sent now is
         // given back.
         while let Some(done) = slot.writes.next().await {

@@ -24,7 +24,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::deliveries::activity::PauseReason;
-use crate::deliveries::deliver::{Deliverer, Started, TargetHealth};
+use crate::deliveries::deliver::{Deliverer, SlotEnd, Started, TargetHealth};
 use crate::deliveries::retry::Backoff;
 
 /// How often, at most, leases are renewed or taken back and overdue deliveries are expired;
@@ -127,7 +127,7 @@ impl TargetControl {
 /// A finished attempt, reported back to the scheduler.
 struct Done {
     origin: String,
-    health: TargetHealth,
+    end: SlotEnd,
 }
 
 /// Consecutive unreachable attempts of one target, and its 5xx answers and timeouts in a row
@@ -245,8 +245,8 @@ impl Scheduler {
                             let lease = self.lease;
                             attempts.spawn(async move {
                                 let origin = c.origin.clone();
-                                let released = move |health| {
-                                    let _ = done.send(Done { origin, health });
+                                let released = move |end| {
+                                    let _ = done.send(Done { origin, end });
                                 };
                                 let mut first = Started::new(c, asked, lease);
                                 first.token = token;
@@ -349,23 +349,40 @@ impl Scheduler {
             }
         }
         let now = Instant::now();
-        match done.health {
+        // An error after an answer is not in a row with the errors before that answer.
+        if done.end.answered_before && done.end.health != TargetHealth::Answered {
+            self.note(targets, &done.origin, TargetHealth::Answered, now);
+        }
+        self.note(targets, &done.origin, done.end.health, now);
+        self.publish(&done.origin, targets.get(&done.origin), now);
+    }
+
+    /// Take in what an attempt said of its target: its failures and errors in a row, its
+    /// pauses.
+    fn note(
+        &self,
+        targets: &mut HashMap<String, TargetState>,
+        origin: &str,
+        health: TargetHealth,
+        now: Instant,
+    ) {
+        match health {
             TargetHealth::Answered => {
-                if let Some(t) = targets.get_mut(&done.origin) {
+                if let Some(t) = targets.get_mut(origin) {
                     if t.paused_until.take().is_some() {
-                        info!(target_origin = %done.origin, "target answered again; resumed");
+                        info!(target_origin = %origin, "target answered again; resumed");
                     }
                     t.failures = 0;
                     t.errors = 0;
                     t.errors_since = None;
                     // A wait it asked for in another answer still holds.
                     if !t.held(now) {
-                        targets.remove(&done.origin);
+                        targets.remove(origin);
                     }
                 }
             }
             TargetHealth::Throttled(wait) => {
-                let state = targets.entry(done.origin.clone()).or_default();
+                let state = targets.entry(origin.to_owned()).or_default();
                 state.failures = 0;
                 state.paused_until = None;
                 let until = now + wait;
@@ -373,20 +390,18 @@ impl Scheduler {
                     state.held_until = Some(until);
                 }
                 info!(
-                    target_origin = %done.origin,
+                    target_origin = %origin,
                     wait_ms = wait.as_millis() as u64,
                     "target asked to wait (Retry-After); nothing is sent to it until then"
                 );
             }
             TargetHealth::Unreachable => {
-                let state = targets.entry(done.origin.clone()).or_default();
+                let state = targets.entry(origin.to_owned()).or_default();
                 state.failures += 1;
-                if let Some(pause) =
-                    self.pause_for(state.failures, PAUSE_AFTER_FAILURES, &done.origin)
-                {
+                if let Some(pause) = self.pause_for(state.failures, PAUSE_AFTER_FAILURES, origin) {
                     state.paused_until = Some(now + pause);
                     info!(
-                        target_origin = %done.origin,
+                        target_origin = %origin,
                         failures = state.failures,
                         pause_ms = pause.as_millis() as u64,
                         "target unreachable; paused, probing with one delivery at a time"
@@ -394,7 +409,7 @@ impl Scheduler {
                 }
             }
             TargetHealth::Failing => {
-                let state = targets.entry(done.origin.clone()).or_default();
+                let state = targets.entry(origin.to_owned()).or_default();
                 // A run of errors spread thinner than the window starts again.
                 if state
                     .errors_since
@@ -404,12 +419,10 @@ impl Scheduler {
                     state.errors_since = Some(now);
                 }
                 state.errors += 1;
-                if let Some(pause) =
-                    self.pause_for(state.errors, self.breaker.failures, &done.origin)
-                {
+                if let Some(pause) = self.pause_for(state.errors, self.breaker.failures, origin) {
                     state.paused_until = Some(now + pause);
                     info!(
-                        target_origin = %done.origin,
+                        target_origin = %origin,
                         errors = state.errors,
                         pause_ms = pause.as_millis() as u64,
                         "target failing (5xx or timeouts in a row): breaker open, its deliveries \
@@ -418,10 +431,10 @@ impl Scheduler {
                 }
             }
             TargetHealth::Gone => {
-                let state = targets.entry(done.origin.clone()).or_default();
+                let state = targets.entry(origin.to_owned()).or_default();
                 if !state.gone {
                     warn!(
-                        target_origin = %done.origin,
+                        target_origin = %origin,
                         "target answered 410 Gone: nothing more is sent to it until an operator \
                          resumes it (spoolctl targets resume)"
                     );
@@ -430,7 +443,6 @@ impl Scheduler {
             }
             TargetHealth::Unknown => {}
         }
-        self.publish(&done.origin, targets.get(&done.origin), now);
     }
 
     /// How long to pause a target after `run` failures in a row, when `threshold` (0: never)
