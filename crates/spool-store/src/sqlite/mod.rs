@@ -706,7 +706,11 @@ impl SqliteStore {
 
     /// See [`crate::Store::export`].
     pub async fn export(&self, id: String) -> Result<Option<crate::model::DeliveryRecord>> {
-        self.read(move |c| transfer::export(c, &id)).await
+        // One snapshot: the delivery and its attempts, transitions and checks are read by
+        // several statements, each of which would otherwise see the database as of its own
+        // moment (a row one step past its log, for a delivery that is changing).
+        self.read(move |c| snapshot(c, |c| transfer::export(c, &id)))
+            .await
     }
 
     /// See [`crate::Store::import`].
@@ -861,6 +865,19 @@ fn schema_error(path: &Path, e: StoreError) -> StoreError {
         },
         other => corrupt_path(path, other),
     }
+}
+
+/// Run `op`'s reads in one read transaction, so that they all see the same snapshot.
+fn snapshot<T>(conn: &Connection, op: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+    conn.execute_batch("BEGIN").map_err(map_err)?;
+    let out = op(conn);
+    // A read transaction has nothing to keep: ending it can only fail if it is already over.
+    if let Err(e) = conn.execute_batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" }) {
+        if !conn.is_autocommit() {
+            return Err(map_err(e));
+        }
+    }
+    out
 }
 
 /// A read-write connection to `path`, used by one thread at a time.
