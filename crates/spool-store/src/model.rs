@@ -2,7 +2,7 @@
 //! records that cross the store boundary. Every backend implements exactly these rules; the
 //! conformance suite in `tests/it` checks that they do.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -462,6 +462,86 @@ pub struct Capacity {
     pub limits: HashMap<String, u32>,
 }
 
+/// What a claim pass does with one due candidate (see [`ClaimPass::judge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// The batch is full: stop.
+    Enough,
+    /// Its origin is at its limit: leave it for later.
+    Skip,
+    /// Its deadline has passed: fail it as `expired` instead of sending it.
+    Expire,
+    /// Claim it.
+    Claim,
+}
+
+/// One claim pass's decisions, the same on every backend: due candidates are taken oldest due
+/// first while the batch has room, an origin at its in-flight limit is skipped (and left out of
+/// the next fetch), a candidate past its deadline is expired instead. The backend reads the
+/// candidates, asks [`ClaimPass::judge`], does what it says, and tells [`ClaimPass::claimed`]
+/// what it took.
+#[derive(Debug)]
+pub(crate) struct ClaimPass {
+    capacity: Capacity,
+    saturated: HashSet<String>,
+    limit: u32,
+    taken: u32,
+}
+
+impl ClaimPass {
+    pub(crate) fn new(capacity: Capacity, limit: u32) -> ClaimPass {
+        ClaimPass {
+            saturated: capacity.saturated().into_iter().collect(),
+            capacity,
+            limit,
+            taken: 0,
+        }
+    }
+
+    /// Whether the batch has room for another claim.
+    pub(crate) fn has_room(&self) -> bool {
+        self.taken < self.limit
+    }
+
+    /// How many candidates to read at a time: enough that skipped and expired ones rarely
+    /// force a second read.
+    pub(crate) fn fetch(&self) -> i64 {
+        i64::from(self.limit) * 2 + 16
+    }
+
+    /// Origins that can take nothing more now: a read of candidates leaves them out.
+    pub(crate) fn saturated(&self) -> &HashSet<String> {
+        &self.saturated
+    }
+
+    pub(crate) fn judge(&self, origin: &str, expires_at: Option<Millis>, now: Millis) -> Take {
+        if !self.has_room() {
+            Take::Enough
+        } else if self.saturated.contains(origin) {
+            Take::Skip
+        } else if expires_at.is_some_and(|at| at <= now) {
+            Take::Expire
+        } else {
+            Take::Claim
+        }
+    }
+
+    /// A claim of `origin`'s was made: count it against its limit and the batch's.
+    pub(crate) fn claimed(&mut self, origin: &str) {
+        self.taken += 1;
+        let limit = self.capacity.limit(origin);
+        let n = self
+            .capacity
+            .in_flight
+            .entry(origin.to_owned())
+            .or_insert(0);
+        *n += 1;
+        if *n >= limit {
+            self.saturated.insert(origin.to_owned());
+        }
+    }
+}
+
 impl Capacity {
     /// The in-flight limit of `origin`.
     pub fn limit(&self, origin: &str) -> u32 {
@@ -761,6 +841,29 @@ pub fn clip_error(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_pass_fills_the_batch_within_each_origins_limit() {
+        let capacity = Capacity {
+            per_origin: 2,
+            in_flight: HashMap::from([("a".to_owned(), 1)]),
+            limits: HashMap::from([("paused".to_owned(), 0)]),
+        };
+        let mut pass = ClaimPass::new(capacity, 3);
+        assert!(pass.saturated().contains("paused"));
+        assert_eq!(pass.judge("paused", None, 10), Take::Skip);
+        assert_eq!(pass.judge("a", Some(10), 10), Take::Expire);
+        assert_eq!(pass.judge("a", Some(11), 10), Take::Claim);
+        pass.claimed("a");
+        // a: 1 in flight + 1 claimed = its limit of 2.
+        assert_eq!(pass.judge("a", None, 10), Take::Skip);
+        assert!(pass.saturated().contains("a"));
+        pass.claimed("b");
+        assert_eq!(pass.judge("b", None, 10), Take::Claim);
+        pass.claimed("b");
+        assert!(!pass.has_room());
+        assert_eq!(pass.judge("c", None, 10), Take::Enough);
+    }
 
     #[test]
     fn status_round_trips() {

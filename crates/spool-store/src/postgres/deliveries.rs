@@ -23,9 +23,10 @@ use super::{exec, get as col, one, row, rows, Call, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, CheckVerdict,
-    ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome, ListFilter, Millis,
-    Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed, Reservation, Resolution,
-    StartOutcome, Stats, Taken, Transition, TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+    ClaimBatch, ClaimPass, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome,
+    ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed,
+    Reservation, Resolution, StartOutcome, Stats, Take, Taken, Transition, TransitionOutcome,
+    DEFAULT_OBSERVATION_WINDOW_MS,
 };
 use crate::stored::{
     decode_body, decode_headers, encode_body, encode_headers, parse_mode, parse_status,
@@ -202,46 +203,35 @@ pub(crate) async fn claim(
     tx: &Tx<'_>,
     now: Millis,
     limit: u32,
-    mut capacity: Capacity,
+    capacity: Capacity,
     lease_ms: i64,
 ) -> Result<ClaimBatch> {
     let mut batch = ClaimBatch::default();
     let lease_until = now + lease_ms;
-    let fetch = i64::from(limit) * 2 + 16;
-    let mut saturated: HashSet<String> = capacity.saturated().into_iter().collect();
-    while (batch.claimed.len() as u32) < limit {
-        let candidates = due_candidates(tx, now, &saturated, fetch, true).await?;
-        let exhausted_candidates = (candidates.len() as i64) < fetch;
+    let mut pass = ClaimPass::new(capacity, limit);
+    while pass.has_room() {
+        let candidates = due_candidates(tx, now, pass.saturated(), pass.fetch(), true).await?;
+        let exhausted_candidates = (candidates.len() as i64) < pass.fetch();
         let mut progressed = false;
-        for Candidate {
-            id,
-            origin,
-            expires_at,
-            ..
-        } in candidates
-        {
-            if (batch.claimed.len() as u32) >= limit {
-                break;
-            }
-            if saturated.contains(&origin) {
-                continue;
+        for c in candidates {
+            match pass.judge(&c.origin, c.expires_at, now) {
+                Take::Enough => break,
+                Take::Skip => continue,
+                Take::Expire => {
+                    expire(tx, &c.id, DeliveryStatus::Pending, now).await?;
+                    batch.expired += 1;
+                }
+                // Another host may be claiming it this moment: then it is skipped, not waited
+                // for.
+                Take::Claim => {
+                    if let Some(claimed) = claim_one(tx, &c.id, &c.origin, now, lease_until).await?
+                    {
+                        batch.claimed.push(claimed);
+                        pass.claimed(&c.origin);
+                    }
+                }
             }
             progressed = true;
-            if expires_at.is_some_and(|at| at <= now) {
-                expire(tx, &id, DeliveryStatus::Pending, now).await?;
-                batch.expired += 1;
-                continue;
-            }
-            let Some(claimed) = claim_one(tx, &id, &origin, now, lease_until).await? else {
-                continue;
-            };
-            batch.claimed.push(claimed);
-            let limit = capacity.limit(&origin);
-            let n = capacity.in_flight.entry(origin.clone()).or_insert(0);
-            *n += 1;
-            if *n >= limit {
-                saturated.insert(origin);
-            }
         }
         if exhausted_candidates || !progressed {
             break;

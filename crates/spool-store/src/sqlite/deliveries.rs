@@ -10,10 +10,10 @@ use super::map_err;
 use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Capacity, Check, CheckResult,
-    CheckVerdict, ClaimBatch, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome,
-    ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed,
-    Reservation, Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
-    DEFAULT_OBSERVATION_WINDOW_MS,
+    CheckVerdict, ClaimBatch, ClaimPass, Claimed, Delivery, DeliveryStatus, Disposition,
+    InsertOutcome, ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page,
+    Reclaimed, Reservation, Resolution, StartOutcome, Stats, Take, Taken, Transition,
+    TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
 };
 use crate::stored::{
     decode_body, decode_headers, encode_body, encode_headers, parse_mode, parse_status,
@@ -148,45 +148,32 @@ pub(crate) fn claim(
     conn: &Connection,
     now: Millis,
     limit: u32,
-    mut capacity: Capacity,
+    capacity: Capacity,
     lease_ms: i64,
 ) -> Result<ClaimBatch> {
     let mut batch = ClaimBatch::default();
     let lease_until = now + lease_ms;
-    let fetch = i64::from(limit) * 2 + 16;
-    let mut saturated: HashSet<String> = capacity.saturated().into_iter().collect();
-    while (batch.claimed.len() as u32) < limit {
-        let candidates = due_candidates(conn, now, &saturated, fetch)?;
-        let exhausted_candidates = (candidates.len() as i64) < fetch;
+    let mut pass = ClaimPass::new(capacity, limit);
+    while pass.has_room() {
+        let candidates = due_candidates(conn, now, pass.saturated(), pass.fetch())?;
+        let exhausted_candidates = (candidates.len() as i64) < pass.fetch();
         let mut progressed = false;
-        for Candidate {
-            id,
-            origin,
-            expires_at,
-            ..
-        } in candidates
-        {
-            if (batch.claimed.len() as u32) >= limit {
-                break;
-            }
-            if saturated.contains(&origin) {
-                continue;
+        for c in candidates {
+            match pass.judge(&c.origin, c.expires_at, now) {
+                Take::Enough => break,
+                Take::Skip => continue,
+                Take::Expire => {
+                    expire(conn, &c.id, DeliveryStatus::Pending, now)?;
+                    batch.expired += 1;
+                }
+                Take::Claim => {
+                    batch
+                        .claimed
+                        .push(claim_one(conn, &c.id, &c.origin, now, lease_until)?);
+                    pass.claimed(&c.origin);
+                }
             }
             progressed = true;
-            if expires_at.is_some_and(|at| at <= now) {
-                expire(conn, &id, DeliveryStatus::Pending, now)?;
-                batch.expired += 1;
-                continue;
-            }
-            batch
-                .claimed
-                .push(claim_one(conn, &id, &origin, now, lease_until)?);
-            let limit = capacity.limit(&origin);
-            let n = capacity.in_flight.entry(origin.clone()).or_insert(0);
-            *n += 1;
-            if *n >= limit {
-                saturated.insert(origin);
-            }
         }
         if exhausted_candidates || !progressed {
             break;
