@@ -37,11 +37,28 @@ BEGIN
     SELECT origin, status, -count(*) FROM spoold_old GROUP BY origin, status;
     RETURN NULL;
 END $$;
-CREATE TRIGGER deliveries_counted_in AFTER INSERT ON deliveries
-    REFERENCING NEW TABLE AS spoold_new
-    FOR EACH STATEMENT EXECUTE FUNCTION spoold_count_deliveries_in();
-CREATE TRIGGER deliveries_counted_out AFTER DELETE ON deliveries
-    REFERENCING OLD TABLE AS spoold_old
-    FOR EACH STATEMENT EXECUTE FUNCTION spoold_count_deliveries_out();
+-- Per statement where the database has transition tables (PostgreSQL); per row, through
+-- `spoold_count_delivery`, where it has not (YugabyteDB, CockroachDB: `feature_not_supported`
+-- or a syntax error): the same deltas, one INSERT a row instead of one a statement. A session
+-- with `spoold.transition_tables = off` takes the per-row path on PostgreSQL too (the tests
+-- run it that way).
+DO $$
+BEGIN
+    IF current_setting('spoold.transition_tables', true) = 'off' THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = 'transition tables turned off (spoold.transition_tables)';
+    END IF;
+    CREATE TRIGGER deliveries_counted_in AFTER INSERT ON deliveries
+        REFERENCING NEW TABLE AS spoold_new
+        FOR EACH STATEMENT EXECUTE FUNCTION spoold_count_deliveries_in();
+    CREATE TRIGGER deliveries_counted_out AFTER DELETE ON deliveries
+        REFERENCING OLD TABLE AS spoold_old
+        FOR EACH STATEMENT EXECUTE FUNCTION spoold_count_deliveries_out();
+EXCEPTION WHEN feature_not_supported OR syntax_error THEN
+    CREATE TRIGGER deliveries_counted_in AFTER INSERT ON deliveries
+        FOR EACH ROW EXECUTE FUNCTION spoold_count_delivery();
+    CREATE TRIGGER deliveries_counted_out AFTER DELETE ON deliveries
+        FOR EACH ROW EXECUTE FUNCTION spoold_count_delivery();
+END $$;
 CREATE TRIGGER deliveries_counted_moved AFTER UPDATE OF status ON deliveries
     FOR EACH ROW EXECUTE FUNCTION spoold_count_delivery();
