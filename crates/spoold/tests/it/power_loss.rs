@@ -426,7 +426,7 @@ impl Load {
             let mut answers = Answers::default();
             while !stop.load(Ordering::Relaxed) {
                 for path in [
-                    "/v1/deliveries?status=succeeded&limit=200",
+                    "/v1/deliveries?status=succeeded&limit=200&order=desc",
                     "/v1/tasks?status=succeeded&limit=200",
                 ] {
                     let Some((200, page)) = json_get(&api, path).await else {
