@@ -70,6 +70,7 @@ pub struct Sample {
     /// Enqueue latency over the window that ends here (milliseconds), once the load is over.
     pub enqueue_p50_ms: Option<f64>,
     pub enqueue_p99_ms: Option<f64>,
+    pub enqueue_max_ms: Option<f64>,
 }
 
 /// The whole run, as written to soak.json.
@@ -284,6 +285,7 @@ async fn sample(daemon: &Daemon, db: &Path, started: Instant) -> anyhow::Result<
             .sum(),
         enqueue_p50_ms: None,
         enqueue_p99_ms: None,
+        enqueue_max_ms: None,
     })
 }
 
@@ -305,8 +307,10 @@ fn windowed_latency(samples: &mut [Sample], load: &PacedReport, started: Instant
             continue;
         }
         let latencies = Latencies::from_nanos(nanos);
-        s.enqueue_p50_ms = Some(latencies.percentile(50.0).as_secs_f64() * 1000.0);
-        s.enqueue_p99_ms = Some(latencies.percentile(99.0).as_secs_f64() * 1000.0);
+        let ms = |q| latencies.percentile(q).as_secs_f64() * 1000.0;
+        s.enqueue_p50_ms = Some(ms(0.5));
+        s.enqueue_p99_ms = Some(ms(0.99));
+        s.enqueue_max_ms = Some(ms(1.0));
     }
 }
 
@@ -321,12 +325,14 @@ fn write_report(report: &SoakReport, out: &Path) -> anyhow::Result<()> {
 /// What is charted and summed up: a name, and its value in a sample (if it has one).
 type Quantity = (&'static str, fn(&Sample) -> Option<f64>);
 
-const QUANTITIES: [Quantity; 6] = [
+const QUANTITIES: [Quantity; 8] = [
     ("resident memory (MiB)", |s| Some(mib(s.rss_bytes))),
     ("open file descriptors", |s| Some(s.open_fds as f64)),
     ("database file (MiB)", |s| Some(mib(s.db_bytes))),
     ("WAL file (MiB)", |s| Some(mib(s.wal_bytes))),
+    ("enqueue p50 (ms)", |s| s.enqueue_p50_ms),
     ("enqueue p99 (ms)", |s| s.enqueue_p99_ms),
+    ("enqueue max (ms)", |s| s.enqueue_max_ms),
     ("deliveries pending or in flight", |s| Some(s.backlog)),
 ];
 
@@ -641,6 +647,7 @@ impl Sample {
             tasks_finished: t,
             enqueue_p50_ms: Some(1.0),
             enqueue_p99_ms: Some(5.0),
+            enqueue_max_ms: Some(9.0),
         }
     }
 }
@@ -669,7 +676,7 @@ mod tests {
         let r = report((1..=6).map(|i| Sample::flat(f64::from(i) * 10.0)).collect());
         let svg = chart(&r);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
-        assert_eq!(svg.matches("<polyline").count(), 6);
+        assert_eq!(svg.matches("<polyline").count(), QUANTITIES.len());
         // Six points on each line.
         let first = svg.split("points=\"").nth(1).expect("a polyline");
         let points = first.split('"').next().expect("its points");
@@ -689,6 +696,31 @@ mod tests {
             }
         }
         assert_eq!((fail, hang, reset), (200, 10, 10));
+    }
+
+    #[test]
+    fn each_window_gets_its_own_percentiles() {
+        let started = Instant::now();
+        let sends = (1..=100u64)
+            .map(|i| crate::load::PacedSend {
+                sent: started,
+                // All in the first window: i ms each.
+                acked: started + Duration::from_millis(i),
+                response: Bytes::new(),
+            })
+            .collect();
+        let load = PacedReport {
+            sends,
+            elapsed: Duration::from_secs(1),
+            max_lag: Duration::ZERO,
+        };
+        let mut samples = vec![Sample::flat(10.0), Sample::flat(20.0)];
+        windowed_latency(&mut samples, &load, started, Duration::from_secs(10));
+        assert_eq!(samples[0].enqueue_p50_ms, Some(50.0));
+        assert_eq!(samples[0].enqueue_p99_ms, Some(99.0));
+        assert_eq!(samples[0].enqueue_max_ms, Some(100.0));
+        // Nothing was acknowledged in the second window: it keeps what it had.
+        assert_eq!(samples[1].enqueue_p99_ms, Some(5.0));
     }
 
     #[test]
