@@ -3,9 +3,12 @@
 //! **Invariants.** Secrets never reach disk nor a live follower: every byte passes through the
 //! literal secrets' search (in the two streams merged in arrival order) and then its stream's
 //! [`Redactor`] (patterns) before it is written or broadcast. Memory is bounded independent of
-//! output size: what is held back is at most a secret's start or about one line
-//! ([`LINE_CAP`]) per stream, and the tail of a long output lives in a ring *file* written with
-//! positioned writes, not in memory.
+//! output size: after each read, what is held back is at most a secret's start (the longest
+//! secret less one byte), or [`LINE_CAP`] of one stream's output behind the start of a secret the
+//! other left unfinished, plus with patterns an unfinished line of up to [`LINE_CAP`] per stream
+//! ([`OutputLog::held_back`]) — whatever the output, a chain of overlapping copies of a secret
+//! that never ends (`aba` in `ababab…`) included; and the tail of a long output lives in a ring
+//! *file* written with positioned writes, not in memory.
 //!
 //! The stored file is the first `limit / 2` bytes of the (redacted) output, then — only if
 //! something was dropped — a marker line `\n[spoold: N bytes of output omitted]\n`, then the last
@@ -18,6 +21,14 @@
 //! stream's unfinished line is held until it ends: lines of the two streams then never mix, and
 //! are interleaved in the order they end. At the end, what the streams still hold is released
 //! in the order it began.
+//!
+//! Cuts: a secret found is not held whole. What goes is redacted up to the cut, and the last
+//! bytes released (as many as the longest secret less one, in the merged bytes and in each
+//! stream's own) are kept as context and searched again with what follows: the rest of a secret
+//! that straddles the cut is found, and redacted under the marker written for its start: no
+//! piece of it gets out, and one stream's literal secrets are redacted the same wherever its
+//! reads fell. One [`REDACTED`] (one redaction counted) replaces overlapping secrets, however
+//! long the chain.
 //!
 //! Matching rules: literal secrets are searched for first, in the two streams merged in the
 //! order their bytes arrived — so a secret split across any number of reads is found, also one
@@ -48,7 +59,9 @@ use tokio::sync::broadcast;
 pub const LINE_CAP: usize = 64 * 1024;
 
 /// How much of the other stream's output is held back behind the start of a secret one stream
-/// left unfinished, waiting for that stream to finish it.
+/// left unfinished, waiting for that stream to finish it. Past that the start goes as it is; the
+/// rest of the secret, if it comes, is still found (from the stream's context) and redacted,
+/// under a marker of its own.
 const CROSS_HOLD: usize = LINE_CAP;
 
 /// What a redacted match is replaced by.
@@ -95,6 +108,11 @@ pub enum RuleError {
 /// pattern is matched within a line, and lines of two streams written to one place do not mix.
 /// With literal secrets only, no more is held than the start of a secret that may still be
 /// arriving. Either way a secret split across two reads is still found.
+///
+/// A literal secret that straddles a cut — one of a chain of overlapping secrets (`aba` in
+/// `ababab…`), which never ends — is redacted up to the cut, and the rest of it after: the last
+/// bytes released (the longest secret less one) are kept as context to find it again. One
+/// marker stands for it (for a whole chain), as if there had been no cut.
 pub struct Redactor {
     rules: RedactRules,
     /// Input not yet redacted: the start of an incomplete line.
@@ -102,6 +120,12 @@ pub struct Redactor {
     /// When (in pushes to the log) `pending` began, so unfinished lines of two streams are
     /// released in the order they began.
     pending_since: u64,
+    /// The last bytes released, as they came in (at most the longest secret less one).
+    context: Vec<u8>,
+    /// The last byte released lay in a match, for which a marker was written.
+    tail_marked: bool,
+    /// Scratch: the context and the first bytes after it.
+    near: Vec<u8>,
     scratch: Scratch,
     redactions: u64,
     /// Redacts the second part of a large piece on another thread; made on first use, kept
@@ -154,21 +178,45 @@ pub struct OutputLog {
 /// The two streams merged in the order their bytes arrive, redacted for literal secrets: a
 /// secret is found in the merged bytes (split across the two streams) and in each stream's own
 /// bytes (split by the other stream's output in between). Holds back only what could be the
-/// start of a secret still arriving, in either view, and never part of a secret found. What it
-/// releases goes on to each stream's own redactor (for patterns), in the order it arrived.
+/// start of a secret still arriving, in either view: at most the longest secret less one byte,
+/// or [`CROSS_HOLD`] bytes behind a start one stream left unfinished ([`Merged::held`]).
+///
+/// A secret found is not held whole, so a chain of overlapping ones (`aba` in `ababab…`, which
+/// never ends while the task prints) costs no memory: what goes is redacted up to the cut, and
+/// the last bytes released (the longest secret less one, in the merged bytes and in each
+/// stream's own) stay as context, searched again with what follows. A secret that began before
+/// the cut is then found again, and the rest of it redacted without a second marker — so the
+/// output does not depend on where the cuts fell. What it releases goes on to each stream's own
+/// redactor (for patterns), in the order it arrived.
 struct Merged {
     rules: RedactRules,
+    /// The context, then the bytes held back. `pending[..context]` went out already (it is
+    /// never released again): the last bytes released, kept so that a secret that began in
+    /// them is recognised when its rest arrives.
     pending: Vec<u8>,
     /// Which stream each pending byte came from.
     origin: Vec<u8>,
+    context: usize,
+    /// Each stream's last bytes released (as many as the context): the context of the search
+    /// in that stream's own bytes.
+    own_context: [Vec<u8>; 2],
+    /// The last byte released lay in a secret and a marker stands for it: the rest of a secret
+    /// found across the cut needs none.
+    tail_marked: bool,
+    /// The last byte released of each stream lay in a secret: if not, a secret found across
+    /// that stream's cut began in bytes that went out as they were (a start held no longer, see
+    /// [`CROSS_HOLD`]), and its rest gets a marker of its own.
+    own_tail_covered: [bool; 2],
     scratch: Scratch,
     /// Scratch: which pending bytes lie in a secret.
     covered: Vec<bool>,
-    /// Scratch: one stream's pending bytes, and where each is in `pending`.
+    /// Scratch: one stream's context and pending bytes, and where each pending one is in
+    /// `pending`.
     own: Vec<u8>,
     places: Vec<usize>,
     /// Scratch: the secrets found, as (first byte, last byte + 1) in `pending`.
     found: Vec<(usize, usize)>,
+    /// Markers written.
     redactions: u64,
 }
 
@@ -215,6 +263,10 @@ impl Merged {
             rules,
             pending: Vec::new(),
             origin: Vec::new(),
+            context: 0,
+            own_context: [Vec::new(), Vec::new()],
+            tail_marked: false,
+            own_tail_covered: [false; 2],
             covered: Vec::new(),
             own: Vec::new(),
             places: Vec::new(),
@@ -238,76 +290,161 @@ impl Merged {
         self.release(true, out);
     }
 
-    /// Appends what can go now to `out`, each secret replaced by one [`REDACTED`] where it
-    /// begins (in the stream its first byte came from).
+    /// Bytes held back (the context aside): after each push, at most the longest secret less
+    /// one, or [`CROSS_HOLD`] if that is more.
+    fn held(&self) -> usize {
+        self.pending.len() - self.context
+    }
+
+    /// Appends what can go now to `out`: everything up to the start of a secret that may still
+    /// be arriving (in either view), each run of secret bytes replaced by one [`REDACTED`]
+    /// where it begins (in the stream its first byte came from).
     fn release(&mut self, end: bool, out: &mut Released) {
-        let rules = &self.rules.0;
-        let len = self.pending.len();
-        let Some(&first) = self.origin.first() else {
-            return;
-        };
-        rules.find_spans(&self.pending, &mut self.scratch);
-        let mut hold = if end {
-            len
-        } else {
-            len - rules.pending_start(&self.pending)
-        };
-        if self.origin.iter().all(|&o| o == first) {
-            // One stream: the merged bytes are its own, the spans its secrets.
-            let spans = &self.scratch.spans;
-            if let Some(&(start, _)) = spans.iter().find(|&&(s, e)| s < hold && hold < e) {
-                hold = start;
-            }
-            let stream = stream_of(first);
-            let mut done = 0;
-            for &(start, stop) in spans.iter().take_while(|&&(_, e)| e <= hold) {
-                out.push(stream, &self.pending[done..start]);
-                out.push(stream, REDACTED.as_bytes());
-                done = stop;
-                self.redactions += 1;
-            }
-            out.push(stream, &self.pending[done..hold]);
-            self.pending.drain(..hold);
-            self.origin.drain(..hold);
+        let (len, context) = (self.pending.len(), self.context);
+        if len == context {
             return;
         }
+        // One stream held: the merged bytes are its own, the spans its secrets — unless its
+        // own context (where the other stream's output did not come between) goes on into
+        // them differently from the merged one.
+        let first = self.origin[context];
+        let one_stream = self.origin[context..].iter().all(|&o| o == first)
+            && (self.origin[..context].iter().all(|&o| o == first)
+                || !self.own_context_goes_on(first));
+        self.rules.0.find_spans(&self.pending, &mut self.scratch);
+        // Whether a secret starts before this can no longer change: it may go.
+        let hold = if end {
+            len
+        } else {
+            (len - self.rules.0.pending_start(&self.pending)).max(context)
+        };
+        let cut = if one_stream {
+            self.release_one_stream(stream_of(first), hold, out);
+            hold
+        } else {
+            self.release_streams(end, hold, out)
+        };
+        let keep = cut.min(self.rules.0.longest_literal.saturating_sub(1));
+        self.pending.drain(..cut - keep);
+        self.origin.drain(..cut - keep);
+        self.context = keep;
+    }
+
+    /// Whether a secret (or the start of one) that began in `stream`'s own context goes on into
+    /// the bytes held, which are all that stream's.
+    fn own_context_goes_on(&mut self, stream: u8) -> bool {
+        let own_context = &self.own_context[usize::from(stream)];
+        let from_context = own_context.len();
+        if from_context == 0 {
+            return false;
+        }
+        let rules = &self.rules.0;
+        let held = &self.pending[self.context..];
+        // A secret begun in the context ends within its length of it.
+        let near = held.len().min(rules.longest_literal.saturating_sub(1));
+        self.own.clear();
+        self.own.extend_from_slice(own_context);
+        self.own.extend_from_slice(&held[..near]);
+        rules.find_spans(&self.own, &mut self.scratch);
+        self.scratch
+            .spans
+            .iter()
+            .any(|&(start, stop)| start < from_context && from_context < stop)
+            || rules.pending_start(&self.own) > near
+    }
+
+    /// Releases `pending[context..cut]`, all of `stream`: a marker where each secret begins.
+    fn release_one_stream(&mut self, stream: Stream, cut: usize, out: &mut Released) {
+        let context = self.context;
+        let mut done = context;
+        let mut tail_covered = false;
+        for &(start, stop) in self.scratch.spans.iter().take_while(|&&(s, _)| s < cut) {
+            if stop <= context {
+                continue;
+            }
+            // A secret begun in the context goes on under the marker written for its start.
+            if start >= context || !self.tail_marked {
+                out.push(stream, &self.pending[done..start.max(context)]);
+                out.push(stream, REDACTED.as_bytes());
+                self.redactions += 1;
+            }
+            done = stop.min(cut);
+            tail_covered = stop >= cut;
+        }
+        out.push(stream, &self.pending[done..cut]);
+        if cut > context {
+            self.tail_marked = tail_covered;
+            self.own_tail_covered[stream.index()] = tail_covered;
+            let keep = self.rules.0.longest_literal.saturating_sub(1);
+            extend_context(
+                &mut self.own_context[stream.index()],
+                &self.pending[context..cut],
+                keep,
+            );
+        }
+    }
+
+    /// Releases what both streams let go, from `context` up to `hold` or the start of a secret
+    /// one stream left unfinished, whichever is first, and returns that cut.
+    fn release_streams(&mut self, end: bool, mut hold: usize, out: &mut Released) -> usize {
+        let rules = Arc::clone(&self.rules.0);
+        let (len, context) = (self.pending.len(), self.context);
         self.covered.clear();
         self.covered.resize(len, false);
         self.found.clear();
         for &(start, stop) in &self.scratch.spans {
-            self.covered[start..stop].fill(true);
-            self.found.push((start, stop));
+            if stop <= context {
+                continue;
+            }
+            self.covered[start.max(context)..stop].fill(true);
+            // A secret begun in the context is no new one (the rest of one cut through).
+            if start >= context || !self.tail_marked {
+                self.found.push((start.max(context), stop));
+            }
         }
         for stream in [0u8, 1] {
+            let own_context = &self.own_context[usize::from(stream)];
+            let from_context = own_context.len();
             self.own.clear();
             self.places.clear();
+            self.own.extend_from_slice(own_context);
             for (i, (&b, _)) in self
                 .pending
                 .iter()
                 .zip(&self.origin)
                 .enumerate()
+                .skip(context)
                 .filter(|(_, (_, &o))| o == stream)
             {
                 self.own.push(b);
                 self.places.push(i);
             }
-            if self.own.is_empty() {
+            if self.places.is_empty() {
                 continue;
             }
             rules.find_spans(&self.own, &mut self.scratch);
             for &(start, stop) in &self.scratch.spans {
-                for &p in &self.places[start..stop] {
+                if stop <= from_context {
+                    continue;
+                }
+                let (first, last) = (start.max(from_context) - from_context, stop - from_context);
+                for &p in &self.places[first..last] {
                     self.covered[p] = true;
                 }
-                self.found
-                    .push((self.places[start], self.places[stop - 1] + 1));
+                // The rest of a secret begun in this stream's context: a new one only if that
+                // start went out unredacted.
+                if start >= from_context || !self.own_tail_covered[usize::from(stream)] {
+                    self.found
+                        .push((self.places[first], self.places[last - 1] + 1));
+                }
             }
             // A start of a secret at the end of one stream's bytes is held for the rest of it,
             // while the other stream's output after it stays under [`CROSS_HOLD`]: past that,
             // it goes as it is (a secret so far apart is not one piece of output any more).
             let tail = rules.pending_start(&self.own);
             if !end && tail > 0 {
-                let at = self.places[self.own.len() - tail];
+                let first = (self.own.len() - tail).max(from_context) - from_context;
+                let at = self.places[first];
                 if len - at <= CROSS_HOLD {
                     hold = hold.min(at);
                 }
@@ -315,42 +452,73 @@ impl Merged {
         }
         self.found.sort_unstable();
         self.found.dedup();
-        // Never cut through a secret found: hold it whole (its pieces may lie apart).
-        let mut cut = hold;
-        while let Some(&(start, _)) = self
-            .found
-            .iter()
-            .find(|&&(start, stop)| start < cut && cut < stop)
-        {
-            cut = start;
-        }
-        let mut i = 0;
+        // Secrets are cut through: the context finds their rest again.
+        let cut = hold;
+        let mut i = context;
         // The secrets, by where they begin, walked along with the runs.
         let mut next_secret = 0;
+        // Whether the run of secret bytes being walked has its marker: the first continues the
+        // last one released, if that ended in a secret.
+        let mut marked = self.tail_marked;
         while i < cut {
             let (run, o) = (self.covered[i], self.origin[i]);
             let next = (i..cut)
                 .find(|&j| self.covered[j] != run || (!run && self.origin[j] != o))
                 .unwrap_or(cut);
             if run {
-                // One marker a secret, where it begins: the later pieces of a secret split by
-                // the other stream's output go without one.
+                // One marker a run, where a secret in it begins: the later pieces of a secret
+                // split by the other stream's output go without one.
+                marked &= i == context;
                 while self.found.get(next_secret).is_some_and(|&(s, _)| s < i) {
                     next_secret += 1;
                 }
-                if self.found.get(next_secret).is_some_and(|&(s, _)| s < next) {
+                if !marked && self.found.get(next_secret).is_some_and(|&(s, _)| s < next) {
                     out.push(stream_of(o), REDACTED.as_bytes());
+                    self.redactions += 1;
+                    marked = true;
                 }
             } else {
                 out.push(stream_of(o), &self.pending[i..next]);
             }
             i = next;
         }
-        // Each secret counted once, as it goes (one found in the merged bytes and in a stream's
-        // own is the same).
-        self.redactions += self.found.iter().filter(|&&(_, stop)| stop <= cut).count() as u64;
-        self.pending.drain(..cut);
-        self.origin.drain(..cut);
+        if cut > context {
+            self.tail_marked = self.covered[cut - 1] && marked;
+        }
+        // Each stream's context: its last bytes released.
+        let keep = rules.longest_literal.saturating_sub(1);
+        for stream in [0u8, 1] {
+            self.own.clear();
+            let mut last_covered = None;
+            for i in (context..cut).rev() {
+                if self.origin[i] != stream {
+                    continue;
+                }
+                last_covered.get_or_insert(self.covered[i]);
+                if self.own.len() == keep {
+                    break;
+                }
+                self.own.push(self.pending[i]);
+            }
+            if let Some(covered) = last_covered {
+                self.own_tail_covered[usize::from(stream)] = covered;
+                self.own.reverse();
+                extend_context(&mut self.own_context[usize::from(stream)], &self.own, keep);
+            }
+        }
+        cut
+    }
+}
+
+/// Appends `bytes` to `context` and keeps its last `keep` bytes.
+fn extend_context(context: &mut Vec<u8>, bytes: &[u8], keep: usize) {
+    if bytes.len() >= keep {
+        context.clear();
+        context.extend_from_slice(&bytes[bytes.len() - keep..]);
+    } else {
+        context.extend_from_slice(bytes);
+        let excess = context.len().saturating_sub(keep);
+        context.drain(..excess);
     }
 }
 
@@ -379,7 +547,8 @@ pub struct OutputSummary {
     pub bytes: u64,
     /// Bytes dropped between head and tail.
     pub truncated_bytes: u64,
-    /// Matches replaced by [`REDACTED`].
+    /// Markers written: one per secret or pattern match, or one for overlapping ones (a chain
+    /// of copies of one secret, however long).
     pub redactions: u64,
 }
 
@@ -422,6 +591,7 @@ pub fn redact_all(rules: &RedactRules, text: &str) -> String {
         text.as_bytes(),
         text.len(),
         Straddle::Take,
+        Resumed::default(),
         &mut out,
     );
     // A literal secret need not be valid UTF-8, so cutting it out can split a character.
@@ -582,6 +752,24 @@ impl Compiled {
             .map_or(0, |i| text.len() - i)
     }
 
+    /// Where the furthest literal secret that starts before `from` in `hay` and ends after it
+    /// ends, counted from `from` (0: none does).
+    fn literal_end_past(&self, hay: &[u8], from: usize, scratch: &mut Scratch) -> usize {
+        let (Some(re), Some(cache)) = (&self.literals, scratch.literal_cache.as_mut()) else {
+            return 0;
+        };
+        let mut end = from;
+        let mut at = 0;
+        while let Some(m) = re.search_with(cache, &Input::new(hay).span(at..hay.len())) {
+            if m.start() >= from {
+                break;
+            }
+            end = end.max(m.end());
+            at = m.start() + 1;
+        }
+        end - from
+    }
+
     /// Fills `scratch.spans` with every match in `hay`, in order and merged where they overlap.
     fn find_spans(&self, hay: &[u8], scratch: &mut Scratch) {
         let Scratch {
@@ -678,6 +866,9 @@ impl Redactor {
             rules: rules.clone(),
             pending: Vec::new(),
             pending_since: 0,
+            context: Vec::new(),
+            tail_marked: false,
+            near: Vec::new(),
             scratch: Scratch::new(&rules.0),
             redactions: 0,
             helper: None,
@@ -736,6 +927,16 @@ impl Redactor {
             "a part ending with a line end leaves nothing"
         );
         out.extend_from_slice(&helper.out);
+        // The second part began with nothing before it that a secret could go on from (its
+        // redactor had no context); what it released ends the context now.
+        let helped = &mut helper.redactor;
+        if !helper.out.is_empty() {
+            let keep = self.rules.0.longest_literal.saturating_sub(1);
+            extend_context(&mut self.context, &helped.context, keep);
+            self.tail_marked = helped.tail_marked;
+        }
+        helped.context.clear();
+        helped.tail_marked = false;
         mem::swap(&mut self.pending, &mut helper.redactor.pending);
         self.redactions += mem::take(&mut helper.redactor.redactions);
         self.helper = Some(helper);
@@ -766,7 +967,7 @@ impl Redactor {
         self.pending.clear();
     }
 
-    /// Matches replaced so far.
+    /// Markers written so far: one per match, or one for overlapping ones.
     pub fn redactions(&self) -> u64 {
         self.redactions
     }
@@ -792,25 +993,47 @@ impl Redactor {
         cut.min(len.saturating_sub(rules.longest_multiline_literal.saturating_sub(1)))
     }
 
-    /// Appends `data[..cut]` redacted to `out` (the cut moved past any match straddling it) and
-    /// returns the cut. `data` is searched whole, so a match that straddles the cut is seen.
+    /// Appends `data[..cut]` redacted to `out` (with patterns, the cut moved past any match
+    /// straddling it) and returns the cut. `data` is searched whole, so a match that straddles
+    /// the cut is seen; a literal secret that began before `data` is found from the context.
     fn release(&mut self, data: &[u8], cut: usize, out: &mut Vec<u8>) -> usize {
         if cut == 0 {
             return 0;
         }
+        let resumed = Resumed {
+            len: self.resumed(data),
+            marked: self.tail_marked,
+        };
+        let rules = &self.rules.0;
         // With literals only, the cut lies before the start of a secret that may still be
-        // arriving; a secret found across it may overlap that one (`abcd` and `cdxyz` in
-        // `abcd|xyz`), so it is held whole, as the merged streams hold one, instead of being
-        // redacted up to its end with the next secret's start (whose rest would then go out).
-        // Held only while that stays within a line's worth: memory stays bounded.
-        let straddle = if self.rules.0.regexes.is_empty() {
-            Straddle::Hold { at_most: LINE_CAP }
+        // arriving, and a secret found across it (`abcd` in `abcd|xyz`, with `cdxyz` arriving)
+        // is redacted up to the cut: the context finds its rest. A pattern's match is not
+        // found again from the context: it goes whole, now.
+        let straddle = if rules.regexes.is_empty() {
+            Straddle::Cut
         } else {
             Straddle::Take
         };
-        let (cut, n) = redact_block(&self.rules.0, &mut self.scratch, data, cut, straddle, out);
-        self.redactions += n;
-        cut
+        let block = redact_block(rules, &mut self.scratch, data, cut, straddle, resumed, out);
+        self.redactions += block.redactions;
+        self.tail_marked = block.tail_covered;
+        let keep = rules.longest_literal.saturating_sub(1);
+        extend_context(&mut self.context, &data[..block.cut], keep);
+        block.cut
+    }
+
+    /// How many bytes at the start of `data` go on a literal secret that began in the context.
+    fn resumed(&mut self, data: &[u8]) -> usize {
+        let rules = &self.rules.0;
+        if self.context.is_empty() {
+            return 0;
+        }
+        // A secret begun in the context ends within its length of it.
+        let near = data.len().min(rules.longest_literal.saturating_sub(1));
+        self.near.clear();
+        self.near.extend_from_slice(&self.context);
+        self.near.extend_from_slice(&data[..near]);
+        rules.literal_end_past(&self.near, self.context.len(), &mut self.scratch)
     }
 }
 
@@ -819,39 +1042,84 @@ impl Redactor {
 enum Straddle {
     /// Move the cut to the match's end: it goes now, redacted.
     Take,
-    /// Move the cut to the match's start: it is held, whole, for the next block — unless that
-    /// holds more than `at_most` bytes, then as [`Straddle::Take`].
-    Hold { at_most: usize },
+    /// Keep the cut: the match is redacted up to it, and its rest must be found again (from
+    /// the context) in the next block.
+    Cut,
 }
 
-/// Appends `data[..cut]` to `out` with every match replaced, after moving `cut` to the end or
-/// the start of a match that straddles it. Returns the cut and the number of replacements.
+/// The start of a block that goes on a literal secret begun before it (see
+/// [`Compiled::literal_end_past`]).
+#[derive(Clone, Copy, Default)]
+struct Resumed {
+    /// Bytes of the block in that secret.
+    len: usize,
+    /// A marker was written for the secret's start: its rest needs none.
+    marked: bool,
+}
+
+/// What [`redact_block`] did.
+struct Block {
+    /// How much of the data went.
+    cut: usize,
+    /// Markers written.
+    redactions: u64,
+    /// The last byte that went lay in a match.
+    tail_covered: bool,
+}
+
+/// Appends `data[..cut]` to `out` with every match replaced — the first `resumed.len` bytes too,
+/// under their secret's marker — after moving `cut` to the end of a match that straddles it if
+/// `straddle` says so.
 fn redact_block(
     rules: &Compiled,
     scratch: &mut Scratch,
     data: &[u8],
     mut cut: usize,
     straddle: Straddle,
+    resumed: Resumed,
     out: &mut Vec<u8>,
-) -> (usize, u64) {
+) -> Block {
     rules.find_spans(data, scratch);
     let spans = &scratch.spans;
-    if let Some(&(start, end)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
-        cut = match straddle {
-            Straddle::Hold { at_most } if data.len() - start <= at_most => start,
-            Straddle::Hold { .. } | Straddle::Take => end,
-        };
+    if let Some(&(_, end)) = spans.iter().find(|&&(start, end)| start < cut && cut < end) {
+        if let Straddle::Take = straddle {
+            cut = end;
+        }
     }
     let mut done = 0;
-    let mut n = 0;
-    for &(start, end) in spans.iter().take_while(|&&(start, _)| start < cut) {
+    let mut redactions = 0;
+    let mut tail_covered = false;
+    let mut spans = spans
+        .iter()
+        .take_while(|&&(start, _)| start < cut)
+        .peekable();
+    if resumed.len > 0 {
+        // The secret begun before, with the matches that overlap it (as one span, as if the
+        // block went on from there).
+        let mut end = resumed.len;
+        while let Some(&(_, stop)) = spans.next_if(|&&(start, _)| start < end) {
+            end = end.max(stop);
+        }
+        if !resumed.marked {
+            out.extend_from_slice(REDACTED.as_bytes());
+            redactions += 1;
+        }
+        done = end.min(cut);
+        tail_covered = end >= cut;
+    }
+    for &(start, end) in spans {
         out.extend_from_slice(&data[done..start]);
         out.extend_from_slice(REDACTED.as_bytes());
-        done = end;
-        n += 1;
+        done = end.min(cut);
+        redactions += 1;
+        tail_covered = end >= cut;
     }
     out.extend_from_slice(&data[done..cut]);
-    (cut, n)
+    Block {
+        cut,
+        redactions,
+        tail_covered,
+    }
 }
 
 /// A literal as a pattern matching exactly its bytes (which need not be UTF-8).
@@ -958,6 +1226,21 @@ impl OutputLog {
     /// Redacted output accepted so far, stored or not.
     pub fn bytes(&self) -> u64 {
         self.head_len + self.tail_len
+    }
+
+    /// Output taken but not yet passed on, held back for a secret or a line that may still be
+    /// completing. After each write, however the output goes on: for the literal secrets, the
+    /// start of one (the longest secret less one byte), or up to [`LINE_CAP`] of one stream's
+    /// output behind the start of one the other stream left unfinished; with patterns, besides,
+    /// an unfinished line of up to [`LINE_CAP`] per stream. The last bytes passed on (the longest
+    /// secret less one, for each stream too) are kept besides, as context.
+    pub fn held_back(&self) -> usize {
+        self.merged.held()
+            + self
+                .redactors
+                .iter()
+                .map(|r| r.pending.len())
+                .sum::<usize>()
     }
 
     /// Ends the output: releases what the redactors still hold, then appends the marker (if
@@ -1490,6 +1773,234 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Writes `writes` to a log (1 MiB limit), checking after each write that at most `bound`
+    /// bytes are held back (and that the context is shorter than the longest secret, `longest`).
+    fn bounded_log(
+        rules: &RedactRules,
+        writes: &[(Stream, &[u8])],
+        bound: usize,
+        longest: usize,
+    ) -> (Vec<u8>, OutputSummary) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("attempt.log");
+        let mut log = OutputLog::create(&path, 1 << 20, rules).expect("create");
+        for (n, (stream, chunk)) in writes.iter().enumerate() {
+            log.write(*stream, chunk).expect("write");
+            assert!(
+                log.held_back() <= bound,
+                "{} bytes held back after write {n} (of {} bytes), bound {bound}",
+                log.held_back(),
+                chunk.len()
+            );
+            assert!(log.merged.context < longest.max(1));
+        }
+        let summary = log.finish().expect("finish");
+        (fs::read(&path).unwrap_or_default(), summary)
+    }
+
+    /// `start `, then `ab` over and over, far past [`LINE_CAP`] without a line end, then ` end`.
+    fn chain() -> Vec<u8> {
+        let mut output = b"start ".to_vec();
+        output.extend_from_slice(&b"ab".repeat(LINE_CAP + 501));
+        output.extend_from_slice(b" end\n");
+        output
+    }
+
+    /// How the tests below cut output into writes: pieces of these sizes, in turn.
+    const WRITE_SIZES: [&[usize]; 5] = [&[1, 2, 3, 5, 8], &[2], &[7], &[4096], &[LINE_CAP + 3]];
+
+    /// `bytes` cut into pieces of `sizes`, taken in turn.
+    fn pieces<'a>(mut bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
+        let mut out = Vec::new();
+        for &size in sizes.iter().cycle() {
+            if bytes.is_empty() {
+                break;
+            }
+            let (piece, rest) = bytes.split_at(size.min(bytes.len()));
+            out.push(piece);
+            bytes = rest;
+        }
+        out
+    }
+
+    /// What is left of stored output without its markers and without `noise`.
+    fn stripped(stored: &[u8], noise: &str) -> String {
+        let text = String::from_utf8(stored.to_vec()).expect("utf-8");
+        let text = text.replace(REDACTED, "");
+        if noise.is_empty() {
+            text
+        } else {
+            text.replace(noise, "")
+        }
+    }
+
+    /// A task printing a secret that overlaps itself (`aba`, `abab`) over and over with no line
+    /// end: every copy overlaps the next, so the secrets found make one span that reaches the
+    /// end of what is pending. It is not held whole (that held the whole output in memory): only
+    /// a secret's start is held at any time, the rest goes redacted, a secret straddling a cut is
+    /// found again from the context, and the output is the same whatever the writes — one
+    /// marker for the whole chain, counted once.
+    #[test]
+    fn a_chain_of_overlapping_secrets_is_redacted_in_bounded_memory() {
+        let output = chain();
+        for (secret, expected) in [
+            ("aba", "start [REDACTED]b end\n"),
+            ("abab", "start [REDACTED] end\n"),
+        ] {
+            let literal = rules(&[secret], &[]);
+            let patterned = rules(&[secret], &["k[0-9]+s"]);
+            for (rules, bound) in [
+                // Literals only: a secret's start at most.
+                (&literal, secret.len() - 1),
+                // With a pattern, each stream's unfinished line (here a marker) besides.
+                (&patterned, secret.len() - 1 + LINE_CAP),
+            ] {
+                let (whole, summary) =
+                    bounded_log(rules, &[(Stream::Stdout, &output)], bound, secret.len());
+                assert_eq!(String::from_utf8_lossy(&whole), expected);
+                assert_eq!(summary.redactions, 1, "one chain, one redaction");
+                for sizes in WRITE_SIZES {
+                    let writes: Vec<_> = pieces(&output, sizes)
+                        .into_iter()
+                        .map(|c| (Stream::Stdout, c))
+                        .collect();
+                    let (stored, cut_summary) = bounded_log(rules, &writes, bound, secret.len());
+                    assert!(
+                        stored == whole,
+                        "{secret}, writes of {sizes:?}: {:?}",
+                        String::from_utf8_lossy(&stored[..stored.len().min(200)])
+                    );
+                    assert_eq!(cut_summary, summary, "{secret}, writes of {sizes:?}");
+                }
+            }
+        }
+    }
+
+    /// The chain on stdout with the other stream's output between its pieces, or split between
+    /// the two streams: bounded the same, and nothing of it stored — without the markers and
+    /// the other stream's lines, only the bytes that lie in no copy of the secret are left.
+    #[test]
+    fn a_chain_interleaved_with_the_other_stream_is_redacted_in_bounded_memory() {
+        let output = chain();
+        let (start, body) = output.split_at(6);
+        let (body, end) = body.split_at(body.len() - 5);
+        for (secret, left) in [("aba", "start b end\n"), ("abab", "start  end\n")] {
+            let rules = rules(&[secret], &[]);
+            // Every write goes the slower way of two streams: pieces of 7 are left out to keep
+            // the test quick (pieces of 1 to 8 cover them).
+            for sizes in WRITE_SIZES.into_iter().filter(|s| *s != [7]) {
+                // Each piece of stdout's chain followed by a line on stderr; then the chain's
+                // pieces on either stream in turn.
+                let mut noisy = vec![(Stream::Stdout, start)];
+                let mut split = noisy.clone();
+                for (i, piece) in pieces(body, sizes).into_iter().enumerate() {
+                    noisy.extend([(Stream::Stdout, piece), (Stream::Stderr, &b"x\n"[..])]);
+                    let stream = if i % 2 == 0 {
+                        Stream::Stdout
+                    } else {
+                        Stream::Stderr
+                    };
+                    split.push((stream, piece));
+                }
+                noisy.push((Stream::Stdout, end));
+                split.push((Stream::Stdout, end));
+                // A secret's start, with the other stream's lines between its pieces.
+                let (stored, summary) = bounded_log(&rules, &noisy, 3 * secret.len(), secret.len());
+                assert_eq!(
+                    stripped(&stored, "x\n"),
+                    left,
+                    "{secret}, stdout in pieces of {sizes:?} between lines on stderr"
+                );
+                assert!(summary.redactions >= 1);
+                // A start of a secret on one stream holds the other's output behind it, up to
+                // CROSS_HOLD.
+                let (stored, summary) = bounded_log(&rules, &split, CROSS_HOLD, secret.len());
+                assert_eq!(
+                    stripped(&stored, ""),
+                    left,
+                    "{secret}, pieces of {sizes:?} on either stream"
+                );
+                assert!(summary.redactions >= 1);
+            }
+        }
+    }
+
+    /// The chain through one [`Redactor`], literals alone or with a pattern: a literal secret
+    /// straddling a cut (a line is cut at [`LINE_CAP`]) is found again from the context, so the
+    /// output does not depend on the pieces, and at most a secret's start (or a line) is held.
+    #[test]
+    fn a_redactor_cuts_a_chain_of_overlapping_secrets_without_letting_a_piece_out() {
+        let output = chain();
+        for (secret, expected) in [
+            ("aba", "start [REDACTED]b end\n"),
+            ("abab", "start [REDACTED] end\n"),
+        ] {
+            for (rules, bound) in [
+                (rules(&[secret], &[]), secret.len() - 1),
+                (rules(&[secret], &["k[0-9]+s"]), LINE_CAP),
+            ] {
+                for sizes in WRITE_SIZES {
+                    let mut r = Redactor::new(&rules);
+                    let mut out = Vec::new();
+                    for piece in pieces(&output, sizes) {
+                        r.push(piece, &mut out);
+                        assert!(r.pending.len() <= bound, "{secret}, {sizes:?}");
+                    }
+                    r.finish(&mut out);
+                    let left = stripped(&out, "");
+                    assert!(
+                        String::from_utf8_lossy(&out) == expected,
+                        "{secret}, writes of {sizes:?}: {:?}",
+                        &left[..left.len().min(100)]
+                    );
+                    assert_eq!(r.redactions(), 1);
+                }
+            }
+        }
+    }
+
+    /// A pattern that keeps matching to the end (no line end in sight) is held no longer than
+    /// [`LINE_CAP`]: the line is then redacted in pieces (a match straddling a piece's end may
+    /// be missed there, as the module says).
+    #[test]
+    fn a_pattern_that_keeps_matching_is_held_no_longer_than_a_line() {
+        let output = chain();
+        let rules = rules(&[], &["(?:ab)+"]);
+        for size in [7, 4096, LINE_CAP + 3] {
+            let writes: Vec<_> = output.chunks(size).map(|c| (Stream::Stdout, c)).collect();
+            let (stored, _) = bounded_log(&rules, &writes, LINE_CAP, 0);
+            let left = stripped(&stored, "");
+            assert!(
+                left.starts_with("start ") && left.ends_with(" end\n") && left.len() < 32,
+                "writes of {size}: {left:?}"
+            );
+        }
+    }
+
+    /// A secret's start on one stream, then more than [`CROSS_HOLD`] of the other's output: the
+    /// start goes as it is, but the rest of the secret, when it comes, is still found (from the
+    /// stream's context) and redacted, with a marker of its own.
+    #[test]
+    fn the_rest_of_a_secret_whose_start_went_out_is_redacted() {
+        let rules = rules(&["s3cr3t"], &[]);
+        let noise = vec![b'x'; CROSS_HOLD + 10];
+        let writes: [(Stream, &[u8]); 3] = [
+            (Stream::Stdout, b"token=s3c"),
+            (Stream::Stderr, &noise),
+            (Stream::Stdout, b"r3t done\n"),
+        ];
+        let (stored, summary) = bounded_log(&rules, &writes, CROSS_HOLD, 6);
+        let mut expected = b"token=s3c".to_vec();
+        expected.extend_from_slice(&noise);
+        expected.extend_from_slice(b"[REDACTED] done\n");
+        assert!(
+            stored == expected,
+            "{:?}",
+            String::from_utf8_lossy(&stored[stored.len() - 30..])
+        );
+        assert_eq!(summary.redactions, 1);
     }
 
     #[test]
