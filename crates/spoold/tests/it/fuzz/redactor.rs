@@ -2,7 +2,9 @@
 //! which is then cut into chunks at arbitrary places (a secret split across one boundary or
 //! several) and, for the log, spread over both streams. The output never contains a secret; a
 //! stream's redacted output does not depend on where it was cut; the stored log stays within
-//! its limit.
+//! its limit, and what the log holds back stays within its bound after every write — also for a
+//! chain of overlapping copies of a secret (`aba` in `ababab…`) printed far past a line's worth
+//! without a line end, in many pieces, where no piece of a secret straddling a cut gets out.
 //!
 //! Secrets and text are drawn from lower-case letters, digits and a few other bytes, never
 //! from the marker's (`[REDACTED]`): a secret in the output can then only be one let through,
@@ -11,7 +13,8 @@
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use spoold::tasks::output::{
-    redact_all, redact_summary, OutputLog, OutputSummary, RedactRules, Redactor, Stream, REDACTED,
+    redact_all, redact_summary, OutputLog, OutputSummary, RedactRules, Redactor, Stream, LINE_CAP,
+    REDACTED,
 };
 
 use super::{check, corpus, replay};
@@ -58,17 +61,51 @@ fn cuts(len: usize) -> impl Strategy<Value = Vec<usize>> {
     })
 }
 
-/// A case: the secrets, patterns (none, or one that matches within a line), the output, the
-/// cut points, and which stream each chunk goes to.
+/// A case: the secrets, patterns (none, or one that matches within a line), the output (printed
+/// `repeat` times over), the cut points, and which stream each chunk goes to.
 #[derive(Debug, Clone, serde::Deserialize)]
 struct Case {
     secrets: Vec<String>,
     #[serde(default)]
     patterns: Vec<String>,
     output: String,
+    /// For a long output in a short file (0 is once).
+    #[serde(default)]
+    repeat: usize,
     cuts: Vec<usize>,
     #[serde(default)]
     streams: Vec<bool>,
+}
+
+impl Case {
+    /// The output, repeated.
+    fn input(&self) -> Vec<u8> {
+        self.output.repeat(self.repeat.max(1)).into_bytes()
+    }
+
+    /// The longest secret, in bytes.
+    fn longest(&self) -> usize {
+        self.secrets.iter().map(String::len).max().unwrap_or(0)
+    }
+
+    /// The most an output log may hold back after a write (see `OutputLog::held_back`): with
+    /// literal secrets only and one stream, a secret's start; with both streams, a line's worth
+    /// of one behind the other's unfinished secret; with patterns, each stream's unfinished
+    /// line besides.
+    fn held_bound(&self, one_stream: bool) -> usize {
+        let start = self.longest().saturating_sub(1);
+        let literals = if one_stream {
+            start
+        } else {
+            start.max(LINE_CAP)
+        };
+        let lines = if self.patterns.is_empty() {
+            0
+        } else {
+            2 * LINE_CAP
+        };
+        literals + lines
+    }
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -99,6 +136,7 @@ fn case() -> impl Strategy<Value = Case> {
                 .collect(),
             patterns: pattern.into_iter().collect(),
             output: String::from_utf8_lossy(&text).into_owned(),
+            repeat: 1,
             cuts,
             streams,
         })
@@ -162,7 +200,7 @@ fn leak(secrets: &[String], patterns: &[String], out: &[u8]) -> Option<String> {
 /// One [`Redactor`] (literals alone, then patterns alone) and the one-shot functions: no
 /// secret let through, and the same output whatever the cuts.
 fn one_stream(case: &Case) -> Result<(), TestCaseError> {
-    let input = case.output.as_bytes();
+    let input = &case.input()[..];
     let none: &[String] = &[];
     for (rules, secrets, patterns) in [
         (literals_only(case), &case.secrets[..], none),
@@ -216,15 +254,62 @@ fn one_stream(case: &Case) -> Result<(), TestCaseError> {
 }
 
 /// The log of `pieces` (each with its stream) under `limit`: what is stored, and the summary.
-fn stored(rules: &RedactRules, pieces: &[(Stream, &[u8])], limit: u64) -> (Vec<u8>, OutputSummary) {
+/// Fails if more than `held_bound` bytes are held back after a write.
+fn stored(
+    rules: &RedactRules,
+    pieces: &[(Stream, &[u8])],
+    limit: u64,
+    held_bound: usize,
+) -> Result<(Vec<u8>, OutputSummary), TestCaseError> {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("out");
     let mut log = OutputLog::create(&path, limit, rules).expect("log");
-    for (stream, piece) in pieces {
+    for (n, (stream, piece)) in pieces.iter().enumerate() {
         log.write(*stream, piece).expect("write");
+        prop_assert!(
+            log.held_back() <= held_bound,
+            "{} bytes held back after write {n} of {}, bound {held_bound}",
+            log.held_back(),
+            pieces.len()
+        );
     }
     let summary = log.finish().expect("finish");
-    (std::fs::read(&path).unwrap_or_default(), summary)
+    Ok((std::fs::read(&path).unwrap_or_default(), summary))
+}
+
+/// The bytes of `pieces`, in order, less those in a copy of a secret in the merged bytes or in
+/// either stream's own.
+fn uncovered(secrets: &[String], pieces: &[(Stream, &[u8])]) -> Vec<u8> {
+    let merged: Vec<(Stream, u8)> = pieces
+        .iter()
+        .flat_map(|(s, piece)| piece.iter().map(move |&b| (*s, b)))
+        .collect();
+    let mut covered = vec![false; merged.len()];
+    let mut cover = |places: &[usize]| {
+        let bytes: Vec<u8> = places.iter().map(|&i| merged[i].1).collect();
+        for secret in secrets.iter().map(String::as_bytes) {
+            for at in 0..bytes.len() {
+                if bytes[at..].starts_with(secret) {
+                    for &i in &places[at..at + secret.len()] {
+                        covered[i] = true;
+                    }
+                }
+            }
+        }
+    };
+    cover(&(0..merged.len()).collect::<Vec<_>>());
+    for stream in [Stream::Stdout, Stream::Stderr] {
+        let own: Vec<usize> = (0..merged.len())
+            .filter(|&i| merged[i].0 == stream)
+            .collect();
+        cover(&own);
+    }
+    merged
+        .iter()
+        .zip(&covered)
+        .filter(|(_, &c)| !c)
+        .map(|((_, b), _)| *b)
+        .collect()
 }
 
 /// Both streams into one bounded log, chunks going to the stream `streams` says: no secret
@@ -232,7 +317,7 @@ fn stored(rules: &RedactRules, pieces: &[(Stream, &[u8])], limit: u64) -> (Vec<u
 /// is stored the same whatever its cuts.
 fn log(case: &Case, limit: u64) -> Result<(), TestCaseError> {
     let rules = rules(case);
-    let input = case.output.as_bytes();
+    let input = &case.input()[..];
     let pieces: Vec<(Stream, &[u8])> = chunks(input, &case.cuts)
         .into_iter()
         .enumerate()
@@ -241,7 +326,8 @@ fn log(case: &Case, limit: u64) -> Result<(), TestCaseError> {
             _ => (Stream::Stdout, piece),
         })
         .collect();
-    let (stored_bytes, summary) = stored(&rules, &pieces, limit);
+    let one_stream = pieces.iter().all(|(s, _)| *s == Stream::Stdout);
+    let (stored_bytes, summary) = stored(&rules, &pieces, limit, case.held_bound(one_stream))?;
     let marker = format!(
         "\n[spoold: {} bytes of output omitted]\n",
         summary.truncated_bytes
@@ -291,13 +377,33 @@ fn log(case: &Case, limit: u64) -> Result<(), TestCaseError> {
         summary.bytes.min(limit),
         (stored_bytes.len() as u64).min(limit)
     );
+    // With literal secrets only and nothing dropped, what is stored, without its markers, is
+    // the output without the bytes of any secret found in the merged bytes or in either
+    // stream's own: no piece of one gets out, wherever the cuts fell. (True while no stream
+    // leaves a secret's start unfinished behind a line's worth of the other's output, which
+    // then goes as it is: not so in these cases.)
+    if case.patterns.is_empty() && summary.truncated_bytes == 0 {
+        let kept = uncovered(&case.secrets, &pieces);
+        prop_assert_eq!(
+            String::from_utf8_lossy(stored_bytes.as_slice()).replace(REDACTED, ""),
+            String::from_utf8_lossy(&kept).into_owned(),
+            "cut at {:?}, streams {:?}",
+            &case.cuts,
+            &case.streams
+        );
+    }
     // One stream alone: stored as if it had come in one piece.
     let one: Vec<(Stream, &[u8])> = chunks(input, &case.cuts)
         .into_iter()
         .map(|p| (Stream::Stdout, p))
         .collect();
-    let (cut, _) = stored(&rules, &one, limit);
-    let (whole, _) = stored(&rules, &[(Stream::Stdout, input)], limit);
+    let (cut, _) = stored(&rules, &one, limit, case.held_bound(true))?;
+    let (whole, _) = stored(
+        &rules,
+        &[(Stream::Stdout, input)],
+        limit,
+        case.held_bound(true),
+    )?;
     prop_assert_eq!(
         String::from_utf8_lossy(&cut),
         String::from_utf8_lossy(&whole),
@@ -319,6 +425,188 @@ fn the_log_of_both_streams_holds_no_secret_and_stays_bounded() {
         (case(), prop::sample::select(vec![0u64, 8, 33, 1 << 20])),
         |(case, limit)| log(&case, limit),
     );
+}
+
+/// A chain of overlapping copies of one secret: the secret is `unit` `reps` times and then the
+/// first `extra` bytes of it again, so that it overlaps itself and `unit` printed over and over
+/// (here `units` times, between `<` and `>\n`, far past a line's worth) holds a copy at every
+/// unit, each overlapping the next.
+#[derive(Debug, Clone)]
+struct Chain {
+    unit: Vec<u8>,
+    reps: usize,
+    extra: usize,
+    units: usize,
+    /// The sizes of the writes, taken in turn.
+    sizes: Vec<usize>,
+    mix: Mix,
+    /// With a pattern too (each stream's lines are then held whole, up to a line's worth).
+    pattern: bool,
+}
+
+/// Which stream the chain's writes go to.
+#[derive(Debug, Clone)]
+enum Mix {
+    /// All on stdout.
+    One,
+    /// On stdout, with a line on stderr after each.
+    Noise,
+    /// On stdout or stderr, as the pattern says (cycled: true is stderr).
+    Split(Vec<bool>),
+}
+
+/// What goes on the other stream between the chain's writes: none of the secret's bytes.
+const NOISE: &str = "x\n";
+
+fn chain() -> impl Strategy<Value = Chain> {
+    (
+        bytes_from(b"abcdeks0123", 1..5),
+        1usize..3,
+        0usize..5,
+        LINE_CAP..2 * LINE_CAP,
+        prop::collection::vec(prop_oneof![1 => 1usize..16, 3 => 16usize..10_000], 1..5),
+        prop_oneof![
+            Just(Mix::One),
+            Just(Mix::Noise),
+            prop::collection::vec(any::<bool>(), 1..4).prop_map(Mix::Split),
+        ],
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(unit, reps, extra, len, sizes, mix, pattern)| {
+            let extra = extra.min(unit.len());
+            // At least one byte of overlap between one copy and the next.
+            let (reps, extra) = if extra == 0 {
+                (reps.max(2), 0)
+            } else {
+                (reps, extra)
+            };
+            Chain {
+                units: len / unit.len() + reps + 1,
+                unit,
+                reps,
+                extra,
+                sizes,
+                mix,
+                pattern,
+            }
+        })
+}
+
+impl Chain {
+    fn secret(&self) -> String {
+        let mut secret = self.unit.repeat(self.reps);
+        secret.extend_from_slice(&self.unit[..self.extra]);
+        String::from_utf8(secret).expect("ascii")
+    }
+
+    fn case(&self) -> Case {
+        Case {
+            secrets: vec![self.secret()],
+            patterns: if self.pattern {
+                vec!["k[0-9]+s".to_owned()]
+            } else {
+                Vec::new()
+            },
+            output: String::new(),
+            repeat: 1,
+            cuts: Vec::new(),
+            streams: Vec::new(),
+        }
+    }
+
+    fn input(&self) -> Vec<u8> {
+        let mut input = b"<".to_vec();
+        input.extend_from_slice(&self.unit.repeat(self.units));
+        input.extend_from_slice(b">\n");
+        input
+    }
+
+    /// The input in writes of `sizes`, each with its stream (and the other stream's lines).
+    fn writes<'a>(&self, input: &'a [u8]) -> Vec<(Stream, &'a [u8])> {
+        let mut writes = Vec::new();
+        let mut rest = input;
+        for (i, &size) in self.sizes.iter().cycle().enumerate() {
+            if rest.is_empty() {
+                break;
+            }
+            let (piece, after) = rest.split_at(size.min(rest.len()));
+            rest = after;
+            match &self.mix {
+                Mix::One => writes.push((Stream::Stdout, piece)),
+                Mix::Noise => {
+                    writes.extend([(Stream::Stdout, piece), (Stream::Stderr, NOISE.as_bytes())])
+                }
+                Mix::Split(streams) => {
+                    let stream = if streams[i % streams.len()] {
+                        Stream::Stderr
+                    } else {
+                        Stream::Stdout
+                    };
+                    writes.push((stream, piece));
+                }
+            }
+        }
+        writes
+    }
+}
+
+/// What is left of a stored log without its markers and the other stream's lines.
+fn stripped(stored: &[u8]) -> String {
+    String::from_utf8_lossy(stored)
+        .replace(REDACTED, "")
+        .replace(NOISE, "")
+}
+
+/// A chain of overlapping secrets in many writes: held back, after every write, no more than a
+/// secret's start (one stream; with the other stream's lines between its pieces, those too) or
+/// the log's bound (both streams); no secret stored, nor once the markers are taken out (a piece
+/// straddling a cut would show there); and on one stream the same as in one write.
+fn overlapping(chain: &Chain) -> Result<(), TestCaseError> {
+    let case = chain.case();
+    let rules = rules(&case);
+    let secret = chain.secret();
+    let input = chain.input();
+    let writes = chain.writes(&input);
+    let lines = if chain.pattern { 2 * LINE_CAP } else { 0 };
+    let bound = match chain.mix {
+        Mix::One => case.held_bound(true),
+        Mix::Noise => 3 * secret.len() + lines,
+        Mix::Split(_) => case.held_bound(false),
+    };
+    let limit = 4 * input.len() as u64;
+    let (whole, _) = stored(
+        &rules,
+        &[(Stream::Stdout, &input)],
+        limit,
+        case.held_bound(true),
+    )?;
+    let (cut, summary) = stored(&rules, &writes, limit, bound)?;
+    prop_assert_eq!(summary.truncated_bytes, 0);
+    prop_assert!(summary.redactions >= 1);
+    let left = stripped(&cut);
+    for (what, text) in [
+        ("stored", String::from_utf8_lossy(&cut)),
+        ("stripped", left.as_str().into()),
+    ] {
+        prop_assert!(
+            !text.contains(secret.as_str()),
+            "{what}: secret {secret:?} in {:?}",
+            &text[..text.len().min(300)]
+        );
+    }
+    match chain.mix {
+        Mix::One => prop_assert!(cut == whole, "{:?}", &left[..left.len().min(300)]),
+        // Without a pattern, each stream's bytes go in the order they came: what is left of
+        // the chain's stream is what is left of it in one write.
+        Mix::Noise if !chain.pattern => prop_assert_eq!(left, stripped(&whole)),
+        _ => {}
+    }
+    Ok(())
+}
+
+#[test]
+fn a_chain_of_overlapping_secrets_is_held_bounded_and_never_stored() {
+    check(12, chain(), |chain| overlapping(&chain));
 }
 
 #[test]
