@@ -93,7 +93,7 @@ pub async fn serve<L>(
     connections.wait().await;
 }
 
-/// The error a body gives once its deadline has passed (see [`Deadline`]).
+/// The error a body gives once its deadline has passed (see `Deadline`).
 #[derive(Debug)]
 pub struct BodyTimedOut(pub Duration);
 
