@@ -55,7 +55,14 @@ pub async fn serve<L>(
     let router = router.layer(axum::middleware::map_request(
         move |request: axum::extract::Request| async move {
             Ok::<_, std::convert::Infallible>(
-                request.map(|body| axum::body::Body::new(Deadline::new(body, body_timeout))),
+                // Most requests (GET, POST without a body) have nothing to wait for: no timer.
+                request.map(|body| {
+                    if http_body::Body::is_end_stream(&body) {
+                        body
+                    } else {
+                        axum::body::Body::new(Deadline::new(body, body_timeout))
+                    }
+                }),
             )
         },
     ));
