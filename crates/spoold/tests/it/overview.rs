@@ -59,6 +59,9 @@ async fn stats_count_by_status_and_show_recent_results() {
 #[tokio::test(flavor = "multi_thread")]
 async fn targets_show_waiting_work_failures_and_pauses() {
     let d = InProcess::boot(&[]).await;
+    // The receiver first: a refusing port is one the OS handed out and took back, which it may
+    // hand to the next bind (CI once saw the receiver get it, and the two targets were one).
+    let r = Receiver::start().await.expect("receiver");
     let port = Receiver::refusing_port();
     let dead = format!("http://127.0.0.1:{port}");
     for n in 0..5 {
@@ -69,7 +72,6 @@ async fn targets_show_waiting_work_failures_and_pauses() {
             .expect("create");
         assert_eq!(status, 201);
     }
-    let r = Receiver::start().await.expect("receiver");
     r.respond_with(Reply::status(404));
     d.deliver(json!({"targetUrl": r.url("/gone")}), &["failed"])
         .await;
