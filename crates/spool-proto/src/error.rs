@@ -63,10 +63,14 @@ pub enum ErrorCode {
     /// The request's body did not arrive in full within `--body-read-timeout` of its head:
     /// nothing was done, and the connection is closed.
     RequestTimeout,
+    /// The daemon began shutting down while the request's body was still arriving: nothing
+    /// was done, and the connection is closed. Send it again (to this daemon once it is back,
+    /// or to another).
+    ShuttingDown,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -93,6 +97,7 @@ impl ErrorCode {
         ErrorCode::Forbidden,
         ErrorCode::UnknownSecret,
         ErrorCode::RequestTimeout,
+        ErrorCode::ShuttingDown,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -123,6 +128,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::UnknownSecret => "unknown_secret",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::ShuttingDown => "shutting_down",
         }
     }
 
@@ -149,7 +155,7 @@ impl ErrorCode {
             | ErrorCode::InvalidTransition
             | ErrorCode::NotCurrentAttempt => 409,
             ErrorCode::PersistenceFailed | ErrorCode::InternalError => 500,
-            ErrorCode::NotReady | ErrorCode::StorageUnavailable => 503,
+            ErrorCode::NotReady | ErrorCode::StorageUnavailable | ErrorCode::ShuttingDown => 503,
             ErrorCode::JournalFull | ErrorCode::StorageFull => 507,
         }
     }

@@ -148,7 +148,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let close = self.code == ErrorCode::RequestTimeout;
+        let close = matches!(
+            self.code,
+            ErrorCode::RequestTimeout | ErrorCode::ShuttingDown
+        );
         let mut response = json(status, &ErrorBody::new(self.code, self.message));
         if close {
             // What is left of the body would be read as the next request.
@@ -163,7 +166,8 @@ impl IntoResponse for ApiError {
 
 /// A request's whole body, at most `limit` bytes. Too large is 400 `invalid_request` (with
 /// `message` saying so); a body that did not arrive within `--body-read-timeout` is 408
-/// `request_timeout`; a connection that broke mid-body is 400 as well (nobody reads it).
+/// `request_timeout`; one still arriving when the daemon begins to shut down is 503
+/// `shutting_down`; a connection that broke mid-body is 400 as well (nobody reads it).
 pub(crate) async fn read_body(
     body: axum::body::Body,
     limit: usize,
@@ -174,6 +178,9 @@ pub(crate) async fn read_body(
         while let Some(cause) = source {
             if let Some(timeout) = cause.downcast_ref::<server::BodyTimedOut>() {
                 return ApiError::new(ErrorCode::RequestTimeout, timeout.to_string());
+            }
+            if cause.is::<server::ShuttingDown>() {
+                return ApiError::new(ErrorCode::ShuttingDown, cause.to_string());
             }
             if cause.is::<http_body_util::LengthLimitError>() {
                 return ApiError::new(ErrorCode::InvalidRequest, too_large);

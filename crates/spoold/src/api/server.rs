@@ -14,7 +14,10 @@
 //!   and the daemon keeps serving the ones it has.
 //!
 //! On shutdown, accepting stops and every connection finishes its request in progress, then
-//! closes (as `axum::serve`'s graceful shutdown did).
+//! closes (as `axum::serve`'s graceful shutdown did) — except a request whose body is still
+//! arriving: nothing of it has been done, so it is answered 503 `shutting_down` at once and
+//! its connection closed, and a client trickling a body cannot hold the shutdown up for
+//! `--body-read-timeout`.
 
 use std::future::Future as _;
 use std::pin::Pin;
@@ -51,19 +54,24 @@ pub async fn serve<L>(
     L: axum::serve::Listener,
 {
     let body_timeout = limits.body_read_timeout;
+    let stopping = stop.clone();
     // Runs as the request's head has been read, before routing: the body's clock starts there.
     let router = router.layer(axum::middleware::map_request(
-        move |request: axum::extract::Request| async move {
-            Ok::<_, std::convert::Infallible>(
-                // Most requests (GET, POST without a body) have nothing to wait for: no timer.
-                request.map(|body| {
-                    if http_body::Body::is_end_stream(&body) {
-                        body
-                    } else {
-                        axum::body::Body::new(Deadline::new(body, body_timeout))
-                    }
-                }),
-            )
+        move |request: axum::extract::Request| {
+            let stop = stopping.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    // Most requests (GET, POST without a body) have nothing to wait for: no
+                    // timer.
+                    request.map(|body| {
+                        if http_body::Body::is_end_stream(&body) {
+                            body
+                        } else {
+                            axum::body::Body::new(Deadline::new(body, body_timeout, stop))
+                        }
+                    }),
+                )
+            }
         },
     ));
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -116,18 +124,36 @@ impl std::fmt::Display for BodyTimedOut {
 
 impl std::error::Error for BodyTimedOut {}
 
-/// A request body that fails with [`BodyTimedOut`] if it has not ended by a deadline.
+/// The error a body gives once the daemon begins to shut down (see `Deadline`).
+#[derive(Debug)]
+pub struct ShuttingDown;
+
+impl std::fmt::Display for ShuttingDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the daemon is shutting down and did not wait for the rest of the body; \
+             nothing was done",
+        )
+    }
+}
+
+impl std::error::Error for ShuttingDown {}
+
+/// A request body that fails with [`BodyTimedOut`] if it has not ended by a deadline, and with
+/// [`ShuttingDown`] as soon as the daemon begins to shut down.
 struct Deadline {
     inner: axum::body::Body,
     sleep: Pin<Box<tokio::time::Sleep>>,
+    stop: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     after: Duration,
 }
 
 impl Deadline {
-    fn new(inner: axum::body::Body, after: Duration) -> Deadline {
+    fn new(inner: axum::body::Body, after: Duration, stop: CancellationToken) -> Deadline {
         Deadline {
             inner,
             sleep: Box::pin(tokio::time::sleep(after)),
+            stop: Box::pin(stop.cancelled_owned()),
             after,
         }
     }
@@ -143,6 +169,9 @@ impl http_body::Body for Deadline {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
             return Poll::Ready(frame);
+        }
+        if self.stop.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(axum::Error::new(ShuttingDown))));
         }
         match self.sleep.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut(self.after))))),

@@ -29,6 +29,7 @@ const MAX_REPORT_BYTES: usize = 4096;
         (status = 200, description = "Done before (by this attempt or an earlier one): the first record", body = TaskStepView),
         (status = 400, description = "`invalid_request`: not JSON, or a bad name or attempt", body = spool_proto::ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = spool_proto::ErrorBody),
+        (status = 503, description = "`shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = spool_proto::ErrorBody),
         (status = 403, description = "`forbidden`: a step token of another attempt", body = spool_proto::ErrorBody),
         (status = 404, description = "`not_found`", body = spool_proto::ErrorBody),
         (status = 409, description = "`not_current_attempt`: that attempt is not the task's running attempt", body = spool_proto::ErrorBody),

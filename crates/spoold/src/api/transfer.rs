@@ -97,7 +97,7 @@ pub async fn export(
         (status = 200, description = "One result per record, in order: `imported`, `existing` (the same delivery is there), `conflict` (its id or idempotency key belongs to another request, `existingId`; nothing overwritten) or `invalid` (`error` says why)", body = ImportResults),
         (status = 400, description = "`invalid_request`: the JSON, or more than 500 records", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached); `shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody),
     )
 )]

@@ -1,8 +1,9 @@
 //! The control API's connection limits, against the real binary over raw TCP: a head that does
 //! not arrive in time (slowloris) and an idle keep-alive connection are closed after
 //! `--header-read-timeout`, a body that trickles in is answered 408 and closed after
-//! `--body-read-timeout` (and a whole body in time is served), and `--max-connections` caps
-//! what is open at once while the daemon keeps serving the connections it has.
+//! `--body-read-timeout` (and a whole body in time is served) or at once on shutdown, and
+//! `--max-connections` caps what is open at once while the daemon keeps serving the connections
+//! it has.
 
 use std::time::Duration;
 
@@ -216,6 +217,50 @@ async fn a_body_that_trickles_in_is_answered_408_and_closed() {
         .expect("write");
     let listing = read_to_close(&mut conn, Duration::from_secs(10)).await;
     assert_eq!(listing.matches("\"targetUrl\"").count(), 1, "{listing}");
+}
+
+/// A shutdown does not wait for bodies still arriving: each such request is answered 503
+/// `shutting_down` (nothing of it done) and its connection closed, and the daemon exits well
+/// within `--body-read-timeout`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shutdown_cuts_off_bodies_still_arriving() {
+    let dir = TempDir::new().expect("temp dir");
+    let mut daemon = daemon(&dir, &["--body-read-timeout", "1h"]).await;
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        let mut conn = connect(&daemon).await;
+        conn.write_all(
+            b"POST /v1/deliveries HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+              Content-Length: 2147483648\r\n\r\n{\"tar",
+        )
+        .await
+        .expect("write");
+        slow.push(conn);
+    }
+    // The heads are read (the requests are in progress) before the shutdown begins.
+    let mut other = connect(&daemon).await;
+    healthz(&mut other).await;
+    let started = std::time::Instant::now();
+    daemon.signal("TERM").await.expect("SIGTERM");
+    for conn in &mut slow {
+        let answer = read_to_close(conn, Duration::from_secs(20)).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("\"shutting_down\""), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
+    }
+    let status = daemon
+        .wait_exit(Duration::from_secs(20))
+        .await
+        .expect("the daemon exits without waiting for the bodies");
+    assert!(status.success(), "{status:?}\n{}", daemon.stderr());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the shutdown waited for the bodies: {:?}",
+        started.elapsed()
+    );
 }
 
 /// A client streaming a huge body (2 GiB announced, chunked or not) is refused once the limit
