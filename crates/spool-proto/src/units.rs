@@ -187,6 +187,17 @@ pub fn parse_time(input: &str) -> Result<i64, ParseError> {
             "expected RFC 3339, e.g. 2026-07-18T12:00:00Z",
         )
     })?;
+    // An offset can carry 9999-12-31T23:59-23:59 into the year 10000 (or 0000-01-01+01:00 into
+    // year -1) in UTC, which RFC 3339 cannot write: refuse it here rather than accept a time
+    // that `format_time` could not give back.
+    let utc_year = t.checked_to_utc().map(|utc| utc.year());
+    if !utc_year.is_some_and(|year| (0..=9999).contains(&year)) {
+        return Err(parse_err(
+            "time",
+            input,
+            "out of range (years 0000 to 9999 in UTC)",
+        ));
+    }
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
         .map_err(|_| parse_err("time", input, "out of range"))
 }
@@ -225,6 +236,21 @@ mod tests {
         );
         let err = parse_time_or_from_now("tomorrow", now).expect_err("refused");
         assert!(err.to_string().contains("or a duration from now"), "{err}");
+    }
+
+    #[test]
+    fn times_whose_utc_year_rfc3339_cannot_write_are_refused() {
+        for input in [
+            "9999-12-31T23:59:59.999999999-23:59",
+            "0000-01-01T00:00:00+00:01",
+        ] {
+            let err = parse_time(input).expect_err("refused");
+            assert!(err.to_string().contains("out of range"), "{err}");
+        }
+        for input in ["9999-12-31T23:59:59.999Z", "0000-01-01T00:00:00Z"] {
+            let ms = parse_time(input).expect("in range");
+            assert_eq!(parse_time(&format_time(ms)), Ok(ms), "{input}");
+        }
     }
 
     #[test]
