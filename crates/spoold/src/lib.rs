@@ -121,6 +121,9 @@ pub struct Reloaded {
     pub kept: Vec<&'static str>,
     /// `[[targets]]` rules now in force (their secrets read again).
     pub target_rules: usize,
+    /// `[secrets]` entries declared before and not now: deliveries that name one are not sent
+    /// (`secret_missing`, retried) until it is declared again.
+    pub removed_secrets: Vec<String>,
 }
 
 impl Running {
@@ -174,6 +177,13 @@ impl Running {
         self.declared.replace(Arc::clone(types));
         self.config.task_types = new.task_types;
         reloaded.target_rules = new.target_rules.len();
+        reloaded.removed_secrets = self
+            .config
+            .target_rules
+            .secret_names()
+            .filter(|name| new.target_rules.secret(name).is_none())
+            .map(str::to_owned)
+            .collect();
         self.rules.replace(Arc::clone(&new.target_rules));
         self.config.target_rules = new.target_rules;
         Ok(reloaded)

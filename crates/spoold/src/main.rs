@@ -160,6 +160,14 @@ fn reload(running: &mut spoold::Running) {
     let applied = loaded.and_then(|config| running.reload(config).map_err(|e| e.to_string()));
     match applied {
         Ok(r) => {
+            // Before the line that says the reload is done, which is what waiters look for.
+            if !r.removed_secrets.is_empty() {
+                tracing::warn!(
+                    secrets = ?r.removed_secrets,
+                    "these [secrets] entries were removed: deliveries that name one are not \
+                     sent (secret_missing, retried with backoff) until it is declared again"
+                );
+            }
             tracing::info!(
                 added = ?r.added,
                 removed = ?r.removed,

@@ -386,6 +386,16 @@ async fn a_create_names_the_secret_that_signs_it() {
     write_config(false);
     daemon.signal("HUP").await.expect("SIGHUP");
     reloaded(&daemon, 1).await;
+    let warned = daemon
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("[secrets] entries were removed"))
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    assert!(
+        warned.len() == 1 && warned[0].contains("ops") && warned[0].contains("WARN"),
+        "the reload names the removed secret: {warned:?}"
+    );
     let (_, d) = api.get(&held).await.expect("get");
     assert_eq!(d["attempts"], 0, "the reload took longer than 4 s: {d}");
     let deadline = tokio::time::Instant::now() + WAIT;
