@@ -47,6 +47,10 @@
 //! # }
 //! ```
 
+// Docs are written for the people who change this crate: they link to private items too
+// (`cargo doc --document-private-items` renders those links).
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod api;
 pub mod bin_path;
 pub mod daemon;

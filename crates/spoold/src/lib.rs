@@ -15,6 +15,10 @@
 //!
 //! Durable state lives in the `spool-store` crate; wire types in `spool-proto`.
 
+// Docs are written for the people who change this crate: they link to private items too
+// (`cargo doc --document-private-items` renders those links).
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod api;
 mod backoff;
 pub mod config;

@@ -1,5 +1,5 @@
 //! The task runner: claims due tasks of the declared types within `--task-concurrency`, runs
-//! each attempt through [`exec`](super::exec), classifies how it ended and records it. Attempts
+//! each attempt through [`exec`], classifies how it ended and records it. Attempts
 //! and the next run time are in the store, never only in memory.
 //!
 //! Classification: exit 0 → `succeeded`; a non-zero exit by the type's table (defaults follow
