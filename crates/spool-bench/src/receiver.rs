@@ -216,10 +216,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A port on 127.0.0.1 where nothing listens: bound by the OS, read, released. Connections to
+/// A port on 127.0.0.1 where nothing listens: bound (never listening) for the rest of this
+/// process, so the OS cannot hand it to the receiver or anything else meanwhile. Connections to
 /// it are refused, as a target that is down would refuse them.
 pub fn refusing_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+    static HELD: Mutex<Vec<tokio::net::TcpSocket>> = Mutex::new(Vec::new());
+    let socket = tokio::net::TcpSocket::new_v4().context("make a socket")?;
+    socket
+        .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .context("bind 127.0.0.1:0 to find a free port")?;
-    Ok(listener.local_addr().context("bound address")?.port())
+    let port = socket.local_addr().context("bound address")?.port();
+    lock(&HELD).push(socket);
+    Ok(port)
 }

@@ -23,6 +23,9 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+/// The ports [`Receiver::refusing_port`] handed out, held bound (never listening).
+static HELD_PORTS: Mutex<Vec<(u16, tokio::net::TcpSocket)>> = Mutex::new(Vec::new());
+
 /// A scripted receiver listening on `127.0.0.1`. Dropping it stops it.
 pub struct Receiver {
     port: u16,
@@ -138,8 +141,10 @@ impl Receiver {
         Self::start_with(0, Some(tokio_rustls::TlsAcceptor::from(config))).await
     }
 
-    /// Start on `127.0.0.1:port`, e.g. to come back on a stopped receiver's port.
+    /// Start on `127.0.0.1:port`, e.g. to come back on a stopped receiver's port or on a
+    /// [`Receiver::refusing_port`] (which is let go of first).
     pub async fn start_on(port: u16) -> anyhow::Result<Self> {
+        lock(&HELD_PORTS).retain(|(held, _)| *held != port);
         Self::start_with(port, None).await
     }
 
@@ -160,18 +165,24 @@ impl Receiver {
         Ok(receiver)
     }
 
-    /// A port on 127.0.0.1 where nothing listens (bound, read, released), for a target that
-    /// refuses connections.
+    /// A port on 127.0.0.1 where nothing listens, for a target that refuses connections. The
+    /// port stays bound (a socket that never listens: a connection to it is refused) until this
+    /// process ends or [`Receiver::start_on`] comes up on it, so the OS cannot hand it to
+    /// anything else meanwhile — a receiver of this test, or another test's daemon.
     ///
     /// # Panics
     /// If 127.0.0.1 cannot be bound at all.
     pub fn refusing_port() -> u16 {
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        let socket = tokio::net::TcpSocket::new_v4().expect("a test machine can make a socket");
+        socket
+            .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
             .expect("a test machine can bind 127.0.0.1:0");
-        listener
+        let port = socket
             .local_addr()
-            .expect("a bound listener has an address")
-            .port()
+            .expect("a bound socket has an address")
+            .port();
+        lock(&HELD_PORTS).push((port, socket));
+        port
     }
 
     /// `http://127.0.0.1:PORT{path}` (`https://` for a TLS receiver).

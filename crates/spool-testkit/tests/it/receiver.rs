@@ -144,6 +144,31 @@ async fn refusing_port_refuses() {
     assert_refused(Receiver::refusing_port()).await;
 }
 
+/// A refusing port stays taken while the test runs: the OS hands it to no receiver started
+/// meanwhile (nor to any other socket bound to port 0), and it still refuses afterwards; a
+/// receiver can come up on it on purpose.
+#[tokio::test]
+async fn refusing_port_is_not_handed_out_again() -> anyhow::Result<()> {
+    let port = Receiver::refusing_port();
+    // Asked for by number, as a receiver coming up on it would be: taken.
+    let taken = std::net::TcpListener::bind(("127.0.0.1", port))
+        .expect_err("a refusing port is still bound by the testkit");
+    assert_eq!(taken.kind(), ErrorKind::AddrInUse, "{taken}");
+    let mut others = Vec::new();
+    for _ in 0..200 {
+        let receiver = Receiver::start().await?;
+        assert_ne!(receiver.port(), port);
+        others.push(receiver);
+    }
+    assert_refused(port).await;
+    let back = Receiver::start_on(port).await?;
+    let (status, _, _) = Api::new(back.url(""))
+        .request(Method::GET, "/up", None)
+        .await?;
+    assert_eq!(status, 200);
+    Ok(())
+}
+
 async fn assert_refused(port: u16) {
     match TcpStream::connect(("127.0.0.1", port)).await {
         Err(e) => assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}"),
