@@ -41,6 +41,22 @@ fn copy_fixture(dir: &TempDir) -> (PathBuf, PathBuf) {
     (db, config)
 }
 
+/// The fixture's deliveries were created with the default expiry of a day, so the pending one
+/// would expire a day after the fixture was made and the test would mean something else on
+/// every later date. Its expiry moves a century on, in the copy only: the test is about the
+/// migration, and the row is otherwise as the old spoold left it.
+fn keep_pending_unexpired(db: &Path) {
+    let moved = rusqlite::Connection::open(db)
+        .expect("open")
+        .execute(
+            "UPDATE deliveries SET expires_at = expires_at + 100 * 365 * 86400000 \
+             WHERE status = 'pending'",
+            [],
+        )
+        .expect("move the expiry");
+    assert_eq!(moved, 1, "the fixture has one pending delivery");
+}
+
 fn user_version(db: &Path) -> i64 {
     rusqlite::Connection::open(db)
         .expect("open")
@@ -67,6 +83,7 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
     let dir = TempDir::new().expect("temp dir");
     let (db, config) = copy_fixture(&dir);
     assert_eq!(user_version(&db), 8, "the fixture is schema 8");
+    keep_pending_unexpired(&db);
     let mut daemon = DaemonProcess::start(
         DaemonOptions::new(&db).args(["--config".to_owned(), config.display().to_string()]),
     )
