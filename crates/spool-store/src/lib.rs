@@ -17,15 +17,25 @@
 //! - [`sqlite`]: the embedded backend — group-commit writer thread, read pool, migrations.
 //! - [`postgres`]: the shared backend — several hosts on one database, claims with
 //!   `FOR UPDATE SKIP LOCKED`, the database's clock, LISTEN/NOTIFY wake-ups.
+//! - [`claim`]: the claim pass both backends run, deciding through `model::ClaimPass` and
+//!   doing through each backend's `claim::ClaimIo`.
 //! - [`clock`]: the one clock due times and leases are decided on.
 //! - [`error`]: [`StoreError`], in terms the daemon acts on.
 
+// Docs are written for the people who change this crate: they link to private items too
+// (`cargo doc --document-private-items` renders those links).
+#![allow(rustdoc::private_intra_doc_links)]
+
+mod claim;
 pub mod clock;
 pub mod error;
 pub mod model;
 pub mod postgres;
+mod sql;
 pub mod sqlite;
+pub mod status_log;
 mod stored;
+mod task_changes;
 pub mod tasks;
 pub mod transitions;
 

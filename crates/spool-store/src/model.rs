@@ -477,9 +477,9 @@ pub(crate) enum Take {
 
 /// One claim pass's decisions, the same on every backend: due candidates are taken oldest due
 /// first while the batch has room, an origin at its in-flight limit is skipped (and left out of
-/// the next fetch), a candidate past its deadline is expired instead. The backend reads the
-/// candidates, asks [`ClaimPass::judge`], does what it says, and tells [`ClaimPass::claimed`]
-/// what it took.
+/// the next fetch), a candidate past its deadline is expired instead. [`crate::claim::run`]
+/// reads the candidates through the backend, asks [`ClaimPass::judge`], has the backend do what
+/// it says, and tells [`ClaimPass::claimed`] what it took.
 #[derive(Debug)]
 pub(crate) struct ClaimPass {
     capacity: Capacity,
@@ -655,22 +655,18 @@ pub struct Attempt {
     pub duration_ms: Option<i64>,
 }
 
-/// One status change of a delivery, as the transition log keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition {
-    /// `None` for the first entry: the delivery was created.
-    pub from: Option<DeliveryStatus>,
-    pub to: DeliveryStatus,
-    /// The delivery's attempt count (this cycle) after the change.
-    pub attempt: u32,
-    pub at: Millis,
-    /// Why, as a stable code: `created`, `claimed`, `reserved`, `released`, `delivered`, an
-    /// error code (`http_status`, `connect_failed`, `timeout`, …, `daemon_restart`,
-    /// `lease_expired`, `shutdown`), `expired`, `canceled`, `retried`; for at-most-once also
-    /// `reconciled`, `multiple_matches`, `no_match_after_window`, `no_reconcile_configured`,
-    /// `checks_failed_after_window`, `resolved`, `resend`.
-    pub reason: String,
-    pub note: Option<String>,
+/// One status change of a delivery, as the transition log keeps it. Its reason codes:
+/// `created`, `claimed`, `reserved`, `released`, `delivered`, an error code (`http_status`,
+/// `connect_failed`, `timeout`, …, `daemon_restart`, `lease_expired`, `shutdown`), `expired`,
+/// `canceled`, `retried`; for at-most-once also `reconciled`, `multiple_matches`,
+/// `no_match_after_window`, `no_reconcile_configured`, `checks_failed_after_window`,
+/// `resolved`, `resend`.
+pub type Transition = crate::status_log::Transition<DeliveryStatus>;
+
+impl crate::status_log::Logged for DeliveryStatus {
+    const OWNERS: &'static str = "deliveries";
+    const LOG: &'static str = "transitions";
+    const KEY: &'static str = "delivery_id";
 }
 
 /// One reconciliation check: a query to the target about an `unknown` delivery.

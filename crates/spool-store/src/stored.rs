@@ -3,6 +3,31 @@
 //! names. One definition, so that a row written by either backend reads the same (and an
 //! export moves between them unchanged).
 
+/// A delivery row's columns without headers and body (listings), in the order both backends'
+/// `row_to_delivery` read them (SQLite by position, PostgreSQL by name). A macro, so that
+/// statements can `concat!` it into a constant.
+macro_rules! list_columns {
+    () => {
+        "id, idempotency_key, target_url, origin, method, status, attempts, uncharged, \
+         max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
+         updated_at, next_attempt_at, not_before, expires_at, lease_until, mode, fingerprint, \
+         reconcile, remote_id_pointer, window_ms, remote_id, unknown_since, review_at, check_at, \
+         checks, sign_secret"
+    };
+}
+
+/// A full delivery row's columns: [`list_columns!`]'s, then headers and body.
+macro_rules! full_columns {
+    () => {
+        concat!(
+            $crate::stored::list_columns!(),
+            ", headers, body_kind, body"
+        )
+    };
+}
+
+pub(crate) use {full_columns, list_columns};
+
 use crate::error::{Result, StoreError};
 use crate::model::{Body, DeliveryStatus, Mode, UnknownStatus};
 

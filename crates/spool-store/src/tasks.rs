@@ -545,14 +545,12 @@ pub struct TaskAttempt {
 }
 
 /// One status change of a task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskTransition {
-    pub from: Option<TaskStatus>,
-    pub to: TaskStatus,
-    pub attempt: u32,
-    pub at: Millis,
-    pub reason: String,
-    pub note: Option<String>,
+pub type TaskTransition = crate::status_log::Transition<TaskStatus>;
+
+impl crate::status_log::Logged for TaskStatus {
+    const OWNERS: &'static str = "tasks";
+    const LOG: &'static str = "task_transitions";
+    const KEY: &'static str = "task_id";
 }
 
 /// A running task whose executor is gone (it crashed, or stopped renewing its lease), taken

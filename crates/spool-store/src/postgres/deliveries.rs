@@ -19,17 +19,19 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::{exec, get as col, one, row, rows, Call, Tx};
+use super::{exec, get as col, int, one, opt_int, row, rows, Call, Tx};
+use crate::claim::{self, Candidate, ClaimIo};
 use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, CheckVerdict,
     ClaimBatch, ClaimPass, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome,
     ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed,
-    Reservation, Resolution, StartOutcome, Stats, Take, Taken, Transition, TransitionOutcome,
+    Reservation, Resolution, StartOutcome, Stats, Taken, TransitionOutcome,
     DEFAULT_OBSERVATION_WINDOW_MS,
 };
 use crate::stored::{
-    decode_body, decode_headers, encode_body, encode_headers, parse_mode, parse_status,
+    decode_body, decode_headers, encode_body, encode_headers, full_columns, list_columns,
+    parse_mode, parse_status,
 };
 
 // No index hints: PostgreSQL's planner picks the partial indexes of `migrations/` by itself
@@ -38,24 +40,6 @@ use crate::stored::{
 // (`status = 'pending'`, …), which every query here does, so that generic plans of prepared
 // statements can use them too; in-flight claims are found through `deliveries_status`. Ties in
 // due order are broken by id (ids are time-ordered): first come, first served.
-
-/// Columns of a delivery row without headers and body (listings), as `row_to_delivery` reads
-/// them (by name).
-macro_rules! list_columns {
-    () => {
-        "id, idempotency_key, target_url, origin, method, status, attempts, uncharged, \
-         max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
-         updated_at, next_attempt_at, not_before, expires_at, lease_until, mode, fingerprint, \
-         reconcile, remote_id_pointer, window_ms, remote_id, unknown_since, review_at, check_at, \
-         checks, sign_secret"
-    };
-}
-/// Columns of a full delivery row.
-macro_rules! full_columns {
-    () => {
-        concat!(list_columns!(), ", headers, body_kind, body")
-    };
-}
 
 /// Create a delivery, unless its idempotency key is known (the existing delivery, or a
 /// conflict if the request differs), its deadline has passed, or the database is over its
@@ -206,57 +190,46 @@ pub(crate) async fn claim(
     capacity: Capacity,
     lease_ms: i64,
 ) -> Result<ClaimBatch> {
-    let mut batch = ClaimBatch::default();
-    let lease_until = now + lease_ms;
-    let mut pass = ClaimPass::new(capacity, limit);
-    while pass.has_room() {
-        let candidates = due_candidates(tx, now, pass.saturated(), pass.fetch(), true).await?;
-        let exhausted_candidates = (candidates.len() as i64) < pass.fetch();
-        let mut progressed = false;
-        for c in candidates {
-            match pass.judge(&c.origin, c.expires_at, now) {
-                Take::Enough => break,
-                Take::Skip => continue,
-                Take::Expire => {
-                    expire(tx, &c.id, DeliveryStatus::Pending, now).await?;
-                    batch.expired += 1;
-                }
-                // Another host may be claiming it this moment: then it is skipped, not waited
-                // for.
-                Take::Claim => {
-                    if let Some(claimed) = claim_one(tx, &c.id, &c.origin, now, lease_until).await?
-                    {
-                        batch.claimed.push(claimed);
-                        pass.claimed(&c.origin);
-                    }
-                }
-            }
-            progressed = true;
-        }
-        if exhausted_candidates || !progressed {
-            break;
-        }
-    }
-    Ok(batch)
+    let mut io = ClaimStatements {
+        tx,
+        now,
+        lease_until: now + lease_ms,
+    };
+    claim::run(ClaimPass::new(capacity, limit), now, &mut io).await
 }
 
-/// A due pending delivery a claim may take.
-struct Candidate {
-    id: String,
-    origin: String,
-    expires_at: Option<Millis>,
-    due: Millis,
+/// A claim pass's statements, inside the claim's transaction.
+struct ClaimStatements<'a, 't> {
+    tx: &'a Tx<'t>,
+    now: Millis,
+    lease_until: Millis,
 }
 
-impl Candidate {
-    fn read(r: &Row) -> Result<Candidate> {
-        Ok(Candidate {
-            id: col(r, "id")?,
-            origin: col(r, "origin")?,
-            expires_at: col(r, "expires_at")?,
-            due: col(r, "next_attempt_at")?,
-        })
+impl ClaimIo for ClaimStatements<'_, '_> {
+    async fn candidates(
+        &mut self,
+        saturated: &HashSet<String>,
+        fetch: i64,
+    ) -> Result<Vec<Candidate>> {
+        due_candidates(self.tx, self.now, saturated, fetch, true).await
     }
+
+    async fn expire(&mut self, c: &Candidate) -> Result<()> {
+        expire(self.tx, &c.id, DeliveryStatus::Pending, self.now).await
+    }
+
+    async fn claim(&mut self, c: &Candidate) -> Result<Option<Claimed>> {
+        claim_one(self.tx, &c.id, &c.origin, self.now, self.lease_until).await
+    }
+}
+
+fn read_candidate(r: &Row) -> Result<Candidate> {
+    Ok(Candidate {
+        id: col(r, "id")?,
+        origin: col(r, "origin")?,
+        expires_at: col(r, "expires_at")?,
+        due: col(r, "next_attempt_at")?,
+    })
 }
 
 /// Above this many unsaturated origins with pending work, the due index is read from its head
@@ -308,7 +281,7 @@ async fn due_candidates<C: GenericClient>(
             let mut all = Vec::new();
             for origin in &open {
                 for r in rows(c, sql, &[origin, &before, &fetch]).await? {
-                    all.push(Candidate::read(&r)?);
+                    all.push(read_candidate(&r)?);
                 }
             }
             all.sort_by(|a, b| (a.due, &a.id).cmp(&(b.due, &b.id)));
@@ -324,7 +297,7 @@ async fn due_candidates<C: GenericClient>(
     rows(c, sql, &[&before, &excluded, &fetch])
         .await?
         .iter()
-        .map(Candidate::read)
+        .map(read_candidate)
         .collect()
 }
 
@@ -648,8 +621,8 @@ pub(crate) fn reserve_next(origin: &str, lease_ms: i64, from: Option<Millis>) ->
     steps(&[step], lease_ms)
 }
 
-/// The reservation [`reserve_next`] or [`advance`] made, if any, and the due time of its
-/// delivery.
+/// The reservation a step made ([`reserve_next`], or a step that records a result and goes
+/// on), if any, and the due time of its delivery.
 pub(crate) fn reserved(rows: &[Row], origin: &str) -> Result<Option<(Reservation, Millis)>> {
     let Some(r) = rows.first() else {
         return Ok(None);
@@ -1404,38 +1377,6 @@ pub(crate) async fn attempts<C: GenericClient>(c: &C, id: &str) -> Result<Option
     .map(Some)
 }
 
-/// The transition log of one delivery, oldest first; `None` if the delivery is unknown.
-pub(crate) async fn transitions<C: GenericClient>(
-    c: &C,
-    id: &str,
-) -> Result<Option<Vec<Transition>>> {
-    if !exists(c, id).await? {
-        return Ok(None);
-    }
-    rows(
-        c,
-        "SELECT from_status, to_status, attempt, at, reason, note FROM transitions \
-         WHERE delivery_id = $1 ORDER BY seq",
-        &[&id],
-    )
-    .await?
-    .iter()
-    .map(|r| {
-        let from: Option<String> = col(r, "from_status")?;
-        let to: String = col(r, "to_status")?;
-        Ok(Transition {
-            from: from.as_deref().map(parse_status).transpose()?,
-            to: parse_status(&to)?,
-            attempt: int(r, "attempt")?,
-            at: col(r, "at")?,
-            reason: col(r, "reason")?,
-            note: col(r, "note")?,
-        })
-    })
-    .collect::<Result<_>>()
-    .map(Some)
-}
-
 /// The earliest due time of pending work whose origin is not saturated.
 pub(crate) async fn next_due<C: GenericClient>(
     c: &C,
@@ -1507,24 +1448,6 @@ pub(crate) async fn origins<C: GenericClient>(
         })
     })
     .collect()
-}
-
-/// A BIGINT column as the narrower integer the model uses.
-fn int<T: TryFrom<i64>>(r: &Row, column: &str) -> Result<T> {
-    let value: i64 = col(r, column)?;
-    T::try_from(value).map_err(|_| out_of_range(column, value))
-}
-
-/// A nullable BIGINT column as the narrower integer the model uses.
-fn opt_int<T: TryFrom<i64>>(r: &Row, column: &str) -> Result<Option<T>> {
-    let value: Option<i64> = col(r, column)?;
-    value
-        .map(|v| T::try_from(v).map_err(|_| out_of_range(column, v)))
-        .transpose()
-}
-
-fn out_of_range(column: &str, value: i64) -> StoreError {
-    StoreError::Database(format!("column {column}: {value} is out of range"))
 }
 
 fn row_to_delivery(r: &Row, full: bool) -> Result<Delivery> {

@@ -21,6 +21,7 @@ mod db_clock;
 mod deliveries;
 mod notify;
 mod schema;
+mod status_log;
 mod tasks;
 mod transfer;
 
@@ -46,6 +47,7 @@ use crate::model::{
     DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
     Resolution, StartOutcome, Stats, Took, Transition, TransitionOutcome,
 };
+use crate::sql::{self, Cell, Sql, Value};
 use crate::sqlite::WriterStats;
 use crate::tasks::{
     AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
@@ -778,7 +780,7 @@ impl PgStore {
     }
 
     pub async fn transitions(&self, id: String) -> Result<Option<Vec<Transition>>> {
-        read!(self, |c| deliveries::transitions(c, &id))
+        read!(self, |c| status_log::read(c, &id))
     }
 
     pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {
@@ -819,7 +821,7 @@ impl PgStore {
     }
 
     pub async fn finish_task(&self, end: TaskAttemptEnd) -> Result<Option<TaskStatus>> {
-        let out = in_tx!(self, |tx, now| tasks::finish(&tx, &end, now));
+        let out = in_tx!(self, |tx, now| crate::task_changes::finish(&tx, &end, now));
         // Locks or a quota slot may have come free for another host's tasks.
         self.inner.wake.tasks_when(out.is_ok());
         out
@@ -833,7 +835,7 @@ impl PgStore {
         executor: Executor,
     ) -> Result<(Option<TaskStatus>, Option<ClaimedTask>)> {
         let out = in_tx!(self, |tx, now| async {
-            let status = tasks::finish(&tx, &end, now).await?;
+            let status = crate::task_changes::finish(&tx, &end, now).await?;
             let next = tasks::claim(&tx, now, 1, &types, lease_ms, &executor).await?;
             Ok((status, next.tasks.into_iter().next()))
         });
@@ -846,7 +848,7 @@ impl PgStore {
     }
 
     pub async fn cancel_task(&self, id: String) -> Result<TaskAction> {
-        let out = in_tx!(self, |tx, now| tasks::cancel(&tx, &id, now));
+        let out = in_tx!(self, |tx, now| crate::task_changes::cancel(&tx, &id, now));
         self.inner
             .wake
             .tasks_when(matches!(out, Ok(TaskAction::CancelRequested(_))));
@@ -854,7 +856,12 @@ impl PgStore {
     }
 
     pub async fn retry_task(&self, id: String, extra_attempts: u32) -> Result<TaskAction> {
-        let out = in_tx!(self, |tx, now| tasks::retry(&tx, &id, extra_attempts, now));
+        let out = in_tx!(self, |tx, now| crate::task_changes::retry(
+            &tx,
+            &id,
+            extra_attempts,
+            now
+        ));
         self.inner
             .wake
             .tasks_when(matches!(out, Ok(TaskAction::Done(_))));
@@ -868,12 +875,10 @@ impl PgStore {
         reason: String,
         note: Option<String>,
     ) -> Result<TaskAction> {
-        let out = in_tx!(self, |tx, now| tasks::decide(
+        let out = in_tx!(self, |tx, now| crate::task_changes::decide(
             &tx,
             &id,
-            to,
-            &reason,
-            note.as_deref(),
+            (to, reason.as_str(), note.as_deref()),
             now
         ));
         self.inner
@@ -914,7 +919,9 @@ impl PgStore {
     }
 
     pub async fn settle_orphan(&self, end: OrphanEnd) -> Result<Option<TaskStatus>> {
-        let out = in_tx!(self, |tx, now| tasks::settle_orphan(&tx, &end, now));
+        let out = in_tx!(self, |tx, now| crate::task_changes::settle_orphan(
+            &tx, &end, now
+        ));
         // Its locks and quota slot are free now (for any host), and it may be pending again.
         self.inner.wake.tasks_when(matches!(&out, Ok(Some(_))));
         out
@@ -984,7 +991,7 @@ impl PgStore {
     }
 
     pub async fn task_transitions(&self, id: String) -> Result<Option<Vec<TaskTransition>>> {
-        read!(self, |c| tasks::transitions(c, &id))
+        read!(self, |c| status_log::read(c, &id))
     }
 
     pub async fn next_task_due(&self, types: Vec<String>) -> Result<Option<Millis>> {
@@ -1108,6 +1115,24 @@ pub(crate) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
         .map_err(|e| StoreError::Database(format!("column {column}: {e}")))
 }
 
+/// A BIGINT column as the narrower integer the model uses.
+pub(crate) fn int<T: TryFrom<i64>>(r: &Row, column: &str) -> Result<T> {
+    let value: i64 = get(r, column)?;
+    T::try_from(value).map_err(|_| out_of_range(column, value))
+}
+
+/// A nullable BIGINT column as the narrower integer the model uses.
+pub(crate) fn opt_int<T: TryFrom<i64>>(r: &Row, column: &str) -> Result<Option<T>> {
+    let value: Option<i64> = get(r, column)?;
+    value
+        .map(|v| T::try_from(v).map_err(|_| out_of_range(column, v)))
+        .transpose()
+}
+
+pub(crate) fn out_of_range(column: &str, value: i64) -> StoreError {
+    StoreError::Database(format!("column {column}: {value} is out of range"))
+}
+
 /// Not getting a connection — refused, timed out, or the server turning it away — means the
 /// database is unavailable: nothing was written.
 pub(crate) fn map_pool_err(e: deadpool_postgres::PoolError) -> StoreError {
@@ -1165,6 +1190,45 @@ fn describe(e: &tokio_postgres::Error) -> String {
         source = cause.source();
     }
     redact_url(&text)
+}
+
+/// Statements written once for both backends, run in a PostgreSQL transaction (see
+/// [`crate::sql`]).
+impl Sql for Tx<'_> {
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+
+    async fn exec(&self, sql: &str, values: &[Value<'_>]) -> Result<u64> {
+        let values: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
+        exec(self, sql, &values).await
+    }
+
+    async fn row(&self, sql: &str, values: &[Value<'_>]) -> Result<Option<sql::Row>> {
+        use tokio_postgres::types::Type;
+        let values: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v as _).collect();
+        let Some(r) = row(self, sql, &values).await? else {
+            return Ok(None);
+        };
+        let cell = |i: usize| -> std::result::Result<Cell, tokio_postgres::Error> {
+            let ty = r.columns()[i].type_();
+            Ok(if *ty == Type::INT8 {
+                r.try_get::<_, Option<i64>>(i)?
+                    .map_or(Cell::Null, Cell::Int)
+            } else if *ty == Type::INT4 {
+                r.try_get::<_, Option<i32>>(i)?
+                    .map_or(Cell::Null, |n| Cell::Int(n.into()))
+            } else if *ty == Type::BOOL {
+                r.try_get::<_, Option<bool>>(i)?
+                    .map_or(Cell::Null, Cell::Bool)
+            } else {
+                r.try_get::<_, Option<String>>(i)?
+                    .map_or(Cell::Null, Cell::Text)
+            })
+        };
+        (0..r.len())
+            .map(|i| cell(i).map_err(|e| StoreError::Database(format!("column {i}: {e}"))))
+            .collect::<Result<Vec<Cell>>>()
+            .map(|cells| Some(sql::Row(cells)))
+    }
 }
 
 /// Classify a PostgreSQL error into the store's terms.

@@ -1,7 +1,10 @@
 //! The SQL behind tasks on PostgreSQL: the same rules as `sqlite/tasks.rs`, for several hosts
-//! writing one database at once. Every status change goes through [`change`], which checks the
-//! state machine ([`TaskStatus::can_become`]), fences on the current status, bumps the log
-//! sequence and appends the transition, all in the caller's transaction.
+//! writing one database at once. Every status change goes through `task_changes::change`
+//! (written once for both backends), which checks the state machine
+//! ([`TaskStatus::can_become`]), fences on the current status, bumps the log sequence and
+//! appends the transition, all in the caller's transaction; an attempt's start and end and an
+//! operator's actions are written there too, their `SELECT`s locking with `FOR UPDATE`
+//! (`Sql::FOR_UPDATE`, `TaskRows::task_for_update`).
 //!
 //! **Invariant:** whatever several hosts do concurrently, a task changes only as the state
 //! machine allows, once per decision, and is run by one attempt at a time. SQLite had a single
@@ -20,15 +23,16 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::{exec, get as column, map_err, one, row, rows, Tx};
+use super::{exec, get as column, int, map_err, one, opt_int, out_of_range, row, rows, Tx};
+use crate::claim::{LockTable, TaskCandidate, TaskClaimPass, CLAIM_SCAN};
 use crate::error::{Result, StoreError};
-use crate::model::{clip_error, Millis};
+use crate::model::Millis;
+use crate::sql::Value;
+use crate::task_changes;
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
-    OrphanSettled, Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd,
-    TaskEnd, TaskInsert, TaskPage, TaskStatus, TaskStep, TaskTransition, WaitReason,
+    AttemptProcess, ClaimType, Claimed, Executor, HeldLock, NewTask, Orphaned, Renewed, StepRecord,
+    Task, TaskAttempt, TaskInsert, TaskPage, TaskStatus, TaskStep,
 };
-use crate::tasks::{CancelOf, Locks, Then};
 
 /// A statement parameter.
 type Param<'a> = &'a (dyn ToSql + Sync);
@@ -41,10 +45,6 @@ const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, at
      signal, result_summary, cancel_requested, locks, \
      ARRAY(SELECT name FROM task_steps WHERE task_steps.task_id = tasks.id \
            ORDER BY at, name COLLATE \"C\") AS completed_steps, ending";
-
-/// How many due tasks one claim looks at, at most, when locks and quotas make it pass some
-/// over (the rest wait for the next claim).
-const CLAIM_SCAN: usize = 1024;
 
 /// Submit a task. With an idempotency key, a task already submitted under the same scope and
 /// key is answered instead: `Existing` if its digest is the same, `Conflict` otherwise. Two
@@ -87,7 +87,7 @@ pub(crate) async fn insert(tx: &Tx<'_>, new: &NewTask, now: Millis) -> Result<Ta
     if inserted.is_none() {
         return known(tx, new).await;
     }
-    log(
+    task_changes::log(
         tx,
         &new.id,
         None,
@@ -138,123 +138,6 @@ async fn known(tx: &Tx<'_>, new: &NewTask) -> Result<TaskInsert> {
         .ok_or_else(|| StoreError::Database(format!("task {id} vanished")))
 }
 
-/// Change a task's status from `from` to `to`, with the state machine's permission, and log it.
-/// `set` is the rest of the UPDATE's SET clause: it may use `$2` (now) and `$3`, `$4`, … (the
-/// values of `extra`, in order). A task that leaves `running` for anything but `pending` gives
-/// its locks up here (see [`Locks`]). The caller has locked the task's row and seen it `from`.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one status change: where from and to, why, when, and what else the row gets"
-)]
-async fn change(
-    tx: &Tx<'_>,
-    id: &str,
-    from: TaskStatus,
-    to: TaskStatus,
-    now: Millis,
-    reason: &str,
-    note: Option<&str>,
-    set: &str,
-    extra: &[Param<'_>],
-) -> Result<()> {
-    change_with(
-        tx,
-        id,
-        (from, to, Locks::Release),
-        now,
-        reason,
-        note,
-        set,
-        extra,
-    )
-    .await
-}
-
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one status change: where from and to, why, when, and what else the row gets"
-)]
-async fn change_with(
-    tx: &Tx<'_>,
-    id: &str,
-    (from, to, locks): (TaskStatus, TaskStatus, Locks),
-    now: Millis,
-    reason: &str,
-    note: Option<&str>,
-    set: &str,
-    extra: &[Param<'_>],
-) -> Result<()> {
-    if !from.can_become(to) {
-        return Err(StoreError::IllegalTransition {
-            id: id.to_owned(),
-            from,
-            to,
-        });
-    }
-    let comma = if set.is_empty() { "" } else { ", " };
-    // The statuses are written into the statement, not bound, as in SQLite: each (from, to,
-    // set) is one prepared statement per connection, planned for its partial indexes.
-    let sql = format!(
-        "UPDATE tasks SET status = '{to}', updated_at = $2, log_seq = log_seq + 1{comma}{set} \
-         WHERE id = $1 AND status = '{from}' \
-         RETURNING log_seq, attempts, locks IS NOT NULL AS has_locks",
-        to = to.as_str(),
-        from = from.as_str(),
-    );
-    let mut values: Vec<Param<'_>> = vec![&id, &now];
-    values.extend(extra.iter().copied());
-    let step = row(tx, &sql, &values).await?.ok_or_else(|| {
-        StoreError::Database(format!(
-            "task {id} was not {from} when it was to become {to}"
-        ))
-    })?;
-    let seq: i64 = column(&step, "log_seq")?;
-    let attempt: i64 = column(&step, "attempts")?;
-    let has_locks: bool = column(&step, "has_locks")?;
-    if has_locks && locks.released_by(to) {
-        release_locks(tx, id).await?;
-    }
-    log(tx, id, Some(from), to, (seq, attempt), now, reason, note).await
-}
-
-async fn release_locks(tx: &Tx<'_>, id: &str) -> Result<()> {
-    exec(tx, "DELETE FROM task_locks WHERE task_id = $1", &[&id]).await?;
-    Ok(())
-}
-
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one row of the log, written in one place"
-)]
-async fn log(
-    tx: &Tx<'_>,
-    id: &str,
-    from: Option<TaskStatus>,
-    to: TaskStatus,
-    (seq, attempt): (i64, i64),
-    at: Millis,
-    reason: &str,
-    note: Option<&str>,
-) -> Result<()> {
-    exec(
-        tx,
-        "INSERT INTO task_transitions (task_id, seq, from_status, to_status, attempt, at, \
-         reason, note) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            &id,
-            &seq,
-            &from.map(TaskStatus::as_str),
-            &to.as_str(),
-            &attempt,
-            &at,
-            &reason,
-            &note,
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
 /// End tasks whose time ran out while pending, as `timed_out`: never started by their queue
 /// deadline (`queue_timeout`), or the next attempt not started by the retry deadline
 /// (`retry_deadline`). At most `limit` of each; returns how many.
@@ -302,7 +185,7 @@ pub(crate) async fn expire(tx: &Tx<'_>, now: Millis, limit: u32) -> Result<u64> 
                 "its retry deadline passed before the next attempt could start",
             )
         };
-        change(
+        task_changes::change(
             tx,
             &id,
             TaskStatus::Pending,
@@ -311,7 +194,7 @@ pub(crate) async fn expire(tx: &Tx<'_>, now: Millis, limit: u32) -> Result<u64> 
             code,
             None,
             "error_code = $3, error = $4, next_run_at = NULL, finished_at = $2",
-            &[&code, &text],
+            &[Value::from(&code), Value::from(&text)],
         )
         .await?;
     }
@@ -321,10 +204,8 @@ pub(crate) async fn expire(tx: &Tx<'_>, now: Millis, limit: u32) -> Result<u64> 
 /// Claim up to `limit` due pending tasks of the given types (oldest due first, submission order
 /// among equals) for one attempt each: `running`, attempt counted and recorded, leased.
 ///
-/// A task whose type's `concurrency` is used up, or that cannot take **all** its locks at once,
-/// is passed over and stays pending (all-or-nothing, so no two tasks each hold a lock the other
-/// waits for). The locks a passed-over task wants are reserved for the rest of the pass, so a
-/// later task never takes a lock ahead of an earlier one: waiting tasks start in order.
+/// Which ones, and which are passed over for a quota or a lock, is decided by
+/// [`TaskClaimPass`]; this reads the candidates and starts what it chose.
 ///
 /// Claims on every host take the claim gate first, so they decide one at a time, as SQLite's
 /// single writer did: a type's running count and the lock table change under a claim only by
@@ -351,11 +232,12 @@ pub(crate) async fn claim(
         return Ok(out);
     }
     let names: Vec<String> = types.iter().map(|t| t.name.clone()).collect();
-    let mut running = if types.iter().any(|t| t.concurrency.is_some()) {
+    let running = if TaskClaimPass::counts_running(types) {
         running_by_type(tx).await?
     } else {
         HashMap::new()
     };
+    let mut pass = TaskClaimPass::new(types, limit, running);
     // Due tasks are read a chunk at a time from a portal, like SQLite's stepped rows: a claim
     // that takes the first few due tasks does not read the rest of the backlog.
     let scan = tx
@@ -372,43 +254,16 @@ pub(crate) async fn claim(
         .await
         .map_err(map_err)?;
     let chunk = limit.saturating_add(16).min(CLAIM_SCAN as u32) as i32;
-    let mut reserved: HashSet<String> = HashSet::new();
-    let mut take: Vec<(String, Vec<String>, i64)> = Vec::new();
-    let mut scanned = 0;
     'scan: loop {
         let batch = tx.query_portal(&portal, chunk).await.map_err(map_err)?;
         let exhausted = batch.len() < chunk as usize;
         for r in &batch {
-            scanned += 1;
-            let id: String = column(r, "id")?;
-            let task_type: String = column(r, "task_type")?;
-            let locks: Option<String> = column(r, "locks")?;
-            let kind = types.iter().find(|t| t.name == task_type);
-            let quota = kind.and_then(|t| t.concurrency);
-            let kill_grace_ms =
-                kind.map_or(crate::tasks::DEFAULT_KILL_GRACE_MS, |t| t.kill_grace_ms);
-            let busy = running.get(&task_type).copied().unwrap_or(0);
-            if quota.is_some_and(|q| busy >= q) {
-                out.waiting.push((task_type, WaitReason::Quota));
-            } else {
-                let locks: Vec<String> = match locks {
-                    Some(text) => serde_json::from_str(&text)
-                        .map_err(|e| StoreError::Database(format!("locks of task {id}: {e}")))?,
-                    None => Vec::new(),
-                };
-                if !locks.is_empty() && !can_lock(tx, &id, &locks, &reserved).await? {
-                    reserved.extend(locks);
-                    out.waiting.push((task_type, WaitReason::Lock));
-                } else {
-                    reserved.extend(locks.iter().cloned());
-                    *running.entry(task_type).or_insert(0) += 1;
-                    take.push((id, locks, kill_grace_ms));
-                    if take.len() as u32 >= limit {
-                        break 'scan;
-                    }
-                }
-            }
-            if scanned >= CLAIM_SCAN {
+            let candidate = TaskCandidate {
+                id: column(r, "id")?,
+                task_type: column(r, "task_type")?,
+                locks: column(r, "locks")?,
+            };
+            if !pass.consider(candidate, &mut LockHolders(tx)).await? {
                 break 'scan;
             }
         }
@@ -417,13 +272,14 @@ pub(crate) async fn claim(
         }
     }
     drop(portal);
-    if take.is_empty() {
+    out.waiting = pass.waiting;
+    if pass.take.is_empty() {
         return Ok(out);
     }
     // Lock the chosen tasks (in id order) and keep those still pending and due: an operator or
     // a deadline (not a claim: the gate keeps those out) may have ended one since the scan.
     // Passing one over only leaves its quota slot and locks unused until the next claim.
-    let ids: Vec<String> = take.iter().map(|(id, ..)| id.clone()).collect();
+    let ids: Vec<String> = pass.take.iter().map(|t| t.id.clone()).collect();
     let still: HashSet<String> = rows(
         tx,
         "SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending' \
@@ -434,11 +290,11 @@ pub(crate) async fn claim(
     .iter()
     .map(|r| column(r, "id"))
     .collect::<Result<_>>()?;
-    for (id, locks, kill_grace_ms) in take {
-        if !still.contains(&id) {
+    for take in pass.take {
+        if !still.contains(&take.id) {
             continue;
         }
-        if !locks.is_empty() {
+        if !take.locks.is_empty() {
             // Free, or held by this task already (kept through a retry's backoff): no other
             // claim can take one meanwhile.
             exec(
@@ -446,12 +302,14 @@ pub(crate) async fn claim(
                 "INSERT INTO task_locks (name, task_id, since) \
                  SELECT name, $2, $3 FROM unnest($1::text[]) AS wanted(name) \
                  ON CONFLICT (name) DO NOTHING",
-                &[&locks, &id, &now],
+                &[&take.locks, &take.id, &now],
             )
             .await?;
         }
-        out.tasks
-            .push(start(tx, &id, now, lease_ms, executor, kill_grace_ms).await?);
+        out.tasks.push(
+            task_changes::start(tx, &take.id, now, (lease_ms, executor), take.kill_grace_ms)
+                .await?,
+        );
     }
     Ok(out)
 }
@@ -475,313 +333,21 @@ async fn running_by_type(tx: &Tx<'_>) -> Result<HashMap<String, u32>> {
     .collect()
 }
 
-/// Whether task `id` can take all of `locks` now: each is held by it already (kept through a
-/// retry's backoff), or held by nobody and not reserved by a task ahead of it in this pass.
-async fn can_lock(
-    tx: &Tx<'_>,
-    id: &str,
-    locks: &[String],
-    reserved: &HashSet<String>,
-) -> Result<bool> {
-    let held: HashMap<String, String> = rows(
-        tx,
-        "SELECT name, task_id FROM task_locks WHERE name = ANY($1::text[])",
-        &[&locks],
-    )
-    .await?
-    .iter()
-    .map(|r| Ok((column(r, "name")?, column(r, "task_id")?)))
-    .collect::<Result<_>>()?;
-    Ok(locks.iter().all(|name| match held.get(name) {
-        Some(holder) => holder == id,
-        None => !reserved.contains(name),
-    }))
-}
+/// The lock table, read inside the claim's transaction.
+struct LockHolders<'a, 't>(&'a Tx<'t>);
 
-/// Start one attempt of a pending task (its row locked by the caller): `running`, counted,
-/// leased, its attempt row written.
-async fn start(
-    tx: &Tx<'_>,
-    id: &str,
-    now: Millis,
-    lease_ms: i64,
-    executor: &Executor,
-    kill_grace_ms: i64,
-) -> Result<ClaimedTask> {
-    let executor_id = &executor.id;
-    let lease_until = now + lease_ms;
-    change(
-        tx,
-        id,
-        TaskStatus::Pending,
-        TaskStatus::Running,
-        now,
-        "started",
-        None,
-        "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = $3, \
-         executor_id = $4, executor_host = $5, started_at = COALESCE(started_at, $2), \
-         next_run_at = NULL",
-        &[&lease_until, &executor_id, &executor.host],
-    )
-    .await?;
-    let r = one(
-        tx,
-        "SELECT id, task_type, params, claim_seq, attempts, max_attempts, created_at, \
-         retry_deadline, idempotency_key FROM tasks WHERE id = $1",
-        &[&id],
-    )
-    .await?;
-    let task = ClaimedTask {
-        id: column(&r, "id")?,
-        task_type: column(&r, "task_type")?,
-        params: column(&r, "params")?,
-        claim_seq: u32_of(&r, "claim_seq")?,
-        attempt: u32_of(&r, "attempts")?,
-        max_attempts: u32_of(&r, "max_attempts")?,
-        created_at: column(&r, "created_at")?,
-        started_at: now,
-        retry_deadline: column(&r, "retry_deadline")?,
-        idempotency_key: column(&r, "idempotency_key")?,
-    };
-    exec(
-        tx,
-        "INSERT INTO task_attempts (task_id, number, started_at, executor_id, host, \
-         kill_grace_ms) VALUES ($1, $2, $3, $4, $5, $6)",
-        &[
-            &id,
-            &i64::from(task.attempt),
-            &now,
-            &executor_id,
-            &executor.host,
-            &kill_grace_ms,
-        ],
-    )
-    .await?;
-    Ok(task)
-}
-
-/// Record how an attempt ended. Fenced: only while the task is running under this claim
-/// (`None` otherwise; only the attempt row is then written). A retry is two logged changes:
-/// `running → failed | timed_out` with the attempt's reason, then `→ pending`; it keeps the
-/// task's locks only with `hold_locks`. A failure after a step was reported done is a partial
-/// failure: with `review_partial` it goes `running → failed → manual_review`
-/// (`partial_failure`) and is not retried, since redoing finished steps may not be safe. A cancel
-/// requested before this wins over every outcome but success (see [`TaskEnd::decide`]).
-pub(crate) async fn finish(
-    tx: &Tx<'_>,
-    end: &TaskAttemptEnd,
-    now: Millis,
-) -> Result<Option<TaskStatus>> {
-    let Some(current) = row(
-        tx,
-        "SELECT status, claim_seq, attempts, cancel_requested FROM tasks WHERE id = $1 \
-         FOR UPDATE",
-        &[&end.id],
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    let status: String = column(&current, "status")?;
-    let claim_seq: i64 = column(&current, "claim_seq")?;
-    let attempt: i64 = column(&current, "attempts")?;
-    let cancel_requested: bool = column(&current, "cancel_requested")?;
-    // Fenced before anything is written: a late end (its claim taken back, the task since
-    // claimed again, perhaps by another host) must not close the attempt that runs now.
-    if status != TaskStatus::Running.as_str() || claim_seq != i64::from(end.claim_seq) {
-        return Ok(None);
+impl LockTable for LockHolders<'_, '_> {
+    async fn holders(&mut self, names: &[String]) -> Result<HashMap<String, String>> {
+        rows(
+            self.0,
+            "SELECT name, task_id FROM task_locks WHERE name = ANY($1::text[])",
+            &[&names],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok((column(r, "name")?, column(r, "task_id")?)))
+        .collect()
     }
-    let error = end.error.as_deref().map(clip_error);
-    let summary = end.result_summary.as_deref().map(clip_error);
-    let exit_code = end.exit_code.map(i64::from);
-    let signal = end.signal.map(i64::from);
-    exec(
-        tx,
-        "UPDATE task_attempts SET finished_at = $3, outcome = $4, exit_code = $5, signal = $6, \
-         error_code = $7, error = $8, duration_ms = $9, output_bytes = $10, \
-         output_truncated = $11, killed = $12, redactions = $13 \
-         WHERE task_id = $1 AND number = $2 AND finished_at IS NULL",
-        &[
-            &end.id,
-            &attempt,
-            &now,
-            &end.outcome.as_str(),
-            &exit_code,
-            &signal,
-            &end.error_code,
-            &error,
-            &end.duration_ms,
-            &(end.output_bytes as i64),
-            &end.output_truncated,
-            &end.killed,
-            &(end.redactions as i64),
-        ],
-    )
-    .await?;
-    let has_steps = end.review_partial && has_steps(tx, &end.id).await?;
-    let to = TaskEnd::decide(end, cancel_requested, has_steps);
-    let error = to.error.as_deref().map(clip_error);
-    let finished = to.finished_at(now);
-    change_with(
-        tx,
-        &end.id,
-        (TaskStatus::Running, to.status, to.locks),
-        now,
-        &to.reason,
-        to.note.as_deref(),
-        "lease_until = NULL, error_code = $3, error = $4, exit_code = $5, signal = $6, \
-         result_summary = COALESCE($7, result_summary), finished_at = $8",
-        &[
-            &to.error_code,
-            &error,
-            &exit_code,
-            &signal,
-            &summary,
-            &finished,
-        ],
-    )
-    .await?;
-    let (at, release) = match to.then {
-        Then::End => return Ok(Some(to.status)),
-        Then::Review => {
-            let (reason, note) = Then::REVIEW;
-            change(
-                tx,
-                &end.id,
-                to.status,
-                TaskStatus::ManualReview,
-                now,
-                reason,
-                Some(note),
-                "error_code = $3",
-                &[&reason],
-            )
-            .await?;
-            return Ok(Some(TaskStatus::ManualReview));
-        }
-        Then::Retry { at, release_locks } => (at, release_locks),
-    };
-    if release {
-        release_locks(tx, &end.id).await?;
-    }
-    let note = format!(
-        "attempt {} of {}",
-        attempt + 1,
-        max_attempts(tx, &end.id).await?
-    );
-    change(
-        tx,
-        &end.id,
-        to.status,
-        TaskStatus::Pending,
-        now,
-        "retry",
-        Some(&note),
-        "next_run_at = $3",
-        &[&at],
-    )
-    .await?;
-    Ok(Some(TaskStatus::Pending))
-}
-
-async fn max_attempts(tx: &Tx<'_>, id: &str) -> Result<u32> {
-    let r = one(tx, "SELECT max_attempts FROM tasks WHERE id = $1", &[&id]).await?;
-    u32_of(&r, "max_attempts")
-}
-
-/// An operator's cancel: a pending or `manual_review` task is canceled at once; a running one
-/// is marked, and its runner ends the attempt as `canceled`.
-pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TaskAction> {
-    let Some(task) = get_locked(tx, id).await? else {
-        return Ok(TaskAction::NotFound);
-    };
-    match CancelOf::decide(task.status) {
-        CancelOf::Request => {
-            exec(
-                tx,
-                "UPDATE tasks SET cancel_requested = true WHERE id = $1",
-                &[&id],
-            )
-            .await?;
-            let task = get(tx, id)
-                .await?
-                .ok_or_else(|| StoreError::Database("task vanished".into()))?;
-            return Ok(TaskAction::CancelRequested(task));
-        }
-        CancelOf::Now(from) => {
-            change(
-                tx,
-                id,
-                from,
-                TaskStatus::Canceled,
-                now,
-                "canceled",
-                None,
-                "next_run_at = NULL, finished_at = $2",
-                &[],
-            )
-            .await?
-        }
-        CancelOf::Invalid(other) => return Ok(TaskAction::Invalid(other)),
-    }
-    done(tx, id).await
-}
-
-/// An operator's retry: from `failed`, `timed_out`, `interrupted` or `manual_review`, pending
-/// again at once with `extra_attempts` more attempts. A deadline that has passed no longer
-/// applies (the operator's decision overrides it).
-pub(crate) async fn retry(
-    tx: &Tx<'_>,
-    id: &str,
-    extra_attempts: u32,
-    now: Millis,
-) -> Result<TaskAction> {
-    let Some(task) = get_locked(tx, id).await? else {
-        return Ok(TaskAction::NotFound);
-    };
-    if !task.status.retryable() {
-        return Ok(TaskAction::Invalid(task.status));
-    }
-    let max = i64::from(task.attempts.saturating_add(extra_attempts.max(1)));
-    change(
-        tx,
-        id,
-        task.status,
-        TaskStatus::Pending,
-        now,
-        "retried",
-        Some("an operator's retry"),
-        "next_run_at = $2, max_attempts = $3, finished_at = NULL, cancel_requested = false, \
-         retry_deadline = CASE WHEN retry_deadline <= $2 THEN NULL ELSE retry_deadline END, \
-         queue_deadline = CASE WHEN queue_deadline <= $2 THEN NULL ELSE queue_deadline END",
-        &[&max],
-    )
-    .await?;
-    done(tx, id).await
-}
-
-/// Move a task to `to` for `reason` (an interrupted task's policy, an operator's decision),
-/// if the state machine allows it from where it is.
-pub(crate) async fn decide(
-    tx: &Tx<'_>,
-    id: &str,
-    to: TaskStatus,
-    reason: &str,
-    note: Option<&str>,
-    now: Millis,
-) -> Result<TaskAction> {
-    let Some(task) = get_locked(tx, id).await? else {
-        return Ok(TaskAction::NotFound);
-    };
-    if !task.status.can_become(to) || to == TaskStatus::Running {
-        return Ok(TaskAction::Invalid(task.status));
-    }
-    let set = match to {
-        TaskStatus::Pending => "next_run_at = $2, finished_at = NULL",
-        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, $2)",
-    };
-    change(tx, id, task.status, to, now, reason, note, set, &[]).await?;
-    done(tx, id).await
 }
 
 /// At start-up, when the previous owner is known to be dead: every running task is taken over
@@ -889,7 +455,7 @@ async fn take_over(
             &[&id, &executor.id, &(now + lease_ms), &code, &executor.host],
         )
         .await?;
-        let attempt = u32_of(&before, "attempts")?;
+        let attempt = int::<u32>(&before, "attempts")?;
         let a = row(
             tx,
             "SELECT pgid, leader_start, boot_id, sid, host, kill_grace_ms FROM task_attempts \
@@ -910,7 +476,7 @@ async fn take_over(
             id,
             task_type: column(&before, "task_type")?,
             attempt,
-            claim_seq: u32_of(&after, "claim_seq")?,
+            claim_seq: int::<u32>(&after, "claim_seq")?,
             code: column(&after, "ending")?,
             process,
             host,
@@ -938,72 +504,6 @@ fn attempt_process(a: &Row) -> Result<Option<AttemptProcess>> {
     }))
 }
 
-/// Settle a task taken over as orphaned, once its attempt's processes are gone: its attempt is
-/// closed as interrupted and the task goes to `canceled` (a cancel was requested) or to
-/// `interrupted` and on to `end.then`. Fenced by the take-over's claim.
-pub(crate) async fn settle_orphan(
-    tx: &Tx<'_>,
-    end: &OrphanEnd,
-    now: Millis,
-) -> Result<Option<TaskStatus>> {
-    let Some(current) = row(
-        tx,
-        "SELECT attempts, ending, cancel_requested FROM tasks \
-         WHERE id = $1 AND status = 'running' AND claim_seq = $2 FOR UPDATE",
-        &[&end.id, &i64::from(end.claim_seq)],
-    )
-    .await?
-    else {
-        return Ok(None);
-    };
-    let Some(code): Option<String> = column(&current, "ending")? else {
-        return Ok(None);
-    };
-    let attempt: i64 = column(&current, "attempts")?;
-    let settled = OrphanSettled::decide(&code, column(&current, "cancel_requested")?, end.then);
-    exec(
-        tx,
-        "UPDATE task_attempts SET finished_at = $3, outcome = 'interrupted', \
-         error_code = $4, error = $5, duration_ms = $3 - started_at \
-         WHERE task_id = $1 AND number = $2 AND finished_at IS NULL",
-        &[&end.id, &attempt, &now, &code, &settled.error],
-    )
-    .await?;
-    change(
-        tx,
-        &end.id,
-        TaskStatus::Running,
-        settled.status,
-        now,
-        &settled.reason,
-        Some(&settled.note),
-        "lease_until = NULL, ending = NULL, error_code = $3, error = $4, \
-         finished_at = CASE WHEN $5 THEN $2 ELSE finished_at END",
-        &[&settled.error_code, &settled.error, &settled.finished],
-    )
-    .await?;
-    let Some(then) = settled.then else {
-        return Ok(Some(settled.status));
-    };
-    let set = match then {
-        TaskStatus::Pending => "next_run_at = $2, finished_at = NULL",
-        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, $2)",
-    };
-    change(
-        tx,
-        &end.id,
-        TaskStatus::Interrupted,
-        then,
-        now,
-        "on_interrupt",
-        Some("the type's on_interrupt"),
-        set,
-        &[],
-    )
-    .await?;
-    Ok(Some(then))
-}
-
 /// Pending tasks of types not in `declared` go to `manual_review` (`type_undeclared`), and give
 /// up the locks they kept through a backoff. Returns their ids.
 pub(crate) async fn review_undeclared(
@@ -1023,7 +523,7 @@ pub(crate) async fn review_undeclared(
         let id: String = column(r, "id")?;
         let task_type: String = column(r, "task_type")?;
         let note = crate::tasks::undeclared_note(&task_type);
-        change(
+        task_changes::change(
             tx,
             &id,
             TaskStatus::Pending,
@@ -1032,7 +532,7 @@ pub(crate) async fn review_undeclared(
             "type_undeclared",
             Some(&note),
             "next_run_at = NULL, error_code = 'type_undeclared', error = $3",
-            &[&note],
+            &[Value::from(&note)],
         )
         .await?;
         ids.push(id);
@@ -1106,16 +606,6 @@ pub(crate) async fn renew_leases(
     .collect()
 }
 
-async fn has_steps(tx: &Tx<'_>, id: &str) -> Result<bool> {
-    Ok(row(
-        tx,
-        "SELECT 1 FROM task_steps WHERE task_id = $1 LIMIT 1",
-        &[&id],
-    )
-    .await?
-    .is_some())
-}
-
 /// Record that attempt `attempt` of task `id` finished step `name`. Fenced: only while that
 /// attempt runs. A step done before (in any attempt) stays as it was.
 pub(crate) async fn record_step(
@@ -1135,7 +625,7 @@ pub(crate) async fn record_step(
         return Ok(StepRecord::NotFound);
     };
     let status = status_of(&current, "status")?;
-    let current_attempt = u32_of(&current, "attempts")?;
+    let current_attempt = int::<u32>(&current, "attempts")?;
     if let Some(step) = step(tx, id, name).await? {
         return Ok(StepRecord::AlreadyDone(step));
     }
@@ -1191,7 +681,7 @@ pub(crate) async fn steps<C: GenericClient>(c: &C, id: &str) -> Result<Option<Ve
 fn row_to_step(r: &Row) -> Result<TaskStep> {
     Ok(TaskStep {
         name: column(r, "name")?,
-        attempt: u32_of(r, "attempt")?,
+        attempt: int::<u32>(r, "attempt")?,
         at: column(r, "at")?,
     })
 }
@@ -1214,7 +704,7 @@ pub(crate) async fn held_locks<C: GenericClient>(c: &C, max_waiting: u32) -> Res
             task_id: column(r, "task_id")?,
             task_type: column(r, "task_type")?,
             task_status: status_of(r, "status")?,
-            attempt: u32_of(r, "attempts")?,
+            attempt: int::<u32>(r, "attempts")?,
             ending: column(r, "ending")?,
             since: column(r, "since")?,
             waiting: Vec::new(),
@@ -1247,13 +737,6 @@ async fn exists<C: GenericClient>(c: &C, id: &str) -> Result<bool> {
         .is_some())
 }
 
-async fn done(tx: &Tx<'_>, id: &str) -> Result<TaskAction> {
-    get(tx, id)
-        .await?
-        .map(TaskAction::Done)
-        .ok_or_else(|| StoreError::Database("task vanished".into()))
-}
-
 pub(crate) async fn get<C: GenericClient>(c: &C, id: &str) -> Result<Option<Task>> {
     row(
         c,
@@ -1264,6 +747,16 @@ pub(crate) async fn get<C: GenericClient>(c: &C, id: &str) -> Result<Option<Task
     .as_ref()
     .map(row_to_task)
     .transpose()
+}
+
+impl task_changes::TaskRows for Tx<'_> {
+    async fn task_for_update(&self, id: &str) -> Result<Option<Task>> {
+        get_locked(self, id).await
+    }
+
+    async fn task(&self, id: &str) -> Result<Option<Task>> {
+        get(self, id).await
+    }
 }
 
 /// [`get`], the task's row locked until the transaction ends: what an operator's action
@@ -1350,12 +843,12 @@ pub(crate) async fn attempts<C: GenericClient>(
     .iter()
     .map(|r| {
         Ok(TaskAttempt {
-            number: u32_of(r, "number")?,
+            number: int::<u32>(r, "number")?,
             started_at: column(r, "started_at")?,
             finished_at: column(r, "finished_at")?,
             outcome: column(r, "outcome")?,
-            exit_code: opt_i32_of(r, "exit_code")?,
-            signal: opt_i32_of(r, "signal")?,
+            exit_code: opt_int::<i32>(r, "exit_code")?,
+            signal: opt_int::<i32>(r, "signal")?,
             error_code: column(r, "error_code")?,
             error: column(r, "error")?,
             duration_ms: column(r, "duration_ms")?,
@@ -1369,37 +862,6 @@ pub(crate) async fn attempts<C: GenericClient>(
     .collect::<Result<_>>()
     .map(Some)
 }
-
-pub(crate) async fn transitions<C: GenericClient>(
-    c: &C,
-    id: &str,
-) -> Result<Option<Vec<TaskTransition>>> {
-    if !exists(c, id).await? {
-        return Ok(None);
-    }
-    rows(
-        c,
-        "SELECT from_status, to_status, attempt, at, reason, note FROM task_transitions \
-         WHERE task_id = $1 ORDER BY seq",
-        &[&id],
-    )
-    .await?
-    .iter()
-    .map(|r| {
-        let from: Option<String> = column(r, "from_status")?;
-        Ok(TaskTransition {
-            from: from.as_deref().map(parse_status).transpose()?,
-            to: status_of(r, "to_status")?,
-            attempt: u32_of(r, "attempt")?,
-            at: column(r, "at")?,
-            reason: column(r, "reason")?,
-            note: column(r, "note")?,
-        })
-    })
-    .collect::<Result<_>>()
-    .map(Some)
-}
-
 /// The earliest time a pending task of one of `types` is due, or a queue or retry deadline
 /// passes (either needs the runner).
 pub(crate) async fn next_due<C: GenericClient>(c: &C, types: &[String]) -> Result<Option<Millis>> {
@@ -1443,22 +905,6 @@ pub(crate) async fn counts<C: GenericClient>(c: &C) -> Result<Vec<(TaskStatus, u
         .collect())
 }
 
-fn out_of_range(column: &str, value: i64) -> StoreError {
-    StoreError::Database(format!("column {column}: {value} is out of range"))
-}
-
-fn u32_of(r: &Row, name: &str) -> Result<u32> {
-    let value: i64 = column(r, name)?;
-    u32::try_from(value).map_err(|_| out_of_range(name, value))
-}
-
-fn opt_i32_of(r: &Row, name: &str) -> Result<Option<i32>> {
-    let value: Option<i64> = column(r, name)?;
-    value
-        .map(|v| i32::try_from(v).map_err(|_| out_of_range(name, v)))
-        .transpose()
-}
-
 /// A count that is never negative (read as SQLite does: a negative one is 0).
 fn opt_u64_of(r: &Row, name: &str) -> Result<Option<u64>> {
     let value: Option<i64> = column(r, name)?;
@@ -1483,8 +929,8 @@ fn row_to_task(r: &Row) -> Result<Task> {
         idempotency_key: column(r, "idempotency_key")?,
         params: column(r, "params")?,
         status: status_of(r, "status")?,
-        attempts: u32_of(r, "attempts")?,
-        max_attempts: u32_of(r, "max_attempts")?,
+        attempts: int::<u32>(r, "attempts")?,
+        max_attempts: int::<u32>(r, "max_attempts")?,
         created_at: column(r, "created_at")?,
         updated_at: column(r, "updated_at")?,
         started_at: column(r, "started_at")?,
@@ -1497,8 +943,8 @@ fn row_to_task(r: &Row) -> Result<Task> {
         executor_id: column(r, "executor_id")?,
         error_code: column(r, "error_code")?,
         error: column(r, "error")?,
-        exit_code: opt_i32_of(r, "exit_code")?,
-        signal: opt_i32_of(r, "signal")?,
+        exit_code: opt_int::<i32>(r, "exit_code")?,
+        signal: opt_int::<i32>(r, "signal")?,
         result_summary: column(r, "result_summary")?,
         cancel_requested: column(r, "cancel_requested")?,
         locks: json_list(r, "locks")?,

@@ -5,7 +5,8 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::deliveries::{attempts, checks, get, transitions};
+use super::deliveries::{attempts, checks, get};
+use super::status_log;
 use super::{exec, get as col, row, Tx};
 use crate::error::{Result, StoreError};
 use crate::model::{DeliveryRecord, ImportOutcome};
@@ -30,7 +31,7 @@ pub(crate) async fn export<C: GenericClient>(c: &C, id: &str) -> Result<Option<D
     Ok(Some(DeliveryRecord {
         request_digest,
         attempts: attempts(c, id).await?.unwrap_or_default(),
-        transitions: transitions(c, id).await?.unwrap_or_default(),
+        transitions: status_log::read(c, id).await?.unwrap_or_default(),
         checks: checks(c, id).await?.unwrap_or_default(),
         delivery,
     }))

@@ -7,16 +7,18 @@ use std::collections::HashSet;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::map_err;
+use crate::claim::{self, Candidate, ClaimIo};
 use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Capacity, Check, CheckResult,
     CheckVerdict, ClaimBatch, ClaimPass, Claimed, Delivery, DeliveryStatus, Disposition,
     InsertOutcome, ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page,
-    Reclaimed, Reservation, Resolution, StartOutcome, Stats, Take, Taken, Transition,
-    TransitionOutcome, DEFAULT_OBSERVATION_WINDOW_MS,
+    Reclaimed, Reservation, Resolution, StartOutcome, Stats, Taken, TransitionOutcome,
+    DEFAULT_OBSERVATION_WINDOW_MS,
 };
 use crate::stored::{
-    decode_body, decode_headers, encode_body, encode_headers, parse_mode, parse_status,
+    decode_body, decode_headers, encode_body, encode_headers, full_columns, list_columns,
+    parse_mode, parse_status,
 };
 use crate::transitions::{Completion, InFlight};
 
@@ -25,22 +27,11 @@ use crate::transitions::{Completion, InFlight};
 // sorts every pending row, which turns a claim into a full scan of the backlog. Naming the
 // index keeps claims O(log n) however large the backlog, and fails loudly if it stops applying.
 
-/// Columns of a delivery row without headers and body (listings), in the order
-/// `row_to_delivery` reads them.
-macro_rules! list_columns {
-    () => {
-        "id, idempotency_key, target_url, origin, method, status, attempts, uncharged, \
-         max_attempts, cycle, last_error, last_error_code, last_response_code, created_at, \
-         updated_at, next_attempt_at, not_before, expires_at, lease_until, mode, fingerprint, \
-         reconcile, remote_id_pointer, window_ms, remote_id, unknown_since, review_at, check_at, \
-         checks, sign_secret"
-    };
-}
 const LIST_COLUMNS: &str = list_columns!();
 /// The number of [`LIST_COLUMNS`]: a full row's headers and body follow them.
 const LIST_WIDTH: usize = 30;
 /// Columns of a full delivery row.
-const FULL_COLUMNS: &str = concat!(list_columns!(), ", headers, body_kind, body");
+const FULL_COLUMNS: &str = full_columns!();
 
 pub(crate) fn insert(
     conn: &Connection,
@@ -151,54 +142,46 @@ pub(crate) fn claim(
     capacity: Capacity,
     lease_ms: i64,
 ) -> Result<ClaimBatch> {
-    let mut batch = ClaimBatch::default();
-    let lease_until = now + lease_ms;
-    let mut pass = ClaimPass::new(capacity, limit);
-    while pass.has_room() {
-        let candidates = due_candidates(conn, now, pass.saturated(), pass.fetch())?;
-        let exhausted_candidates = (candidates.len() as i64) < pass.fetch();
-        let mut progressed = false;
-        for c in candidates {
-            match pass.judge(&c.origin, c.expires_at, now) {
-                Take::Enough => break,
-                Take::Skip => continue,
-                Take::Expire => {
-                    expire(conn, &c.id, DeliveryStatus::Pending, now)?;
-                    batch.expired += 1;
-                }
-                Take::Claim => {
-                    batch
-                        .claimed
-                        .push(claim_one(conn, &c.id, &c.origin, now, lease_until)?);
-                    pass.claimed(&c.origin);
-                }
-            }
-            progressed = true;
-        }
-        if exhausted_candidates || !progressed {
-            break;
-        }
-    }
-    Ok(batch)
+    let mut io = ClaimStatements {
+        conn,
+        now,
+        lease_until: now + lease_ms,
+    };
+    claim::ready(claim::run(ClaimPass::new(capacity, limit), now, &mut io))
 }
 
-/// A due pending delivery a claim may take.
-struct Candidate {
-    id: String,
-    origin: String,
-    expires_at: Option<Millis>,
-    due: Millis,
+/// A claim pass's statements, inside the writer's transaction.
+struct ClaimStatements<'c> {
+    conn: &'c Connection,
+    now: Millis,
+    lease_until: Millis,
 }
 
-impl Candidate {
-    fn read(r: &Row<'_>) -> rusqlite::Result<Candidate> {
-        Ok(Candidate {
-            id: r.get(0)?,
-            origin: r.get(1)?,
-            expires_at: r.get(2)?,
-            due: r.get(3)?,
-        })
+impl ClaimIo for ClaimStatements<'_> {
+    async fn candidates(
+        &mut self,
+        saturated: &HashSet<String>,
+        fetch: i64,
+    ) -> Result<Vec<Candidate>> {
+        due_candidates(self.conn, self.now, saturated, fetch)
     }
+
+    async fn expire(&mut self, c: &Candidate) -> Result<()> {
+        expire(self.conn, &c.id, DeliveryStatus::Pending, self.now)
+    }
+
+    async fn claim(&mut self, c: &Candidate) -> Result<Option<Claimed>> {
+        claim_one(self.conn, &c.id, &c.origin, self.now, self.lease_until).map(Some)
+    }
+}
+
+fn read_candidate(r: &Row<'_>) -> rusqlite::Result<Candidate> {
+    Ok(Candidate {
+        id: r.get(0)?,
+        origin: r.get(1)?,
+        expires_at: r.get(2)?,
+        due: r.get(3)?,
+    })
 }
 
 /// Above this many unsaturated origins with pending work, the due index is read from its head
@@ -235,7 +218,7 @@ fn due_candidates(
                          ORDER BY next_attempt_at LIMIT ?3",
                     )
                     .and_then(|mut st| {
-                        st.query_map(params![origin, before, fetch], Candidate::read)?
+                        st.query_map(params![origin, before, fetch], read_candidate)?
                             .collect()
                     })
                     .map_err(map_err)?;
@@ -253,7 +236,7 @@ fn due_candidates(
          ORDER BY next_attempt_at LIMIT ?3",
     )
     .and_then(|mut st| {
-        st.query_map(params![before, excluded, fetch], Candidate::read)?
+        st.query_map(params![before, excluded, fetch], read_candidate)?
             .collect()
     })
     .map_err(map_err)
@@ -1289,49 +1272,6 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<Attempt
                 error_code: r.get(6)?,
                 error: r.get(7)?,
                 duration_ms: r.get(8)?,
-            })
-        })?
-        .collect()
-    })
-    .map(Some)
-    .map_err(map_err)
-}
-
-/// The transition log of one delivery, oldest first; `None` if the delivery is unknown.
-pub(crate) fn transitions(conn: &Connection, id: &str) -> Result<Option<Vec<Transition>>> {
-    if !exists(conn, id)? {
-        return Ok(None);
-    }
-    let status = |r: &Row<'_>, i: usize| -> rusqlite::Result<Option<DeliveryStatus>> {
-        let text: Option<String> = r.get(i)?;
-        text.map(|t| {
-            t.parse::<DeliveryStatus>().map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    i,
-                    rusqlite::types::Type::Text,
-                    Box::new(e),
-                )
-            })
-        })
-        .transpose()
-    };
-    conn.prepare_cached(
-        "SELECT from_status, to_status, attempt, at, reason, note FROM transitions \
-         WHERE delivery_id = ?1 ORDER BY seq",
-    )
-    .and_then(|mut st| {
-        st.query_map([id], |r| {
-            Ok(Transition {
-                from: status(r, 0)?,
-                to: status(r, 1)?.ok_or(rusqlite::Error::InvalidColumnType(
-                    1,
-                    "to_status".into(),
-                    rusqlite::types::Type::Null,
-                ))?,
-                attempt: r.get(2)?,
-                at: r.get(3)?,
-                reason: r.get(4)?,
-                note: r.get(5)?,
             })
         })?
         .collect()

@@ -8,6 +8,7 @@
 mod checkpoint;
 mod deliveries;
 mod schema;
+mod status_log;
 mod tasks;
 mod transfer;
 mod writer;
@@ -31,6 +32,7 @@ use crate::model::{
     DeliveryStatus, InsertOutcome, Millis, NewDelivery, OriginCounts, Page, Reclaimed, Reservation,
     Resolution, StartOutcome, Stats, Taken, Transition, TransitionOutcome,
 };
+use crate::sql::{self, sqlite_placeholders, Cell, Sql, Value};
 use crate::tasks::{
     AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
     Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
@@ -229,7 +231,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| tasks::finish(c, &end, now),
+                move |c, now| crate::claim::ready(crate::task_changes::finish(c, &end, now)),
                 move |r| wake.when(matches!(r, Ok(Some(TaskStatus::Pending)))),
             )
             .await
@@ -248,7 +250,7 @@ impl SqliteStore {
             .writer
             .write_then(
                 move |c, now| {
-                    let status = tasks::finish(c, &end, now)?;
+                    let status = crate::claim::ready(crate::task_changes::finish(c, &end, now))?;
                     let next = tasks::claim(c, now, 1, &types, lease_ms, &executor)?;
                     Ok((status, next.tasks.into_iter().next()))
                 },
@@ -269,7 +271,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| tasks::cancel(c, &id, now),
+                move |c, now| crate::claim::ready(crate::task_changes::cancel(c, &id, now)),
                 move |r| wake.when(matches!(r, Ok(TaskAction::CancelRequested(_)))),
             )
             .await
@@ -280,7 +282,9 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| tasks::retry(c, &id, extra_attempts, now),
+                move |c, now| {
+                    crate::claim::ready(crate::task_changes::retry(c, &id, extra_attempts, now))
+                },
                 move |r| wake.when(matches!(r, Ok(TaskAction::Done(_)))),
             )
             .await
@@ -297,7 +301,10 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| tasks::decide(c, &id, to, &reason, note.as_deref(), now),
+                move |c, now| {
+                    let why = (to, reason.as_str(), note.as_deref());
+                    crate::claim::ready(crate::task_changes::decide(c, &id, why, now))
+                },
                 move |r| {
                     wake.when(
                         matches!(r, Ok(TaskAction::Done(t)) if t.status == TaskStatus::Pending),
@@ -346,7 +353,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| tasks::settle_orphan(c, &end, now),
+                move |c, now| crate::claim::ready(crate::task_changes::settle_orphan(c, &end, now)),
                 // Its locks and quota slot are free now, and it may be pending again.
                 move |r| wake.when(matches!(r, Ok(Some(_)))),
             )
@@ -422,7 +429,7 @@ impl SqliteStore {
     }
 
     pub async fn task_transitions(&self, id: String) -> Result<Option<Vec<TaskTransition>>> {
-        self.read(move |c| tasks::transitions(c, &id)).await
+        self.read(move |c| status_log::read(c, &id)).await
     }
 
     pub async fn next_task_due(&self, types: Vec<String>) -> Result<Option<Millis>> {
@@ -743,7 +750,7 @@ impl SqliteStore {
     }
 
     pub async fn transitions(&self, id: String) -> Result<Option<Vec<Transition>>> {
-        self.read(move |c| deliveries::transitions(c, &id)).await
+        self.read(move |c| status_log::read(c, &id)).await
     }
 
     pub async fn next_due(&self, saturated: Vec<String>) -> Result<Option<Millis>> {
@@ -955,6 +962,50 @@ fn corrupt_path(path: &Path, e: StoreError) -> StoreError {
             detail,
         },
         other => other,
+    }
+}
+
+/// Statements written once for both backends, run on SQLite (see [`crate::sql`]). Never waits.
+impl Sql for Connection {
+    const FOR_UPDATE: &'static str = "";
+
+    async fn exec(&self, sql: &str, values: &[Value<'_>]) -> Result<u64> {
+        self.prepare_cached(&sqlite_placeholders(sql))
+            .and_then(|mut st| st.execute(rusqlite::params_from_iter(values)))
+            .map(|n| n as u64)
+            .map_err(map_err)
+    }
+
+    async fn row(&self, sql: &str, values: &[Value<'_>]) -> Result<Option<sql::Row>> {
+        use rusqlite::types::ValueRef;
+        use rusqlite::OptionalExtension as _;
+        self.prepare_cached(&sqlite_placeholders(sql))
+            .and_then(|mut st| {
+                let columns = st.column_count();
+                st.query_row(rusqlite::params_from_iter(values), |r| {
+                    (0..columns)
+                        .map(|i| {
+                            Ok(match r.get_ref(i)? {
+                                ValueRef::Null => Cell::Null,
+                                ValueRef::Integer(n) => Cell::Int(n),
+                                ValueRef::Text(t) => {
+                                    Cell::Text(String::from_utf8_lossy(t).into_owned())
+                                }
+                                other => {
+                                    return Err(rusqlite::Error::InvalidColumnType(
+                                        i,
+                                        format!("{other:?}"),
+                                        other.data_type(),
+                                    ))
+                                }
+                            })
+                        })
+                        .collect::<rusqlite::Result<Vec<Cell>>>()
+                        .map(sql::Row)
+                })
+                .optional()
+            })
+            .map_err(map_err)
     }
 }
 

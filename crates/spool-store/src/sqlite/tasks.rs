@@ -1,18 +1,23 @@
-//! The SQL behind tasks. Every status change goes through [`change`], which checks the state
-//! machine ([`TaskStatus::can_become`]), fences on the current status, bumps the log sequence
-//! and appends the transition, all in the caller's transaction.
+//! The SQL behind tasks that is SQLite's own: submission, claims, deadlines, take-overs, steps,
+//! leases and reads. Every status change goes through `task_changes::change` (written once for
+//! both backends), which checks the state machine ([`TaskStatus::can_become`]), fences on the
+//! current status, bumps the log sequence and appends the transition, all in the caller's
+//! transaction; an attempt's start and end and an operator's actions are written there too.
+
+use std::collections::HashMap;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::map_err;
+use crate::claim::{self, ready, LockTable, TaskCandidate, TaskClaimPass};
 use crate::error::{Result, StoreError};
-use crate::model::{clip_error, Millis};
+use crate::model::Millis;
+use crate::sql::Value;
+use crate::task_changes;
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
-    Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
-    TaskPage, TaskStatus, TaskStep, TaskTransition, WaitReason,
+    AttemptProcess, ClaimType, Claimed, Executor, HeldLock, NewTask, Orphaned, Renewed, StepRecord,
+    Task, TaskAttempt, TaskInsert, TaskPage, TaskStatus, TaskStep,
 };
-use crate::tasks::{CancelOf, Locks, OrphanSettled, TaskEnd, Then};
 
 const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, attempts, \
      max_attempts, created_at, updated_at, started_at, finished_at, next_run_at, not_before, \
@@ -20,10 +25,6 @@ const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, at
      signal, result_summary, cancel_requested, locks, \
      (SELECT json_group_array(name) FROM (SELECT name FROM task_steps \
       WHERE task_steps.task_id = tasks.id ORDER BY at, name)), ending";
-
-/// How many due tasks one claim looks at, at most, when locks and quotas make it pass some
-/// over (the rest wait for the next claim).
-const CLAIM_SCAN: usize = 1024;
 
 pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<TaskInsert> {
     if let Some(key) = &new.idempotency_key {
@@ -77,7 +78,7 @@ pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<Ta
         ])
     })
     .map_err(map_err)?;
-    log(
+    ready(task_changes::log(
         conn,
         &new.id,
         None,
@@ -86,133 +87,10 @@ pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<Ta
         now,
         "submitted",
         None,
-    )?;
+    ))?;
     get(conn, &new.id)?
         .map(TaskInsert::Created)
         .ok_or_else(|| StoreError::Database("inserted task vanished".into()))
-}
-
-/// Change a task's status from `from` to `to`, with the state machine's permission, and log it.
-/// `set` is the rest of the UPDATE's SET clause: it may use `?2` (now) and `?3`, `?4`, … (the
-/// values of `extra`, in order). A task that leaves `running` for anything but `pending` gives
-/// its locks up here (see [`Locks`]).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one status change: where from and to, why, when, and what else the row gets"
-)]
-fn change(
-    conn: &Connection,
-    id: &str,
-    from: TaskStatus,
-    to: TaskStatus,
-    now: Millis,
-    reason: &str,
-    note: Option<&str>,
-    set: &str,
-    extra: &[&dyn rusqlite::ToSql],
-) -> Result<()> {
-    change_with(
-        conn,
-        id,
-        (from, to, Locks::Release),
-        now,
-        reason,
-        note,
-        set,
-        extra,
-    )
-}
-
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one status change: where from and to, why, when, and what else the row gets"
-)]
-fn change_with(
-    conn: &Connection,
-    id: &str,
-    (from, to, locks): (TaskStatus, TaskStatus, Locks),
-    now: Millis,
-    reason: &str,
-    note: Option<&str>,
-    set: &str,
-    extra: &[&dyn rusqlite::ToSql],
-) -> Result<()> {
-    if !from.can_become(to) {
-        return Err(StoreError::IllegalTransition {
-            id: id.to_owned(),
-            from,
-            to,
-        });
-    }
-    let comma = if set.is_empty() { "" } else { ", " };
-    // The statuses are written into the statement, not bound: SQLite re-prepares a statement
-    // whenever a bound value could change its plan (a status next to the partial indexes), which
-    // would be every call.
-    let sql = format!(
-        "UPDATE tasks SET status = '{to}', updated_at = ?2, log_seq = log_seq + 1{comma}{set} \
-         WHERE id = ?1 AND status = '{from}' RETURNING log_seq, attempts, locks IS NOT NULL",
-        to = to.as_str(),
-        from = from.as_str(),
-    );
-    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&id, &now];
-    values.extend(extra.iter().copied());
-    let step: Option<(u32, u32, bool)> = conn
-        .prepare_cached(&sql)
-        .and_then(|mut st| {
-            st.query_row(values.as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
-        })
-        .map_err(map_err)?;
-    let (seq, attempt, has_locks) = step.ok_or_else(|| {
-        StoreError::Database(format!(
-            "task {id} was not {from} when it was to become {to}"
-        ))
-    })?;
-    if has_locks && locks.released_by(to) {
-        release_locks(conn, id)?;
-    }
-    log(conn, id, Some(from), to, (seq, attempt), now, reason, note)
-}
-
-fn release_locks(conn: &Connection, id: &str) -> Result<()> {
-    conn.prepare_cached("DELETE FROM task_locks WHERE task_id = ?1")
-        .and_then(|mut st| st.execute([id]))
-        .map_err(map_err)?;
-    Ok(())
-}
-
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one row of the log, written in one place"
-)]
-fn log(
-    conn: &Connection,
-    id: &str,
-    from: Option<TaskStatus>,
-    to: TaskStatus,
-    (seq, attempt): (u32, u32),
-    at: Millis,
-    reason: &str,
-    note: Option<&str>,
-) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO task_transitions (task_id, seq, from_status, to_status, attempt, at, \
-         reason, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            id,
-            seq,
-            from.map(TaskStatus::as_str),
-            to.as_str(),
-            attempt,
-            at,
-            reason,
-            note
-        ])
-    })
-    .map_err(map_err)?;
-    Ok(())
 }
 
 /// End tasks whose time ran out while pending, as `timed_out`: never started by their queue
@@ -254,7 +132,7 @@ pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> 
                 "its retry deadline passed before the next attempt could start",
             )
         };
-        change(
+        ready(task_changes::change(
             conn,
             id,
             TaskStatus::Pending,
@@ -263,8 +141,8 @@ pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> 
             code,
             None,
             "error_code = ?3, error = ?4, next_run_at = NULL, finished_at = ?2",
-            &[&code, &text],
-        )?;
+            &[Value::from(&code), Value::from(&text)],
+        ))?;
     }
     Ok(due.len() as u64)
 }
@@ -272,10 +150,8 @@ pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> 
 /// Claim up to `limit` due pending tasks of the given types (oldest due first, submission order
 /// among equals) for one attempt each: `running`, attempt counted and recorded, leased.
 ///
-/// A task whose type's `concurrency` is used up, or that cannot take **all** its locks at once,
-/// is passed over and stays pending (all-or-nothing, so no two tasks each hold a lock the other
-/// waits for). The locks a passed-over task wants are reserved for the rest of the pass, so a
-/// later task never takes a lock ahead of an earlier one: waiting tasks start in order.
+/// Which ones, and which are passed over for a quota or a lock, is decided by
+/// [`TaskClaimPass`]; this reads the candidates and starts what it chose.
 pub(crate) fn claim(
     conn: &Connection,
     now: Millis,
@@ -291,11 +167,12 @@ pub(crate) fn claim(
     }
     let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
     let names = serde_json::to_string(&names).map_err(|e| StoreError::Database(e.to_string()))?;
-    let mut running = if types.iter().any(|t| t.concurrency.is_some()) {
+    let running = if TaskClaimPass::counts_running(types) {
         running_by_type(conn)?
     } else {
-        std::collections::HashMap::new()
+        HashMap::new()
     };
+    let mut pass = TaskClaimPass::new(types, limit, running);
     let mut st = conn
         .prepare_cached(
             "SELECT id, task_type, locks FROM tasks INDEXED BY tasks_due WHERE status = 'pending' \
@@ -304,61 +181,41 @@ pub(crate) fn claim(
         )
         .map_err(map_err)?;
     let mut rows = st.query(params![now, names]).map_err(map_err)?;
-    let mut reserved: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut take: Vec<(String, Vec<String>, i64)> = Vec::new();
-    let mut scanned = 0;
     while let Some(row) = rows.next().map_err(map_err)? {
-        scanned += 1;
-        let id: String = row.get(0).map_err(map_err)?;
-        let task_type: String = row.get(1).map_err(map_err)?;
-        let locks: Option<String> = row.get(2).map_err(map_err)?;
-        let kind = types.iter().find(|t| t.name == task_type);
-        let quota = kind.and_then(|t| t.concurrency);
-        let kill_grace_ms = kind.map_or(crate::tasks::DEFAULT_KILL_GRACE_MS, |t| t.kill_grace_ms);
-        let busy = running.get(&task_type).copied().unwrap_or(0);
-        if quota.is_some_and(|q| busy >= q) {
-            out.waiting.push((task_type, WaitReason::Quota));
-        } else {
-            let locks: Vec<String> = match locks {
-                Some(text) => serde_json::from_str(&text)
-                    .map_err(|e| StoreError::Database(format!("locks of task {id}: {e}")))?,
-                None => Vec::new(),
-            };
-            if !locks.is_empty() && !can_lock(conn, &id, &locks, &reserved)? {
-                reserved.extend(locks);
-                out.waiting.push((task_type, WaitReason::Lock));
-            } else {
-                reserved.extend(locks.iter().cloned());
-                *running.entry(task_type).or_insert(0) += 1;
-                take.push((id, locks, kill_grace_ms));
-                if take.len() as u32 >= limit {
-                    break;
-                }
-            }
-        }
-        if scanned >= CLAIM_SCAN {
+        let candidate = TaskCandidate {
+            id: row.get(0).map_err(map_err)?,
+            task_type: row.get(1).map_err(map_err)?,
+            locks: row.get(2).map_err(map_err)?,
+        };
+        if !claim::ready(pass.consider(candidate, &mut LockHolders(conn)))? {
             break;
         }
     }
     drop(rows);
     drop(st);
-    for (id, locks, kill_grace_ms) in take {
-        for name in &locks {
+    out.waiting = pass.waiting;
+    for take in pass.take {
+        for name in &take.locks {
             conn.prepare_cached(
                 "INSERT INTO task_locks (name, task_id, since) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (name) DO NOTHING",
             )
-            .and_then(|mut st| st.execute(params![name, id, now]))
+            .and_then(|mut st| st.execute(params![name, take.id, now]))
             .map_err(map_err)?;
         }
-        out.tasks
-            .push(start(conn, &id, now, lease_ms, executor, kill_grace_ms)?);
+        out.tasks.push(ready(task_changes::start(
+            conn,
+            &take.id,
+            now,
+            (lease_ms, executor),
+            take.kill_grace_ms,
+        ))?);
     }
     Ok(out)
 }
 
 /// Running tasks by type.
-fn running_by_type(conn: &Connection) -> Result<std::collections::HashMap<String, u32>> {
+fn running_by_type(conn: &Connection) -> Result<HashMap<String, u32>> {
     conn.prepare_cached(
         "SELECT task_type, COUNT(*) FROM tasks INDEXED BY tasks_status \
          WHERE status = 'running' GROUP BY task_type",
@@ -367,308 +224,27 @@ fn running_by_type(conn: &Connection) -> Result<std::collections::HashMap<String
     .map_err(map_err)
 }
 
-/// Whether task `id` can take all of `locks` now: each is held by it already (kept through a
-/// retry's backoff), or held by nobody and not reserved by a task ahead of it in this pass.
-fn can_lock(
-    conn: &Connection,
-    id: &str,
-    locks: &[String],
-    reserved: &std::collections::HashSet<String>,
-) -> Result<bool> {
-    let mut st = conn
-        .prepare_cached("SELECT task_id FROM task_locks WHERE name = ?1")
-        .map_err(map_err)?;
-    for name in locks {
-        let holder: Option<String> = st
-            .query_row([name], |r| r.get(0))
-            .optional()
+/// The lock table, read inside the writer's transaction.
+struct LockHolders<'c>(&'c Connection);
+
+impl LockTable for LockHolders<'_> {
+    async fn holders(&mut self, names: &[String]) -> Result<HashMap<String, String>> {
+        let mut st = self
+            .0
+            .prepare_cached("SELECT task_id FROM task_locks WHERE name = ?1")
             .map_err(map_err)?;
-        let free = match holder {
-            Some(holder) => holder == id,
-            None => !reserved.contains(name),
-        };
-        if !free {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Start one attempt of a pending task: `running`, counted, leased, its attempt row written.
-fn start(
-    conn: &Connection,
-    id: &str,
-    now: Millis,
-    lease_ms: i64,
-    executor: &Executor,
-    kill_grace_ms: i64,
-) -> Result<ClaimedTask> {
-    let executor_id = &executor.id;
-    let lease_until = now + lease_ms;
-    change(
-        conn,
-        id,
-        TaskStatus::Pending,
-        TaskStatus::Running,
-        now,
-        "started",
-        None,
-        "attempts = attempts + 1, claim_seq = claim_seq + 1, lease_until = ?3, \
-         executor_id = ?4, executor_host = ?5, started_at = COALESCE(started_at, ?2), \
-         next_run_at = NULL",
-        &[&lease_until, &executor_id, &executor.host],
-    )?;
-    let task = conn
-        .prepare_cached(
-            "SELECT id, task_type, params, claim_seq, attempts, max_attempts, created_at, \
-             retry_deadline, idempotency_key FROM tasks WHERE id = ?1",
-        )
-        .and_then(|mut st| {
-            st.query_row([id], |r| {
-                Ok(ClaimedTask {
-                    id: r.get(0)?,
-                    task_type: r.get(1)?,
-                    params: r.get(2)?,
-                    claim_seq: r.get(3)?,
-                    attempt: r.get(4)?,
-                    max_attempts: r.get(5)?,
-                    created_at: r.get(6)?,
-                    started_at: now,
-                    retry_deadline: r.get(7)?,
-                    idempotency_key: r.get(8)?,
-                })
-            })
-        })
-        .map_err(map_err)?;
-    conn.prepare_cached(
-        "INSERT INTO task_attempts (task_id, number, started_at, executor_id, host, \
-         kill_grace_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            id,
-            task.attempt,
-            now,
-            executor_id,
-            executor.host,
-            kill_grace_ms
-        ])
-    })
-    .map_err(map_err)?;
-    Ok(task)
-}
-
-/// Record how an attempt ended. Fenced: only while the task is running under this claim
-/// (`None` otherwise; only the attempt row is then written). A retry is two logged changes:
-/// `running → failed | timed_out` with the attempt's reason, then `→ pending`; it keeps the
-/// task's locks only with `hold_locks`. A failure after a step was reported done is a partial
-/// failure: with `review_partial` it goes `running → failed → manual_review`
-/// (`partial_failure`) and is not retried, since redoing finished steps may not be safe. A cancel
-/// requested before this wins over every outcome but success (see [`TaskEnd::decide`]).
-pub(crate) fn finish(
-    conn: &Connection,
-    end: &TaskAttemptEnd,
-    now: Millis,
-) -> Result<Option<TaskStatus>> {
-    let current: Option<(String, u32, u32, bool)> = conn
-        .prepare_cached(
-            "SELECT status, claim_seq, attempts, cancel_requested FROM tasks WHERE id = ?1",
-        )
-        .and_then(|mut st| {
-            st.query_row([&end.id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
-            .optional()
-        })
-        .map_err(map_err)?;
-    let Some((status, claim_seq, attempt, cancel_requested)) = current else {
-        return Ok(None);
-    };
-    // Fenced before anything is written: a late end (its claim taken back, the task since
-    // claimed again) must not close the attempt that runs now.
-    if status != TaskStatus::Running.as_str() || claim_seq != end.claim_seq {
-        return Ok(None);
-    }
-    let error = end.error.as_deref().map(clip_error);
-    let summary = end.result_summary.as_deref().map(clip_error);
-    conn.prepare_cached(
-        "UPDATE task_attempts SET finished_at = ?3, outcome = ?4, exit_code = ?5, signal = ?6, \
-         error_code = ?7, error = ?8, duration_ms = ?9, output_bytes = ?10, \
-         output_truncated = ?11, killed = ?12, redactions = ?13 \
-         WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            end.id,
-            attempt,
-            now,
-            end.outcome.as_str(),
-            end.exit_code,
-            end.signal,
-            end.error_code,
-            error,
-            end.duration_ms,
-            end.output_bytes as i64,
-            end.output_truncated,
-            end.killed,
-            end.redactions as i64,
-        ])
-    })
-    .map_err(map_err)?;
-    let has_steps = end.review_partial && has_steps(conn, &end.id)?;
-    let to = TaskEnd::decide(end, cancel_requested, has_steps);
-    let error = to.error.as_deref().map(clip_error);
-    let finished = to.finished_at(now);
-    change_with(
-        conn,
-        &end.id,
-        (TaskStatus::Running, to.status, to.locks),
-        now,
-        &to.reason,
-        to.note.as_deref(),
-        "lease_until = NULL, error_code = ?3, error = ?4, exit_code = ?5, signal = ?6, \
-         result_summary = COALESCE(?7, result_summary), finished_at = ?8",
-        &[
-            &to.error_code,
-            &error,
-            &end.exit_code,
-            &end.signal,
-            &summary,
-            &finished,
-        ],
-    )?;
-    let (at, release) = match to.then {
-        Then::End => return Ok(Some(to.status)),
-        Then::Review => {
-            let (reason, note) = Then::REVIEW;
-            change(
-                conn,
-                &end.id,
-                to.status,
-                TaskStatus::ManualReview,
-                now,
-                reason,
-                Some(note),
-                "error_code = ?3",
-                &[&reason],
-            )?;
-            return Ok(Some(TaskStatus::ManualReview));
-        }
-        Then::Retry { at, release_locks } => (at, release_locks),
-    };
-    if release {
-        release_locks(conn, &end.id)?;
-    }
-    let note = format!(
-        "attempt {} of {}",
-        attempt + 1,
-        max_attempts(conn, &end.id)?
-    );
-    change(
-        conn,
-        &end.id,
-        to.status,
-        TaskStatus::Pending,
-        now,
-        "retry",
-        Some(&note),
-        "next_run_at = ?3",
-        &[&at],
-    )?;
-    Ok(Some(TaskStatus::Pending))
-}
-
-fn max_attempts(conn: &Connection, id: &str) -> Result<u32> {
-    conn.prepare_cached("SELECT max_attempts FROM tasks WHERE id = ?1")
-        .and_then(|mut st| st.query_row([id], |r| r.get(0)))
-        .map_err(map_err)
-}
-
-/// An operator's cancel: a pending or `manual_review` task is canceled at once; a running one
-/// is marked, and its runner ends the attempt as `canceled`.
-pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TaskAction> {
-    let Some(task) = get(conn, id)? else {
-        return Ok(TaskAction::NotFound);
-    };
-    match CancelOf::decide(task.status) {
-        CancelOf::Request => {
-            conn.prepare_cached("UPDATE tasks SET cancel_requested = 1 WHERE id = ?1")
-                .and_then(|mut st| st.execute([id]))
+        let mut held = HashMap::new();
+        for name in names {
+            let holder: Option<String> = st
+                .query_row([name], |r| r.get(0))
+                .optional()
                 .map_err(map_err)?;
-            let task =
-                get(conn, id)?.ok_or_else(|| StoreError::Database("task vanished".into()))?;
-            return Ok(TaskAction::CancelRequested(task));
+            if let Some(holder) = holder {
+                held.insert(name.clone(), holder);
+            }
         }
-        CancelOf::Now(from) => change(
-            conn,
-            id,
-            from,
-            TaskStatus::Canceled,
-            now,
-            "canceled",
-            None,
-            "next_run_at = NULL, finished_at = ?2",
-            &[],
-        )?,
-        CancelOf::Invalid(other) => return Ok(TaskAction::Invalid(other)),
+        Ok(held)
     }
-    done(conn, id)
-}
-
-/// An operator's retry: from `failed`, `timed_out`, `interrupted` or `manual_review`, pending
-/// again at once with `extra_attempts` more attempts. A deadline that has passed no longer
-/// applies (the operator's decision overrides it).
-pub(crate) fn retry(
-    conn: &Connection,
-    id: &str,
-    extra_attempts: u32,
-    now: Millis,
-) -> Result<TaskAction> {
-    let Some(task) = get(conn, id)? else {
-        return Ok(TaskAction::NotFound);
-    };
-    if !task.status.retryable() {
-        return Ok(TaskAction::Invalid(task.status));
-    }
-    let max = task.attempts + extra_attempts.max(1);
-    change(
-        conn,
-        id,
-        task.status,
-        TaskStatus::Pending,
-        now,
-        "retried",
-        Some("an operator's retry"),
-        "next_run_at = ?2, max_attempts = ?3, finished_at = NULL, cancel_requested = 0, \
-         retry_deadline = CASE WHEN retry_deadline <= ?2 THEN NULL ELSE retry_deadline END, \
-         queue_deadline = CASE WHEN queue_deadline <= ?2 THEN NULL ELSE queue_deadline END",
-        &[&max],
-    )?;
-    done(conn, id)
-}
-
-/// Move a task to `to` for `reason` (an interrupted task's policy, an operator's decision),
-/// if the state machine allows it from where it is.
-pub(crate) fn decide(
-    conn: &Connection,
-    id: &str,
-    to: TaskStatus,
-    reason: &str,
-    note: Option<&str>,
-    now: Millis,
-) -> Result<TaskAction> {
-    let Some(task) = get(conn, id)? else {
-        return Ok(TaskAction::NotFound);
-    };
-    if !task.status.can_become(to) || to == TaskStatus::Running {
-        return Ok(TaskAction::Invalid(task.status));
-    }
-    let set = match to {
-        TaskStatus::Pending => "next_run_at = ?2, finished_at = NULL",
-        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, ?2)",
-    };
-    change(conn, id, task.status, to, now, reason, note, set, &[])?;
-    done(conn, id)
 }
 
 /// At start-up, when the previous owner is known to be dead: every running task is taken over
@@ -844,70 +420,6 @@ fn orphan_attempt(
     ))
 }
 
-/// Settle a task taken over as orphaned, once its attempt's processes are gone: its attempt is
-/// closed as interrupted and the task goes to `canceled` (a cancel was requested) or to
-/// `interrupted` and on to `end.then`. Fenced by the take-over's claim.
-pub(crate) fn settle_orphan(
-    conn: &Connection,
-    end: &OrphanEnd,
-    now: Millis,
-) -> Result<Option<TaskStatus>> {
-    let current: Option<(u32, Option<String>, bool)> = conn
-        .prepare_cached(
-            "SELECT attempts, ending, cancel_requested FROM tasks \
-             WHERE id = ?1 AND status = 'running' AND claim_seq = ?2",
-        )
-        .and_then(|mut st| {
-            st.query_row(params![end.id, end.claim_seq], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()
-        })
-        .map_err(map_err)?;
-    let Some((attempt, Some(code), cancel_requested)) = current else {
-        return Ok(None);
-    };
-    let settled = OrphanSettled::decide(&code, cancel_requested, end.then);
-    conn.prepare_cached(
-        "UPDATE task_attempts SET finished_at = ?3, outcome = 'interrupted', \
-         error_code = ?4, error = ?5, duration_ms = ?3 - started_at \
-         WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
-    )
-    .and_then(|mut st| st.execute(params![end.id, attempt, now, code, settled.error]))
-    .map_err(map_err)?;
-    change(
-        conn,
-        &end.id,
-        TaskStatus::Running,
-        settled.status,
-        now,
-        &settled.reason,
-        Some(&settled.note),
-        "lease_until = NULL, ending = NULL, error_code = ?3, error = ?4, \
-         finished_at = CASE WHEN ?5 THEN ?2 ELSE finished_at END",
-        &[&settled.error_code, &settled.error, &settled.finished],
-    )?;
-    let Some(then) = settled.then else {
-        return Ok(Some(settled.status));
-    };
-    let set = match then {
-        TaskStatus::Pending => "next_run_at = ?2, finished_at = NULL",
-        _ => "next_run_at = NULL, finished_at = COALESCE(finished_at, ?2)",
-    };
-    change(
-        conn,
-        &end.id,
-        TaskStatus::Interrupted,
-        then,
-        now,
-        "on_interrupt",
-        Some("the type's on_interrupt"),
-        set,
-        &[],
-    )?;
-    Ok(Some(then))
-}
-
 /// Pending tasks of types not in `declared` go to `manual_review` (`type_undeclared`), and give
 /// up the locks they kept through a backoff. Returns their ids.
 pub(crate) fn review_undeclared(
@@ -930,7 +442,7 @@ pub(crate) fn review_undeclared(
     let mut ids = Vec::with_capacity(found.len());
     for (id, task_type) in found {
         let note = crate::tasks::undeclared_note(&task_type);
-        change(
+        ready(task_changes::change(
             conn,
             &id,
             TaskStatus::Pending,
@@ -939,8 +451,8 @@ pub(crate) fn review_undeclared(
             "type_undeclared",
             Some(&note),
             "next_run_at = NULL, error_code = 'type_undeclared', error = ?3",
-            &[&note],
-        )?;
+            &[Value::from(&note)],
+        ))?;
         ids.push(id);
     }
     Ok(ids)
@@ -999,12 +511,6 @@ pub(crate) fn renew_leases(
         }
     }
     Ok(renewed)
-}
-
-fn has_steps(conn: &Connection, id: &str) -> Result<bool> {
-    conn.prepare_cached("SELECT 1 FROM task_steps WHERE task_id = ?1 LIMIT 1")
-        .and_then(|mut st| st.exists([id]))
-        .map_err(map_err)
 }
 
 /// Record that attempt `attempt` of task `id` finished step `name`. Fenced: only while that
@@ -1136,10 +642,15 @@ fn exists(conn: &Connection, id: &str) -> Result<bool> {
         .map_err(map_err)
 }
 
-fn done(conn: &Connection, id: &str) -> Result<TaskAction> {
-    get(conn, id)?
-        .map(TaskAction::Done)
-        .ok_or_else(|| StoreError::Database("task vanished".into()))
+impl task_changes::TaskRows for Connection {
+    /// The task; SQLite's one writer already keeps its row from changing.
+    async fn task_for_update(&self, id: &str) -> Result<Option<Task>> {
+        get(self, id)
+    }
+
+    async fn task(&self, id: &str) -> Result<Option<Task>> {
+        get(self, id)
+    }
 }
 
 pub(crate) fn get(conn: &Connection, id: &str) -> Result<Option<Task>> {
@@ -1216,34 +727,6 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<TaskAtt
     .map(Some)
     .map_err(map_err)
 }
-
-pub(crate) fn transitions(conn: &Connection, id: &str) -> Result<Option<Vec<TaskTransition>>> {
-    if !exists(conn, id)? {
-        return Ok(None);
-    }
-    conn.prepare_cached(
-        "SELECT from_status, to_status, attempt, at, reason, note FROM task_transitions \
-         WHERE task_id = ?1 ORDER BY seq",
-    )
-    .and_then(|mut st| {
-        st.query_map([id], |r| {
-            let from: Option<String> = r.get(0)?;
-            let to: String = r.get(1)?;
-            Ok(TaskTransition {
-                from: from.map(|f| parse_status(&f, 0)).transpose()?,
-                to: parse_status(&to, 1)?,
-                attempt: r.get(2)?,
-                at: r.get(3)?,
-                reason: r.get(4)?,
-                note: r.get(5)?,
-            })
-        })?
-        .collect()
-    })
-    .map(Some)
-    .map_err(map_err)
-}
-
 /// The earliest time a pending task of one of `types` is due, or a queue or retry deadline
 /// passes (either needs the runner).
 pub(crate) fn next_due(conn: &Connection, types: &[String]) -> Result<Option<Millis>> {

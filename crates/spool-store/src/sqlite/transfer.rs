@@ -9,8 +9,9 @@
 
 use rusqlite::{params, Connection, OptionalExtension as _};
 
-use super::deliveries::{attempts, checks, get, transitions};
+use super::deliveries::{attempts, checks, get};
 use super::map_err;
+use super::status_log;
 use crate::error::{Result, StoreError};
 use crate::model::{DeliveryRecord, ImportOutcome};
 use crate::stored::{encode_body, encode_headers};
@@ -32,7 +33,7 @@ pub(crate) fn export(conn: &Connection, id: &str) -> Result<Option<DeliveryRecor
     Ok(Some(DeliveryRecord {
         request_digest,
         attempts: attempts(conn, id)?.unwrap_or_default(),
-        transitions: transitions(conn, id)?.unwrap_or_default(),
+        transitions: status_log::read(conn, id)?.unwrap_or_default(),
         checks: checks(conn, id)?.unwrap_or_default(),
         delivery,
     }))
