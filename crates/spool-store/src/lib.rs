@@ -28,6 +28,7 @@
 
 mod claim;
 pub mod clock;
+mod delivery_changes;
 pub mod error;
 pub mod model;
 pub mod postgres;

@@ -1,7 +1,7 @@
 //! Statements written once for both backends: values bound the same way, rows read the same
 //! way, and the placeholders PostgreSQL writes (`$1`, `$2`, …), which SQLite is given as `?1`,
 //! `?2`, … . A store operation that is the same in both dialects is written once over [`Sql`]
-//! (as `task_writes.rs` does); each backend implements [`Sql`] for its connection. SQLite's
+//! (as `task_changes.rs` and `delivery_changes.rs` do); each backend implements [`Sql`] for its connection. SQLite's
 //! implementation never waits: its callers drive the operation with `claim::ready`.
 //!
 //! What is not the same in both dialects stays in the backends: arrays and JSON, row locks
@@ -70,6 +70,12 @@ impl<'a> From<&'a Option<String>> for Value<'a> {
     }
 }
 
+impl From<u16> for Value<'_> {
+    fn from(n: u16) -> Self {
+        Value::Int(i64::from(n))
+    }
+}
+
 impl From<i32> for Value<'_> {
     fn from(n: i32) -> Self {
         Value::Int(i64::from(n))
@@ -91,10 +97,12 @@ from_ref!(
     i64,
     i32,
     u32,
+    u16,
     bool,
     Option<i64>,
     Option<i32>,
     Option<u32>,
+    Option<u16>,
     Option<bool>
 );
 

@@ -19,14 +19,14 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::{exec, get as col, int, one, opt_int, row, rows, Call, Tx};
+use super::{exec, get as col, int, opt_int, row, rows, Call, Tx};
 use crate::claim::{self, Candidate, ClaimIo};
+use crate::delivery_changes::{self, StartedRow, Step};
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptResult, Capacity, Check, CheckResult, CheckVerdict,
-    ClaimBatch, ClaimPass, Claimed, Delivery, DeliveryStatus, Disposition, InsertOutcome,
-    ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page, Reclaimed,
-    Reservation, Resolution, StartOutcome, Stats, Taken, TransitionOutcome,
+    clip_error, Applied, Attempt, AttemptResult, Capacity, Check, ClaimBatch, ClaimPass, Claimed,
+    Delivery, DeliveryStatus, Disposition, InsertOutcome, ListFilter, Millis, Mode, NewDelivery,
+    OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats, Taken,
     DEFAULT_OBSERVATION_WINDOW_MS,
 };
 use crate::stored::{
@@ -133,7 +133,7 @@ pub(crate) async fn insert(
         )));
     }
     let first = Step { seq: 1, attempt: 0 };
-    log(
+    delivery_changes::log(
         tx,
         &new.id,
         None,
@@ -358,57 +358,13 @@ async fn expire(tx: &Tx<'_>, id: &str, from: DeliveryStatus, now: Millis) -> Res
     .map(drop)
 }
 
-/// Where a status change stands in its delivery's life: the log sequence number and the
-/// attempt count, as the statement that made the change returned them (`RETURNING log_seq,
-/// attempts`), so that logging it costs one insert and no lookup.
-#[derive(Debug, Clone, Copy)]
-struct Step {
-    seq: i64,
-    attempt: i64,
-}
-
-impl Step {
-    fn read(r: &Row) -> Result<Step> {
-        Ok(Step {
-            seq: col(r, "log_seq")?,
-            attempt: col(r, "attempts")?,
-        })
-    }
-}
-
-/// Append a status change to the delivery's transition log. Every write that changes a status
-/// bumps the row's `log_seq` and calls this in the same transaction.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one row of the log, written in one place; a struct would only rename the columns"
-)]
-async fn log(
-    tx: &Tx<'_>,
-    id: &str,
-    from: Option<DeliveryStatus>,
-    to: DeliveryStatus,
-    step: Step,
-    at: Millis,
-    reason: &str,
-    note: Option<&str>,
-) -> Result<()> {
-    exec(
-        tx,
-        "INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, \
-         reason, note) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            &id,
-            &step.seq,
-            &from.map(DeliveryStatus::as_str),
-            &to.as_str(),
-            &step.attempt,
-            &at,
-            &reason,
-            &note,
-        ],
-    )
-    .await
-    .map(drop)
+/// Where a status change stands in its delivery's life, from a row returned by `RETURNING
+/// log_seq, attempts` (among other columns).
+fn step_of(r: &Row) -> Result<Step> {
+    Ok(Step {
+        seq: col(r, "log_seq")?,
+        attempt: col(r, "attempts")?,
+    })
 }
 
 /// Reserve and start in one statement: the scheduler's claim, sent at once. The row is locked
@@ -433,9 +389,9 @@ async fn claim_one(
     else {
         return Ok(None);
     };
-    let step = Step::read(&r)?;
-    let started = StartedRow::read(&r)?;
-    log(
+    let step = step_of(&r)?;
+    let started = started_row(&r)?;
+    delivery_changes::log(
         tx,
         id,
         Some(DeliveryStatus::Pending),
@@ -452,76 +408,21 @@ async fn claim_one(
         .map(Some)
 }
 
-/// What starting an attempt reads back from the delivery.
-struct StartedRow {
-    claim_seq: u32,
-    attempt: u32,
-    cycle: u32,
-    target_url: String,
-    method: String,
-    headers: String,
-    body_kind: i64,
-    body: Option<Vec<u8>>,
-    mode: String,
-    remote_id_pointer: Option<String>,
-    sign_secret: Option<String>,
-}
-
-impl StartedRow {
-    fn read(r: &Row) -> Result<StartedRow> {
-        Ok(StartedRow {
-            claim_seq: int(r, "claim_seq")?,
-            attempt: int(r, "attempts")?,
-            cycle: int(r, "cycle")?,
-            target_url: col(r, "target_url")?,
-            method: col(r, "method")?,
-            headers: col(r, "headers")?,
-            body_kind: col(r, "body_kind")?,
-            body: col(r, "body")?,
-            mode: col(r, "mode")?,
-            remote_id_pointer: col(r, "remote_id_pointer")?,
-            sign_secret: col(r, "sign_secret")?,
-        })
-    }
-
-    /// Record the attempt as started (its row, with `started_at`) and hand out the request.
-    async fn into_claimed(
-        self,
-        tx: &Tx<'_>,
-        id: &str,
-        origin: &str,
-        now: Millis,
-        lease_until: Millis,
-    ) -> Result<Claimed> {
-        exec(
-            tx,
-            "INSERT INTO attempts (delivery_id, seq, cycle, number, started_at) \
-             VALUES ($1, $2, $3, $4, $5)",
-            &[
-                &id,
-                &i64::from(self.claim_seq),
-                &i64::from(self.cycle),
-                &i64::from(self.attempt),
-                &now,
-            ],
-        )
-        .await?;
-        Ok(Claimed {
-            id: id.to_owned(),
-            claim_seq: self.claim_seq,
-            attempt: self.attempt,
-            target_url: self.target_url,
-            origin: origin.to_owned(),
-            method: self.method,
-            headers: decode_headers(&self.headers)?,
-            body: decode_body(self.body_kind, self.body),
-            started_at: now,
-            lease_until,
-            mode: parse_mode(&self.mode)?,
-            remote_id_pointer: self.remote_id_pointer,
-            sign_secret: self.sign_secret,
-        })
-    }
+/// The row a start returned (see [`StartedRow`]).
+fn started_row(r: &Row) -> Result<StartedRow> {
+    Ok(StartedRow {
+        claim_seq: int(r, "claim_seq")?,
+        attempt: int(r, "attempts")?,
+        cycle: int(r, "cycle")?,
+        target_url: col(r, "target_url")?,
+        method: col(r, "method")?,
+        headers: col(r, "headers")?,
+        body_kind: col(r, "body_kind")?,
+        body: col(r, "body")?,
+        mode: col(r, "mode")?,
+        remote_id_pointer: col(r, "remote_id_pointer")?,
+        sign_secret: col(r, "sign_secret")?,
+    })
 }
 
 /// One step of `spoold_steps` (see `functions/steps.sql`): what to record, what to start,
@@ -721,86 +622,6 @@ fn single(rows: &[Row]) -> Result<&Row> {
     }
 }
 
-/// Give back a reservation whose attempt never started: pending again, as if never reserved.
-/// `false` if the claim is no longer current or its attempt has started.
-pub(crate) async fn release(
-    tx: &Tx<'_>,
-    id: &str,
-    claim_seq: u32,
-    now: Millis,
-    reason: &str,
-) -> Result<bool> {
-    // Locked first, so that the statement below (a new snapshot) sees an attempt row that a
-    // concurrent `start` committed while we waited.
-    if row(
-        tx,
-        "SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE",
-        &[&id],
-    )
-    .await?
-    .is_none()
-    {
-        return Ok(false);
-    }
-    let step = row(
-        tx,
-        "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = $3, \
-         log_seq = log_seq + 1 \
-         WHERE id = $1 AND status = 'in_flight' AND claim_seq = $2 \
-         AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = $1 AND seq = $2) \
-         RETURNING log_seq, attempts",
-        &[&id, &i64::from(claim_seq), &now],
-    )
-    .await?;
-    let Some(step) = step else {
-        return Ok(false);
-    };
-    log(
-        tx,
-        id,
-        Some(DeliveryStatus::InFlight),
-        DeliveryStatus::Pending,
-        Step::read(&step)?,
-        now,
-        reason,
-        None,
-    )
-    .await?;
-    Ok(true)
-}
-
-/// Give back an attempt that started but whose request was never sent (see
-/// [`crate::Store::unstart`]): its record removed and its count undone, then released as a
-/// reservation is.
-pub(crate) async fn unstart(tx: &Tx<'_>, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
-    let current = row(
-        tx,
-        "SELECT 1 FROM deliveries WHERE id = $1 AND status = 'in_flight' AND claim_seq = $2 \
-         FOR UPDATE",
-        &[&id, &i64::from(claim_seq)],
-    )
-    .await?;
-    if current.is_none() {
-        return Ok(false);
-    }
-    let removed = exec(
-        tx,
-        "DELETE FROM attempts WHERE delivery_id = $1 AND seq = $2 AND outcome IS NULL",
-        &[&id, &i64::from(claim_seq)],
-    )
-    .await?;
-    if removed == 0 {
-        return Ok(false);
-    }
-    exec(
-        tx,
-        "UPDATE deliveries SET attempts = attempts - 1 WHERE id = $1",
-        &[&id],
-    )
-    .await?;
-    release(tx, id, claim_seq, now, "released").await
-}
-
 /// At start-up, when the owner of every claim is known to be dead: every in-flight delivery
 /// is made pending again, due at once. A started attempt is recorded as interrupted
 /// (`daemon_restart`, not charged); a reservation is simply released.
@@ -876,7 +697,7 @@ async fn take_back(
 ) -> Result<Reclaimed> {
     let mut taken = Reclaimed::default();
     for (id, claim_seq, mode) in claims {
-        if release(tx, id, *claim_seq, now, code).await? {
+        if delivery_changes::release(tx, id, *claim_seq, now, code).await? {
             taken.released += 1;
             continue;
         }
@@ -890,236 +711,6 @@ async fn take_back(
         rows(tx, call.sql, &call.params()).await?;
     }
     Ok(taken)
-}
-
-/// An operator's cancel: pending or in-flight work (in-flight only at least once) is canceled.
-pub(crate) async fn cancel(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    let from = match lock_for_transition(tx, id, OperatorAction::Cancel).await? {
-        Ok(from) => from,
-        Err(refused) => return Ok(refused),
-    };
-    let step = Step::read(
-        &one(
-            tx,
-            "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
-             lease_until = NULL, updated_at = $2, log_seq = log_seq + 1 WHERE id = $1 \
-             RETURNING log_seq, attempts",
-            &[&id, &now],
-        )
-        .await?,
-    )?;
-    let to = DeliveryStatus::Canceled;
-    log(tx, id, Some(from), to, step, now, "canceled", None).await?;
-    transitioned(tx, id).await
-}
-
-/// An operator's retry of a failed delivery: a new cycle, with a fresh attempt budget, due at
-/// once (a deadline that has passed is dropped).
-pub(crate) async fn retry(tx: &Tx<'_>, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    let from = match lock_for_transition(tx, id, OperatorAction::Retry).await? {
-        Ok(from) => from,
-        Err(refused) => return Ok(refused),
-    };
-    let step = Step::read(
-        &one(
-            tx,
-            "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
-             cycle = cycle + 1, next_attempt_at = $2, lease_until = NULL, last_error = NULL, \
-             last_error_code = NULL, last_response_code = NULL, updated_at = $2, \
-             expires_at = CASE WHEN expires_at <= $2 THEN NULL ELSE expires_at END, \
-             log_seq = log_seq + 1 WHERE id = $1 RETURNING log_seq, attempts",
-            &[&id, &now],
-        )
-        .await?,
-    )?;
-    let to = DeliveryStatus::Pending;
-    log(tx, id, Some(from), to, step, now, "retried", None).await?;
-    transitioned(tx, id).await
-}
-
-/// An operator's decision on an `unknown` or `manual_review` delivery, with the note that
-/// explains it in the transition log.
-pub(crate) async fn resolve(
-    tx: &Tx<'_>,
-    id: &str,
-    resolution: &Resolution,
-    note: &str,
-    now: Millis,
-) -> Result<TransitionOutcome> {
-    let from = match lock_for_transition(tx, id, OperatorAction::Resolve).await? {
-        Ok(from) => from,
-        Err(refused) => return Ok(refused),
-    };
-    let (to, reason, remote_id) = resolution.decide();
-    let changed = match resolution {
-        // A new cycle, as an operator's retry: a fresh attempt budget, due at once.
-        Resolution::Resend => {
-            one(
-                tx,
-                "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
-                 cycle = cycle + 1, next_attempt_at = $2, lease_until = NULL, \
-                 last_error = NULL, last_error_code = NULL, last_response_code = NULL, \
-                 updated_at = $2, \
-                 expires_at = CASE WHEN expires_at <= $2 THEN NULL ELSE expires_at END, \
-                 check_at = NULL, review_at = NULL, unknown_since = NULL, remote_id = NULL, \
-                 log_seq = log_seq + 1 WHERE id = $1 RETURNING log_seq, attempts",
-                &[&id, &now],
-            )
-            .await?
-        }
-        _ => {
-            one(
-                tx,
-                "UPDATE deliveries SET status = $3, check_at = NULL, next_attempt_at = NULL, \
-                 remote_id = COALESCE($4, remote_id), updated_at = $2, \
-                 log_seq = log_seq + 1 WHERE id = $1 RETURNING log_seq, attempts",
-                &[&id, &now, &to.as_str(), &remote_id],
-            )
-            .await?
-        }
-    };
-    let step = Step::read(&changed)?;
-    log(tx, id, Some(from), to, step, now, reason, Some(note)).await?;
-    transitioned(tx, id).await
-}
-
-/// See the SQLite twin: a late 2xx settles the `unknown` (or `manual_review`) delivery its
-/// attempt left, when nothing else changed it since. Whether it did.
-pub(crate) async fn late_answer(tx: &Tx<'_>, result: &AttemptResult, now: Millis) -> Result<bool> {
-    if result.disposition != Disposition::Succeeded {
-        return Ok(false);
-    }
-    let claim_seq = i64::from(result.claim_seq);
-    let from = row(
-        tx,
-        "SELECT status FROM deliveries WHERE id = $1 AND claim_seq = $2 \
-         AND mode = 'at_most_once' AND status IN ('unknown', 'manual_review') FOR UPDATE",
-        &[&result.id, &claim_seq],
-    )
-    .await?;
-    let Some(from) = from else {
-        return Ok(false);
-    };
-    let from = parse_status(&col::<String>(&from, "status")?)?;
-    let http_status = result.http_status.map(i64::from);
-    exec(
-        tx,
-        "UPDATE attempts SET outcome = 'succeeded', http_status = $3, error_code = NULL, \
-         error = NULL, finished_at = $4 WHERE delivery_id = $1 AND seq = $2",
-        &[&result.id, &claim_seq, &http_status, &now],
-    )
-    .await?;
-    let changed = one(
-        tx,
-        "UPDATE deliveries SET status = 'succeeded', check_at = NULL, next_attempt_at = NULL, \
-         remote_id = COALESCE($3, remote_id), last_response_code = $4, last_error = NULL, \
-         last_error_code = NULL, updated_at = $2, log_seq = log_seq + 1 \
-         WHERE id = $1 RETURNING log_seq, attempts",
-        &[&result.id, &now, &result.remote_id, &http_status],
-    )
-    .await?;
-    let step = Step::read(&changed)?;
-    let note = crate::model::late_answer_note(result.http_status);
-    let to = DeliveryStatus::Succeeded;
-    log(
-        tx,
-        &result.id,
-        Some(from),
-        to,
-        step,
-        now,
-        "late_answer",
-        Some(&note),
-    )
-    .await?;
-    Ok(true)
-}
-
-/// Record a reconciliation step for an `unknown` delivery: the check (always kept), and its
-/// verdict (applied only while the delivery is still `unknown`, so an operator's decision that
-/// came first wins).
-pub(crate) async fn record_check(
-    tx: &Tx<'_>,
-    result: &CheckResult,
-    now: Millis,
-) -> Result<Applied> {
-    let current = row(
-        tx,
-        "SELECT status, checks FROM deliveries WHERE id = $1 FOR UPDATE",
-        &[&result.id],
-    )
-    .await?;
-    let Some(current) = current else {
-        return Ok(Applied::Fenced);
-    };
-    let status: String = col(&current, "status")?;
-    let checks: i64 = col(&current, "checks")?;
-    if let Some(check) = &result.check {
-        exec(
-            tx,
-            "INSERT INTO checks (delivery_id, seq, at, http_status, matches, error_code, error, \
-             duration_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            &[
-                &result.id,
-                &(checks + 1),
-                &check.at,
-                &check.http_status.map(i64::from),
-                &check.matches.map(i64::from),
-                &check.error_code,
-                &check.error.as_deref().map(clip_error),
-                &check.duration_ms,
-            ],
-        )
-        .await?;
-        exec(
-            tx,
-            "UPDATE deliveries SET checks = checks + 1 WHERE id = $1",
-            &[&result.id],
-        )
-        .await?;
-    }
-    if status != DeliveryStatus::Unknown.as_str() {
-        return Ok(Applied::Fenced);
-    }
-    let (to, reason, note, remote_id) = match &result.verdict {
-        CheckVerdict::AskAgain { at } => {
-            exec(
-                tx,
-                "UPDATE deliveries SET check_at = $2 WHERE id = $1",
-                &[&result.id, at],
-            )
-            .await?;
-            return Ok(Applied::Now(DeliveryStatus::Unknown));
-        }
-        CheckVerdict::Succeeded { remote_id } => (
-            DeliveryStatus::Succeeded,
-            "reconciled",
-            Some(match remote_id {
-                Some(rid) => format!("the target has it, as {rid}"),
-                None => "the target has it".to_owned(),
-            }),
-            remote_id.as_deref(),
-        ),
-        CheckVerdict::ManualReview { reason, note } => (
-            DeliveryStatus::ManualReview,
-            reason.as_str(),
-            note.clone(),
-            None,
-        ),
-    };
-    let step = Step::read(
-        &one(
-            tx,
-            "UPDATE deliveries SET status = $2, check_at = NULL, updated_at = $3, \
-             remote_id = COALESCE($4, remote_id), log_seq = log_seq + 1 WHERE id = $1 \
-             RETURNING log_seq, attempts",
-            &[&result.id, &to.as_str(), &now, &remote_id],
-        )
-        .await?,
-    )?;
-    let from = Some(DeliveryStatus::Unknown);
-    log(tx, &result.id, from, to, step, now, reason, note.as_deref()).await?;
-    Ok(Applied::Now(to))
 }
 
 /// `unknown` deliveries whose next check is due at `now`, soonest first.
@@ -1190,41 +781,6 @@ async fn exists<C: GenericClient>(c: &C, id: &str) -> Result<bool> {
         .is_some())
 }
 
-/// The first half of an operator action: lock the delivery and judge it. `Ok(status)` to go
-/// ahead from `status`; `Err(outcome)` to answer `outcome` without changing anything.
-async fn lock_for_transition(
-    tx: &Tx<'_>,
-    id: &str,
-    action: OperatorAction,
-) -> Result<Result<DeliveryStatus, TransitionOutcome>> {
-    let current = row(
-        tx,
-        concat!(
-            "SELECT ",
-            full_columns!(),
-            " FROM deliveries WHERE id = $1 FOR UPDATE"
-        ),
-        &[&id],
-    )
-    .await?;
-    let Some(current) = current else {
-        return Ok(Err(TransitionOutcome::NotFound));
-    };
-    let current = row_to_delivery(&current, true)?;
-    Ok(match current.refusal(action) {
-        Some(refused) => Err(refused),
-        None => Ok(current.status),
-    })
-}
-
-/// The second half of an operator action: the delivery as it now is.
-async fn transitioned(tx: &Tx<'_>, id: &str) -> Result<TransitionOutcome> {
-    let updated = get(tx, id)
-        .await?
-        .ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
-    Ok(TransitionOutcome::Done(updated))
-}
-
 /// Remove up to `limit` finished deliveries last updated at or before `cutoff`, with their
 /// attempts, transitions, checks and idempotency keys. Pending and in-flight work is never
 /// touched; rows another transaction holds right now are left for the next pass.
@@ -1286,6 +842,27 @@ pub(crate) async fn get<C: GenericClient>(c: &C, id: &str) -> Result<Option<Deli
     .await?
     .map(|r| row_to_delivery(&r, true))
     .transpose()
+}
+
+impl delivery_changes::DeliveryRows for Tx<'_> {
+    async fn delivery_for_update(&self, id: &str) -> Result<Option<Delivery>> {
+        row(
+            self,
+            concat!(
+                "SELECT ",
+                full_columns!(),
+                " FROM deliveries WHERE id = $1 FOR UPDATE"
+            ),
+            &[&id],
+        )
+        .await?
+        .map(|r| row_to_delivery(&r, true))
+        .transpose()
+    }
+
+    async fn delivery(&self, id: &str) -> Result<Option<Delivery>> {
+        get(self, id).await
+    }
 }
 
 /// Oldest first (ids are time-ordered); `after` is the id of the last row of the previous page.

@@ -583,7 +583,7 @@ impl PgStore {
     }
 
     pub async fn release(&self, id: String, claim_seq: u32) -> Result<bool> {
-        let out = in_tx!(self, |tx, now| deliveries::release(
+        let out = in_tx!(self, |tx, now| crate::delivery_changes::release(
             &tx, &id, claim_seq, now, "released"
         ));
         self.inner.wake.deliveries_when(matches!(out, Ok(true)));
@@ -591,7 +591,7 @@ impl PgStore {
     }
 
     pub async fn unstart(&self, id: String, claim_seq: u32) -> Result<bool> {
-        let out = in_tx!(self, |tx, now| deliveries::unstart(
+        let out = in_tx!(self, |tx, now| crate::delivery_changes::unstart(
             &tx, &id, claim_seq, now
         ));
         self.inner.wake.deliveries_when(matches!(out, Ok(true)));
@@ -635,11 +635,15 @@ impl PgStore {
     }
 
     pub async fn cancel(&self, id: String) -> Result<TransitionOutcome> {
-        in_tx!(self, |tx, now| deliveries::cancel(&tx, &id, now))
+        in_tx!(self, |tx, now| crate::delivery_changes::cancel(
+            &tx, &id, now
+        ))
     }
 
     pub async fn retry(&self, id: String) -> Result<TransitionOutcome> {
-        let out = in_tx!(self, |tx, now| deliveries::retry(&tx, &id, now));
+        let out = in_tx!(self, |tx, now| crate::delivery_changes::retry(
+            &tx, &id, now
+        ));
         self.inner
             .wake
             .deliveries_when(matches!(out, Ok(TransitionOutcome::Done(_))));
@@ -652,7 +656,7 @@ impl PgStore {
         resolution: Resolution,
         note: String,
     ) -> Result<TransitionOutcome> {
-        let out = in_tx!(self, |tx, now| deliveries::resolve(
+        let out = in_tx!(self, |tx, now| crate::delivery_changes::resolve(
             &tx,
             &id,
             &resolution,
@@ -671,11 +675,15 @@ impl PgStore {
     }
 
     pub async fn late_answer(&self, result: AttemptResult) -> Result<bool> {
-        in_tx!(self, |tx, now| deliveries::late_answer(&tx, &result, now))
+        in_tx!(self, |tx, now| crate::delivery_changes::late_answer(
+            &tx, &result, now
+        ))
     }
 
     pub async fn record_check(&self, result: CheckResult) -> Result<Applied> {
-        in_tx!(self, |tx, now| deliveries::record_check(&tx, &result, now))
+        in_tx!(self, |tx, now| crate::delivery_changes::record_check(
+            &tx, &result, now
+        ))
     }
 
     pub async fn due_checks(&self, limit: u32) -> Result<Vec<Delivery>> {

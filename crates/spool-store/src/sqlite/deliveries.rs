@@ -8,17 +8,17 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::map_err;
 use crate::claim::{self, Candidate, ClaimIo};
+use crate::delivery_changes::{self, StartedRow, Step};
 use crate::error::{Result, StoreError};
 use crate::model::{
-    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Capacity, Check, CheckResult,
-    CheckVerdict, ClaimBatch, ClaimPass, Claimed, Delivery, DeliveryStatus, Disposition,
-    InsertOutcome, ListFilter, Millis, Mode, NewDelivery, OperatorAction, OriginCounts, Page,
-    Reclaimed, Reservation, Resolution, StartOutcome, Stats, Taken, TransitionOutcome,
+    clip_error, Applied, Attempt, AttemptOutcome, AttemptResult, Capacity, Check, ClaimBatch,
+    ClaimPass, Claimed, Delivery, DeliveryStatus, InsertOutcome, ListFilter, Millis, Mode,
+    NewDelivery, OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats, Taken,
     DEFAULT_OBSERVATION_WINDOW_MS,
 };
 use crate::stored::{
     decode_body, decode_headers, encode_body, encode_headers, full_columns, list_columns,
-    parse_mode, parse_status,
+    parse_mode,
 };
 use crate::transitions::{Completion, InFlight};
 
@@ -119,7 +119,7 @@ pub(crate) fn insert(
         .map_err(map_err)?;
     }
     let first = Step { seq: 1, attempt: 0 };
-    log(
+    claim::ready(delivery_changes::log(
         conn,
         &new.id,
         None,
@@ -128,7 +128,7 @@ pub(crate) fn insert(
         now,
         "created",
         None,
-    )?;
+    ))?;
     // The row is exactly what was inserted: build it instead of reading it back.
     Ok(InsertOutcome::Created(Delivery::created(
         new, now, due, expires_at,
@@ -280,9 +280,9 @@ fn expire(conn: &Connection, id: &str, from: DeliveryStatus, now: Millis) -> Res
              lease_until = NULL, updated_at = ?2, log_seq = log_seq + 1 WHERE id = ?1 \
              RETURNING log_seq, attempts",
         )
-        .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0)))
+        .and_then(|mut st| st.query_row(params![id, now], |r| step_at(r, 0)))
         .map_err(map_err)?;
-    log(
+    claim::ready(delivery_changes::log(
         conn,
         id,
         Some(from),
@@ -291,61 +291,23 @@ fn expire(conn: &Connection, id: &str, from: DeliveryStatus, now: Millis) -> Res
         now,
         "expired",
         None,
-    )
+    ))
 }
 
-/// Where a status change stands in its delivery's life: the log sequence number and the
-/// attempt count, as the statement that made the change returned them (`RETURNING log_seq,
-/// attempts`), so that logging it costs one insert and no lookup.
-#[derive(Debug, Clone, Copy)]
-struct Step {
-    seq: u32,
-    attempt: u32,
-}
-
-impl Step {
-    fn read(r: &Row<'_>, first: usize) -> rusqlite::Result<Step> {
-        Ok(Step {
-            seq: r.get(first)?,
-            attempt: r.get(first + 1)?,
-        })
-    }
-}
-
-/// Append a status change to the delivery's transition log. Every write that changes a status
-/// bumps the row's `log_seq` and calls this in the same transaction.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one row of the log, written in one place; a struct would only rename the columns"
-)]
-fn log(
-    conn: &Connection,
-    id: &str,
-    from: Option<DeliveryStatus>,
-    to: DeliveryStatus,
-    step: Step,
-    at: Millis,
-    reason: &str,
-    note: Option<&str>,
-) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, \
-         reason, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            id,
-            step.seq,
-            from.map(DeliveryStatus::as_str),
-            to.as_str(),
-            step.attempt,
-            at,
-            reason,
-            note
-        ])
+/// Where a status change stands in its delivery's life, from the columns `first` and `first +
+/// 1` of a row returned by `RETURNING log_seq, attempts`.
+fn step_at(r: &Row<'_>, first: usize) -> rusqlite::Result<Step> {
+    Ok(Step {
+        seq: r.get(first)?,
+        attempt: r.get(first + 1)?,
     })
-    .map_err(map_err)?;
-    Ok(())
+}
+
+/// Whether the attempt of claim `claim_seq` has started (its attempt row exists).
+fn started(conn: &Connection, id: &str, claim_seq: u32) -> Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2")
+        .and_then(|mut st| st.exists(params![id, claim_seq]))
+        .map_err(map_err)
 }
 
 /// Reserve and start in one statement: the scheduler's claim, sent at once.
@@ -366,16 +328,16 @@ fn claim_one(
         )
         .and_then(|mut st| {
             st.query_row(params![id, lease_until, now], |r| {
-                Ok((StartedRow::read(r)?, r.get::<_, u32>(11)?))
+                Ok((started_row(r)?, r.get::<_, u32>(11)?))
             })
         })
         .map_err(map_err)?;
     let (row, seq) = row;
     let step = Step {
-        seq,
-        attempt: row.attempt,
+        seq: i64::from(seq),
+        attempt: i64::from(row.attempt),
     };
-    log(
+    claim::ready(delivery_changes::log(
         conn,
         id,
         Some(DeliveryStatus::Pending),
@@ -384,73 +346,25 @@ fn claim_one(
         now,
         "claimed",
         None,
-    )?;
-    row.into_claimed(conn, id, origin, now, lease_until)
+    ))?;
+    claim::ready(row.into_claimed(conn, id, origin, now, lease_until))
 }
 
-/// What starting an attempt reads back from the delivery.
-struct StartedRow {
-    claim_seq: u32,
-    attempt: u32,
-    cycle: u32,
-    target_url: String,
-    method: String,
-    headers: String,
-    body_kind: i64,
-    body: Option<Vec<u8>>,
-    mode: String,
-    remote_id_pointer: Option<String>,
-    sign_secret: Option<String>,
-}
-
-impl StartedRow {
-    fn read(r: &Row<'_>) -> rusqlite::Result<StartedRow> {
-        Ok(StartedRow {
-            claim_seq: r.get(0)?,
-            attempt: r.get(1)?,
-            cycle: r.get(2)?,
-            target_url: r.get(3)?,
-            method: r.get(4)?,
-            headers: r.get(5)?,
-            body_kind: r.get(6)?,
-            body: r.get(7)?,
-            mode: r.get(8)?,
-            remote_id_pointer: r.get(9)?,
-            sign_secret: r.get(10)?,
-        })
-    }
-
-    /// Record the attempt as started (its row, with `started_at`) and hand out the request.
-    fn into_claimed(
-        self,
-        conn: &Connection,
-        id: &str,
-        origin: &str,
-        now: Millis,
-        lease_until: Millis,
-    ) -> Result<Claimed> {
-        conn.prepare_cached(
-            "INSERT INTO attempts (delivery_id, seq, cycle, number, started_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )
-        .and_then(|mut st| st.execute(params![id, self.claim_seq, self.cycle, self.attempt, now]))
-        .map_err(map_err)?;
-        Ok(Claimed {
-            id: id.to_owned(),
-            claim_seq: self.claim_seq,
-            attempt: self.attempt,
-            target_url: self.target_url,
-            origin: origin.to_owned(),
-            method: self.method,
-            headers: decode_headers(&self.headers)?,
-            body: decode_body(self.body_kind, self.body),
-            started_at: now,
-            lease_until,
-            mode: parse_mode(&self.mode)?,
-            remote_id_pointer: self.remote_id_pointer,
-            sign_secret: self.sign_secret,
-        })
-    }
+/// The row a start returned, from its first column (see [`StartedRow`]).
+fn started_row(r: &Row<'_>) -> rusqlite::Result<StartedRow> {
+    Ok(StartedRow {
+        claim_seq: r.get(0)?,
+        attempt: r.get(1)?,
+        cycle: r.get(2)?,
+        target_url: r.get(3)?,
+        method: r.get(4)?,
+        headers: r.get(5)?,
+        body_kind: r.get(6)?,
+        body: r.get(7)?,
+        mode: r.get(8)?,
+        remote_id_pointer: r.get(9)?,
+        sign_secret: r.get(10)?,
+    })
 }
 
 pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -> Result<Applied> {
@@ -549,11 +463,11 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
                     to.unknown.map(|(_, check)| check),
                     DEFAULT_OBSERVATION_WINDOW_MS,
                 ],
-                |r| Step::read(r, 0),
+                |r| step_at(r, 0),
             )
         })
         .map_err(map_err)?;
-    log(
+    claim::ready(delivery_changes::log(
         conn,
         &result.id,
         Some(DeliveryStatus::InFlight),
@@ -562,7 +476,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
         now,
         to.reason,
         to.note,
-    )?;
+    ))?;
     Ok(Applied::Now(to.status))
 }
 
@@ -643,11 +557,11 @@ fn reserve(
         )
         .and_then(|mut st| {
             st.query_row(params![id, now + lease_ms, now], |r| {
-                Ok((r.get(0)?, Step::read(r, 1)?))
+                Ok((r.get(0)?, step_at(r, 1)?))
             })
         })
         .map_err(map_err)?;
-    log(
+    claim::ready(delivery_changes::log(
         conn,
         &id,
         Some(DeliveryStatus::Pending),
@@ -656,7 +570,7 @@ fn reserve(
         now,
         "reserved",
         None,
-    )?;
+    ))?;
     Ok(Reservation {
         id,
         claim_seq,
@@ -699,76 +613,10 @@ pub(crate) fn start(
              RETURNING claim_seq, attempts, cycle, target_url, method, headers, body_kind, body, \
              mode, remote_id_pointer, sign_secret",
         )
-        .and_then(|mut st| st.query_row(params![reservation.id, lease_until], StartedRow::read))
+        .and_then(|mut st| st.query_row(params![reservation.id, lease_until], started_row))
         .map_err(map_err)?;
-    row.into_claimed(conn, &reservation.id, &reservation.origin, now, lease_until)
+    claim::ready(row.into_claimed(conn, &reservation.id, &reservation.origin, now, lease_until))
         .map(StartOutcome::Started)
-}
-
-/// Give back a reservation whose attempt never started: pending again, as if never reserved.
-/// `false` if the claim is no longer current or its attempt has started.
-pub(crate) fn release(
-    conn: &Connection,
-    id: &str,
-    claim_seq: u32,
-    now: Millis,
-    reason: &str,
-) -> Result<bool> {
-    let step = conn
-        .prepare_cached(
-            "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = ?3, \
-             log_seq = log_seq + 1 \
-             WHERE id = ?1 AND status = 'in_flight' AND claim_seq = ?2 \
-             AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2) \
-             RETURNING log_seq, attempts",
-        )
-        .and_then(|mut st| {
-            st.query_row(params![id, claim_seq, now], |r| Step::read(r, 0))
-                .optional()
-        })
-        .map_err(map_err)?;
-    let Some(step) = step else {
-        return Ok(false);
-    };
-    log(
-        conn,
-        id,
-        Some(DeliveryStatus::InFlight),
-        DeliveryStatus::Pending,
-        step,
-        now,
-        reason,
-        None,
-    )?;
-    Ok(true)
-}
-
-/// Give back an attempt that started but whose request was never sent (see
-/// [`crate::Store::unstart`]): its record removed and its count undone, then released as a
-/// reservation is.
-pub(crate) fn unstart(conn: &Connection, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
-    let removed = conn
-        .prepare_cached(
-            "DELETE FROM attempts WHERE delivery_id = ?1 AND seq = ?2 AND outcome IS NULL \
-             AND EXISTS (SELECT 1 FROM deliveries \
-                         WHERE id = ?1 AND status = 'in_flight' AND claim_seq = ?2)",
-        )
-        .and_then(|mut st| st.execute(params![id, claim_seq]))
-        .map_err(map_err)?;
-    if removed == 0 {
-        return Ok(false);
-    }
-    conn.prepare_cached("UPDATE deliveries SET attempts = attempts - 1 WHERE id = ?1")
-        .and_then(|mut st| st.execute(params![id]))
-        .map_err(map_err)?;
-    release(conn, id, claim_seq, now, "released")
-}
-
-/// Whether the attempt of claim `claim_seq` has started (its attempt row exists).
-fn started(conn: &Connection, id: &str, claim_seq: u32) -> Result<bool> {
-    conn.prepare_cached("SELECT 1 FROM attempts WHERE delivery_id = ?1 AND seq = ?2")
-        .and_then(|mut st| st.exists(params![id, claim_seq]))
-        .map_err(map_err)
 }
 
 /// At start-up, when we hold the database's lock and so know the owner of every claim is dead:
@@ -829,7 +677,7 @@ fn take_back(
 ) -> Result<Reclaimed> {
     let mut taken = Reclaimed::default();
     for (id, claim_seq, mode) in claims {
-        if release(conn, id, *claim_seq, now, code)? {
+        if claim::ready(delivery_changes::release(conn, id, *claim_seq, now, code))? {
             taken.released += 1;
             continue;
         }
@@ -842,235 +690,6 @@ fn take_back(
         complete(conn, &result, now)?;
     }
     Ok(taken)
-}
-
-pub(crate) fn cancel(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    transition(conn, id, OperatorAction::Cancel, |conn, from| {
-        let step = conn
-            .prepare_cached(
-                "UPDATE deliveries SET status = 'canceled', next_attempt_at = NULL, \
-                 lease_until = NULL, updated_at = ?2, log_seq = log_seq + 1 WHERE id = ?1 \
-                 RETURNING log_seq, attempts",
-            )
-            .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0)))
-            .map_err(map_err)?;
-        let to = DeliveryStatus::Canceled;
-        log(conn, id, Some(from), to, step, now, "canceled", None)
-    })
-}
-
-pub(crate) fn retry(conn: &Connection, id: &str, now: Millis) -> Result<TransitionOutcome> {
-    transition(conn, id, OperatorAction::Retry, |conn, from| {
-        let step = conn
-            .prepare_cached(
-                "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
-                 cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, last_error = NULL, \
-                 last_error_code = NULL, last_response_code = NULL, updated_at = ?2, \
-                 expires_at = CASE WHEN expires_at <= ?2 THEN NULL ELSE expires_at END, \
-                 log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
-            )
-            .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0)))
-            .map_err(map_err)?;
-        let to = DeliveryStatus::Pending;
-        log(conn, id, Some(from), to, step, now, "retried", None)
-    })
-}
-
-/// An operator's decision on an `unknown` or `manual_review` delivery, with the note that
-/// explains it in the transition log.
-pub(crate) fn resolve(
-    conn: &Connection,
-    id: &str,
-    resolution: &Resolution,
-    note: &str,
-    now: Millis,
-) -> Result<TransitionOutcome> {
-    transition(conn, id, OperatorAction::Resolve, |conn, from| {
-        let (to, reason, remote_id) = resolution.decide();
-        let step = match resolution {
-            // A new cycle, as an operator's retry: a fresh attempt budget, due at once.
-            Resolution::Resend => conn
-                .prepare_cached(
-                    "UPDATE deliveries SET status = 'pending', attempts = 0, uncharged = 0, \
-                     cycle = cycle + 1, next_attempt_at = ?2, lease_until = NULL, \
-                     last_error = NULL, last_error_code = NULL, last_response_code = NULL, \
-                     updated_at = ?2, \
-                     expires_at = CASE WHEN expires_at <= ?2 THEN NULL ELSE expires_at END, \
-                     check_at = NULL, review_at = NULL, unknown_since = NULL, remote_id = NULL, \
-                     log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
-                )
-                .and_then(|mut st| st.query_row(params![id, now], |r| Step::read(r, 0))),
-            _ => conn
-                .prepare_cached(
-                    "UPDATE deliveries SET status = ?3, check_at = NULL, next_attempt_at = NULL, \
-                     remote_id = COALESCE(?4, remote_id), updated_at = ?2, \
-                     log_seq = log_seq + 1 WHERE id = ?1 RETURNING log_seq, attempts",
-                )
-                .and_then(|mut st| {
-                    st.query_row(params![id, now, to.as_str(), remote_id], |r| {
-                        Step::read(r, 0)
-                    })
-                }),
-        }
-        .map_err(map_err)?;
-        log(conn, id, Some(from), to, step, now, reason, Some(note))
-    })
-}
-
-/// A 2xx that answered an at-most-once attempt after its claim was taken back (`complete` said
-/// `Fenced`): the request arrived and was taken. When the delivery is still `unknown` or in
-/// `manual_review` because of that very attempt (its claim unchanged), the answer is recorded
-/// on the attempt and settles the delivery `succeeded` (`late_answer`). Whether it did.
-pub(crate) fn late_answer(conn: &Connection, result: &AttemptResult, now: Millis) -> Result<bool> {
-    if result.disposition != Disposition::Succeeded {
-        return Ok(false);
-    }
-    let from: Option<String> = conn
-        .prepare_cached(
-            "SELECT status FROM deliveries WHERE id = ?1 AND claim_seq = ?2 \
-             AND mode = 'at_most_once' AND status IN ('unknown', 'manual_review')",
-        )
-        .and_then(|mut st| {
-            st.query_row(params![result.id, result.claim_seq], |r| r.get(0))
-                .optional()
-        })
-        .map_err(map_err)?;
-    let Some(from) = from else {
-        return Ok(false);
-    };
-    conn.prepare_cached(
-        "UPDATE attempts SET outcome = 'succeeded', http_status = ?3, error_code = NULL, \
-         error = NULL, finished_at = ?4 WHERE delivery_id = ?1 AND seq = ?2",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            result.id,
-            result.claim_seq,
-            result.http_status,
-            now
-        ])
-    })
-    .map_err(map_err)?;
-    let step = conn
-        .prepare_cached(
-            "UPDATE deliveries SET status = 'succeeded', check_at = NULL, next_attempt_at = NULL, \
-             remote_id = COALESCE(?3, remote_id), last_response_code = ?4, last_error = NULL, \
-             last_error_code = NULL, updated_at = ?2, log_seq = log_seq + 1 \
-             WHERE id = ?1 RETURNING log_seq, attempts",
-        )
-        .and_then(|mut st| {
-            st.query_row(
-                params![result.id, now, result.remote_id, result.http_status],
-                |r| Step::read(r, 0),
-            )
-        })
-        .map_err(map_err)?;
-    let note = crate::model::late_answer_note(result.http_status);
-    let from = parse_status(&from)?;
-    let to = DeliveryStatus::Succeeded;
-    log(
-        conn,
-        &result.id,
-        Some(from),
-        to,
-        step,
-        now,
-        "late_answer",
-        Some(&note),
-    )?;
-    Ok(true)
-}
-
-/// Record a reconciliation step for an `unknown` delivery: the check (always kept), and its
-/// verdict (applied only while the delivery is still `unknown`, so an operator's decision that
-/// came first wins).
-pub(crate) fn record_check(
-    conn: &Connection,
-    result: &CheckResult,
-    now: Millis,
-) -> Result<Applied> {
-    let current: Option<(String, u32)> = conn
-        .prepare_cached("SELECT status, checks FROM deliveries WHERE id = ?1")
-        .and_then(|mut st| {
-            st.query_row([&result.id], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-        })
-        .map_err(map_err)?;
-    let Some((status, checks)) = current else {
-        return Ok(Applied::Fenced);
-    };
-    if let Some(check) = &result.check {
-        conn.prepare_cached(
-            "INSERT INTO checks (delivery_id, seq, at, http_status, matches, error_code, error, \
-             duration_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .and_then(|mut st| {
-            st.execute(params![
-                result.id,
-                checks + 1,
-                check.at,
-                check.http_status,
-                check.matches,
-                check.error_code,
-                check.error.as_deref().map(clip_error),
-                check.duration_ms,
-            ])
-        })
-        .map_err(map_err)?;
-        conn.prepare_cached("UPDATE deliveries SET checks = checks + 1 WHERE id = ?1")
-            .and_then(|mut st| st.execute([&result.id]))
-            .map_err(map_err)?;
-    }
-    if status != DeliveryStatus::Unknown.as_str() {
-        return Ok(Applied::Fenced);
-    }
-    let (to, reason, note, remote_id) = match &result.verdict {
-        CheckVerdict::AskAgain { at } => {
-            conn.prepare_cached("UPDATE deliveries SET check_at = ?2 WHERE id = ?1")
-                .and_then(|mut st| st.execute(params![result.id, at]))
-                .map_err(map_err)?;
-            return Ok(Applied::Now(DeliveryStatus::Unknown));
-        }
-        CheckVerdict::Succeeded { remote_id } => (
-            DeliveryStatus::Succeeded,
-            "reconciled",
-            Some(match remote_id {
-                Some(rid) => format!("the target has it, as {rid}"),
-                None => "the target has it".to_owned(),
-            }),
-            remote_id.as_deref(),
-        ),
-        CheckVerdict::ManualReview { reason, note } => (
-            DeliveryStatus::ManualReview,
-            reason.as_str(),
-            note.clone(),
-            None,
-        ),
-    };
-    let step = conn
-        .prepare_cached(
-            "UPDATE deliveries SET status = ?2, check_at = NULL, updated_at = ?3, \
-             remote_id = COALESCE(?4, remote_id), log_seq = log_seq + 1 WHERE id = ?1 \
-             RETURNING log_seq, attempts",
-        )
-        .and_then(|mut st| {
-            st.query_row(params![result.id, to.as_str(), now, remote_id], |r| {
-                Step::read(r, 0)
-            })
-        })
-        .map_err(map_err)?;
-    let from = Some(DeliveryStatus::Unknown);
-    log(
-        conn,
-        &result.id,
-        from,
-        to,
-        step,
-        now,
-        reason,
-        note.as_deref(),
-    )?;
-    Ok(Applied::Now(to))
 }
 
 /// `unknown` deliveries whose next check is due at `now`, soonest first.
@@ -1128,21 +747,15 @@ fn exists(conn: &Connection, id: &str) -> Result<bool> {
         .map_err(map_err)
 }
 
-fn transition(
-    conn: &Connection,
-    id: &str,
-    action: OperatorAction,
-    apply: impl FnOnce(&Connection, DeliveryStatus) -> Result<()>,
-) -> Result<TransitionOutcome> {
-    let Some(current) = get(conn, id)? else {
-        return Ok(TransitionOutcome::NotFound);
-    };
-    if let Some(refused) = current.refusal(action) {
-        return Ok(refused);
+impl delivery_changes::DeliveryRows for Connection {
+    /// The delivery; SQLite's one writer already keeps its row from changing.
+    async fn delivery_for_update(&self, id: &str) -> Result<Option<Delivery>> {
+        get(self, id)
     }
-    apply(conn, current.status)?;
-    let updated = get(conn, id)?.ok_or_else(|| StoreError::Database("delivery vanished".into()))?;
-    Ok(TransitionOutcome::Done(updated))
+
+    async fn delivery(&self, id: &str) -> Result<Option<Delivery>> {
+        get(self, id)
+    }
 }
 
 /// Remove up to `limit` finished deliveries last updated at or before `cutoff`, with their

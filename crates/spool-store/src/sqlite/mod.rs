@@ -510,7 +510,11 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| deliveries::release(c, &id, claim_seq, now, "released"),
+                move |c, now| {
+                    crate::claim::ready(crate::delivery_changes::release(
+                        c, &id, claim_seq, now, "released",
+                    ))
+                },
                 move |r| wake.when(matches!(r, Ok(true))),
             )
             .await
@@ -522,7 +526,9 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| deliveries::unstart(c, &id, claim_seq, now),
+                move |c, now| {
+                    crate::claim::ready(crate::delivery_changes::unstart(c, &id, claim_seq, now))
+                },
                 move |r| wake.when(matches!(r, Ok(true))),
             )
             .await
@@ -563,7 +569,7 @@ impl SqliteStore {
     pub async fn cancel(&self, id: String) -> Result<TransitionOutcome> {
         self.inner
             .writer
-            .write(move |c, now| deliveries::cancel(c, &id, now))
+            .write(move |c, now| crate::claim::ready(crate::delivery_changes::cancel(c, &id, now)))
             .await
     }
 
@@ -572,7 +578,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| deliveries::retry(c, &id, now),
+                move |c, now| crate::claim::ready(crate::delivery_changes::retry(c, &id, now)),
                 move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(_)))),
             )
             .await
@@ -589,7 +595,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| deliveries::resolve(c, &id, &resolution, &note, now),
+                move |c, now| crate::claim::ready(crate::delivery_changes::resolve(c, &id, &resolution, &note, now)),
                 move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(d)) if d.status == DeliveryStatus::Pending)),
             )
             .await
@@ -599,7 +605,9 @@ impl SqliteStore {
     pub async fn late_answer(&self, result: AttemptResult) -> Result<bool> {
         self.inner
             .writer
-            .write(move |c, now| deliveries::late_answer(c, &result, now))
+            .write(move |c, now| {
+                crate::claim::ready(crate::delivery_changes::late_answer(c, &result, now))
+            })
             .await
     }
 
@@ -607,7 +615,9 @@ impl SqliteStore {
     pub async fn record_check(&self, result: CheckResult) -> Result<Applied> {
         self.inner
             .writer
-            .write(move |c, now| deliveries::record_check(c, &result, now))
+            .write(move |c, now| {
+                crate::claim::ready(crate::delivery_changes::record_check(c, &result, now))
+            })
             .await
     }
 
