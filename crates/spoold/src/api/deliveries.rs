@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 
 use axum::body::Body as HttpBody;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::value::RawValue;
 use spool_proto::units::format_time;
 use spool_proto::{
     AttemptList, AttemptView, BulkRequest, BulkResult, CheckList, CheckView, CreateDelivery,
-    DeliveryFilter, DeliveryList, DeliveryMode, DeliveryStatus, DeliveryView, ErrorBody, ErrorCode,
-    Reconcile, ResolveOutcome, ResolveRequest, TransitionList, TransitionView,
+    DeliveryList, DeliveryMode, DeliveryStatus, DeliveryView, ErrorBody, ErrorCode, Reconcile,
+    ResolveOutcome, ResolveRequest, TransitionList, TransitionView,
 };
 use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
 
@@ -119,12 +119,8 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
                 return ApiError::new(code, message).into_response();
             }
         };
-    let location = HeaderValue::from_str(&format!("/v1/deliveries/{}", delivery.id));
-    let mut response = json(status, &view(delivery, false));
-    if let Ok(loc) = location {
-        response.headers_mut().insert(header::LOCATION, loc);
-    }
-    response
+    let path = format!("/v1/deliveries/{}", delivery.id);
+    super::at_location(status, &path, &view(delivery, false))
 }
 
 #[utoipa::path(
@@ -496,17 +492,13 @@ fn error_code(code: &str) -> Option<String> {
 pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Response, ApiError> {
     let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
     let req: BulkRequest = super::decision(body).await?;
-    let Some(action) = req.action else {
-        return Err(invalid("action is required: retry or cancel".into()));
-    };
-    let filter = req.filter.unwrap_or_default();
-    if filter == DeliveryFilter::default() {
-        return Err(invalid(
-            "filter needs at least one of status, targetOrigin, lastErrorCode, createdAfter, \
-             createdBefore (to act on every failed delivery, say status: failed)"
-                .into(),
-        ));
-    }
+    let (action, filter, dry_run) = super::bulk_request(
+        req.action,
+        req.filter,
+        req.dry_run,
+        "filter needs at least one of status, targetOrigin, lastErrorCode, createdAfter, \
+         createdBefore (to act on every failed delivery, say status: failed)",
+    )?;
     let filter = model::ListFilter {
         status: filter.status.map(store_status),
         origin: filter
@@ -528,19 +520,14 @@ pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Re
             .transpose()?,
         newest_first: false,
     };
-    let dry_run = req.dry_run.unwrap_or(false);
     let result =
         crate::deliveries::bulk::run(&state.store, action, filter.clone(), dry_run).await?;
-    tracing::info!(
-        action = action.as_str(),
-        dry_run,
-        matched = result.matched,
-        changed = result.changed,
-        skipped = result.skipped,
-        filter = ?filter,
-        "bulk action"
-    );
-    Ok(json(StatusCode::OK, &result))
+    Ok(super::bulk_done(
+        "deliveries",
+        (action, dry_run),
+        &filter,
+        &result,
+    ))
 }
 
 fn not_found() -> ApiError {

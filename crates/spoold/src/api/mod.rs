@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Serialize;
-use spool_proto::{ErrorBody, ErrorCode};
+use spool_proto::{BulkAction, BulkResult, ErrorBody, ErrorCode};
 use spool_store::Store;
 use tracing::{debug, info};
 
@@ -234,6 +234,54 @@ pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
     }
+}
+
+/// A created (201) or existing (200) resource's view, with the resource's path as `Location`.
+pub(crate) fn at_location<T: Serialize>(status: StatusCode, path: &str, view: &T) -> Response {
+    let mut response = json(status, view);
+    if let Ok(location) = HeaderValue::from_str(path) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// What every bulk request must say, checked alike for deliveries and tasks: an action, and a
+/// filter with at least one field (`empty_filter` is the error that explains which). The
+/// action, the filter, and whether it is a dry run.
+pub(crate) fn bulk_request<F: Default + PartialEq>(
+    action: Option<BulkAction>,
+    filter: Option<F>,
+    dry_run: Option<bool>,
+    empty_filter: &str,
+) -> Result<(BulkAction, F, bool), ApiError> {
+    let invalid = |message: &str| ApiError::new(ErrorCode::InvalidRequest, message);
+    let action = action.ok_or_else(|| invalid("action is required: retry or cancel"))?;
+    let filter = filter.unwrap_or_default();
+    if filter == F::default() {
+        return Err(invalid(empty_filter));
+    }
+    Ok((action, filter, dry_run.unwrap_or(false)))
+}
+
+/// The answer to a bulk action, logged with what it did to which `resource` (`deliveries`,
+/// `tasks`).
+pub(crate) fn bulk_done(
+    resource: &'static str,
+    (action, dry_run): (BulkAction, bool),
+    filter: &impl std::fmt::Debug,
+    result: &BulkResult,
+) -> Response {
+    info!(
+        resource,
+        action = action.as_str(),
+        dry_run,
+        matched = result.matched,
+        changed = result.changed,
+        skipped = result.skipped,
+        filter = ?filter,
+        "bulk action"
+    );
+    json(StatusCode::OK, result)
 }
 
 async fn not_found() -> ApiError {

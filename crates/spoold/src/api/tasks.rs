@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::body::Body as HttpBody;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use spool_proto::units::{format_duration, format_time};
 use spool_proto::{
@@ -75,12 +75,8 @@ async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, A
             ));
         }
     };
-    let location = HeaderValue::from_str(&format!("/v1/tasks/{}", task.id));
-    let mut response = json(status, &view(task));
-    if let Ok(location) = location {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    Ok(response)
+    let path = format!("/v1/tasks/{}", task.id);
+    Ok(super::at_location(status, &path, &view(task)))
 }
 
 #[utoipa::path(
@@ -282,26 +278,20 @@ pub async fn retry(
     )
 )]
 pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Response, ApiError> {
-    let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
     let req: TaskBulkRequest = super::decision(body).await?;
-    let Some(action) = req.action else {
-        return Err(invalid("action is required: retry or cancel".into()));
-    };
-    let filter = req.filter.unwrap_or_default();
-    if filter == spool_proto::TaskFilter::default() {
-        return Err(invalid(
-            "filter needs at least one of status, type, createdAfter, createdBefore (to act on \
-             every task in manual review, say status: manual_review)"
-                .into(),
-        ));
-    }
+    let (action, filter, dry_run) = super::bulk_request(
+        req.action,
+        req.filter,
+        req.dry_run,
+        "filter needs at least one of status, type, createdAfter, createdBefore (to act on \
+         every task in manual review, say status: manual_review)",
+    )?;
     let filter = model::TaskFilter {
         status: filter.status.map(store_status),
         created_after: super::filter_time("createdAfter", filter.created_after.as_deref())?,
         created_before: super::filter_time("createdBefore", filter.created_before.as_deref())?,
         task_type: filter.task_type,
     };
-    let dry_run = req.dry_run.unwrap_or(false);
     let types = state.task_types.now();
     let result: BulkResult = crate::tasks::bulk::run(
         &state.store,
@@ -312,16 +302,12 @@ pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Re
         dry_run,
     )
     .await?;
-    tracing::info!(
-        action = action.as_str(),
-        dry_run,
-        matched = result.matched,
-        changed = result.changed,
-        skipped = result.skipped,
-        filter = ?filter,
-        "bulk task action"
-    );
-    Ok(json(StatusCode::OK, &result))
+    Ok(super::bulk_done(
+        "tasks",
+        (action, dry_run),
+        &filter,
+        &result,
+    ))
 }
 
 #[utoipa::path(
