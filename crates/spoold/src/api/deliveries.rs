@@ -31,10 +31,9 @@ pub const MASK: &str = "[redacted]";
         (status = 200, description = "Same idempotency key and same request: the existing delivery", body = DeliveryView),
         (status = 400, description = "`invalid_request`, `invalid_delivery`, `target_blocked` or `unknown_secret`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
-        (status = 503, description = "`shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached); `shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 507, description = "`journal_full` or `storage_full`", body = ErrorBody),
     )
 )]

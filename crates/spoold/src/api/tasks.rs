@@ -28,10 +28,10 @@ use crate::tasks::submission;
         (status = 200, description = "Same key and same parameters: the existing task, in its current state", body = TaskView),
         (status = 400, description = "`invalid_request`, `unknown_task_type`, `unknown_param`, `missing_param` or `invalid_params`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
-        (status = 503, description = "`shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: same key, other parameters", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached)", body = ErrorBody),
+        (status = 507, description = "`storage_full`: the disk is full; nothing was stored", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached); `shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
     )
 )]
 pub async fn submit(State(state): State<SharedState>, body: HttpBody) -> Response {
@@ -66,7 +66,9 @@ async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, A
                 "idempotency key was already used for a task with other parameters",
             ))
         }
-        Err(e @ spool_store::StoreError::Unavailable(_)) => return Err(e.into()),
+        Err(
+            e @ (spool_store::StoreError::Unavailable(_) | spool_store::StoreError::DiskFull(_)),
+        ) => return Err(e.into()),
         Err(e) => {
             tracing::error!(error = %e, "task submission could not be persisted");
             return Err(ApiError::new(

@@ -83,7 +83,9 @@ struct Filled<'a> {
 /// [`CLIENTS`] clients until each has been refused once. Every refusal is 507 `storage_full`.
 async fn fill_until_refused(tmpfs: &Tmpfs, room: u64) -> Filled<'_> {
     let db = tmpfs.path().join("data/spoold.db");
-    let opts = DaemonOptions::new(&db);
+    let config = tmpfs.path().join("spoold.toml");
+    std::fs::write(&config, "[tasks.noop]\ncommand = [\"/bin/true\"]\n").expect("config");
+    let opts = DaemonOptions::new(&db).args(["--config".to_owned(), config.display().to_string()]);
     let daemon = DaemonProcess::start(opts.clone()).await.expect("daemon");
     let api = Api::new(daemon.base_url());
     let mut acknowledged = Vec::new();
@@ -171,6 +173,21 @@ async fn full_then_recover(filled: Filled<'_>) {
         let (status, body) = api.create(big).await.expect("create");
         assert_storage_full(status, &body);
     }
+    // A task submission is refused the same way (it is smaller than a create: some may still
+    // fit in what SQLite has left; those are acknowledged and must survive too).
+    let mut tasks = Vec::new();
+    for n in 0.. {
+        assert!(
+            n < MAX_CREATES,
+            "task submissions on a full filesystem kept succeeding"
+        );
+        let (status, body) = submit_task(&api, n).await;
+        if status != 201 {
+            assert_storage_full(status, &body);
+            break;
+        }
+        tasks.push(id_of(&body));
+    }
     let (status, body) = readyz(&api).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "not_ready", "{body}");
@@ -211,7 +228,28 @@ async fn full_then_recover(filled: Filled<'_>) {
     let api = Api::new(daemon.base_url());
     assert_eq!(readyz(&api).await.0, 200);
     assert_all_exist(&api, &acknowledged).await;
+    for id in &tasks {
+        let (status, _, body) = api
+            .request(http::Method::GET, &format!("/v1/tasks/{id}"), None)
+            .await
+            .expect("get task");
+        assert_eq!(status, 200, "acknowledged task {id} lost: {body:?}");
+    }
     create_ok(&api).await;
+}
+
+/// Submit a task of the declared type, not due for decades (the runner leaves it alone).
+async fn submit_task(api: &Api, n: usize) -> (u16, Value) {
+    let task = json!({"type": "noop", "idempotencyKey": format!("full-{n}"), "notBefore": "2099-01-01T00:00:00Z"});
+    let (status, _, body) = api
+        .request(
+            http::Method::POST,
+            "/v1/tasks",
+            Some(serde_json::to_vec(&task).expect("json")),
+        )
+        .await
+        .expect("submit");
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
 /// A delivery with a few KiB of body that is never attempted (notBefore far ahead), so its row
