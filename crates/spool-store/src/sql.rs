@@ -23,6 +23,8 @@ pub(crate) enum Value<'a> {
     Int(i64),
     Text(&'a str),
     Bool(bool),
+    /// BYTEA in PostgreSQL, BLOB in SQLite.
+    Bytes(&'a [u8]),
 }
 
 impl From<i64> for Value<'_> {
@@ -46,6 +48,18 @@ impl From<bool> for Value<'_> {
 impl<'a> From<&'a str> for Value<'a> {
     fn from(s: &'a str) -> Self {
         Value::Text(s)
+    }
+}
+
+impl<'a> From<&'a [u8]> for Value<'a> {
+    fn from(b: &'a [u8]) -> Self {
+        Value::Bytes(b)
+    }
+}
+
+impl<'a> From<&'a Vec<u8>> for Value<'a> {
+    fn from(b: &'a Vec<u8>) -> Self {
+        Value::Bytes(b)
     }
 }
 
@@ -126,6 +140,7 @@ impl rusqlite::ToSql for Value<'_> {
             Value::Int(n) => ValueRef::Integer(n),
             Value::Text(s) => ValueRef::Text(s.as_bytes()),
             Value::Bool(b) => ValueRef::Integer(i64::from(b)),
+            Value::Bytes(b) => ValueRef::Blob(b),
         }))
     }
 }
@@ -142,6 +157,7 @@ impl tokio_postgres::types::ToSql for Value<'_> {
             Value::Int(n) => n.to_sql(ty, out),
             Value::Text(s) => s.to_sql(ty, out),
             Value::Bool(b) => b.to_sql(ty, out),
+            Value::Bytes(b) => b.to_sql(ty, out),
         }
     }
 

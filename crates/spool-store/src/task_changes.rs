@@ -10,7 +10,7 @@ use crate::error::{Result, StoreError};
 use crate::model::clip_error;
 use crate::sql::{Sql, Value};
 use crate::tasks::{
-    CancelOf, ClaimedTask, Executor, Locks, OrphanEnd, OrphanSettled, Task, TaskAction,
+    CancelOf, ClaimedTask, Executor, Locks, NewTask, OrphanEnd, OrphanSettled, Task, TaskAction,
     TaskAttemptEnd, TaskEnd, TaskStatus, Then,
 };
 
@@ -23,6 +23,51 @@ pub(crate) trait TaskRows: Sql {
 
     /// The task as it is now.
     async fn task(&self, id: &str) -> Result<Option<Task>>;
+}
+
+/// Insert a submitted task's row and its first log entry: due at its `not_before` (or now),
+/// its deadlines counted from now, its locks stored as a JSON array. `false`, and nothing
+/// written, when its (scope, key) is taken (on PostgreSQL after waiting for a concurrent
+/// inserter's outcome): the caller answers from the task that holds it.
+pub(crate) async fn insert(db: &impl Sql, new: &NewTask, now: Millis) -> Result<bool> {
+    let due = new.not_before.map_or(now, |nb| nb.max(now));
+    let queue_deadline = new.queue_timeout_ms.map(|t| now + t);
+    let retry_deadline = new.retry_deadline_ms.map(|t| now + t);
+    let locks = if new.locks.is_empty() {
+        None
+    } else {
+        Some(serde_json::to_string(&new.locks).map_err(|e| StoreError::Database(e.to_string()))?)
+    };
+    let inserted = db
+        .exec(
+            "INSERT INTO tasks (id, task_type, scope, idempotency_key, params, digest, status, \
+             max_attempts, created_at, updated_at, next_run_at, not_before, queue_deadline, \
+             retry_deadline, log_seq, locks) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $8, $9, $10, $11, $12, 1, $13) \
+             ON CONFLICT (scope, idempotency_key) DO NOTHING",
+            &[
+                (&new.id).into(),
+                (&new.task_type).into(),
+                (&new.scope).into(),
+                (&new.idempotency_key).into(),
+                (&new.params).into(),
+                (&new.digest).into(),
+                new.max_attempts.into(),
+                now.into(),
+                due.into(),
+                new.not_before.into(),
+                queue_deadline.into(),
+                retry_deadline.into(),
+                (&locks).into(),
+            ],
+        )
+        .await?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    let (to, first) = (TaskStatus::Pending, (1, 0));
+    log(db, &new.id, None, to, first, now, "submitted", None).await?;
+    Ok(true)
 }
 
 /// Change a task's status from `from` to `to`, with the state machine's permission, and log it.

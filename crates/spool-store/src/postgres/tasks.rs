@@ -51,53 +51,9 @@ const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, at
 /// hosts racing on one key create one task: the loser's insert waits for the winner's commit
 /// and then inserts nothing.
 pub(crate) async fn insert(tx: &Tx<'_>, new: &NewTask, now: Millis) -> Result<TaskInsert> {
-    let due = new.not_before.map_or(now, |nb| nb.max(now));
-    let queue_deadline = new.queue_timeout_ms.map(|t| now + t);
-    let retry_deadline = new.retry_deadline_ms.map(|t| now + t);
-    let locks = if new.locks.is_empty() {
-        None
-    } else {
-        Some(serde_json::to_string(&new.locks).map_err(|e| StoreError::Database(e.to_string()))?)
-    };
-    let max_attempts = i64::from(new.max_attempts);
-    let inserted = row(
-        tx,
-        "INSERT INTO tasks (id, task_type, scope, idempotency_key, params, digest, status, \
-         max_attempts, created_at, updated_at, next_run_at, not_before, queue_deadline, \
-         retry_deadline, log_seq, locks) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8, $8, $9, $10, $11, $12, 1, $13) \
-         ON CONFLICT (scope, idempotency_key) DO NOTHING RETURNING id",
-        &[
-            &new.id,
-            &new.task_type,
-            &new.scope,
-            &new.idempotency_key,
-            &new.params,
-            &new.digest,
-            &max_attempts,
-            &now,
-            &due,
-            &new.not_before,
-            &queue_deadline,
-            &retry_deadline,
-            &locks,
-        ],
-    )
-    .await?;
-    if inserted.is_none() {
+    if !task_changes::insert(tx, new, now).await? {
         return known(tx, new).await;
     }
-    task_changes::log(
-        tx,
-        &new.id,
-        None,
-        TaskStatus::Pending,
-        (1, 0),
-        now,
-        "submitted",
-        None,
-    )
-    .await?;
     get(tx, &new.id)
         .await?
         .map(TaskInsert::Created)

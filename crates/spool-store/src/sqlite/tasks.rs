@@ -46,48 +46,12 @@ pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<Ta
                 .ok_or_else(|| StoreError::Database(format!("task {id} vanished")));
         }
     }
-    let due = new.not_before.map_or(now, |nb| nb.max(now));
-    let queue_deadline = new.queue_timeout_ms.map(|t| now + t);
-    let retry_deadline = new.retry_deadline_ms.map(|t| now + t);
-    let locks = if new.locks.is_empty() {
-        None
-    } else {
-        Some(serde_json::to_string(&new.locks).map_err(|e| StoreError::Database(e.to_string()))?)
-    };
-    conn.prepare_cached(
-        "INSERT INTO tasks (id, task_type, scope, idempotency_key, params, digest, status, \
-         max_attempts, created_at, updated_at, next_run_at, not_before, queue_deadline, \
-         retry_deadline, log_seq, locks) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7, ?8, ?8, ?9, ?10, ?11, ?12, 1, ?13)",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            new.id,
-            new.task_type,
-            new.scope,
-            new.idempotency_key,
-            new.params,
-            new.digest,
-            new.max_attempts,
-            now,
-            due,
-            new.not_before,
-            queue_deadline,
-            retry_deadline,
-            locks,
-        ])
-    })
-    .map_err(map_err)?;
-    ready(task_changes::log(
-        conn,
-        &new.id,
-        None,
-        TaskStatus::Pending,
-        (1, 0),
-        now,
-        "submitted",
-        None,
-    ))?;
+    if !ready(task_changes::insert(conn, new, now))? {
+        return Err(StoreError::Database(format!(
+            "task {} was not inserted: its key was taken after it was checked",
+            new.id
+        )));
+    }
     get(conn, &new.id)?
         .map(TaskInsert::Created)
         .ok_or_else(|| StoreError::Database("inserted task vanished".into()))
