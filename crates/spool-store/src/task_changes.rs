@@ -70,6 +70,37 @@ pub(crate) async fn insert(db: &impl Sql, new: &NewTask, now: Millis) -> Result<
     Ok(true)
 }
 
+/// End a pending task whose time ran out, as `timed_out`: `queue_timeout` if it never started
+/// by its queue deadline, else `retry_deadline` (its next attempt could not start in time).
+pub(crate) async fn time_out(
+    db: &impl Sql,
+    id: &str,
+    (attempts, queue_deadline): (u32, Option<Millis>),
+    now: Millis,
+) -> Result<()> {
+    let queued = attempts == 0 && queue_deadline.is_some_and(|d| d <= now);
+    let (code, text) = if queued {
+        ("queue_timeout", "not started before its queue timeout")
+    } else {
+        (
+            "retry_deadline",
+            "its retry deadline passed before the next attempt could start",
+        )
+    };
+    change(
+        db,
+        id,
+        TaskStatus::Pending,
+        TaskStatus::TimedOut,
+        now,
+        code,
+        None,
+        "error_code = $3, error = $4, next_run_at = NULL, finished_at = $2",
+        &[code.into(), text.into()],
+    )
+    .await
+}
+
 /// Change a task's status from `from` to `to`, with the state machine's permission, and log it.
 /// `set` is the rest of the UPDATE's SET clause: it may use `$2` (now) and `$3`, `$4`, … (the
 /// values of `extra`, in order). A task that leaves `running` for anything but `pending` gives

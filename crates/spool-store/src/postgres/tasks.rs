@@ -130,29 +130,9 @@ pub(crate) async fn expire(tx: &Tx<'_>, now: Millis, limit: u32) -> Result<u64> 
     .await?;
     for r in &locked {
         let id: String = column(r, "id")?;
-        let attempts: i64 = column(r, "attempts")?;
+        let attempts: u32 = int(r, "attempts")?;
         let queue_deadline: Option<Millis> = column(r, "queue_deadline")?;
-        let queued = attempts == 0 && queue_deadline.is_some_and(|d| d <= now);
-        let (code, text) = if queued {
-            ("queue_timeout", "not started before its queue timeout")
-        } else {
-            (
-                "retry_deadline",
-                "its retry deadline passed before the next attempt could start",
-            )
-        };
-        task_changes::change(
-            tx,
-            &id,
-            TaskStatus::Pending,
-            TaskStatus::TimedOut,
-            now,
-            code,
-            None,
-            "error_code = $3, error = $4, next_run_at = NULL, finished_at = $2",
-            &[Value::from(&code), Value::from(&text)],
-        )
-        .await?;
+        task_changes::time_out(tx, &id, (attempts, queue_deadline), now).await?;
     }
     Ok(locked.len() as u64)
 }

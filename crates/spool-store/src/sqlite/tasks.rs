@@ -87,25 +87,11 @@ pub(crate) fn expire(conn: &Connection, now: Millis, limit: u32) -> Result<u64> 
         }
     }
     for (id, attempts, queue_deadline, _) in &due {
-        let queued = *attempts == 0 && queue_deadline.is_some_and(|d| d <= now);
-        let (code, text) = if queued {
-            ("queue_timeout", "not started before its queue timeout")
-        } else {
-            (
-                "retry_deadline",
-                "its retry deadline passed before the next attempt could start",
-            )
-        };
-        ready(task_changes::change(
+        ready(task_changes::time_out(
             conn,
             id,
-            TaskStatus::Pending,
-            TaskStatus::TimedOut,
+            (*attempts, *queue_deadline),
             now,
-            code,
-            None,
-            "error_code = ?3, error = ?4, next_run_at = NULL, finished_at = ?2",
-            &[Value::from(&code), Value::from(&text)],
         ))?;
     }
     Ok(due.len() as u64)
