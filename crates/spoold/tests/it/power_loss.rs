@@ -380,7 +380,13 @@ impl Load {
                             Some((201 | 200, body)) => {
                                 answers.tasks.insert(id_in(&body));
                             }
-                            Some((500, _)) => {}
+                            Some((500 | 507, body)) => {
+                                let code = body["error"]["code"].as_str().unwrap_or_default();
+                                assert!(
+                                    matches!(code, "persistence_failed" | "storage_full"),
+                                    "{body}"
+                                );
+                            }
                             Some((status, body)) => panic!("task submit: {status} {body}"),
                             None => {
                                 answers.unanswered += 1;

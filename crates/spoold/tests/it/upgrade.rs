@@ -84,9 +84,15 @@ async fn a_database_of_the_previous_release_is_migrated_and_served() {
     let (db, config) = copy_fixture(&dir);
     assert_eq!(user_version(&db), 8, "the fixture is schema 8");
     keep_pending_unexpired(&db);
-    let mut daemon = DaemonProcess::start(
-        DaemonOptions::new(&db).args(["--config".to_owned(), config.display().to_string()]),
-    )
+    // Finished deliveries are kept forever here: from a week after the fixture was made, the
+    // default retention (7 days) would have the first purge (a minute after start) remove the
+    // fixture's, and a run slow enough to reach it would find fewer.
+    let mut daemon = DaemonProcess::start(DaemonOptions::new(&db).args([
+        "--config".to_owned(),
+        config.display().to_string(),
+        "--terminal-retention".to_owned(),
+        "0".to_owned(),
+    ]))
     .await
     .expect("spoold starts on the old database");
     let api = Api::new(daemon.base_url());
