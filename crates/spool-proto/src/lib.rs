@@ -65,6 +65,10 @@ pub const DELIVERY_ID_HEADER: &str = "X-Spoold-Delivery-ID";
 /// Header carrying the attempt number (1-based within the current cycle).
 pub const ATTEMPT_HEADER: &str = "X-Spoold-Attempt";
 
+/// At most once: the longest wait between two reconciliation checks of one delivery (and so
+/// the largest `--reconcile-base`).
+pub const MAX_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Largest create request accepted, in bytes.
 pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 /// Largest body (after base64 decoding), in bytes.

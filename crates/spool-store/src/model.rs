@@ -477,7 +477,7 @@ pub(crate) enum Take {
 
 /// One claim pass's decisions, the same on every backend: due candidates are taken oldest due
 /// first while the batch has room, an origin at its in-flight limit is skipped (and left out of
-/// the next fetch), a candidate past its deadline is expired instead. [`crate::claim::run`]
+/// the next fetch), a candidate past its deadline is expired instead. `claim::run` (claim.rs)
 /// reads the candidates through the backend, asks [`ClaimPass::judge`], has the backend do what
 /// it says, and tells [`ClaimPass::claimed`] what it took.
 #[derive(Debug)]

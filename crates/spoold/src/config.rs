@@ -74,7 +74,7 @@ pub struct Args {
 
     /// Connections to the API open at once; beyond it new ones wait to be accepted until one
     /// closes.
-    #[arg(long, default_value_t = crate::api::server::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS, value_name = "N")]
     pub max_connections: usize,
 
     /// The store: a SQLite file (a path or sqlite:PATH; created with its directory if missing),
@@ -268,7 +268,7 @@ pub fn man_page() -> std::io::Result<Vec<u8>> {
 pub struct Config {
     pub listen: Listen,
     /// `--header-read-timeout` and `--max-connections`.
-    pub connections: crate::api::server::Limits,
+    pub connections: ConnectionLimits,
     pub db: Database,
     /// Task results and output logs (absolute).
     pub data_dir: PathBuf,
@@ -549,9 +549,18 @@ impl std::fmt::Debug for AuthToken {
 /// `--concurrency` is smaller).
 pub const DEFAULT_PER_TARGET: u32 = 8;
 
-/// At most once: the longest wait between two reconcile checks of one delivery (and so the
-/// largest `--reconcile-base`).
-pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(300);
+pub use spool_proto::MAX_CHECK_INTERVAL;
+
+/// Default of `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// The limits of the API's connections (`api::server` enforces them).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub max_connections: usize,
+}
 
 /// The shortest `--db-poll-interval`: a poll is two transactions on every host.
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
@@ -666,7 +675,7 @@ impl Args {
         }
         Ok(Config {
             listen,
-            connections: crate::api::server::Limits {
+            connections: ConnectionLimits {
                 header_read_timeout: self.header_read_timeout,
                 body_read_timeout: self.body_read_timeout,
                 max_connections: self.max_connections,

@@ -33,16 +33,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// Default of `--max-connections`.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
-
-/// The limits of the API's connections.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub header_read_timeout: Duration,
-    pub body_read_timeout: Duration,
-    pub max_connections: usize,
-}
+pub use crate::config::ConnectionLimits as Limits;
 
 /// Serve `router` on `listener` until `stop`, then let open connections finish.
 pub async fn serve<L>(

@@ -3,7 +3,7 @@
 //! whatever its processes did to leave their group or clear their environment.
 //!
 //! Optional: without a usable root, attempts are contained by their process group and their
-//! tag alone (see [`super::exec`]).
+//! tag alone (see `exec.rs`).
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -196,7 +196,7 @@ fn every_setting_is_in_the_shipped_configuration_file() {
 
 /// No two modules of a crate import each other, directly or through others (a module and its
 /// own submodules aside): each file has a place in one order, and can be read knowing only what
-/// is below it. References are read from `crate::`, `super::` and `self::` paths (and `use`
+/// is below it. The same holds for the crate's rooms (its top-level modules and folders). References are read from `crate::`, `super::` and `self::` paths (and `use`
 /// groups) in code outside comments and `#[cfg(test)]` modules.
 #[test]
 fn modules_import_each_other_in_no_circle() {
@@ -297,9 +297,31 @@ fn circles_in(src: &Path) -> Vec<String> {
             }
         }
     }
-    // A circle is an edge a -> b with a path back from b to a.
-    let mut circles = Vec::new();
+    // The same at the level of rooms (a crate's top-level modules: `config`, `api/`,
+    // `deliveries/`, …): what one room's files import from another's, no room imports back.
+    let mut rooms: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for (a, deps) in &edges {
+        let room = a[..1].to_vec();
+        let entry = rooms.entry(room.clone()).or_default();
+        entry.extend(deps.iter().map(|b| b[..1].to_vec()).filter(|b| *b != room));
+    }
+    let mut circles = circles_of(src, &edges);
+    circles.extend(
+        circles_of(src, &rooms)
+            .into_iter()
+            .map(|c| format!("rooms, {c}")),
+    );
+    circles
+}
+
+/// The circles of a graph of modules: each edge `a -> b` with a path back from `b` to `a`.
+fn circles_of(
+    src: &Path,
+    edges: &std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
+) -> Vec<String> {
+    use std::collections::BTreeSet;
+    let mut circles = Vec::new();
+    for (a, deps) in edges {
         for b in deps {
             let mut seen = BTreeSet::new();
             let mut stack = vec![vec![b.clone()]];
