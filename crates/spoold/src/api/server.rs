@@ -33,13 +33,13 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use crate::config::ConnectionLimits as Limits;
+use crate::config::ConnectionLimits;
 
 /// Serve `router` on `listener` until `stop`, then let open connections finish.
 pub async fn serve<L>(
     mut listener: L,
     router: axum::Router,
-    limits: Limits,
+    limits: ConnectionLimits,
     stop: CancellationToken,
 ) where
     L: axum::serve::Listener,
