@@ -214,9 +214,11 @@ pub struct TaskAttemptList {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskTransitionView {
+    /// Absent on the first entry: the task was submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<TaskStatus>,
     pub to: TaskStatus,
+    /// The task's attempt count after the change.
     pub attempt: u32,
     pub at: String,
     /// `submitted`, `started`, the attempt's error code, `succeeded`, `retry`, `canceled`,

@@ -6,13 +6,10 @@
 //! it chose.
 //!
 //! PostgreSQL's statements are asynchronous and SQLite's are not; the pass is written as an
-//! `async fn` and SQLite's writer thread drives it with [`ready`], which polls it once: none of
+//! `async fn` and SQLite's writer thread drives it with [`crate::sql::ready`], which polls it once: none of
 //! SQLite's statements ever waits, so the pass is done in that one poll.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use crate::error::{Result, StoreError};
 use crate::model::{ClaimBatch, ClaimPass, Claimed, Millis, Take};
@@ -82,22 +79,6 @@ pub(crate) async fn run(
         }
     }
     Ok(batch)
-}
-
-/// The result of a future that never waits: a synchronous backend's statements behind
-/// [`ClaimIo`]. Polled once; a future that did wait is an error in this crate, reported as such
-/// rather than blocked on.
-pub(crate) fn ready<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
-    let mut future = pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(result) => result,
-        Poll::Pending => Err(StoreError::Database(
-            "a synchronous store operation waited (a bug in spool-store)".to_owned(),
-        )),
-    }
 }
 
 /// How many due tasks one claim looks at, at most, when locks and quotas make it pass some
@@ -220,6 +201,7 @@ mod tests {
 
     use super::*;
     use crate::model::{Body, Capacity, Mode};
+    use crate::sql::ready;
 
     /// Candidates kept in memory: claims and expiries are recorded, claimed ones leave.
     struct Memory {

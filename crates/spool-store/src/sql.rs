@@ -2,13 +2,16 @@
 //! way, and the placeholders PostgreSQL writes (`$1`, `$2`, …), which SQLite is given as `?1`,
 //! `?2`, … . A store operation that is the same in both dialects is written once over [`Sql`]
 //! (as `task_changes.rs` and `delivery_changes.rs` do); each backend implements [`Sql`] for its connection. SQLite's
-//! implementation never waits: its callers drive the operation with `claim::ready`.
+//! implementation never waits: its callers drive the operation with [`ready`].
 //!
 //! What is not the same in both dialects stays in the backends: arrays and JSON, row locks
 //! (`FOR UPDATE`, which SQLite's one writer does not need: [`Sql::FOR_UPDATE`]), index hints.
 
 use std::borrow::Cow;
 use std::error::Error;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
 
 use bytes::BytesMut;
 use tokio_postgres::types::{to_sql_checked, IsNull, Type};
@@ -242,6 +245,22 @@ pub(crate) trait Sql {
 
     /// The first row of a statement, or `None`.
     async fn row(&self, sql: &str, values: &[Value<'_>]) -> Result<Option<Row>>;
+}
+
+/// The result of a future that never waits: SQLite's statements behind [`Sql`] (and a claim
+/// pass's behind its backend's I/O). Polled once; a future that did wait is an error in this
+/// crate, reported as such rather than blocked on.
+pub(crate) fn ready<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
+    let mut future = pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(result) => result,
+        Poll::Pending => Err(StoreError::Database(
+            "a synchronous store operation waited (a bug in spool-store)".to_owned(),
+        )),
+    }
 }
 
 /// A statement written with `$1`, `$2`, … as SQLite takes it: `?1`, `?2`, … . A `$` counts as a

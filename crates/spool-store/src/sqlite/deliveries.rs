@@ -119,7 +119,7 @@ pub(crate) fn insert(
         .map_err(map_err)?;
     }
     let first = Step { seq: 1, attempt: 0 };
-    claim::ready(delivery_changes::log(
+    crate::sql::ready(delivery_changes::log(
         conn,
         &new.id,
         None,
@@ -147,7 +147,7 @@ pub(crate) fn claim(
         now,
         lease_until: now + lease_ms,
     };
-    claim::ready(claim::run(ClaimPass::new(capacity, limit), now, &mut io))
+    crate::sql::ready(claim::run(ClaimPass::new(capacity, limit), now, &mut io))
 }
 
 /// A claim pass's statements, inside the writer's transaction.
@@ -282,7 +282,7 @@ fn expire(conn: &Connection, id: &str, from: DeliveryStatus, now: Millis) -> Res
         )
         .and_then(|mut st| st.query_row(params![id, now], |r| step_at(r, 0)))
         .map_err(map_err)?;
-    claim::ready(delivery_changes::log(
+    crate::sql::ready(delivery_changes::log(
         conn,
         id,
         Some(from),
@@ -337,7 +337,7 @@ fn claim_one(
         seq: i64::from(seq),
         attempt: i64::from(row.attempt),
     };
-    claim::ready(delivery_changes::log(
+    crate::sql::ready(delivery_changes::log(
         conn,
         id,
         Some(DeliveryStatus::Pending),
@@ -347,7 +347,7 @@ fn claim_one(
         "claimed",
         None,
     ))?;
-    claim::ready(row.into_claimed(conn, id, origin, now, lease_until))
+    crate::sql::ready(row.into_claimed(conn, id, origin, now, lease_until))
 }
 
 /// The row a start returned, from its first column (see [`StartedRow`]).
@@ -467,7 +467,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
             )
         })
         .map_err(map_err)?;
-    claim::ready(delivery_changes::log(
+    crate::sql::ready(delivery_changes::log(
         conn,
         &result.id,
         Some(DeliveryStatus::InFlight),
@@ -561,7 +561,7 @@ fn reserve(
             })
         })
         .map_err(map_err)?;
-    claim::ready(delivery_changes::log(
+    crate::sql::ready(delivery_changes::log(
         conn,
         &id,
         Some(DeliveryStatus::Pending),
@@ -615,8 +615,14 @@ pub(crate) fn start(
         )
         .and_then(|mut st| st.query_row(params![reservation.id, lease_until], started_row))
         .map_err(map_err)?;
-    claim::ready(row.into_claimed(conn, &reservation.id, &reservation.origin, now, lease_until))
-        .map(StartOutcome::Started)
+    crate::sql::ready(row.into_claimed(
+        conn,
+        &reservation.id,
+        &reservation.origin,
+        now,
+        lease_until,
+    ))
+    .map(StartOutcome::Started)
 }
 
 /// At start-up, when we hold the database's lock and so know the owner of every claim is dead:
@@ -677,7 +683,7 @@ fn take_back(
 ) -> Result<Reclaimed> {
     let mut taken = Reclaimed::default();
     for (id, claim_seq, mode) in claims {
-        if claim::ready(delivery_changes::release(conn, id, *claim_seq, now, code))? {
+        if crate::sql::ready(delivery_changes::release(conn, id, *claim_seq, now, code))? {
             taken.released += 1;
             continue;
         }

@@ -231,7 +231,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| crate::claim::ready(crate::task_changes::finish(c, &end, now)),
+                move |c, now| crate::sql::ready(crate::task_changes::finish(c, &end, now)),
                 move |r| wake.when(matches!(r, Ok(Some(TaskStatus::Pending)))),
             )
             .await
@@ -250,7 +250,7 @@ impl SqliteStore {
             .writer
             .write_then(
                 move |c, now| {
-                    let status = crate::claim::ready(crate::task_changes::finish(c, &end, now))?;
+                    let status = crate::sql::ready(crate::task_changes::finish(c, &end, now))?;
                     let next = tasks::claim(c, now, 1, &types, lease_ms, &executor)?;
                     Ok((status, next.tasks.into_iter().next()))
                 },
@@ -271,7 +271,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| crate::claim::ready(crate::task_changes::cancel(c, &id, now)),
+                move |c, now| crate::sql::ready(crate::task_changes::cancel(c, &id, now)),
                 move |r| wake.when(matches!(r, Ok(TaskAction::CancelRequested(_)))),
             )
             .await
@@ -283,7 +283,7 @@ impl SqliteStore {
             .writer
             .write_then(
                 move |c, now| {
-                    crate::claim::ready(crate::task_changes::retry(c, &id, extra_attempts, now))
+                    crate::sql::ready(crate::task_changes::retry(c, &id, extra_attempts, now))
                 },
                 move |r| wake.when(matches!(r, Ok(TaskAction::Done(_)))),
             )
@@ -303,7 +303,7 @@ impl SqliteStore {
             .write_then(
                 move |c, now| {
                     let why = (to, reason.as_str(), note.as_deref());
-                    crate::claim::ready(crate::task_changes::decide(c, &id, why, now))
+                    crate::sql::ready(crate::task_changes::decide(c, &id, why, now))
                 },
                 move |r| {
                     wake.when(
@@ -353,7 +353,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| crate::claim::ready(crate::task_changes::settle_orphan(c, &end, now)),
+                move |c, now| crate::sql::ready(crate::task_changes::settle_orphan(c, &end, now)),
                 // Its locks and quota slot are free now, and it may be pending again.
                 move |r| wake.when(matches!(r, Ok(Some(_)))),
             )
@@ -511,7 +511,7 @@ impl SqliteStore {
             .writer
             .write_then(
                 move |c, now| {
-                    crate::claim::ready(crate::delivery_changes::release(
+                    crate::sql::ready(crate::delivery_changes::release(
                         c, &id, claim_seq, now, "released",
                     ))
                 },
@@ -527,7 +527,7 @@ impl SqliteStore {
             .writer
             .write_then(
                 move |c, now| {
-                    crate::claim::ready(crate::delivery_changes::unstart(c, &id, claim_seq, now))
+                    crate::sql::ready(crate::delivery_changes::unstart(c, &id, claim_seq, now))
                 },
                 move |r| wake.when(matches!(r, Ok(true))),
             )
@@ -569,7 +569,7 @@ impl SqliteStore {
     pub async fn cancel(&self, id: String) -> Result<TransitionOutcome> {
         self.inner
             .writer
-            .write(move |c, now| crate::claim::ready(crate::delivery_changes::cancel(c, &id, now)))
+            .write(move |c, now| crate::sql::ready(crate::delivery_changes::cancel(c, &id, now)))
             .await
     }
 
@@ -578,7 +578,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| crate::claim::ready(crate::delivery_changes::retry(c, &id, now)),
+                move |c, now| crate::sql::ready(crate::delivery_changes::retry(c, &id, now)),
                 move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(_)))),
             )
             .await
@@ -595,7 +595,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write_then(
-                move |c, now| crate::claim::ready(crate::delivery_changes::resolve(c, &id, &resolution, &note, now)),
+                move |c, now| crate::sql::ready(crate::delivery_changes::resolve(c, &id, &resolution, &note, now)),
                 move |r| wake.when(matches!(r, Ok(TransitionOutcome::Done(d)) if d.status == DeliveryStatus::Pending)),
             )
             .await
@@ -606,7 +606,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write(move |c, now| {
-                crate::claim::ready(crate::delivery_changes::late_answer(c, &result, now))
+                crate::sql::ready(crate::delivery_changes::late_answer(c, &result, now))
             })
             .await
     }
@@ -616,7 +616,7 @@ impl SqliteStore {
         self.inner
             .writer
             .write(move |c, now| {
-                crate::claim::ready(crate::delivery_changes::record_check(c, &result, now))
+                crate::sql::ready(crate::delivery_changes::record_check(c, &result, now))
             })
             .await
     }

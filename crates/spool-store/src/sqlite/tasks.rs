@@ -9,9 +9,10 @@ use std::collections::HashMap;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::map_err;
-use crate::claim::{self, ready, LockTable, TaskCandidate, TaskClaimPass};
+use crate::claim::{LockTable, TaskCandidate, TaskClaimPass};
 use crate::error::{Result, StoreError};
 use crate::model::Millis;
+use crate::sql::ready;
 use crate::sql::Value;
 use crate::task_changes;
 use crate::tasks::{
@@ -137,7 +138,7 @@ pub(crate) fn claim(
             task_type: row.get(1).map_err(map_err)?,
             locks: row.get(2).map_err(map_err)?,
         };
-        if !claim::ready(pass.consider(candidate, &mut LockHolders(conn)))? {
+        if !crate::sql::ready(pass.consider(candidate, &mut LockHolders(conn)))? {
             break;
         }
     }
