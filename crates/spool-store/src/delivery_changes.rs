@@ -1,7 +1,7 @@
 //! A delivery's status changes that are the same statements in both dialects, written once over
-//! [`Sql`]: the transition log's row, and the changes off the delivery path — a reservation or
-//! an unsent attempt given back, an operator's cancel, retry and decision, a late answer, a
-//! reconciliation check. What each change is, is decided in `model.rs` (`Delivery::refusal`,
+//! [`Sql`]: the transition log's row, an attempt's start record, and the changes off the
+//! delivery path — a reservation or an unsent attempt given back, an operator's cancel, retry
+//! and decision, a late answer, a reconciliation check. What each change is, is decided in `model.rs` (`Delivery::refusal`,
 //! `Resolution::decide`, the check's verdict); this is how it is written.
 //!
 //! The delivery path itself (claims, results, the next delivery started in the same step) stays
@@ -214,7 +214,8 @@ pub(crate) async fn unstart<S: Sql>(db: &S, id: &str, claim_seq: u32, now: Milli
     release(db, id, claim_seq, now, "released").await
 }
 
-/// An operator's cancel of a pending, failed, `unknown` or `manual_review` delivery.
+/// An operator's cancel of a pending delivery, or of an at-least-once one in flight (what
+/// `Delivery::refusal` allows).
 pub(crate) async fn cancel(
     db: &impl DeliveryRows,
     id: &str,
@@ -264,8 +265,8 @@ pub(crate) async fn retry(
     done(db, id).await
 }
 
-/// An operator's decision on an `unknown` or `manual_review` delivery, with the note that
-/// explains it in the transition log.
+/// An operator's decision on an `unknown` or `manual_review` delivery (or a `failed` one whose
+/// request may have arrived), with the note that explains it in the transition log.
 pub(crate) async fn resolve(
     db: &impl DeliveryRows,
     id: &str,

@@ -1,5 +1,6 @@
-//! The SQL behind every store operation. Write functions run on the writer thread inside a
-//! savepoint; read functions run on a reader connection. All state changes follow the rules in
+//! The SQL of deliveries on SQLite (what is the same in both dialects is `delivery_changes.rs`'s).
+//! Write functions run on the writer thread inside a savepoint; read functions run on a reader
+//! connection. All state changes follow the rules in
 //! `model`: claims are fenced by `claim_seq`, terminal rows are never reopened except by retry.
 
 use std::collections::HashSet;
