@@ -11,7 +11,7 @@ use crate::model::clip_error;
 use crate::sql::{Sql, Value};
 use crate::tasks::{
     CancelOf, ClaimedTask, Executor, Locks, NewTask, OrphanEnd, OrphanSettled, Task, TaskAction,
-    TaskAttemptEnd, TaskEnd, TaskStatus, Then,
+    TaskAttemptEnd, TaskEnd, TaskInsert, TaskStatus, Then,
 };
 
 /// A backend's connection that reads whole tasks (the columns and their stored forms are the
@@ -25,11 +25,48 @@ pub(crate) trait TaskRows: Sql {
     async fn task(&self, id: &str) -> Result<Option<Task>>;
 }
 
+/// Submit a task. With an idempotency key, a task already submitted under the same scope and
+/// key is answered instead: `Existing` if its digest is the same, `Conflict` otherwise. Two
+/// hosts racing on one key create one task: on PostgreSQL the loser's insert waits for the
+/// winner's commit and then inserts nothing.
+pub(crate) async fn submit(db: &impl TaskRows, new: &NewTask, now: Millis) -> Result<TaskInsert> {
+    if insert(db, new, now).await? {
+        let task = db.task(&new.id).await?.ok_or_else(|| vanished(&new.id))?;
+        return Ok(TaskInsert::Created(task));
+    }
+    let Some(key) = &new.idempotency_key else {
+        return Err(StoreError::Database(format!(
+            "task {} was not inserted, and it has no key",
+            new.id
+        )));
+    };
+    let found = db
+        .row(
+            "SELECT id, digest = $3 FROM tasks WHERE scope = $1 AND idempotency_key = $2",
+            &[(&new.scope).into(), key.into(), (&new.digest).into()],
+        )
+        .await?;
+    let Some(found) = found else {
+        // It was there for the insert and gone for this read: deleted in between. Running the
+        // submission again settles it.
+        return Err(StoreError::Contention(format!(
+            "the task holding key {key} in scope {} vanished",
+            new.scope
+        )));
+    };
+    let id = found.text(0)?;
+    if !found.bool(1)? {
+        return Ok(TaskInsert::Conflict { existing_id: id });
+    }
+    let task = db.task(&id).await?.ok_or_else(|| vanished(&id))?;
+    Ok(TaskInsert::Existing(task))
+}
+
 /// Insert a submitted task's row and its first log entry: due at its `not_before` (or now),
 /// its deadlines counted from now, its locks stored as a JSON array. `false`, and nothing
 /// written, when its (scope, key) is taken (on PostgreSQL after waiting for a concurrent
-/// inserter's outcome): the caller answers from the task that holds it.
-pub(crate) async fn insert(db: &impl Sql, new: &NewTask, now: Millis) -> Result<bool> {
+/// inserter's outcome).
+async fn insert(db: &impl Sql, new: &NewTask, now: Millis) -> Result<bool> {
     let due = new.not_before.map_or(now, |nb| nb.max(now));
     let queue_deadline = new.queue_timeout_ms.map(|t| now + t);
     let retry_deadline = new.retry_deadline_ms.map(|t| now + t);

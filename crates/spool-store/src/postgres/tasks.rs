@@ -46,52 +46,9 @@ const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, at
      ARRAY(SELECT name FROM task_steps WHERE task_steps.task_id = tasks.id \
            ORDER BY at, name COLLATE \"C\") AS completed_steps, ending";
 
-/// Submit a task. With an idempotency key, a task already submitted under the same scope and
-/// key is answered instead: `Existing` if its digest is the same, `Conflict` otherwise. Two
-/// hosts racing on one key create one task: the loser's insert waits for the winner's commit
-/// and then inserts nothing.
+/// Submit a task (see [`task_changes::submit`]).
 pub(crate) async fn insert(tx: &Tx<'_>, new: &NewTask, now: Millis) -> Result<TaskInsert> {
-    if !task_changes::insert(tx, new, now).await? {
-        return known(tx, new).await;
-    }
-    get(tx, &new.id)
-        .await?
-        .map(TaskInsert::Created)
-        .ok_or_else(|| StoreError::Database("inserted task vanished".into()))
-}
-
-/// The answer to a submission whose (scope, key) is taken: the task holding it, if it was
-/// submitted with the same digest, or a conflict.
-async fn known(tx: &Tx<'_>, new: &NewTask) -> Result<TaskInsert> {
-    let Some(key) = &new.idempotency_key else {
-        return Err(StoreError::Database(format!(
-            "task {} was not inserted, and it has no key",
-            new.id
-        )));
-    };
-    let Some(found) = row(
-        tx,
-        "SELECT id, digest FROM tasks WHERE scope = $1 AND idempotency_key = $2",
-        &[&new.scope, key],
-    )
-    .await?
-    else {
-        // It was there for the insert and gone for this read: deleted in between. Running the
-        // submission again settles it.
-        return Err(StoreError::Contention(format!(
-            "the task holding key {key} in scope {} vanished",
-            new.scope
-        )));
-    };
-    let id: String = column(&found, "id")?;
-    let digest: Vec<u8> = column(&found, "digest")?;
-    if digest != new.digest {
-        return Ok(TaskInsert::Conflict { existing_id: id });
-    }
-    get(tx, &id)
-        .await?
-        .map(TaskInsert::Existing)
-        .ok_or_else(|| StoreError::Database(format!("task {id} vanished")))
+    task_changes::submit(tx, new, now).await
 }
 
 /// End tasks whose time ran out while pending, as `timed_out`: never started by their queue

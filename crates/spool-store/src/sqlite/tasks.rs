@@ -27,35 +27,9 @@ const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, at
      (SELECT json_group_array(name) FROM (SELECT name FROM task_steps \
       WHERE task_steps.task_id = tasks.id ORDER BY at, name)), ending";
 
+/// Submit a task (see [`task_changes::submit`]).
 pub(crate) fn insert(conn: &Connection, new: &NewTask, now: Millis) -> Result<TaskInsert> {
-    if let Some(key) = &new.idempotency_key {
-        let known: Option<(String, Vec<u8>)> = conn
-            .prepare_cached(
-                "SELECT id, digest FROM tasks WHERE scope = ?1 AND idempotency_key = ?2",
-            )
-            .and_then(|mut st| {
-                st.query_row(params![new.scope, key], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-            })
-            .map_err(map_err)?;
-        if let Some((id, digest)) = known {
-            if digest != new.digest {
-                return Ok(TaskInsert::Conflict { existing_id: id });
-            }
-            return get(conn, &id)?
-                .map(TaskInsert::Existing)
-                .ok_or_else(|| StoreError::Database(format!("task {id} vanished")));
-        }
-    }
-    if !ready(task_changes::insert(conn, new, now))? {
-        return Err(StoreError::Database(format!(
-            "task {} was not inserted: its key was taken after it was checked",
-            new.id
-        )));
-    }
-    get(conn, &new.id)?
-        .map(TaskInsert::Created)
-        .ok_or_else(|| StoreError::Database("inserted task vanished".into()))
+    ready(task_changes::submit(conn, new, now))
 }
 
 /// End tasks whose time ran out while pending, as `timed_out`: never started by their queue
