@@ -15,6 +15,7 @@ use crate::model::{
     Delivery, DeliveryStatus, Disposition, OperatorAction, Resolution, TransitionOutcome,
 };
 use crate::sql::{Row, Sql, Value};
+use crate::status_log;
 use crate::stored::{decode_body, decode_headers, parse_mode};
 
 /// A backend's connection that reads whole deliveries (the columns and their stored forms are
@@ -38,6 +39,12 @@ pub(crate) struct Step {
     pub(crate) attempt: i64,
 }
 
+impl From<Step> for (i64, i64) {
+    fn from(step: Step) -> (i64, i64) {
+        (step.seq, step.attempt)
+    }
+}
+
 impl Step {
     /// The first two columns of a row returned by `RETURNING log_seq, attempts`.
     pub(crate) fn read(row: &Row) -> Result<Step> {
@@ -46,40 +53,6 @@ impl Step {
             attempt: row.int(1)?,
         })
     }
-}
-
-/// Append a status change to the delivery's transition log. Every write that changes a status
-/// bumps the row's `log_seq` and calls this in the same transaction.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one row of the log, written in one place; a struct would only rename the columns"
-)]
-pub(crate) async fn log(
-    db: &impl Sql,
-    id: &str,
-    from: Option<DeliveryStatus>,
-    to: DeliveryStatus,
-    step: Step,
-    at: Millis,
-    reason: &str,
-    note: Option<&str>,
-) -> Result<()> {
-    db.exec(
-        "INSERT INTO transitions (delivery_id, seq, from_status, to_status, attempt, at, \
-         reason, note) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            id.into(),
-            step.seq.into(),
-            from.map(DeliveryStatus::as_str).into(),
-            to.as_str().into(),
-            step.attempt.into(),
-            at.into(),
-            reason.into(),
-            note.into(),
-        ],
-    )
-    .await?;
-    Ok(())
 }
 
 /// Run an `UPDATE … RETURNING log_seq, attempts` of one delivery that must find its row.
@@ -178,7 +151,7 @@ pub(crate) async fn release<S: Sql>(
     };
     let (from, to) = (DeliveryStatus::InFlight, DeliveryStatus::Pending);
     let step = Step::read(&changed)?;
-    log(db, id, Some(from), to, step, now, reason, None).await?;
+    status_log::append(db, id, Some(from), to, step, now, reason, None).await?;
     Ok(true)
 }
 
@@ -235,7 +208,7 @@ pub(crate) async fn cancel(
     )
     .await?;
     let to = DeliveryStatus::Canceled;
-    log(db, id, Some(from), to, step, now, "canceled", None).await?;
+    status_log::append(db, id, Some(from), to, step, now, "canceled", None).await?;
     done(db, id).await
 }
 
@@ -261,7 +234,7 @@ pub(crate) async fn retry(
         format!("UPDATE deliveries SET {NEW_CYCLE} WHERE id = $1 RETURNING log_seq, attempts");
     let step = step(db, id, &sql, &[id.into(), now.into()]).await?;
     let to = DeliveryStatus::Pending;
-    log(db, id, Some(from), to, step, now, "retried", None).await?;
+    status_log::append(db, id, Some(from), to, step, now, "retried", None).await?;
     done(db, id).await
 }
 
@@ -301,7 +274,7 @@ pub(crate) async fn resolve(
             .await?
         }
     };
-    log(db, id, Some(from), to, step, now, reason, Some(note)).await?;
+    status_log::append(db, id, Some(from), to, step, now, reason, Some(note)).await?;
     done(db, id).await
 }
 
@@ -359,7 +332,7 @@ pub(crate) async fn late_answer<S: Sql>(
     .await?;
     let note = late_answer_note(result.http_status);
     let to = DeliveryStatus::Succeeded;
-    log(
+    status_log::append(
         db,
         id,
         Some(from),
@@ -452,7 +425,7 @@ pub(crate) async fn record_check<S: Sql>(
     )
     .await?;
     let from = Some(DeliveryStatus::Unknown);
-    log(db, id, from, to, step, now, reason, note.as_deref()).await?;
+    status_log::append(db, id, from, to, step, now, reason, note.as_deref()).await?;
     Ok(Applied::Now(to))
 }
 

@@ -667,6 +667,12 @@ impl crate::status_log::Logged for DeliveryStatus {
     const OWNERS: &'static str = "deliveries";
     const LOG: &'static str = "transitions";
     const KEY: &'static str = "delivery_id";
+    const APPEND: &'static str = "INSERT INTO transitions (delivery_id, seq, from_status, \
+        to_status, attempt, at, reason, note) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
 }
 
 /// One reconciliation check: a query to the target about an `unknown` delivery.

@@ -9,6 +9,7 @@ use crate::clock::Millis;
 use crate::error::{Result, StoreError};
 use crate::model::clip_error;
 use crate::sql::{Sql, Value};
+use crate::status_log;
 use crate::tasks::{
     CancelOf, ClaimedTask, Executor, Locks, NewTask, OrphanEnd, OrphanSettled, Task, TaskAction,
     TaskAttemptEnd, TaskEnd, TaskInsert, TaskStatus, Then,
@@ -103,7 +104,7 @@ async fn insert(db: &impl Sql, new: &NewTask, now: Millis) -> Result<bool> {
         return Ok(false);
     }
     let (to, first) = (TaskStatus::Pending, (1, 0));
-    log(db, &new.id, None, to, first, now, "submitted", None).await?;
+    status_log::append(db, &new.id, None, to, first, now, "submitted", None).await?;
     Ok(true)
 }
 
@@ -215,7 +216,7 @@ pub(crate) async fn change_with(
         release_locks(db, id).await?;
     }
     let seq_attempt = (step.int(0)?, step.int(1)?);
-    log(db, id, Some(from), to, seq_attempt, now, reason, note).await
+    status_log::append(db, id, Some(from), to, seq_attempt, now, reason, note).await
 }
 
 /// Give up every lock the task holds.
@@ -223,39 +224,6 @@ pub(crate) async fn release_locks(db: &impl Sql, id: &str) -> Result<()> {
     db.exec(
         "DELETE FROM task_locks WHERE task_id = $1",
         &[Value::Text(id)],
-    )
-    .await?;
-    Ok(())
-}
-
-/// One row of the transition log: its `seq` and the task's attempt count after the change.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one row of the log, written in one place"
-)]
-pub(crate) async fn log(
-    db: &impl Sql,
-    id: &str,
-    from: Option<TaskStatus>,
-    to: TaskStatus,
-    (seq, attempt): (i64, i64),
-    at: Millis,
-    reason: &str,
-    note: Option<&str>,
-) -> Result<()> {
-    db.exec(
-        "INSERT INTO task_transitions (task_id, seq, from_status, to_status, attempt, at, \
-         reason, note) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            id.into(),
-            seq.into(),
-            from.map(TaskStatus::as_str).into(),
-            to.as_str().into(),
-            attempt.into(),
-            at.into(),
-            reason.into(),
-            note.into(),
-        ],
     )
     .await?;
     Ok(())

@@ -551,6 +551,12 @@ impl crate::status_log::Logged for TaskStatus {
     const OWNERS: &'static str = "tasks";
     const LOG: &'static str = "task_transitions";
     const KEY: &'static str = "task_id";
+    const APPEND: &'static str = "INSERT INTO task_transitions (task_id, seq, from_status, \
+        to_status, attempt, at, reason, note) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
 }
 
 /// A running task whose executor is gone (it crashed, or stopped renewing its lease), taken
