@@ -8,6 +8,7 @@
 //! in each backend: PostgreSQL runs it as one stored function per step (`functions/steps.sql`),
 //! SQLite as statements its writer thread batches.
 
+use crate::changes;
 use crate::clock::Millis;
 use crate::error::{Result, StoreError};
 use crate::model::{
@@ -15,7 +16,6 @@ use crate::model::{
     Delivery, DeliveryStatus, Disposition, OperatorAction, Resolution, TransitionOutcome,
 };
 use crate::sql::{Row, Sql, Value};
-use crate::status_log;
 use crate::stored::{decode_body, decode_headers, parse_mode};
 
 /// A backend's connection that reads whole deliveries (the columns and their stored forms are
@@ -151,7 +151,7 @@ pub(crate) async fn release<S: Sql>(
     };
     let (from, to) = (DeliveryStatus::InFlight, DeliveryStatus::Pending);
     let step = Step::read(&changed)?;
-    status_log::append(db, id, Some(from), to, step, now, reason, None).await?;
+    changes::log(db, id, Some(from), to, step, now, reason, None).await?;
     Ok(true)
 }
 
@@ -208,7 +208,7 @@ pub(crate) async fn cancel(
     )
     .await?;
     let to = DeliveryStatus::Canceled;
-    status_log::append(db, id, Some(from), to, step, now, "canceled", None).await?;
+    changes::log(db, id, Some(from), to, step, now, "canceled", None).await?;
     done(db, id).await
 }
 
@@ -234,7 +234,7 @@ pub(crate) async fn retry(
         format!("UPDATE deliveries SET {NEW_CYCLE} WHERE id = $1 RETURNING log_seq, attempts");
     let step = step(db, id, &sql, &[id.into(), now.into()]).await?;
     let to = DeliveryStatus::Pending;
-    status_log::append(db, id, Some(from), to, step, now, "retried", None).await?;
+    changes::log(db, id, Some(from), to, step, now, "retried", None).await?;
     done(db, id).await
 }
 
@@ -274,7 +274,7 @@ pub(crate) async fn resolve(
             .await?
         }
     };
-    status_log::append(db, id, Some(from), to, step, now, reason, Some(note)).await?;
+    changes::log(db, id, Some(from), to, step, now, reason, Some(note)).await?;
     done(db, id).await
 }
 
@@ -332,7 +332,7 @@ pub(crate) async fn late_answer<S: Sql>(
     .await?;
     let note = late_answer_note(result.http_status);
     let to = DeliveryStatus::Succeeded;
-    status_log::append(
+    changes::log(
         db,
         id,
         Some(from),
@@ -425,7 +425,7 @@ pub(crate) async fn record_check<S: Sql>(
     )
     .await?;
     let from = Some(DeliveryStatus::Unknown);
-    status_log::append(db, id, from, to, step, now, reason, note.as_deref()).await?;
+    changes::log(db, id, from, to, step, now, reason, note.as_deref()).await?;
     Ok(Applied::Now(to))
 }
 

@@ -26,6 +26,7 @@
 // (`cargo doc --document-private-items` renders those links).
 #![allow(rustdoc::private_intra_doc_links)]
 
+mod changes;
 mod claim;
 pub mod clock;
 mod delivery_changes;

@@ -1,13 +1,11 @@
 //! The transition log's entry, one shape for deliveries and tasks: every status change, with
 //! the attempt count after it, its time and a stable reason code. Either log is appended to by
-//! [`append`], written once over `Sql`, and read by one function per backend over [`Logged`]
+//! `changes::log`, written once over `Sql`, and read by one function per backend over [`Logged`]
 //! (`sqlite/status_log.rs`, `postgres/status_log.rs`).
 
 use std::str::FromStr;
 
 use crate::clock::Millis;
-use crate::error::Result;
-use crate::sql::Sql;
 
 /// One status change, as a transition log keeps it. A delivery's is `model::Transition`, a
 /// task's `tasks::TaskTransition`.
@@ -39,40 +37,4 @@ pub trait Logged: FromStr<Err: std::error::Error + Send + Sync + 'static> + Size
 
     /// The status as the log stores it.
     fn name(self) -> &'static str;
-}
-
-/// Append a status change to its owner's log. Every write that changes a status bumps the
-/// owner's `log_seq` and calls this in the same transaction, with its position: the `seq` and
-/// the attempt count after the change that its `RETURNING log_seq, attempts` gave back (so logging costs
-/// one insert and no lookup).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one row of the log, written in one place; a struct would only rename the columns"
-)]
-pub(crate) async fn append<S: Logged + Copy>(
-    db: &impl Sql,
-    id: &str,
-    from: Option<S>,
-    to: S,
-    position: impl Into<(i64, i64)>,
-    at: Millis,
-    reason: &str,
-    note: Option<&str>,
-) -> Result<()> {
-    let (seq, attempt) = position.into();
-    db.exec(
-        S::APPEND,
-        &[
-            id.into(),
-            seq.into(),
-            from.map(S::name).into(),
-            to.name().into(),
-            attempt.into(),
-            at.into(),
-            reason.into(),
-            note.into(),
-        ],
-    )
-    .await?;
-    Ok(())
 }

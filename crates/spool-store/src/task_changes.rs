@@ -5,11 +5,11 @@
 //! each change is, is decided in `transitions.rs`/`tasks.rs` (`TaskEnd::decide`,
 //! `OrphanSettled::decide`, …); this is how it is written.
 
+use crate::changes;
 use crate::clock::Millis;
 use crate::error::{Result, StoreError};
 use crate::model::clip_error;
 use crate::sql::{Sql, Value};
-use crate::status_log;
 use crate::tasks::{
     CancelOf, ClaimedTask, Executor, Locks, NewTask, OrphanEnd, OrphanSettled, Task, TaskAction,
     TaskAttemptEnd, TaskEnd, TaskInsert, TaskStatus, Then,
@@ -104,7 +104,7 @@ async fn insert(db: &impl Sql, new: &NewTask, now: Millis) -> Result<bool> {
         return Ok(false);
     }
     let (to, first) = (TaskStatus::Pending, (1, 0));
-    status_log::append(db, &new.id, None, to, first, now, "submitted", None).await?;
+    changes::log(db, &new.id, None, to, first, now, "submitted", None).await?;
     Ok(true)
 }
 
@@ -216,7 +216,7 @@ pub(crate) async fn change_with(
         release_locks(db, id).await?;
     }
     let seq_attempt = (step.int(0)?, step.int(1)?);
-    status_log::append(db, id, Some(from), to, seq_attempt, now, reason, note).await
+    changes::log(db, id, Some(from), to, seq_attempt, now, reason, note).await
 }
 
 /// Give up every lock the task holds.

@@ -133,7 +133,7 @@ pub(crate) async fn insert(
         )));
     }
     let first = Step { seq: 1, attempt: 0 };
-    crate::status_log::append(
+    crate::changes::log(
         tx,
         &new.id,
         None,
@@ -391,7 +391,7 @@ async fn claim_one(
     };
     let step = step_of(&r)?;
     let started = started_row(&r)?;
-    crate::status_log::append(
+    crate::changes::log(
         tx,
         id,
         Some(DeliveryStatus::Pending),

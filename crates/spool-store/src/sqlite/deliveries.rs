@@ -120,7 +120,7 @@ pub(crate) fn insert(
         .map_err(map_err)?;
     }
     let first = Step { seq: 1, attempt: 0 };
-    crate::sql::ready(crate::status_log::append(
+    crate::sql::ready(crate::changes::log(
         conn,
         &new.id,
         None,
@@ -283,7 +283,7 @@ fn expire(conn: &Connection, id: &str, from: DeliveryStatus, now: Millis) -> Res
         )
         .and_then(|mut st| st.query_row(params![id, now], |r| step_at(r, 0)))
         .map_err(map_err)?;
-    crate::sql::ready(crate::status_log::append(
+    crate::sql::ready(crate::changes::log(
         conn,
         id,
         Some(from),
@@ -338,7 +338,7 @@ fn claim_one(
         seq: i64::from(seq),
         attempt: i64::from(row.attempt),
     };
-    crate::sql::ready(crate::status_log::append(
+    crate::sql::ready(crate::changes::log(
         conn,
         id,
         Some(DeliveryStatus::Pending),
@@ -468,7 +468,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
             )
         })
         .map_err(map_err)?;
-    crate::sql::ready(crate::status_log::append(
+    crate::sql::ready(crate::changes::log(
         conn,
         &result.id,
         Some(DeliveryStatus::InFlight),
@@ -562,7 +562,7 @@ fn reserve(
             })
         })
         .map_err(map_err)?;
-    crate::sql::ready(crate::status_log::append(
+    crate::sql::ready(crate::changes::log(
         conn,
         &id,
         Some(DeliveryStatus::Pending),
