@@ -139,6 +139,7 @@ impl SqliteStore {
         }
         prepare_writer(&conn, &path, fresh)?;
         schema::migrate(&conn).map_err(|e| schema_error(&path, e))?;
+        journal_jobs_in_memory(&conn)?;
         let mut readers = Vec::with_capacity(config.readers.max(1));
         for _ in 0..config.readers.max(1) {
             let r = Connection::open_with_flags(
@@ -163,6 +164,7 @@ impl SqliteStore {
         let reopen: writer::Reopen = Box::new(move || {
             let conn = open_read_write(&reopen_path)?;
             prepare_writer(&conn, &reopen_path, false)?;
+            journal_jobs_in_memory(&conn)?;
             Ok(conn)
         });
         let writer = writer::Writer::spawn(conn, reopen, signal, config.clock.clone())?;
@@ -919,6 +921,18 @@ fn prepare_writer(conn: &Connection, path: &Path, fresh: bool) -> Result<()> {
         .map_err(map_err)?;
     // After a burst, give the WAL file's space back once it is checkpointed and reset.
     conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)
+        .map_err(map_err)
+}
+
+/// The writer runs each job in a savepoint (see `writer`), and SQLite keeps the pages a job
+/// changes, as they were, in a statement journal until the savepoint is released. By default
+/// a journal past 64 KiB moves to a new temporary file (created in `/var/tmp`, unlinked, written
+/// to): a task's end and the next claim, which change more pages than that, paid a file's
+/// creation and removal in every commit. In memory, a journal costs what the job changed and
+/// no more: every job is bounded (bulk actions, purges and claims go a page at a time). Set
+/// after the migrations, whose index builds may sort more than memory should hold.
+fn journal_jobs_in_memory(conn: &Connection) -> Result<()> {
+    conn.pragma_update(None, "temp_store", "MEMORY")
         .map_err(map_err)
 }
 
