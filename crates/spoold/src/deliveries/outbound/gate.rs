@@ -10,13 +10,26 @@
 //!
 //! An empty body is never asked for (hyper writes the head alone), so requests without a body
 //! have only the check before the hop.
+//!
+//! The window left is between that look at the clock and the write: a host stopped there
+//! writes when it wakes. It is microseconds wide, but it cannot be closed from this side of
+//! the connection, so each body let through is logged at `trace` level with the wall-clock
+//! time of its look ([`RELEASED`]): a request that reached its target late can then be told
+//! apart, a stop inside the window (looked before the stop) from a gate that failed (looked
+//! after the wake). The shared-database SIGSTOP test reads these lines.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
+use http::HeaderValue;
 use http_body::{Frame, SizeHint};
+
+/// The message of the `trace` event logged for each body let through, with the fields
+/// `delivery_id` (the request's `X-Spoold-Delivery-ID`, if any) and `looked_at_us` (when the
+/// clock was read, microseconds since the Unix epoch).
+pub const RELEASED: &str = "request body released to its connection";
 
 /// The gate was closed when the connection asked for the body: nothing was written.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +41,8 @@ struct Gated {
     body: Option<Bytes>,
     len: u64,
     write_by: Instant,
+    /// The request's delivery id, for the `trace` event.
+    delivery_id: Option<HeaderValue>,
 }
 
 impl http_body::Body for Gated {
@@ -41,9 +56,18 @@ impl http_body::Body for Gated {
         let Some(body) = self.body.take() else {
             return Poll::Ready(None);
         };
+        // Read first: a stop that comes after the look, whenever the look was, comes after it.
+        let looked_at = SystemTime::now();
         if Instant::now() > self.write_by {
             return Poll::Ready(Some(Err(Closed)));
         }
+        tracing::trace!(
+            delivery_id = self.delivery_id.as_ref().and_then(|v| v.to_str().ok()),
+            looked_at_us = looked_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
+            "{RELEASED}"
+        );
         Poll::Ready(Some(Ok(Frame::data(body))))
     }
 
@@ -57,8 +81,13 @@ impl http_body::Body for Gated {
     }
 }
 
-/// `bytes` as a request body that is not written past `write_by` (empty bodies as they are).
-pub(super) fn body(bytes: Bytes, write_by: Instant) -> reqwest::Body {
+/// `bytes` as a request body that is not written past `write_by` (empty bodies as they are);
+/// `delivery_id` names it in the `trace` event.
+pub(super) fn body(
+    bytes: Bytes,
+    write_by: Instant,
+    delivery_id: Option<&HeaderValue>,
+) -> reqwest::Body {
     if bytes.is_empty() {
         return reqwest::Body::from(bytes);
     }
@@ -66,6 +95,7 @@ pub(super) fn body(bytes: Bytes, write_by: Instant) -> reqwest::Body {
         len: bytes.len() as u64,
         body: Some(bytes),
         write_by,
+        delivery_id: delivery_id.cloned(),
     })
 }
 

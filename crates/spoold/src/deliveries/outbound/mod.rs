@@ -20,6 +20,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use url::{Host, Url};
 
+pub use gate::RELEASED as BODY_RELEASED;
 pub use policy::{AddressPolicy, Cidr, Denied};
 
 /// How much of a response body is kept (for `lastError`).
@@ -356,7 +357,11 @@ impl Outbound {
                 let resp = client
                     .request(method.clone(), url.clone())
                     .headers(headers.clone())
-                    .body(gate::body(body.clone(), write_by))
+                    .body(gate::body(
+                        body.clone(),
+                        write_by,
+                        headers.get(spool_proto::DELIVERY_ID_HEADER),
+                    ))
                     .send()
                     .await
                     .map_err(|e| {
