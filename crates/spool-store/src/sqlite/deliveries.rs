@@ -958,16 +958,18 @@ pub(crate) fn origins(
 }
 
 /// Bytes in use: pages minus free pages. The WAL is not counted; it is bounded by checkpoints.
+///
+/// Checked before every create, so each number is a PRAGMA statement of its own, prepared once:
+/// their table-valued forms (`pragma_page_count`, …) prepare a statement on every call.
 pub(crate) fn db_bytes(conn: &Connection) -> Result<u64> {
-    let (pages, free, size): (u64, u64, u64) = conn
-        .prepare_cached(
-            "SELECT (SELECT page_count FROM pragma_page_count), \
-                    (SELECT freelist_count FROM pragma_freelist_count), \
-                    (SELECT page_size FROM pragma_page_size)",
-        )
-        .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))))
-        .map_err(map_err)?;
-    Ok(pages.saturating_sub(free) * size)
+    let read = |pragma: &str| {
+        conn.prepare_cached(pragma)
+            .and_then(|mut st| st.query_row([], |r| r.get::<_, u64>(0)))
+            .map_err(map_err)
+    };
+    let pages = read("PRAGMA page_count")?;
+    let free = read("PRAGMA freelist_count")?;
+    Ok(pages.saturating_sub(free) * read("PRAGMA page_size")?)
 }
 
 fn row_to_delivery(r: &Row<'_>, full: bool) -> rusqlite::Result<Delivery> {
