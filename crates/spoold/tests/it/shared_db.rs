@@ -728,9 +728,9 @@ const STOP_CYCLES: usize = 50;
 ///
 /// The window the design leaves — A stopped between the body's look at the clock and the write
 /// itself, a few microseconds wide — was hit in one CI run so far (50 stops, about 200 requests
-/// a second: a stop lands on a request between the two). A's log says when each body's look was (`BODY_RELEASED`, at `trace`), so
-/// a late request is told apart: looked before a stop and arrived after the wake, it was caught
-/// inside the window (counted, shown, allowed); looked after a wake, the gate failed.
+/// a second). A's log says when each body's look was (`BODY_RELEASED`, at `trace`), so a late
+/// request is told apart: looked before a stop and arrived after the wake, it was caught inside
+/// the window (counted, shown, allowed); looked after a wake, the gate failed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_host_writes_nothing_after_its_claim_was_taken_back() {
     let Some(db) = TestDatabase::create().await.expect("test database") else {

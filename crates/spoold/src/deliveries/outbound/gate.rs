@@ -56,7 +56,7 @@ impl http_body::Body for Gated {
         let Some(body) = self.body.take() else {
             return Poll::Ready(None);
         };
-        // Read first: a stop that comes after the look, whenever the look was, comes after it.
+        // Read before the check: a stop between the check and the write comes after this time.
         let looked_at = SystemTime::now();
         if Instant::now() > self.write_by {
             return Poll::Ready(Some(Err(Closed)));
