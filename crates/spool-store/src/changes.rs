@@ -9,8 +9,8 @@ use crate::status_log::Logged;
 
 /// Append a status change to its owner's log. Every write that changes a status bumps the
 /// owner's `log_seq` and calls this in the same transaction, with its position: the `seq` and
-/// the attempt count after the change that its `RETURNING log_seq, attempts` gave back (so logging costs
-/// one insert and no lookup).
+/// the attempt count after the change, as its `RETURNING log_seq, attempts` gave them back (so
+/// logging costs one insert and no lookup).
 #[allow(
     clippy::too_many_arguments,
     reason = "one row of the log, written in one place; a struct would only rename the columns"

@@ -6,8 +6,8 @@
 //! it chose.
 //!
 //! PostgreSQL's statements are asynchronous and SQLite's are not; the pass is written as an
-//! `async fn` and SQLite's writer thread drives it with [`crate::sql::ready`], which polls it once: none of
-//! SQLite's statements ever waits, so the pass is done in that one poll.
+//! `async fn` and SQLite's writer thread drives it with [`crate::sql::ready`], which polls it
+//! once: none of SQLite's statements ever waits, so the pass is done in that one poll.
 
 use std::collections::{HashMap, HashSet};
 

@@ -1,8 +1,9 @@
 //! A delivery's status changes that are the same statements in both dialects, written once over
 //! [`Sql`]: the transition log's row, an attempt's start record, and the changes off the
 //! delivery path — a reservation or an unsent attempt given back, an operator's cancel, retry
-//! and decision, a late answer, a reconciliation check. What each change is, is decided in `model.rs` (`Delivery::refusal`,
-//! `Resolution::decide`, the check's verdict); this is how it is written.
+//! and decision, a late answer, a reconciliation check. What each change is, is decided in
+//! `model.rs` (`Delivery::refusal`, `Resolution::decide`, the check's verdict); this is how it
+//! is written.
 //!
 //! The delivery path itself (claims, results, the next delivery started in the same step) stays
 //! in each backend: PostgreSQL runs it as one stored function per step (`functions/steps.sql`),

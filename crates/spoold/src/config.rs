@@ -549,7 +549,7 @@ impl std::fmt::Debug for AuthToken {
 /// `--concurrency` is smaller).
 pub const DEFAULT_PER_TARGET: u32 = 8;
 
-pub use spool_proto::MAX_CHECK_INTERVAL;
+use spool_proto::MAX_CHECK_INTERVAL;
 
 /// Default of `--max-connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;

@@ -1,13 +1,14 @@
-//! The SQL of deliveries on SQLite (what is the same in both dialects is `delivery_changes.rs`'s).
-//! Write functions run on the writer thread inside a savepoint; read functions run on a reader
-//! connection. All state changes follow the rules in
-//! `model`: claims are fenced by `claim_seq`, terminal rows are never reopened except by retry.
+//! The SQL of deliveries on SQLite (what is the same in both dialects is in
+//! `delivery_changes.rs`). Write functions run on the writer thread inside a savepoint; read
+//! functions run on a reader connection. All state changes follow the rules in `model`: claims
+//! are fenced by `claim_seq`, terminal rows are never reopened except by retry.
 
 use std::collections::HashSet;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::map_err;
+use crate::changes;
 use crate::claim::{self, Candidate, ClaimIo};
 use crate::delivery_changes::{self, StartedRow, Step};
 use crate::error::{Result, StoreError};
@@ -17,6 +18,7 @@ use crate::model::{
     NewDelivery, OriginCounts, Page, Reclaimed, Reservation, StartOutcome, Stats, Taken,
     DEFAULT_OBSERVATION_WINDOW_MS,
 };
+use crate::sql::ready;
 use crate::stored::{
     decode_body, decode_headers, encode_body, encode_headers, full_columns, list_columns,
     parse_mode,
@@ -120,7 +122,7 @@ pub(crate) fn insert(
         .map_err(map_err)?;
     }
     let first = Step { seq: 1, attempt: 0 };
-    crate::sql::ready(crate::changes::log(
+    ready(changes::log(
         conn,
         &new.id,
         None,
@@ -148,7 +150,7 @@ pub(crate) fn claim(
         now,
         lease_until: now + lease_ms,
     };
-    crate::sql::ready(claim::run(ClaimPass::new(capacity, limit), now, &mut io))
+    ready(claim::run(ClaimPass::new(capacity, limit), now, &mut io))
 }
 
 /// A claim pass's statements, inside the writer's transaction.
@@ -283,7 +285,7 @@ fn expire(conn: &Connection, id: &str, from: DeliveryStatus, now: Millis) -> Res
         )
         .and_then(|mut st| st.query_row(params![id, now], |r| step_at(r, 0)))
         .map_err(map_err)?;
-    crate::sql::ready(crate::changes::log(
+    ready(changes::log(
         conn,
         id,
         Some(from),
@@ -338,7 +340,7 @@ fn claim_one(
         seq: i64::from(seq),
         attempt: i64::from(row.attempt),
     };
-    crate::sql::ready(crate::changes::log(
+    ready(changes::log(
         conn,
         id,
         Some(DeliveryStatus::Pending),
@@ -348,7 +350,7 @@ fn claim_one(
         "claimed",
         None,
     ))?;
-    crate::sql::ready(row.into_claimed(conn, id, origin, now, lease_until))
+    ready(row.into_claimed(conn, id, origin, now, lease_until))
 }
 
 /// The row a start returned, from its first column (see [`StartedRow`]).
@@ -468,7 +470,7 @@ pub(crate) fn complete(conn: &Connection, result: &AttemptResult, now: Millis) -
             )
         })
         .map_err(map_err)?;
-    crate::sql::ready(crate::changes::log(
+    ready(changes::log(
         conn,
         &result.id,
         Some(DeliveryStatus::InFlight),
@@ -562,7 +564,7 @@ fn reserve(
             })
         })
         .map_err(map_err)?;
-    crate::sql::ready(crate::changes::log(
+    ready(changes::log(
         conn,
         &id,
         Some(DeliveryStatus::Pending),
@@ -616,14 +618,8 @@ pub(crate) fn start(
         )
         .and_then(|mut st| st.query_row(params![reservation.id, lease_until], started_row))
         .map_err(map_err)?;
-    crate::sql::ready(row.into_claimed(
-        conn,
-        &reservation.id,
-        &reservation.origin,
-        now,
-        lease_until,
-    ))
-    .map(StartOutcome::Started)
+    ready(row.into_claimed(conn, &reservation.id, &reservation.origin, now, lease_until))
+        .map(StartOutcome::Started)
 }
 
 /// At start-up, when we hold the database's lock and so know the owner of every claim is dead:
@@ -684,7 +680,7 @@ fn take_back(
 ) -> Result<Reclaimed> {
     let mut taken = Reclaimed::default();
     for (id, claim_seq, mode) in claims {
-        if crate::sql::ready(delivery_changes::release(conn, id, *claim_seq, now, code))? {
+        if ready(delivery_changes::release(conn, id, *claim_seq, now, code))? {
             taken.released += 1;
             continue;
         }

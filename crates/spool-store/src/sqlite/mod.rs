@@ -926,11 +926,13 @@ fn prepare_writer(conn: &Connection, path: &Path, fresh: bool) -> Result<()> {
 
 /// The writer runs each job in a savepoint (see `writer`), and SQLite keeps the pages a job
 /// changes, as they were, in a statement journal until the savepoint is released. By default
-/// a journal past 64 KiB moves to a new temporary file (created in `/var/tmp`, unlinked, written
-/// to): a task's end and the next claim, which change more pages than that, paid a file's
-/// creation and removal in every commit. In memory, a journal costs what the job changed and
-/// no more: every job is bounded (bulk actions, purges and claims go a page at a time). Set
-/// after the migrations, whose index builds may sort more than memory should hold.
+/// a journal past 64 KiB moves to a new temporary file (in `SQLITE_TMPDIR`, `TMPDIR` or
+/// `/var/tmp`; created, unlinked, written to): a task's end and the next claim, which change
+/// more pages than that, paid a file's creation and removal in every commit. `temp_store =
+/// MEMORY` keeps every temporary structure of this connection in memory (statement journals,
+/// and the sorts and temporary tables of its statements), each costing what its job touched:
+/// every job is bounded (bulk actions, purges and claims go a page at a time). Set after the
+/// migrations, whose index builds may sort more than memory should hold.
 fn journal_jobs_in_memory(conn: &Connection) -> Result<()> {
     conn.pragma_update(None, "temp_store", "MEMORY")
         .map_err(map_err)

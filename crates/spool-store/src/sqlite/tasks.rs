@@ -12,8 +12,7 @@ use super::map_err;
 use crate::claim::{LockTable, TaskCandidate, TaskClaimPass};
 use crate::error::{Result, StoreError};
 use crate::model::Millis;
-use crate::sql::ready;
-use crate::sql::Value;
+use crate::sql::{ready, Value};
 use crate::task_changes;
 use crate::tasks::{
     AttemptProcess, ClaimType, Claimed, Executor, HeldLock, NewTask, Orphaned, Renewed, StepRecord,
@@ -112,7 +111,7 @@ pub(crate) fn claim(
             task_type: row.get(1).map_err(map_err)?,
             locks: row.get(2).map_err(map_err)?,
         };
-        if !crate::sql::ready(pass.consider(candidate, &mut LockHolders(conn)))? {
+        if !ready(pass.consider(candidate, &mut LockHolders(conn)))? {
             break;
         }
     }

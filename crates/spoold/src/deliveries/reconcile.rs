@@ -194,8 +194,8 @@ pub fn verdict(
     }
 }
 
-/// `base · 2^checks_done` after `now`, at most [`MAX_CHECK_INTERVAL`](spool_proto::MAX_CHECK_INTERVAL), and never after the
-/// window closes (the last check is made then).
+/// `base · 2^checks_done` after `now`, at most [`spool_proto::MAX_CHECK_INTERVAL`], and never
+/// after the window closes (the last check is made then).
 pub fn next_check(now: Millis, review_at: Millis, checks_done: u32, base: Duration) -> Millis {
     let factor = 2f64.powi(checks_done.min(30) as i32);
     let wait = (base.as_secs_f64() * factor).min(spool_proto::MAX_CHECK_INTERVAL.as_secs_f64());

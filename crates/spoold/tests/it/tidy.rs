@@ -1,7 +1,11 @@
 //! Conventions the code base keeps, checked mechanically (after rust-analyzer's tidy test):
 //! every source file says what it is for, and the boundaries named in ARCHITECTURE.md hold.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+/// Modules (by path from the crate root) and the modules each imports.
+type Imports = BTreeMap<Vec<String>, BTreeSet<Vec<String>>>;
 
 fn sources() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -196,8 +200,9 @@ fn every_setting_is_in_the_shipped_configuration_file() {
 
 /// No two modules of a crate import each other, directly or through others (a module and its
 /// own submodules aside): each file has a place in one order, and can be read knowing only what
-/// is below it. The same holds for the crate's rooms (its top-level modules and folders). References are read from `crate::`, `super::` and `self::` paths (and `use`
-/// groups) in code outside comments and `#[cfg(test)]` modules.
+/// is below it. The same holds for the crate's rooms (its top-level modules and folders).
+/// References are read from `crate::`, `super::` and `self::` paths (and `use` groups) in code
+/// outside comments and `#[cfg(test)]` modules.
 #[test]
 fn modules_import_each_other_in_no_circle() {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -213,7 +218,6 @@ fn modules_import_each_other_in_no_circle() {
 
 /// The circles among the modules under `src`, each as `a -> b -> … -> a`.
 fn circles_in(src: &Path) -> Vec<String> {
-    use std::collections::{BTreeMap, BTreeSet};
     let path_re =
         regex::Regex::new(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)(::\{[^}]*\})?")
             .expect("regex");
@@ -242,7 +246,7 @@ fn circles_in(src: &Path) -> Vec<String> {
             .find(|prefix| files.contains_key(prefix))
     };
     let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
-    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    let mut edges = Imports::new();
     for (module, file) in &files {
         let text = std::fs::read_to_string(file).expect("read");
         let code: String = text
@@ -299,7 +303,7 @@ fn circles_in(src: &Path) -> Vec<String> {
     }
     // The same at the level of rooms (a crate's top-level modules: `config`, `api/`,
     // `deliveries/`, …): what one room's files import from another's, no room imports back.
-    let mut rooms: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    let mut rooms = Imports::new();
     for (a, deps) in &edges {
         let room = a[..1].to_vec();
         let entry = rooms.entry(room.clone()).or_default();
@@ -315,11 +319,7 @@ fn circles_in(src: &Path) -> Vec<String> {
 }
 
 /// The circles of a graph of modules: each edge `a -> b` with a path back from `b` to `a`.
-fn circles_of(
-    src: &Path,
-    edges: &std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
-) -> Vec<String> {
-    use std::collections::BTreeSet;
+fn circles_of(src: &Path, edges: &Imports) -> Vec<String> {
     let mut circles = Vec::new();
     for (a, deps) in edges {
         for b in deps {
