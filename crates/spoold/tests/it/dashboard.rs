@@ -1,7 +1,8 @@
 //! The dashboard (`/ui`) in a real headless Chromium: `tests/ui/dashboard.cjs` drives Debian's
 //! Chromium with playwright-core against a real spoold that asks for a bearer token and holds
-//! failed and waiting deliveries — the pages load, the numbers match the API, the buttons
-//! change state, the keyboard works, and each page is photographed into
+//! failed and waiting deliveries and tasks for later — the pages load, the numbers match the
+//! API, the buttons change state (bulk actions after counting), an export downloads what the
+//! API exports, the keyboard works, and each page is photographed into
 //! `target/ui-screenshots/`. Needs `SPOOLD_TEST_UITOOLS` (a directory with playwright-core in
 //! its node_modules, which `scripts/test` installs) and Chromium; `SPOOLD_REQUIRE_TOOLS` makes
 //! their absence a failure, as CI does.
@@ -102,6 +103,18 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
     assert_eq!(status, 201);
     let task: serde_json::Value = serde_json::from_slice(&task).expect("JSON");
     let task = task["id"].as_str().expect("task id").to_owned();
+    // More than a page of tasks for later, for the listing's pages and a bulk cancel.
+    for _ in 0..51 {
+        let (status, _, _) = api
+            .request(
+                http::Method::POST,
+                "/v1/tasks",
+                Some(br#"{"type": "talk", "notBefore": "2099-01-01T00:00:00Z"}"#.to_vec()),
+            )
+            .await
+            .expect("submit");
+        assert_eq!(status, 201);
+    }
 
     let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
     std::fs::create_dir_all(&shots).expect("screenshot directory");
@@ -131,6 +144,7 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
         "overview",
         "deliveries",
         "delivery",
+        "bulk",
         "targets",
         "tasks",
         "locks",

@@ -1,6 +1,7 @@
 // The dashboard in a real headless Chromium (Debian's, driven by playwright-core): the pages
 // load, the numbers match the API, the buttons change state, the keyboard reaches everything,
-// and a screenshot of each page is written. Run by tests/it/dashboard.rs with BASE_URL (a
+// bulk actions count before they act, an export downloads what the API exports, and a screenshot
+// of each page is written. Run by tests/it/dashboard.rs with BASE_URL (a
 // spoold with a bearer token and some deliveries), TOKEN, TARGET (an origin with deliveries)
 // and SHOTS (a directory). Exit status 0 when every check held.
 
@@ -97,6 +98,78 @@ async function eventually(what, check) {
   await eventually("resumed", async () => {
     const t = (await api("GET", "/v1/targets?limit=500")).targets.find((x) => x.origin === TARGET);
     assert.ok(t && !t.paused, "resumed in the API");
+  });
+
+  // Everything that matches: the dry run counts (and changes nothing), the confirmation acts,
+  // and the API agrees.
+  await page.goto(`${BASE_URL}/ui#/deliveries?status=failed`);
+  await page.waitForSelector("button[data-bulk=retry]");
+  const stillFailed = await api("GET", "/v1/deliveries?status=failed&limit=500");
+  assert.ok(stillFailed.count > 0, "failed deliveries left to retry in bulk");
+  await page.click("button[data-bulk=retry]");
+  await page.waitForSelector("#bulk-count");
+  assert.equal(await page.getAttribute("#bulk-count", "data-changed"), String(stillFailed.count));
+  assert.equal((await api("GET", "/v1/deliveries?status=failed&limit=500")).count, stillFailed.count, "a count changes nothing");
+  await shot("bulk");
+  await page.click("button[data-bulk-confirm=retry]");
+  await eventually("the bulk retry is reported", async () => {
+    assert.match(await page.textContent("#status"), new RegExp(`retry every matching one of the deliveries: ${stillFailed.count} changed, 0 left`));
+  });
+  // Sent again, and the receiver now says 200.
+  await eventually("the retried deliveries arrive", async () => {
+    for (const d of stillFailed.deliveries) {
+      assert.equal((await api("GET", `/v1/deliveries/${d.id}`)).status, "succeeded", `${d.id} retried`);
+    }
+  });
+  // "Do nothing" does nothing.
+  await page.goto(`${BASE_URL}/ui#/deliveries?status=pending`);
+  await page.waitForSelector("button[data-bulk=cancel]");
+  const waiting = (await api("GET", "/v1/deliveries?status=pending&limit=500")).count;
+  await page.click("button[data-bulk=cancel]");
+  await page.click("button[data-bulk-dismiss]");
+  assert.equal(await page.$("#bulk-count"), null);
+  assert.equal((await api("GET", "/v1/deliveries?status=pending&limit=500")).count, waiting, "nothing canceled");
+
+  // Export: every delivery the listing matches, one record a line, as the API exports them.
+  await page.goto(`${BASE_URL}/ui#/deliveries`);
+  await page.waitForSelector("#export");
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click("#export")]);
+  assert.match(download.suggestedFilename(), /^spoold-export-.*\.ndjson$/);
+  const lines = require("node:fs").readFileSync(await download.path(), "utf8").split("\n");
+  assert.equal(lines.pop(), "", "the file ends with a newline");
+  const records = lines.map((line) => JSON.parse(line));
+  const exported = await api("GET", "/v1/export?limit=500");
+  assert.ok(exported.records.length > 0 && !exported.nextCursor);
+  assert.deepEqual(records.map((r) => r.delivery.id).sort(), exported.records.map((r) => r.delivery.id).sort());
+  assert.deepEqual(records.find((r) => r.delivery.id === id).delivery.body, exported.records.find((r) => r.delivery.id === id).delivery.body);
+  await eventually("the export is reported", async () => {
+    assert.match(await page.textContent("#status"), new RegExp(`export: ${records.length} deliveries saved`));
+  });
+
+  // Tasks: filtered by the form, a page at a time (50 a page), and cancelled in bulk.
+  const later = await api("GET", "/v1/tasks?status=pending&type=talk&limit=500");
+  assert.equal(later.count, 51, "the test's 51 tasks for later");
+  await page.goto(`${BASE_URL}/ui#/tasks`);
+  await page.waitForSelector("#task-filter");
+  await page.selectOption("#task-filter select[name=status]", "pending");
+  await page.selectOption("#task-filter select[name=type]", "talk");
+  await page.click("#task-filter button[type=submit]");
+  await page.waitForSelector("#next-page");
+  assert.equal(await page.evaluate(() => location.hash), "#/tasks?status=pending&type=talk");
+  const firstPage = await page.$$eval("tbody tr td:first-child a", (links) => links.map((a) => a.textContent));
+  assert.deepEqual(firstPage, later.tasks.slice(0, 50).map((t) => t.id));
+  await page.click("#next-page");
+  await eventually("the second page", async () => {
+    const rest = await page.$$eval("tbody tr td:first-child a", (links) => links.map((a) => a.textContent));
+    assert.deepEqual(rest, [later.tasks[50].id]);
+  });
+  assert.equal(await page.$("#next-page"), null, "no third page");
+  await page.click("button[data-bulk=cancel]");
+  await page.waitForSelector("#bulk-count");
+  assert.equal(await page.getAttribute("#bulk-count", "data-changed"), "51");
+  await page.click("button[data-bulk-confirm=cancel]");
+  await eventually("the tasks are canceled", async () => {
+    assert.equal((await api("GET", "/v1/tasks?status=canceled&type=talk&limit=500")).count, 51);
   });
 
   // A running task's output is followed live: the first line, then the rest once the script

@@ -102,16 +102,58 @@ async function overview() {
     ]))}`;
 }
 
+const select = (name, values, chosen) =>
+  `<select name="${name}">${values.map((v) => `<option value="${esc(v)}"${chosen === v ? " selected" : ""}>${esc(v || "any")}</option>`).join("")}</select>`;
+
+// The link to a listing's next page, if there is one.
+function nextPage(kind, query, cursor) {
+  if (!cursor) return "";
+  const next = new URLSearchParams(query);
+  next.set("cursor", cursor);
+  return `<p><a id="next-page" href="#/${kind}?${esc(next.toString())}">Next page</a></p>`;
+}
+
+// What a listing's bulk actions and export act on: everything its filter matches. The filters
+// are the listing's query, in the shape each bulk endpoint takes.
+const BULK = {
+  deliveries: {
+    path: "/v1/deliveries/bulk",
+    noun: "deliveries",
+    filter: (q) => ({ ...(q.get("status") && { status: q.get("status") }), ...(q.get("target") && { targetOrigin: q.get("target") }) }),
+    actions: [["retry", "Retry the failed ones"], ["cancel", "Cancel the waiting ones"]],
+    narrow: "a status or a target",
+  },
+  tasks: {
+    path: "/v1/tasks/bulk",
+    noun: "tasks",
+    filter: (q) => ({ ...(q.get("status") && { status: q.get("status") }), ...(q.get("type") && { type: q.get("type") }) }),
+    actions: [["retry", "Retry the ended ones"], ["cancel", "Cancel the pending and running ones"]],
+    narrow: "a status or a type",
+  },
+};
+
+function bulkPanel(kind, query, extra = "") {
+  const bulk = BULK[kind];
+  const filtered = Object.keys(bulk.filter(query)).length > 0;
+  const buttons = filtered ? bulk.actions.map(([action, label]) => `<button type="button" data-bulk="${action}">${esc(label)}…</button>`) : [];
+  return `<section aria-labelledby="bulk-heading">
+    <h2 id="bulk-heading">Everything that matches</h2>
+    <p class="muted">${filtered
+      ? `Acts on every one of the ${bulk.noun} this filter matches, not only this page: counted first, done when you confirm.`
+      : `Choose ${bulk.narrow} to act on every one of the ${bulk.noun} that match.`}</p>
+    <div class="actions">${buttons.join("")}${extra}</div>
+    <div id="bulk-confirm"></div>
+  </section>`;
+}
+
 async function deliveries(query) {
   const params = new URLSearchParams({ limit: "50", order: "desc" });
   for (const key of ["status", "target", "cursor"]) if (query.get(key)) params.set(key, query.get(key));
   const list = await api("GET", `/v1/deliveries?${params}`);
   const statuses = ["", "pending", "in_flight", "succeeded", "failed", "canceled", "unknown", "manual_review"];
-  const next = new URLSearchParams(query);
-  if (list.nextCursor) next.set("cursor", list.nextCursor);
   return `<h1>Deliveries</h1>
     <form class="inline" id="filter">
-      <label>Status <select name="status">${statuses.map((s) => `<option value="${s}"${query.get("status") === s ? " selected" : ""}>${s || "any"}</option>`).join("")}</select></label>
+      <label>Status ${select("status", statuses, query.get("status") ?? "")}</label>
       <label>Target <input name="target" value="${esc(query.get("target") ?? "")}" placeholder="https://hooks.example.com"></label>
       <button type="submit">Show</button>
     </form>
@@ -119,7 +161,8 @@ async function deliveries(query) {
       td(idLink("delivery", d.id)), td(statusCell(d.status)), td(`${esc(d.attempts)}/${esc(d.maxAttempts)}`, true),
       td(esc(d.method)), td(`<code>${esc(d.targetUrl)}</code>`), td(esc(d.updatedAt)),
     ]), "No deliveries match.")}
-    ${list.nextCursor ? `<p><a href="#/deliveries?${esc(next.toString())}">Next page</a></p>` : ""}`;
+    ${nextPage("deliveries", query, list.nextCursor)}
+    ${bulkPanel("deliveries", query, `<button type="button" id="export">Export as NDJSON</button>`)}`;
 }
 
 async function delivery(id) {
@@ -166,13 +209,24 @@ async function targets() {
 
 async function tasks(query) {
   const params = new URLSearchParams({ limit: "50" });
-  if (query.get("status")) params.set("status", query.get("status"));
-  const list = await api("GET", `/v1/tasks?${params}`);
+  for (const key of ["status", "type", "cursor"]) if (query.get(key)) params.set(key, query.get(key));
+  const [list, declared] = await Promise.all([api("GET", `/v1/tasks?${params}`), api("GET", "/v1/task-types")]);
+  const statuses = ["", "pending", "running", "succeeded", "failed", "timed_out", "interrupted", "canceled", "manual_review"];
+  // Tasks of a type removed since may still be listed by name.
+  const types = ["", ...declared.types.map((t) => t.name)];
+  if (query.get("type") && !types.includes(query.get("type"))) types.push(query.get("type"));
   return `<h1>Tasks</h1>
+    <form class="inline" id="task-filter">
+      <label>Status ${select("status", statuses, query.get("status") ?? "")}</label>
+      <label>Type ${select("type", types, query.get("type") ?? "")}</label>
+      <button type="submit">Show</button>
+    </form>
     ${table("Oldest first", ["Task", "Type", "Status", "Attempt", "Created", "Error"], list.tasks.map((t) => [
       td(idLink("task", t.id)), td(esc(t.type)), td(statusCell(t.status)), td(`${esc(t.attempt)}/${esc(t.maxAttempts)}`, true),
       td(esc(t.createdAt)), td(esc(t.errorCode ?? "")),
-    ]), "No tasks.")}`;
+    ]), "No tasks match.")}
+    ${nextPage("tasks", query, list.nextCursor)}
+    ${bulkPanel("tasks", query)}`;
 }
 
 async function task(id) {
@@ -253,13 +307,17 @@ async function follow(id) {
 }
 let rendered = false;
 
+// The page (`#/deliveries?status=failed` → ["deliveries"] and its query).
+function route() {
+  const [path, search = ""] = location.hash.replace(/^#/, "").split("?");
+  return { parts: path.split("/").filter(Boolean), query: new URLSearchParams(search) };
+}
+
 async function render() {
   clearTimeout(refresh);
   following?.abort();
   following = null;
-  const [path, search = ""] = location.hash.replace(/^#/, "").split("?");
-  const query = new URLSearchParams(search);
-  const parts = path.split("/").filter(Boolean);
+  const { parts, query } = route();
   for (const a of document.querySelectorAll("nav a")) {
     const here = a.getAttribute("href").replace(/^#/, "").split("/")[1] ?? "";
     a.toggleAttribute("aria-current", here === (parts[0] ?? "") || (here === "deliveries" && parts[0] === "delivery") || (here === "tasks" && parts[0] === "task"));
@@ -294,14 +352,73 @@ async function render() {
   rendered = true;
 }
 
+// Run an action, say how it went (what `call` returns, or "done"), and show the page again.
 async function act(what, call) {
   try {
-    await call();
-    say(`${what}: done.`);
+    const outcome = await call();
+    say(`${what}: ${typeof outcome === "string" ? outcome : "done"}.`);
   } catch (e) {
     say(`${what}: ${e.message}`, true);
   }
   await render();
+}
+
+// A bulk action's first step: a dry run, whose count the operator confirms (or not).
+async function bulkCount(action) {
+  const { parts, query } = route();
+  const bulk = BULK[parts[0]];
+  const box = document.getElementById("bulk-confirm");
+  try {
+    const r = await api("POST", bulk.path, { action, filter: bulk.filter(query), dryRun: true });
+    box.innerHTML = r.changed === 0
+      ? `<p id="bulk-count">${esc(action)}: none of the ${esc(r.matched)} matching ${bulk.noun} is in a status it applies to.</p>`
+      : `<p id="bulk-count" data-changed="${esc(r.changed)}"><strong>${esc(action)}</strong> would change ${esc(r.changed)} of the ${esc(r.matched)} matching ${bulk.noun} (${esc(r.skipped)} left as they are). What matches when you confirm is what changes.</p>
+        <div class="actions"><button type="button" data-bulk-confirm="${esc(action)}">${esc(action[0].toUpperCase() + action.slice(1))} ${esc(r.changed)} ${bulk.noun}</button><button type="button" data-bulk-dismiss>Do nothing</button></div>`;
+    box.querySelector("button")?.focus();
+    say("");
+  } catch (e) {
+    if (e instanceof Unauthorized) return render();
+    say(`${action}: ${e.message}`, true);
+  }
+}
+
+function bulkDo(action) {
+  const { parts, query } = route();
+  const bulk = BULK[parts[0]];
+  act(`${action} every matching one of the ${bulk.noun}`, async () => {
+    const r = await api("POST", bulk.path, { action, filter: bulk.filter(query) });
+    return `${r.changed} changed, ${r.skipped} left as they were`;
+  });
+}
+
+// The listing's deliveries, all of them, as `spoolctl export` writes them (one record a line),
+// saved by the browser. Built in the tab's memory: for a large queue, use spoolctl.
+async function exportDeliveries() {
+  const params = new URLSearchParams({ limit: "500" });
+  const { query } = route();
+  for (const key of ["status", "target"]) if (query.get(key)) params.set(key, query.get(key));
+  const lines = [];
+  try {
+    for (;;) {
+      say(`export: ${lines.length} deliveries so far…`);
+      const page = await api("GET", `/v1/export?${params}`);
+      for (const record of page.records) lines.push(`${JSON.stringify(record)}\n`);
+      if (!page.nextCursor) break;
+      params.set("cursor", page.nextCursor);
+    }
+  } catch (e) {
+    if (e instanceof Unauthorized) return render();
+    return say(`export: ${e.message}`, true);
+  }
+  const url = URL.createObjectURL(new Blob(lines, { type: "application/x-ndjson" }));
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = `spoold-export-${new Date().toISOString().replace(/[:.]/g, "-")}.ndjson`;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+  say(`export: ${lines.length} deliveries saved (it holds their secrets: keep the file private).`);
 }
 
 main.addEventListener("click", (event) => {
@@ -315,6 +432,14 @@ main.addEventListener("click", (event) => {
   } else if (button.dataset.pause) {
     const target = button.dataset.target;
     act(`${button.dataset.pause} ${target}`, () => api("POST", `/v1/targets/${encodeURIComponent(target)}/${button.dataset.pause}`));
+  } else if (button.dataset.bulk) {
+    bulkCount(button.dataset.bulk);
+  } else if (button.dataset.bulkConfirm) {
+    bulkDo(button.dataset.bulkConfirm);
+  } else if (button.hasAttribute("data-bulk-dismiss")) {
+    document.getElementById("bulk-confirm").innerHTML = "";
+  } else if (button.id === "export") {
+    exportDeliveries();
   }
 });
 
@@ -325,10 +450,11 @@ main.addEventListener("submit", (event) => {
     sessionStorage.setItem(TOKEN_KEY, form.get("token"));
     say("");
     render();
-  } else if (event.target.id === "filter") {
+  } else if (event.target.id === "filter" || event.target.id === "task-filter") {
+    const [kind, keys] = event.target.id === "filter" ? ["deliveries", ["status", "target"]] : ["tasks", ["status", "type"]];
     const query = new URLSearchParams();
-    for (const key of ["status", "target"]) if (form.get(key)) query.set(key, form.get(key));
-    location.hash = `#/deliveries?${query}`;
+    for (const key of keys) if (form.get(key)) query.set(key, form.get(key));
+    location.hash = `#/${kind}?${query}`;
   } else if (event.target.id === "resolve") {
     const id = location.hash.split("/")[2];
     act(`resolve ${id}`, () => api("POST", `/v1/deliveries/${id}/resolve`, { outcome: form.get("outcome"), note: form.get("note") }));
