@@ -377,6 +377,13 @@ impl Store {
         dispatch!(self, s => s.origins(limit, after).await)
     }
 
+    /// How many deliveries waiting to be sent (`pending` or `in_flight`) name `secret` to sign
+    /// them (`sign.secretRef`). Counted over the backlog (the status index), not the whole
+    /// table: for a reload's warning, not a hot path.
+    pub async fn waiting_on_secret(&self, secret: String) -> Result<u64> {
+        dispatch!(self, s => s.waiting_on_secret(secret).await)
+    }
+
     /// Counts by status (kept by the store, not counted), the oldest due time, database size.
     pub async fn stats(&self) -> Result<Stats> {
         dispatch!(self, s => s.stats().await)

@@ -111,6 +111,7 @@ pub struct Running {
     declared: Arc<tasks::Declared>,
     /// The `[[targets]]` rules deliveries sign by, as last reloaded.
     rules: Arc<deliveries::targets::LiveRules>,
+    store: Store,
 }
 
 /// What a reload ([`Running::reload`]) did.
@@ -127,7 +128,15 @@ pub struct Reloaded {
     pub target_rules: usize,
     /// `[secrets]` entries declared before and not now: deliveries that name one are not sent
     /// (`secret_missing`, retried) until it is declared again.
-    pub removed_secrets: Vec<String>,
+    pub removed_secrets: Vec<RemovedSecret>,
+}
+
+/// A `[secrets]` entry a reload removed, and how many deliveries waiting to be sent name it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RemovedSecret {
+    pub name: String,
+    /// `None` when the store could not be asked (the count is for the warning only).
+    pub waiting: Option<u64>,
 }
 
 impl Running {
@@ -141,8 +150,10 @@ impl Running {
     /// or claim from then on sees the new set, while attempts already running keep the type they
     /// started with. Pending tasks of a type no longer declared wait (a start sends them to
     /// review). Every other setting that differs is kept and named in the answer. `Err`
-    /// (nothing changed) when the new task types cannot be run.
-    pub fn reload(&mut self, new: Config) -> Result<Reloaded, StartError> {
+    /// (nothing changed) when the new task types cannot be run. A removed `[secrets]` entry is
+    /// named with the number of deliveries waiting to be sent that name it, counted once the new
+    /// configuration is in force.
+    pub async fn reload(&mut self, new: Config) -> Result<Reloaded, StartError> {
         let types = &new.task_types;
         if !types.is_empty() {
             tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
@@ -181,7 +192,7 @@ impl Running {
         self.declared.replace(Arc::clone(types));
         self.config.task_types = new.task_types;
         reloaded.target_rules = new.target_rules.len();
-        reloaded.removed_secrets = self
+        let removed: Vec<String> = self
             .config
             .target_rules
             .secret_names()
@@ -190,6 +201,19 @@ impl Running {
             .collect();
         self.rules.replace(Arc::clone(&new.target_rules));
         self.config.target_rules = new.target_rules;
+        for name in removed {
+            let waiting = match self.store.waiting_on_secret(name.clone()).await {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    warn!(error = %e, secret = %name,
+                          "cannot count the deliveries that name a removed secret");
+                    None
+                }
+            };
+            reloaded
+                .removed_secrets
+                .push(RemovedSecret { name, waiting });
+        }
         Ok(reloaded)
     }
 
@@ -204,6 +228,8 @@ impl Running {
     /// just ending may hold one a moment longer; the process exiting closes everything).
     /// `Err` with the reason when the daemon stopped by itself.
     pub async fn wait(self) -> Result<(), String> {
+        // The daemon's task closes the store as it ends: this handle must not outlive it.
+        drop(self.store);
         if let Err(e) = self.task.await {
             warn!(error = %e, "daemon task ended abnormally");
         }
@@ -440,6 +466,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
     let task_stop = stop.clone();
     let task_bound = bound.clone();
+    let reload_store = store.clone();
     let shutdown_timeout = config.shutdown_timeout;
     let task = tokio::spawn(async move {
         task_stop.cancelled().await;
@@ -504,6 +531,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         config,
         declared,
         rules,
+        store: reload_store,
     })
 }
 

@@ -100,7 +100,7 @@ fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
                     Signal::Stop => break,
                     Signal::Reload => {
                         notifier.reloading();
-                        reload(&mut running);
+                        reload(&mut running).await;
                         notifier.send(&ready);
                     }
                 },
@@ -151,19 +151,31 @@ impl Signals {
 /// Read the flags and the configuration file again, as at start, and apply what may change
 /// while running (the task types, the target rules and their secrets); a configuration that does not load is refused whole and
 /// the running one kept.
-fn reload(running: &mut spoold::Running) {
+async fn reload(running: &mut spoold::Running) {
     let loaded = match parse_args(normalize_go_flags(std::env::args())) {
         Ok(args) => args.into_config().map_err(|e| e.to_string()),
         Err(ArgsError::Usage(e)) => Err(e.to_string().trim_end().to_owned()),
         Err(ArgsError::Config(e)) => Err(e.to_string()),
     };
-    let applied = loaded.and_then(|config| running.reload(config).map_err(|e| e.to_string()));
+    let applied = match loaded {
+        Ok(config) => running.reload(config).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
     match applied {
         Ok(r) => {
             // Before the line that says the reload is done, which is what waiters look for.
             if !r.removed_secrets.is_empty() {
+                let secrets: Vec<String> = r
+                    .removed_secrets
+                    .iter()
+                    .map(|s| match s.waiting {
+                        Some(n) => format!("{} ({n} waiting to be sent name it)", s.name),
+                        None => format!("{} (not counted)", s.name),
+                    })
+                    .collect();
                 tracing::warn!(
-                    secrets = ?r.removed_secrets,
+                    secrets = %secrets.join(", "),
+                    waiting = r.removed_secrets.iter().filter_map(|s| s.waiting).sum::<u64>(),
                     "these [secrets] entries were removed: deliveries that name one are not \
                      sent (secret_missing, retried with backoff) until it is declared again"
                 );

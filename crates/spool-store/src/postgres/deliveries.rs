@@ -736,6 +736,21 @@ pub(crate) async fn due_checks<C: GenericClient>(
 }
 
 /// When the next check of an `unknown` delivery is due.
+/// How many deliveries waiting to be sent name `secret` to sign them.
+pub(crate) async fn waiting_on_secret<C: GenericClient>(c: &C, secret: &str) -> Result<u64> {
+    let n: i64 = row(
+        c,
+        "SELECT COUNT(*) AS n FROM deliveries \
+         WHERE status IN ('pending', 'in_flight') AND sign_secret = $1",
+        &[&secret],
+    )
+    .await?
+    .map(|r| col(&r, "n"))
+    .transpose()?
+    .unwrap_or(0);
+    Ok(n.max(0) as u64)
+}
+
 pub(crate) async fn next_check<C: GenericClient>(c: &C) -> Result<Option<Millis>> {
     row(
         c,

@@ -695,6 +695,10 @@ impl PgStore {
         read!(self, |c| deliveries::next_check(c))
     }
 
+    pub async fn waiting_on_secret(&self, secret: String) -> Result<u64> {
+        read!(self, |c| deliveries::waiting_on_secret(c, &secret))
+    }
+
     pub async fn checks(&self, id: String) -> Result<Option<Vec<Check>>> {
         read!(self, |c| deliveries::checks(c, &id))
     }

@@ -709,6 +709,17 @@ pub(crate) fn due_checks(conn: &Connection, now: Millis, limit: u32) -> Result<V
 }
 
 /// When the next check of an `unknown` delivery is due.
+/// How many deliveries waiting to be sent name `secret` to sign them.
+pub(crate) fn waiting_on_secret(conn: &Connection, secret: &str) -> Result<u64> {
+    conn.prepare_cached(
+        "SELECT COUNT(*) FROM deliveries INDEXED BY deliveries_status \
+         WHERE status IN ('pending', 'in_flight') AND sign_secret = ?1",
+    )
+    .and_then(|mut st| st.query_row([secret], |r| r.get::<_, i64>(0)))
+    .map(|n| n.max(0) as u64)
+    .map_err(map_err)
+}
+
 pub(crate) fn next_check(conn: &Connection) -> Result<Option<Millis>> {
     conn.prepare_cached(
         "SELECT check_at FROM deliveries INDEXED BY deliveries_checks \

@@ -633,6 +633,11 @@ impl SqliteStore {
         self.read(deliveries::next_check).await
     }
 
+    pub async fn waiting_on_secret(&self, secret: String) -> Result<u64> {
+        self.read(move |c| deliveries::waiting_on_secret(c, &secret))
+            .await
+    }
+
     pub async fn checks(&self, id: String) -> Result<Option<Vec<Check>>> {
         self.read(move |c| deliveries::checks(c, &id)).await
     }

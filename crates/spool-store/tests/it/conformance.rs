@@ -990,7 +990,8 @@ pub async fn export_and_import_keep_a_delivery_whole(store: Store) {
 }
 
 /// The secret a create names to sign its attempts is kept (its name) and handed out with
-/// every start: by a claim, by a take, and by the start of a reservation.
+/// every start: by a claim, by a take, and by the start of a reservation; the deliveries
+/// waiting to be sent that name it are counted (what a reload that removes it warns of).
 pub async fn a_named_secret_comes_with_every_start(store: Store) {
     let signed = |mut d: NewDelivery| {
         d.sign_secret = Some("billing".to_owned());
@@ -1005,8 +1006,13 @@ pub async fn a_named_secret_comes_with_every_start(store: Store) {
         Some("billing")
     );
     assert_eq!(get(&store, &id(4)).await.sign_secret, None);
+    let waiting = |name: &str| store.waiting_on_secret(name.to_owned());
+    assert_eq!(waiting("billing").await.expect("count"), 3);
+    assert_eq!(waiting("ops").await.expect("count"), 0);
 
     let first = claim(&store, 1).await.remove(0);
+    // In flight still waits to be sent.
+    assert_eq!(waiting("billing").await.expect("count"), 3);
     assert_eq!(
         (first.id.as_str(), first.sign_secret.as_deref()),
         (id(1).as_str(), Some("billing"))
@@ -1021,6 +1027,8 @@ pub async fn a_named_secret_comes_with_every_start(store: Store) {
         ),
         other => panic!("expected Started, got {other:?}"),
     }
+    // The succeeded one no longer does.
+    assert_eq!(waiting("billing").await.expect("count"), 2);
     let took = store.take_next(None, ORIGIN_A.to_owned(), 60_000).await;
     let reserved = match took.taken.expect("take") {
         Some(Taken::Reserved(r)) => r,
