@@ -14,6 +14,10 @@ pub struct StatsView {
     /// Deliveries by status; every status is present.
     #[schema(example = json!({"pending": 12, "in_flight": 3, "succeeded": 1840, "failed": 2, "canceled": 0}))]
     pub deliveries: BTreeMap<String, u64>,
+    /// Tasks by status; every status is present.
+    #[serde(default)]
+    #[schema(example = json!({"pending": 2, "running": 1, "succeeded": 310, "failed": 0, "timed_out": 0, "interrupted": 0, "canceled": 0, "manual_review": 1}))]
+    pub tasks: BTreeMap<String, u64>,
     /// Due time of the delivery that has waited longest past its due time; absent if none is
     /// waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]

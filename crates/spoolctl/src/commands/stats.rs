@@ -24,6 +24,15 @@ fn table(s: &StatsView) -> Table {
         .map(|(status, n)| format!("{status} {n}"))
         .collect();
     t.row(["deliveries".to_owned(), counts.join(", ")]);
+    // A daemon from before tasks were counted here sends none.
+    if !s.tasks.is_empty() {
+        let counts: Vec<String> = s
+            .tasks
+            .iter()
+            .map(|(status, n)| format!("{status} {n}"))
+            .collect();
+        t.row(["tasks".to_owned(), counts.join(", ")]);
+    }
     t.row([
         "oldest due".to_owned(),
         match (&s.oldest_due_at, &s.oldest_due_age) {

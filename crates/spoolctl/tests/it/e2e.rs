@@ -548,14 +548,20 @@ async fn stats_and_targets_give_the_overview() {
          succeeded 0, unknown 0",
         "{stats}"
     );
-    assert_eq!(lines[1], "oldest due      nothing pending", "{stats}");
     assert_eq!(
-        lines[2],
+        lines[1],
+        "tasks           canceled 0, failed 0, interrupted 0, manual_review 0, pending 0, \
+         running 0, succeeded 0, timed_out 0",
+        "{stats}"
+    );
+    assert_eq!(lines[2], "oldest due      nothing pending", "{stats}");
+    assert_eq!(
+        lines[3],
         "last 5 minutes  1 attempts: 0 succeeded, 0 to retry, 1 failed, 0 interrupted, 0 unknown",
         "{stats}"
     );
-    assert_eq!(lines[4], "paused targets  0", "{stats}");
-    assert!(lines[5].starts_with("database        "), "{stats}");
+    assert_eq!(lines[5], "paused targets  0", "{stats}");
+    assert!(lines[6].starts_with("database        "), "{stats}");
     let json: Value =
         serde_json::from_str(&check_ok(&s.ctl(&["stats", "--json"]).await)).expect("JSON");
     assert_eq!(json["deliveries"]["failed"], 1, "{json}");

@@ -1,6 +1,8 @@
-//! `GET /v1/stats`: how bad is it, at a glance. Store counts (kept with every change, so this
-//! costs the same at a million deliveries as at ten) and the daemon's recent activity.
+//! `GET /v1/stats`: how bad is it, at a glance. Store counts of deliveries and tasks (kept with
+//! every change, so this costs the same at a million as at ten) and the daemon's recent
+//! activity.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -9,29 +11,25 @@ use axum::response::Response;
 use spool_proto::units::{format_duration, format_time};
 use spool_proto::{ActivityView, StatsView};
 use spool_store::model::DeliveryStatus;
+use spool_store::tasks::TaskStatus;
 
 use super::{json, ApiError, SharedState};
 use crate::deliveries::activity::Window;
 
 #[utoipa::path(get, path = "/v1/stats", tag = "overview",
-    responses((status = 200, description = "Counts by status, the oldest due delivery, recent attempts, paused targets, database size", body = StatsView)))]
+    responses((status = 200, description = "Deliveries and tasks by status, the oldest due delivery, recent attempts, paused targets, database size", body = StatsView)))]
 pub async fn stats(State(state): State<SharedState>) -> Result<Response, ApiError> {
     let stats = state.store.stats().await?;
+    let task_counts = state.store.task_counts().await?;
     let now = state.store.now_ms();
-    let deliveries = DeliveryStatus::ALL
-        .into_iter()
-        .map(|status| {
-            let n = stats
-                .by_status
-                .iter()
-                .find(|(s, _)| *s == status)
-                .map_or(0, |(_, n)| *n);
-            (status.as_str().to_owned(), n)
-        })
-        .collect();
     let (five, hour) = state.activity.windows();
     let view = StatsView {
-        deliveries,
+        deliveries: every_status(
+            DeliveryStatus::ALL,
+            &stats.by_status,
+            DeliveryStatus::as_str,
+        ),
+        tasks: every_status(TaskStatus::ALL, &task_counts, TaskStatus::as_str),
         oldest_due_at: stats.oldest_due_at.map(format_time),
         oldest_due_age: stats
             .oldest_due_at
@@ -44,6 +42,23 @@ pub async fn stats(State(state): State<SharedState>) -> Result<Response, ApiErro
         max_database_bytes: (state.max_db_bytes > 0).then_some(state.max_db_bytes),
     };
     Ok(json(StatusCode::OK, &view))
+}
+
+/// Every status by name with its count, zero for those the store has none of.
+fn every_status<S: Copy + PartialEq>(
+    all: impl IntoIterator<Item = S>,
+    counts: &[(S, u64)],
+    name: fn(S) -> &'static str,
+) -> BTreeMap<String, u64> {
+    all.into_iter()
+        .map(|status| {
+            let n = counts
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n);
+            (name(status).to_owned(), n)
+        })
+        .collect()
 }
 
 fn window(w: Window) -> ActivityView {

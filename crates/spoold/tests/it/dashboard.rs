@@ -103,6 +103,8 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
     assert_eq!(status, 201);
     let task: serde_json::Value = serde_json::from_slice(&task).expect("JSON");
     let task = task["id"].as_str().expect("task id").to_owned();
+    // Running before the browser looks, so the overview's counts hold still.
+    crate::tasks::wait_task(&api, &task, &["running"]).await;
     // More than a page of tasks for later, for the listing's pages and a bulk cancel.
     for _ in 0..51 {
         let (status, _, _) = api

@@ -41,6 +41,13 @@ async fn stats_count_by_status_and_show_recent_results() {
                "unknown": 0, "manual_review": 0}),
         "{stats}"
     );
+    // No task types here: every task status, at zero (the dashboard test counts real ones).
+    assert_eq!(
+        stats["tasks"],
+        json!({"pending": 0, "running": 0, "succeeded": 0, "failed": 0, "timed_out": 0,
+               "interrupted": 0, "canceled": 0, "manual_review": 0}),
+        "{stats}"
+    );
     let recent = json!({"attempts": 2, "succeeded": 1, "retryableFailures": 0,
                         "terminalFailures": 1, "interrupted": 0, "unknown": 0});
     assert_eq!(stats["lastFiveMinutes"], recent, "{stats}");

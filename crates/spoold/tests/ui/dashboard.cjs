@@ -54,6 +54,12 @@ async function eventually(what, check) {
     assert.equal(await page.textContent(`[data-count="${status}"]`), String(count), status);
   }
   assert.equal(await page.textContent("#paused-targets"), String(stats.pausedTargets));
+  // And the tasks': the test's talking task runs, its 51 for later wait.
+  assert.equal(stats.tasks.running, 1);
+  assert.equal(stats.tasks.pending, 51);
+  for (const [status, count] of Object.entries(stats.tasks)) {
+    assert.equal(await page.textContent(`[data-task-count="${status}"]`), String(count), `tasks ${status}`);
+  }
   // The chart's bars add up to the hour's attempts.
   assert.equal(stats.byMinute.length, 60);
   assert.equal(await page.getAttribute("#chart", "data-total"), String(stats.lastHour.attempts));

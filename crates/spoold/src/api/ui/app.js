@@ -75,10 +75,15 @@ function chart(minutes) {
 async function overview() {
   const [stats, targets] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/targets?limit=100")]);
   const d = stats.deliveries;
+  const t = stats.tasks ?? {};
   const person = (d.unknown ?? 0) + (d.manual_review ?? 0);
   const rows = Object.entries(d).map(([s, n]) => [
     td(`<a href="#/deliveries?status=${esc(s)}">${statusCell(s)}</a>`),
     td(`<span data-count="${esc(s)}">${esc(n)}</span>`, true),
+  ]);
+  const taskRows = Object.entries(t).map(([s, n]) => [
+    td(`<a href="#/tasks?status=${esc(s)}">${statusCell(s)}</a>`),
+    td(`<span data-task-count="${esc(s)}">${esc(n)}</span>`, true),
   ]);
   const window = (name, w) => [
     td(esc(name)), td(esc(w.attempts), true), td(esc(w.succeeded), true),
@@ -87,7 +92,9 @@ async function overview() {
   const trouble = targets.targets.filter((t) => t.paused || t.failedLastHour > 0);
   return `<h1>Overview</h1>
     ${person > 0 ? `<p class="attention" id="needs-a-person"><strong>${esc(person)}</strong> deliveries need a person: ${esc(d.unknown ?? 0)} unknown, ${esc(d.manual_review ?? 0)} in manual review. <a href="#/deliveries?status=manual_review">Review them</a>.</p>` : ""}
+    ${t.manual_review > 0 ? `<p class="attention" id="tasks-need-a-person"><strong>${esc(t.manual_review)}</strong> tasks are in manual review. <a href="#/tasks?status=manual_review">Review them</a>.</p>` : ""}
     ${table("Deliveries by status", ["Status", "Count"], rows)}
+    ${taskRows.length > 0 ? table("Tasks by status", ["Status", "Count"], taskRows) : ""}
     <dl>
       <dt>Oldest due</dt><dd>${stats.oldestDueAt ? `${esc(stats.oldestDueAt)} (${esc(stats.oldestDueAge)} ago)` : "nothing is waiting"}</dd>
       <dt>Paused targets</dt><dd id="paused-targets">${esc(stats.pausedTargets)}</dd>
