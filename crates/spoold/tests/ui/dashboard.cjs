@@ -109,8 +109,14 @@ async function eventually(what, check) {
   // Everything that matches: the dry run counts (and changes nothing), the confirmation acts,
   // and the API agrees.
   await page.goto(`${BASE_URL}/ui#/deliveries?status=failed`);
+  await page.waitForSelector("#filter");
+  await page.fill("#filter input[name=lastErrorCode]", "http_status");
+  await page.click("#filter button[type=submit]");
   await page.waitForSelector("button[data-bulk=retry]");
-  const stillFailed = await api("GET", "/v1/deliveries?status=failed&limit=500");
+  assert.equal(await page.evaluate(() => location.hash), "#/deliveries?status=failed&lastErrorCode=http_status");
+  const stillFailed = await api("GET", "/v1/deliveries?status=failed&lastErrorCode=http_status&limit=500");
+  const shownFailed = await page.$$eval("tbody tr td:last-child", (cells) => cells.map((c) => c.textContent));
+  assert.deepEqual(shownFailed, stillFailed.deliveries.map(() => "http_status"));
   assert.ok(stillFailed.count > 0, "failed deliveries left to retry in bulk");
   await page.click("button[data-bulk=retry]");
   await page.waitForSelector("#bulk-count");

@@ -109,6 +109,9 @@ async function overview() {
     ]))}`;
 }
 
+// The deliveries listing's filter: the query of its page, of `/v1/deliveries` and `/v1/export`.
+const DELIVERY_FILTER = ["status", "target", "lastErrorCode"];
+
 const select = (name, values, chosen) =>
   `<select name="${name}">${values.map((v) => `<option value="${esc(v)}"${chosen === v ? " selected" : ""}>${esc(v || "any")}</option>`).join("")}</select>`;
 
@@ -126,9 +129,13 @@ const BULK = {
   deliveries: {
     path: "/v1/deliveries/bulk",
     noun: "deliveries",
-    filter: (q) => ({ ...(q.get("status") && { status: q.get("status") }), ...(q.get("target") && { targetOrigin: q.get("target") }) }),
+    filter: (q) => ({
+      ...(q.get("status") && { status: q.get("status") }),
+      ...(q.get("target") && { targetOrigin: q.get("target") }),
+      ...(q.get("lastErrorCode") && { lastErrorCode: q.get("lastErrorCode") }),
+    }),
     actions: [["retry", "Retry the failed ones"], ["cancel", "Cancel the waiting ones"]],
-    narrow: "a status or a target",
+    narrow: "a status, a target or an error code",
   },
   tasks: {
     path: "/v1/tasks/bulk",
@@ -155,18 +162,20 @@ function bulkPanel(kind, query, extra = "") {
 
 async function deliveries(query) {
   const params = new URLSearchParams({ limit: "50", order: "desc" });
-  for (const key of ["status", "target", "cursor"]) if (query.get(key)) params.set(key, query.get(key));
+  for (const key of [...DELIVERY_FILTER, "cursor"]) if (query.get(key)) params.set(key, query.get(key));
   const list = await api("GET", `/v1/deliveries?${params}`);
   const statuses = ["", "pending", "in_flight", "succeeded", "failed", "canceled", "unknown", "manual_review"];
   return `<h1>Deliveries</h1>
     <form class="inline" id="filter">
       <label>Status ${select("status", statuses, query.get("status") ?? "")}</label>
       <label>Target <input name="target" value="${esc(query.get("target") ?? "")}" placeholder="https://hooks.example.com"></label>
+      <label>Last error code <input name="lastErrorCode" value="${esc(query.get("lastErrorCode") ?? "")}" placeholder="connect_failed" pattern="[a-z_]{1,64}"></label>
       <button type="submit">Show</button>
     </form>
-    ${table("Newest first", ["Delivery", "Status", "Attempts", "Method", "URL", "Updated"], list.deliveries.map((d) => [
+    ${table("Newest first", ["Delivery", "Status", "Attempts", "Method", "URL", "Updated", "Last error"], list.deliveries.map((d) => [
       td(idLink("delivery", d.id)), td(statusCell(d.status)), td(`${esc(d.attempts)}/${esc(d.maxAttempts)}`, true),
       td(esc(d.method)), td(`<code>${esc(d.targetUrl)}</code>`), td(esc(d.updatedAt)),
+      td(esc(d.lastErrorCode ?? "")),
     ]), "No deliveries match.")}
     ${nextPage("deliveries", query, list.nextCursor)}
     ${bulkPanel("deliveries", query, `<button type="button" id="export">Export as NDJSON</button>`)}`;
@@ -403,7 +412,7 @@ function bulkDo(action) {
 async function exportDeliveries() {
   const params = new URLSearchParams({ limit: "500" });
   const { query } = route();
-  for (const key of ["status", "target"]) if (query.get(key)) params.set(key, query.get(key));
+  for (const key of DELIVERY_FILTER) if (query.get(key)) params.set(key, query.get(key));
   const lines = [];
   try {
     for (;;) {
@@ -458,7 +467,7 @@ main.addEventListener("submit", (event) => {
     say("");
     render();
   } else if (event.target.id === "filter" || event.target.id === "task-filter") {
-    const [kind, keys] = event.target.id === "filter" ? ["deliveries", ["status", "target"]] : ["tasks", ["status", "type"]];
+    const [kind, keys] = event.target.id === "filter" ? ["deliveries", DELIVERY_FILTER] : ["tasks", ["status", "type"]];
     const query = new URLSearchParams();
     for (const key of keys) if (form.get(key)) query.set(key, form.get(key));
     location.hash = `#/${kind}?${query}`;
