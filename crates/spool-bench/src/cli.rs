@@ -78,7 +78,7 @@ impl Cli {
         crate::postgres::PgServer::parse(db).map_err(|e| format!("{e:#}"))?;
         if self.command != Command::All && self.command.sqlite_only() {
             return Err(format!(
-                "--db applies to enqueue, e2e and handoff; {} runs on SQLite only",
+                "--db applies to enqueue, e2e, bulk and handoff; {} runs on SQLite only",
                 self.command.name()
             ));
         }
@@ -137,11 +137,11 @@ pub struct Options {
     #[arg(long, global = true)]
     pub keep_data: bool,
 
-    /// Run enqueue and e2e on PostgreSQL: each run on a fresh database created on the server
-    /// this URL names (postgres://user@host:port/db; the benchmark connects to that database to
-    /// create and drop them). Default: a fresh SQLite file per run. With `all`, the scenarios
-    /// that run on SQLite only (backlog, idle, latency, tasks) are skipped; without it, handoff
-    /// (PostgreSQL only) is.
+    /// Run enqueue, e2e and bulk on PostgreSQL: each run on a fresh database created on the
+    /// server this URL names (postgres://user@host:port/db; the benchmark connects to that
+    /// database to create and drop them). Default: a fresh SQLite file per run. With `all`, the
+    /// scenarios that run on SQLite only (backlog, idle, latency, rate, tasks) are skipped;
+    /// without it, handoff (PostgreSQL only) is.
     #[arg(long, global = true, value_name = "URL")]
     pub db: Option<String>,
 
@@ -255,12 +255,7 @@ impl Command {
     pub fn sqlite_only(self) -> bool {
         matches!(
             self,
-            Command::Backlog
-                | Command::Idle
-                | Command::Latency
-                | Command::Tasks
-                | Command::Rate
-                | Command::Bulk
+            Command::Backlog | Command::Idle | Command::Latency | Command::Tasks | Command::Rate
         )
     }
 
@@ -320,7 +315,15 @@ mod tests {
             assert!(check(&[scenario, "--db", pg]).is_err(), "{scenario}");
             assert!(check(&[scenario]).is_ok(), "{scenario}");
         }
-        for scenario in ["all", "fsync", "http-ceiling", "enqueue", "e2e", "handoff"] {
+        for scenario in [
+            "all",
+            "fsync",
+            "http-ceiling",
+            "enqueue",
+            "e2e",
+            "bulk",
+            "handoff",
+        ] {
             assert!(check(&[scenario, "--db", pg]).is_ok(), "{scenario}");
         }
     }

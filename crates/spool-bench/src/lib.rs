@@ -121,7 +121,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
     if let Backend::Postgres { server, hosts } = &backend {
         eprintln!(
-            "spool-bench: enqueue and e2e on PostgreSQL {} at {}: a fresh database per run, \
+            "spool-bench: enqueue, e2e and bulk on PostgreSQL {} at {}: a fresh database per run, \
              {hosts} spoold host(s) on it",
             server_version.as_deref().unwrap_or("?"),
             server.shown(),
@@ -152,7 +152,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     bench.note_common();
     if let Backend::Postgres { server, hosts } = &backend {
         bench.results.note(format!(
-            "postgres: every run of enqueue and e2e gets a fresh database on {} \
+            "postgres: every run of enqueue, e2e and bulk gets a fresh database on {} \
              (PostgreSQL {}), shared by {hosts} spoold host(s) on this machine, each with \
              its own --data-dir; requests go to the hosts in turn; store commits are the \
              daemons' PostgreSQL transactions, summed over the hosts (spoold counts each as \

@@ -3,9 +3,9 @@
 //!
 //! `enqueue` and `e2e` start their daemons through [`Bench::start_hosts`], which follows
 //! `--db` and `--hosts`: one daemon on a fresh SQLite file, or N daemons sharing a fresh
-//! PostgreSQL database. `handoff` runs on PostgreSQL only, with two hosts
-//! ([`Bench::start_pg_hosts`]); the other scenarios run on SQLite only
-//! ([`Bench::start_daemon`]).
+//! PostgreSQL database; so does `bulk` on PostgreSQL (on SQLite it seeds the file first).
+//! `handoff` runs on PostgreSQL only, with two hosts ([`Bench::start_pg_hosts`]); the other
+//! scenarios run on SQLite only ([`Bench::start_daemon`]).
 
 pub mod backlog;
 pub mod bulk;

@@ -1,7 +1,8 @@
 //! Runs `spool-bench all --smoke --db <url> --hosts 2` (tiny sizes) against the workspace's
-//! `spoold` on a PostgreSQL server: enqueue and e2e run on two hosts sharing a fresh database
-//! per run, so does the hand-off (with LISTEN/NOTIFY and without), the scenarios that run on
-//! SQLite only are skipped, every row says its backend, and no database is left behind.
+//! `spoold` on a PostgreSQL server: enqueue, e2e and the bulk retry run on two hosts sharing a
+//! fresh database per run, so does the hand-off (with LISTEN/NOTIFY and without), the
+//! scenarios that run on SQLite only are skipped, every row says its backend, and no database
+//! is left behind.
 //!
 //! Skipped (with a message) without `SPOOLD_TEST_PG_URL`; `.ci/run` sets it, so there it is
 //! mandatory.
@@ -31,7 +32,7 @@ async fn smoke_on_postgres_with_two_hosts() {
         .arg(&json_out)
         .args(["--db", db.url(), "--hosts", "2"])
         .args(["--requests", "300", "--e2e-deliveries", "300"])
-        .args(["--fsync-writes", "20"])
+        .args(["--fsync-writes", "20", "--bulk-failed", "500"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -86,6 +87,14 @@ async fn smoke_on_postgres_with_two_hosts() {
         assert_eq!(row["backend"], "postgres", "{row}");
         assert_eq!(row["hosts"], 2, "{row}");
     }
+    // The bulk retry of failed deliveries made through the API, every one retried (the run
+    // fails otherwise).
+    let bulk = "bulk (postgres, 2 hosts)";
+    assert!(median(bulk, "retry 500 failed", "retried") > 0.0);
+    assert_eq!(
+        entry(bulk, "retry 500 failed", "retried")["backend"],
+        "postgres"
+    );
     // The hand-off, with and without LISTEN/NOTIFY, on two hosts whatever --hosts says.
     let handoff = "handoff (postgres, 2 hosts)";
     for case in ["notify on", "notify off (poll 1s)"] {
