@@ -300,6 +300,19 @@ impl Store {
         dispatch!(self, s => s.retry(id).await)
     }
 
+    /// [`Store::retry`] of each of `ids`, for a bulk action: one transaction on PostgreSQL (so
+    /// a page of a bulk retry costs one commit, not one each), one job of the writer on SQLite.
+    /// An error leaves all of them as they were. The outcomes in the order of `ids`. Meant for
+    /// a bounded number of ids (a bulk action's chunk).
+    pub async fn retry_each(&self, ids: Vec<String>) -> Result<Vec<TransitionOutcome>> {
+        dispatch!(self, s => s.retry_each(ids).await)
+    }
+
+    /// [`Store::cancel`] of each of `ids`, as [`Store::retry_each`].
+    pub async fn cancel_each(&self, ids: Vec<String>) -> Result<Vec<TransitionOutcome>> {
+        dispatch!(self, s => s.cancel_each(ids).await)
+    }
+
     /// A small durable write, to prove the store can write right now.
     pub async fn ping(&self) -> Result<()> {
         dispatch!(self, s => s.ping().await)

@@ -818,6 +818,13 @@ pub enum TransitionOutcome {
     InvalidForMode(DeliveryStatus),
 }
 
+impl TransitionOutcome {
+    /// Whether the action was applied.
+    pub fn is_done(&self) -> bool {
+        matches!(self, TransitionOutcome::Done(_))
+    }
+}
+
 /// The transition-log note of an `unknown` delivery settled by a 2xx that answered its attempt
 /// after the attempt's claim was taken back (reason `late_answer`).
 pub fn late_answer_note(http_status: Option<u16>) -> String {

@@ -650,6 +650,31 @@ impl PgStore {
         out
     }
 
+    pub async fn retry_each(&self, ids: Vec<String>) -> Result<Vec<TransitionOutcome>> {
+        let out = in_tx!(self, |tx, now| async {
+            let mut outcomes = Vec::with_capacity(ids.len());
+            for id in &ids {
+                outcomes.push(crate::delivery_changes::retry(&tx, id, now).await?);
+            }
+            Ok::<_, crate::StoreError>(outcomes)
+        });
+        self.inner.wake.deliveries_when(
+            out.as_ref()
+                .is_ok_and(|o| o.iter().any(TransitionOutcome::is_done)),
+        );
+        out
+    }
+
+    pub async fn cancel_each(&self, ids: Vec<String>) -> Result<Vec<TransitionOutcome>> {
+        in_tx!(self, |tx, now| async {
+            let mut outcomes = Vec::with_capacity(ids.len());
+            for id in &ids {
+                outcomes.push(crate::delivery_changes::cancel(&tx, id, now).await?);
+            }
+            Ok::<_, crate::StoreError>(outcomes)
+        })
+    }
+
     pub async fn resolve(
         &self,
         id: String,

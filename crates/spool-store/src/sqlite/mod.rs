@@ -586,6 +586,36 @@ impl SqliteStore {
             .await
     }
 
+    pub async fn retry_each(&self, ids: Vec<String>) -> Result<Vec<TransitionOutcome>> {
+        let wake = self.waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| {
+                    ids.iter()
+                        .map(|id| crate::sql::ready(crate::delivery_changes::retry(c, id, now)))
+                        .collect()
+                },
+                move |r| {
+                    wake.when(r.as_ref().is_ok_and(|o: &Vec<TransitionOutcome>| {
+                        o.iter().any(TransitionOutcome::is_done)
+                    }))
+                },
+            )
+            .await
+    }
+
+    pub async fn cancel_each(&self, ids: Vec<String>) -> Result<Vec<TransitionOutcome>> {
+        self.inner
+            .writer
+            .write(move |c, now| {
+                ids.iter()
+                    .map(|id| crate::sql::ready(crate::delivery_changes::cancel(c, id, now)))
+                    .collect()
+            })
+            .await
+    }
+
     /// See [`crate::Store::resolve`].
     pub async fn resolve(
         &self,

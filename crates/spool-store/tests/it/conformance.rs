@@ -72,6 +72,7 @@ macro_rules! conformance_suite {
             completion_follows_the_decision_table,
             cancel_transitions,
             retry_transitions,
+            retry_each_and_cancel_each_act_as_the_single_ones,
             recover_interrupts_started_and_releases_reserved,
             renew_and_reclaim_takes_only_lapsed_leases,
             list_paginates_every_row_once,
@@ -1904,6 +1905,77 @@ pub async fn retry_transitions(store: Store) {
         TransitionOutcome::NotFound
     );
     assert_eq!(store.attempts(id(99)).await.expect("attempts"), None);
+}
+
+/// The many-at-once retry and cancel of bulk actions judge each delivery as the single ones
+/// do, answer in the order asked, and keep the counts by status.
+pub async fn retry_each_and_cancel_each_act_as_the_single_ones(store: Store) {
+    for n in 1..=3 {
+        let mut new = new_delivery(&id(n), None, URL_A);
+        new.max_attempts = 1;
+        create(&store, new).await;
+    }
+    // Two fail; the third stays pending.
+    for c in claim(&store, 2).await {
+        complete(&store, &c, Disposition::Failed, Some(404)).await;
+    }
+    let statuses = |outcomes: &[TransitionOutcome]| -> Vec<String> {
+        outcomes
+            .iter()
+            .map(|o| match o {
+                TransitionOutcome::Done(d) => format!("done {:?}", d.status),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    let retried = store
+        .retry_each(vec![id(3), id(1), id(99), id(2)])
+        .await
+        .expect("retry each");
+    assert_eq!(
+        statuses(&retried),
+        [
+            "Invalid(Pending)",
+            "done Pending",
+            "NotFound",
+            "done Pending"
+        ]
+    );
+    assert!(
+        store
+            .next_due(Vec::new())
+            .await
+            .expect("next due")
+            .is_some(),
+        "retried work is due"
+    );
+    let canceled = store
+        .cancel_each(vec![id(1), id(2), id(3)])
+        .await
+        .expect("cancel each");
+    assert_eq!(statuses(&canceled), ["done Canceled"; 3]);
+    assert_eq!(
+        store.cancel_each(vec![id(1)]).await.expect("cancel each"),
+        [TransitionOutcome::Invalid(DeliveryStatus::Canceled)]
+    );
+    let counts = store.stats().await.expect("stats").by_status;
+    let count = |s: DeliveryStatus| counts.iter().find(|(x, _)| *x == s).map_or(0, |(_, n)| *n);
+    assert_eq!(
+        [
+            DeliveryStatus::Pending,
+            DeliveryStatus::Failed,
+            DeliveryStatus::Canceled
+        ]
+        .map(count),
+        [0, 0, 3]
+    );
+    let log = store
+        .transitions(id(1))
+        .await
+        .expect("transitions")
+        .expect("log");
+    let reasons: Vec<&str> = log.iter().map(|t| t.reason.as_str()).collect();
+    assert!(reasons.ends_with(&["retried", "canceled"]), "{reasons:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

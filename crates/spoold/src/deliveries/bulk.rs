@@ -3,17 +3,24 @@
 //! The matching deliveries are read a page at a time, oldest first, and each goes through the
 //! very action a single `retry` or `cancel` takes — the store judges it on the row as it is
 //! locked ([`model::Delivery::refusal`]), so a delivery that is not (or no longer) in a status
-//! the action applies to is skipped and counted, never forced. A page's actions are written
-//! concurrently, so the store's group commit carries many in one transaction. A dry run reads
+//! the action applies to is skipped and counted, never forced. A page's actions are written in
+//! chunks, each one store call for many deliveries ([`Store::retry_each`]: one transaction on
+//! PostgreSQL, one job of the writer on SQLite), a few chunks at a time — so a page costs a few
+//! commits, and the rest of the API keeps connections to the store meanwhile. A dry run reads
 //! the same pages and judges each row the same way, and writes nothing.
 
-use futures_util::future::join_all;
+use futures_util::{stream, StreamExt as _, TryStreamExt as _};
 use spool_proto::bulk::{BulkAction, BulkResult, BULK_IDS_SHOWN};
 use spool_store::model::{self, ListFilter, OperatorAction, TransitionOutcome};
 use spool_store::{Store, StoreError};
 
 /// Deliveries read (and acted on) at a time.
 const PAGE: u32 = 500;
+/// Deliveries changed by one store call (on PostgreSQL, one transaction).
+const CHUNK: usize = 100;
+/// Chunks written at once: the store's other users (the API, the deliverers) keep the rest of
+/// its connections.
+const CHUNKS_AT_ONCE: usize = 2;
 
 /// Apply `action` to every delivery `filter` matches (or, with `dry_run`, count those it would
 /// change). A store error ends the run: what was changed before it stays changed.
@@ -47,23 +54,29 @@ pub async fn run(
         let changed: Vec<String> = if dry_run {
             eligible.into_iter().map(|d| d.id).collect()
         } else {
-            let outcomes = join_all(eligible.into_iter().map(|d| {
-                let store = store.clone();
-                async move {
-                    let outcome = match action {
-                        BulkAction::Retry => store.retry(d.id.clone()).await,
-                        BulkAction::Cancel => store.cancel(d.id.clone()).await,
-                    };
-                    outcome.map(|o| matches!(o, TransitionOutcome::Done(_)).then_some(d.id))
-                }
-            }))
-            .await;
-            let mut changed = Vec::with_capacity(outcomes.len());
-            for outcome in outcomes {
-                match outcome? {
-                    Some(id) => changed.push(id),
+            let ids: Vec<String> = eligible.into_iter().map(|d| d.id).collect();
+            let chunks: Vec<Vec<String>> = ids.chunks(CHUNK).map(<[String]>::to_vec).collect();
+            let outcomes: Vec<(Vec<String>, Vec<TransitionOutcome>)> = stream::iter(chunks)
+                .map(|chunk| async move {
+                    let outcomes = match action {
+                        BulkAction::Retry => store.retry_each(chunk.clone()).await,
+                        BulkAction::Cancel => store.cancel_each(chunk.clone()).await,
+                    }?;
+                    Ok::<_, StoreError>((chunk, outcomes))
+                })
+                .buffered(CHUNKS_AT_ONCE)
+                .try_collect()
+                .await?;
+            let mut changed = Vec::with_capacity(ids.len());
+            for (id, outcome) in outcomes
+                .into_iter()
+                .flat_map(|(chunk, outcomes)| chunk.into_iter().zip(outcomes))
+            {
+                if outcome.is_done() {
+                    changed.push(id);
+                } else {
                     // Changed (or purged) by something else since the page was read.
-                    None => result.skipped += 1,
+                    result.skipped += 1;
                 }
             }
             changed
