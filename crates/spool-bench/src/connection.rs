@@ -56,12 +56,23 @@ impl Connection {
         self.sender.is_closed() || self.driver.is_finished()
     }
 
-    /// Send one request and read the whole response body.
+    /// Send one request and read the whole response body, within [`REQUEST_TIMEOUT`].
     pub async fn send(
         &mut self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
+    ) -> anyhow::Result<(StatusCode, Bytes)> {
+        self.send_within(method, path, body, REQUEST_TIMEOUT).await
+    }
+
+    /// As [`Connection::send`], within `limit`.
+    pub async fn send_within(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        limit: Duration,
     ) -> anyhow::Result<(StatusCode, Bytes)> {
         let mut request = Request::builder()
             .method(method.clone())
@@ -80,9 +91,9 @@ impl Connection {
             let bytes = response.into_body().collect().await?.to_bytes();
             anyhow::Ok((status, bytes))
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        tokio::time::timeout(limit, exchange)
             .await
-            .with_context(|| format!("{method} {path}: no response within {REQUEST_TIMEOUT:?}"))?
+            .with_context(|| format!("{method} {path}: no response within {limit:?}"))?
             .with_context(|| format!("{method} {path}"))
     }
 

@@ -32,6 +32,9 @@ use url::form_urlencoded;
 
 /// Total time for one request: connect, send, and read the whole response.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a bulk action may take to answer: it acts on every match before it does (about
+/// 15,000 deliveries a second on SQLite, 1,500 on PostgreSQL, on a small machine).
+pub const BULK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Largest response body read; more is an error, not a truncation.
 pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 /// `Host` header sent over a unix socket, where there is no host name.
@@ -525,24 +528,34 @@ impl Client {
         decode(&self.send(Method::POST, &path, None).await?)
     }
 
-    /// `POST /v1/deliveries/bulk`
+    /// `POST /v1/deliveries/bulk`, waiting up to [`BULK_TIMEOUT`] for the answer.
     pub async fn bulk(&self, req: &BulkRequest) -> Result<BulkResult, ClientError> {
         let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
         decode(
             &self
+                .patient()
                 .send(Method::POST, "/v1/deliveries/bulk", Some(body.into()))
                 .await?,
         )
     }
 
-    /// `POST /v1/tasks/bulk`
+    /// `POST /v1/tasks/bulk`, waiting up to [`BULK_TIMEOUT`] for the answer.
     pub async fn task_bulk(&self, req: &TaskBulkRequest) -> Result<BulkResult, ClientError> {
         let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
         decode(
             &self
+                .patient()
                 .send(Method::POST, "/v1/tasks/bulk", Some(body.into()))
                 .await?,
         )
+    }
+
+    /// This client, waiting for a bulk action's answer (a dry run reads every match too).
+    fn patient(&self) -> Client {
+        Client {
+            timeout: BULK_TIMEOUT,
+            ..self.clone()
+        }
     }
 
     /// `POST /v1/deliveries/{id}/resolve`

@@ -32,7 +32,8 @@ use crate::summary::Latencies;
 const SCENARIO: &str = "bulk";
 /// How often the other client asks while the bulk retry runs.
 const PROBE_EVERY: Duration = Duration::from_millis(20);
-/// On PostgreSQL: how long making the failed deliveries through the API may take.
+/// How long making the failed deliveries through the API (on PostgreSQL) may take, and so may
+/// the bulk retry's answer.
 const SET_UP_LIMIT: Duration = Duration::from_secs(600);
 
 pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
@@ -111,10 +112,11 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
         let (status, body) = daemon
             .connect()
             .await?
-            .send(
+            .send_within(
                 Method::POST,
                 "/v1/deliveries/bulk",
                 Some(Bytes::from(serde_json::to_vec(&request)?)),
+                SET_UP_LIMIT,
             )
             .await?;
         let took = started.elapsed();

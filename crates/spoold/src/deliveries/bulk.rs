@@ -5,8 +5,9 @@
 //! locked ([`model::Delivery::refusal`]), so a delivery that is not (or no longer) in a status
 //! the action applies to is skipped and counted, never forced. A page's actions are written in
 //! chunks, each one store call for many deliveries ([`Store::retry_each`]: one transaction on
-//! PostgreSQL, one job of the writer on SQLite), a few chunks at a time — so a page costs a few
-//! commits, and the rest of the API keeps connections to the store meanwhile. A dry run reads
+//! PostgreSQL, one job of the writer on SQLite): on PostgreSQL a few chunks at a time, so a page
+//! costs a few commits and the rest of the API keeps connections to the store meanwhile; on
+//! SQLite all of a page's at once, which the writer commits together. A dry run reads
 //! the same pages and judges each row the same way, and writes nothing.
 
 use futures_util::{stream, StreamExt as _, TryStreamExt as _};
@@ -18,9 +19,10 @@ use spool_store::{Store, StoreError};
 const PAGE: u32 = 500;
 /// Deliveries changed by one store call (on PostgreSQL, one transaction).
 const CHUNK: usize = 100;
-/// Chunks written at once: the store's other users (the API, the deliverers) keep the rest of
-/// its connections.
-const CHUNKS_AT_ONCE: usize = 2;
+/// Chunks written at once on PostgreSQL: the store's other users (the API, the deliverers)
+/// keep the rest of its connections. On SQLite a page's chunks go to the writer together, which
+/// commits them as one batch.
+const CHUNKS_AT_ONCE: usize = 3;
 
 /// Apply `action` to every delivery `filter` matches (or, with `dry_run`, count those it would
 /// change). A store error ends the run: what was changed before it stays changed.
@@ -64,7 +66,11 @@ pub async fn run(
                     }?;
                     Ok::<_, StoreError>((chunk, outcomes))
                 })
-                .buffered(CHUNKS_AT_ONCE)
+                .buffered(if store.is_shared() {
+                    CHUNKS_AT_ONCE
+                } else {
+                    PAGE as usize
+                })
                 .try_collect()
                 .await?;
             let mut changed = Vec::with_capacity(ids.len());
