@@ -33,7 +33,7 @@ use url::form_urlencoded;
 /// Total time for one request: connect, send, and read the whole response.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a bulk action may take to answer: it acts on every match before it does (about
-/// 15,000 deliveries a second on SQLite, 1,500 on PostgreSQL, on a small machine).
+/// 15,000 deliveries a second on SQLite, 1,300 on PostgreSQL, on a small machine).
 pub const BULK_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Largest response body read; more is an error, not a truncation.
 pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
