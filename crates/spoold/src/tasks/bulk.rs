@@ -2,9 +2,11 @@
 //! as `POST /v1/tasks/{id}/retry` (or `/cancel`) does it — a retry only where the task's type
 //! allows operator retries, with that type's attempts; a cancel of a running task recorded and
 //! its attempt here asked to stop. Tasks in a status the action does not apply to are skipped
-//! and counted. A dry run judges the same way and writes nothing.
+//! and counted. A dry run judges the same way and writes nothing. On SQLite a page's actions go
+//! to the writer together (one commit carries many); on PostgreSQL, each a transaction, a few
+//! at a time, so that the rest of the API keeps connections to the store meanwhile.
 
-use futures_util::future::join_all;
+use futures_util::{stream, StreamExt as _};
 use spool_proto::bulk::{BulkAction, BulkResult, BULK_IDS_SHOWN};
 use spool_store::tasks::{Task, TaskAction, TaskFilter};
 use spool_store::{Store, StoreError};
@@ -14,6 +16,8 @@ use crate::tasks::TaskTypes;
 
 /// Tasks read (and acted on) at a time.
 const PAGE: u32 = 500;
+/// Actions written at once on PostgreSQL (each its own transaction and connection).
+const AT_ONCE_SHARED: usize = 3;
 
 /// Apply `action` to every task `filter` matches (or, with `dry_run`, count those it would
 /// change). A store error ends the run: what was changed before it stays changed.
@@ -53,8 +57,12 @@ pub async fn run(
         let changed: Vec<String> = if dry_run {
             eligible.into_iter().map(|t| t.id).collect()
         } else {
-            let outcomes = join_all(eligible.into_iter().map(|task| {
-                let store = store.clone();
+            let at_once = if store.is_shared() {
+                AT_ONCE_SHARED
+            } else {
+                PAGE as usize
+            };
+            let outcomes: Vec<_> = stream::iter(eligible.into_iter().map(|task| {
                 let extra = extra(&task).unwrap_or(1);
                 async move {
                     let outcome = match action {
@@ -64,6 +72,8 @@ pub async fn run(
                     outcome.map(|o| (task.id, o))
                 }
             }))
+            .buffered(at_once)
+            .collect()
             .await;
             let mut changed = Vec::with_capacity(outcomes.len());
             for outcome in outcomes {

@@ -2,10 +2,12 @@
 //! would change and changes nothing; the action itself changes exactly the matching
 //! deliveries in a status it applies to and counts the others as skipped; every filter field
 //! narrows the match; a request without an action or a filter, or with a malformed field, is
-//! refused.
+//! refused. On SQLite and on PostgreSQL.
 
 use serde_json::{json, Value};
-use spool_testkit::{Api, DaemonProcess, Receiver, Reply};
+use std::path::PathBuf;
+
+use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply, TestDatabase};
 use tempfile::TempDir;
 
 use crate::{id_of, process_opts, WAIT};
@@ -29,9 +31,24 @@ async fn status_of(api: &Api, id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn bulk_retry_and_cancel_change_what_the_filter_matches() {
     let dir = TempDir::new().expect("temp dir");
-    let daemon = DaemonProcess::start(process_opts(&dir))
-        .await
-        .expect("daemon");
+    bulk_retry_and_cancel(process_opts(&dir)).await;
+}
+
+/// The same on PostgreSQL, where a page's actions are written in chunks, each one transaction.
+#[tokio::test(flavor = "multi_thread")]
+async fn bulk_retry_and_cancel_change_what_the_filter_matches_on_postgres() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let opts = DaemonOptions::new(PathBuf::from(db.url()))
+        .args(crate::FAST_RETRIES.iter().copied())
+        .args(["--data-dir".to_owned(), dir.path().display().to_string()]);
+    bulk_retry_and_cancel(opts).await;
+}
+
+async fn bulk_retry_and_cancel(opts: DaemonOptions) {
+    let daemon = DaemonProcess::start(opts).await.expect("daemon");
     let api = Api::new(daemon.base_url());
     let r = Receiver::start().await.expect("receiver");
     let refused = format!("http://127.0.0.1:{}/x", Receiver::refusing_port());

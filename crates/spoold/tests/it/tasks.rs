@@ -1031,13 +1031,44 @@ async fn bulk(api: &Api, body: Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bulk_retry_and_cancel_change_the_tasks_a_filter_matches() {
+    bulk_retry_and_cancel_of_tasks(None).await;
+}
+
+/// The same on PostgreSQL, where a page's actions are written a few at a time.
+#[tokio::test(flavor = "multi_thread")]
+async fn bulk_retry_and_cancel_change_the_tasks_a_filter_matches_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    bulk_retry_and_cancel_of_tasks(Some(&db)).await;
+}
+
+async fn bulk_retry_and_cancel_of_tasks(pg: Option<&spool_testkit::TestDatabase>) {
     let dir = TempDir::new().expect("temp dir");
     let setup = Setup::new(dir.path());
     let once = format!(
         "\n[tasks.once]\ncommand = [\"{}\", \"1\"]\noperator_retry = false\n",
         setup.path("exit.sh")
     );
-    let daemon = crate::task_locks::boot_with(&setup, &once, &[]).await;
+    let pg_url = pg.map(|db| db.url().to_owned());
+    let daemon = crate::InProcess::boot_configured(
+        TempDir::new().expect("temp dir"),
+        crate::Targets::Loopback,
+        &[
+            "--config",
+            crate::task_locks::config_with(&setup, &once).as_str(),
+        ],
+        move |config| {
+            if let Some(url) = pg_url {
+                config.db = spoold::config::Database::Postgres(url);
+                config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
+            }
+        },
+    )
+    .await;
     let api = &daemon.api;
     // Two failed tasks that may be retried, one whose type says no, one running, one waiting.
     let mut failed = Vec::new();
