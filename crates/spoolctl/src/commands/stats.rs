@@ -1,5 +1,7 @@
 //! `spoolctl stats`: how the spool is doing, one fact per line.
 
+use std::collections::BTreeMap;
+
 use spool_proto::{ActivityView, StatsView};
 
 use crate::client::Client;
@@ -18,20 +20,10 @@ pub async fn run(client: &Client, out: &mut Output<'_>) -> anyhow::Result<Exit> 
 
 fn table(s: &StatsView) -> Table {
     let mut t = Table::new();
-    let counts: Vec<String> = s
-        .deliveries
-        .iter()
-        .map(|(status, n)| format!("{status} {n}"))
-        .collect();
-    t.row(["deliveries".to_owned(), counts.join(", ")]);
+    t.row(["deliveries".to_owned(), by_status(&s.deliveries)]);
     // A daemon from before tasks were counted here sends none.
     if !s.tasks.is_empty() {
-        let counts: Vec<String> = s
-            .tasks
-            .iter()
-            .map(|(status, n)| format!("{status} {n}"))
-            .collect();
-        t.row(["tasks".to_owned(), counts.join(", ")]);
+        t.row(["tasks".to_owned(), by_status(&s.tasks)]);
     }
     t.row([
         "oldest due".to_owned(),
@@ -55,6 +47,15 @@ fn table(s: &StatsView) -> Table {
         },
     ]);
     t
+}
+
+/// `canceled 0, failed 1, …`
+fn by_status(counts: &BTreeMap<String, u64>) -> String {
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|(status, n)| format!("{status} {n}"))
+        .collect();
+    counts.join(", ")
 }
 
 fn activity(a: &ActivityView) -> String {
