@@ -2,7 +2,8 @@
 //! would change and changes nothing; the action itself changes exactly the matching
 //! deliveries in a status it applies to and counts the others as skipped; every filter field
 //! narrows the match; a request without an action or a filter, or with a malformed field, is
-//! refused. On SQLite and on PostgreSQL.
+//! refused. On SQLite and on PostgreSQL. And kill -9 in the middle of a bulk retry leaves each
+//! delivery either retried whole or untouched.
 
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -208,4 +209,139 @@ async fn bulk_retry_and_cancel(opts: DaemonOptions) {
         transitions["transitions"][1]["reason"], "canceled",
         "the same transition as a single cancel: {transitions}"
     );
+}
+
+/// kill -9 in the middle of a bulk retry: what it changed is changed whole (each retried
+/// delivery logged `retried` and moved on, its counts with it), what it did not reach is still
+/// `failed` and untouched, and running it again retries exactly those.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bulk_retry_cut_by_kill9_leaves_each_delivery_whole() {
+    const N: usize = 3000;
+    let dir = TempDir::new().expect("temp dir");
+    let r = Receiver::start().await.expect("receiver");
+    // One refusal for each delivery's only attempt; 200 after that.
+    r.push_replies((0..N).map(|_| Reply::status(404)));
+    let mut daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let mut clients = tokio::task::JoinSet::new();
+    for client in 0..8 {
+        let (api, url) = (api.clone(), r.url("/bulk"));
+        clients.spawn(async move {
+            for _ in (client..N).step_by(8) {
+                let (status, d) = api
+                    .create(json!({"targetUrl": url, "maxAttempts": 1}))
+                    .await
+                    .expect("create");
+                assert_eq!(status, 201, "{d}");
+            }
+        });
+    }
+    while let Some(joined) = clients.join_next().await {
+        joined.expect("client");
+    }
+    let failed = |api: Api| async move {
+        let (_, _, body) = api
+            .request(http::Method::GET, "/v1/stats", None)
+            .await
+            .expect("stats");
+        let stats: Value = serde_json::from_slice(&body).expect("JSON");
+        stats["deliveries"]["failed"]
+            .as_u64()
+            .expect("failed count") as usize
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while failed(api.clone()).await < N {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{N} not failed in time"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // The retry runs; once part of it is committed, the daemon dies.
+    let retrying = tokio::spawn({
+        let api = api.clone();
+        async move {
+            // Cut off by the kill: no answer is expected.
+            let body = br#"{"action": "retry", "filter": {"status": "failed"}}"#.to_vec();
+            let _ = api
+                .request(http::Method::POST, "/v1/deliveries/bulk", Some(body))
+                .await;
+        }
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while failed(api.clone()).await == N {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the retry changed nothing"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    daemon.kill9();
+    let _ = retrying.await;
+
+    let db = rusqlite::Connection::open(crate::db_path(&dir)).expect("open the database");
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    let retried = count(
+        "SELECT COUNT(*) FROM transitions WHERE reason = 'retried' AND from_status = 'failed'",
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM deliveries d WHERE status <> 'failed' AND NOT EXISTS \
+             (SELECT 1 FROM transitions t WHERE t.delivery_id = d.id AND t.reason = 'retried')"
+        ),
+        0,
+        "moved on without a logged retry"
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM deliveries d WHERE status = 'failed' AND EXISTS \
+             (SELECT 1 FROM transitions t WHERE t.delivery_id = d.id AND t.reason = 'retried')"
+        ),
+        0,
+        "a logged retry left failed"
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'") + retried,
+        N as i64
+    );
+    assert_eq!(
+        count("SELECT COALESCE(SUM(n), 0) FROM status_counts WHERE status = 'failed'"),
+        count("SELECT COUNT(*) FROM deliveries WHERE status = 'failed'"),
+        "the count of failed deliveries"
+    );
+    drop(db);
+    assert!(retried > 0, "the kill came before any retry was committed");
+    eprintln!("kill -9 after {retried} of {N} retried");
+
+    // Again: exactly the rest, and then every one arrives.
+    let daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("restart");
+    let api = Api::new(daemon.base_url());
+    let (status, answer) = bulk(
+        &api,
+        json!({"action": "retry", "filter": {"status": "failed"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["changed"], N as i64 - retried, "{answer}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, _, body) = api
+            .request(http::Method::GET, "/v1/stats", None)
+            .await
+            .expect("stats");
+        let stats: Value = serde_json::from_slice(&body).expect("JSON");
+        if stats["deliveries"]["succeeded"] == N as u64 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all delivered: {stats}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
