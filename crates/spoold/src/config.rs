@@ -306,6 +306,10 @@ pub struct Config {
     pub task_concurrency: u32,
     pub task_lease: Duration,
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
+    /// The program that supervises each task attempt: `spoold` itself, re-executed (no flag;
+    /// `None` is `/proc/self/exe`). A program that embeds the daemon (the tests) names the
+    /// `spoold` binary here.
+    pub task_supervisor: Option<PathBuf>,
     /// `--log-format` (the binary sets logging up from it; kept to be printed).
     pub log_format: LogFormat,
 }
@@ -709,6 +713,7 @@ impl Args {
             task_concurrency: self.task_concurrency,
             task_lease: self.task_lease,
             task_cgroup: self.task_cgroup,
+            task_supervisor: None,
             log_format: self.log_format,
         })
     }

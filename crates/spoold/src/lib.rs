@@ -161,7 +161,7 @@ impl Running {
             check_task_files(types, new.strict)?;
             let data = &self.config.data_dir;
             let (results, output) = (data.join("task-results"), data.join("task-output"));
-            for dir in [&results, &output] {
+            for dir in [&results, &output, &data.join("task-attempts")] {
                 if let Err(e) = create_private_dir(dir) {
                     warn!(error = %e, dir = %dir.display(), "cannot create a task directory");
                 }
@@ -261,7 +261,7 @@ pub fn check_config(config: &Config) -> Result<String, StartError> {
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let store = open_store(&config).await?;
 
-    let executor = executor(&store);
+    let executor = executor(&store, &config.data_dir);
     let orphans = recover(&store, &config, &executor).await?;
     if !config.task_types.is_empty() {
         tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
@@ -436,9 +436,23 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics: Arc::clone(&deliverer_metrics),
         cgroup: task_cgroup,
         spoolctl: spoolctl_next_to_daemon(),
+        supervisor: tasks::exec::Supervisor {
+            program: config
+                .task_supervisor
+                .clone()
+                .unwrap_or_else(|| "/proc/self/exe".into()),
+            records: data_dir.join("task-attempts"),
+        },
     });
+    // Records of supervisors that no orphan waits for: attempts whose end was recorded just
+    // before a crash. One still locked belongs to a supervisor still running: it stays.
+    remove_unlocked_records(&runner.supervisor.records, &orphans);
     if !config.task_types.is_empty() {
-        for dir in [&runner.results_dir, &runner.output_dir] {
+        for dir in [
+            &runner.results_dir,
+            &runner.output_dir,
+            &runner.supervisor.records,
+        ] {
             if let Err(e) = create_private_dir(dir) {
                 warn!(error = %e, dir = %dir.display(), "cannot create a task directory");
             }
@@ -551,7 +565,7 @@ fn check_task_files(types: &tasks::TaskTypes, strict: bool) -> Result<(), StartE
 /// This daemon run as the executor of task attempts: `host:pid:run` (unique per run, even when
 /// a restart gets the same pid, as PID 1 of a container does) and where its processes can be
 /// seen from.
-fn executor(store: &Store) -> spool_store::tasks::Executor {
+fn executor(store: &Store, data_dir: &std::path::Path) -> spool_store::tasks::Executor {
     let host = rustix::system::uname()
         .nodename()
         .to_string_lossy()
@@ -562,7 +576,7 @@ fn executor(store: &Store) -> spool_store::tasks::Executor {
     let stamp = store.now_ms() as u32 ^ u32::from_le_bytes(run);
     spool_store::tasks::Executor {
         id: format!("{host}:{}:{stamp:08x}", std::process::id()),
-        host: tasks::processes::host_identity(),
+        host: tasks::processes::host_identity(data_dir),
     }
 }
 
@@ -648,6 +662,21 @@ fn spoolctl_next_to_daemon() -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let ctl = exe.parent()?.join("spoolctl");
     ctl.is_file().then_some(ctl)
+}
+
+/// Remove the supervisors' record files in `dir` that no orphan in `orphans` waits for and
+/// whose lock is free (best effort).
+fn remove_unlocked_records(dir: &std::path::Path, orphans: &[spool_store::tasks::Orphaned]) {
+    let waited: std::collections::HashSet<String> = orphans
+        .iter()
+        .map(|o| tasks::exec::attempt_tag(&o.id, o.attempt))
+        .collect();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !waited.contains(&name) && tasks::supervision::read_record(&entry.path()).is_ok() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Remove the files directly in `dir` (best effort).

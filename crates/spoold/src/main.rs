@@ -19,6 +19,13 @@ use spoold::config::{normalize_go_flags, parse_args, ArgsError};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // A task attempt's supervisor: the daemon re-executed, before anything else is set up.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == spoold::tasks::supervision::ARG)
+    {
+        return spoold::tasks::supervisor::main();
+    }
     let args = match parse_args(normalize_go_flags(std::env::args())) {
         Ok(args) => args,
         Err(ArgsError::Usage(e)) => e.exit(),

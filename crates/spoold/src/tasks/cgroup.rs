@@ -2,8 +2,8 @@
 //! daemon may write (a delegated subtree), so that ending it is one write to `cgroup.kill`,
 //! whatever its processes did to leave their group or clear their environment.
 //!
-//! Optional: without a usable root, attempts are contained by their process group and their
-//! tag alone (see `exec.rs`).
+//! Optional: without a usable root, attempts are contained by their supervisor alone (see
+//! `supervisor.rs`), whose descendants they are.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -118,9 +118,9 @@ impl AttemptCgroup {
             .then_some(AttemptCgroup(dir))
     }
 
-    /// The file a process writes `0` to, to move itself in.
-    pub fn procs_file(&self) -> PathBuf {
-        self.0.join("cgroup.procs")
+    /// Its directory.
+    pub fn path(&self) -> &Path {
+        &self.0
     }
 
     /// The processes in it.

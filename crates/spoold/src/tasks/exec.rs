@@ -1,35 +1,36 @@
-//! Running one attempt of a task. **API boundary:** the only module that spawns processes.
+//! Running one attempt of a task. **API boundary:** the only module that spawns processes —
+//! the daemon spawns an attempt's supervisor ([`run`]), the supervisor spawns the attempt's
+//! program ([`spawn_program`]).
 //!
-//! Each attempt runs in its own process group (stdin `/dev/null`, a clean environment, as
-//! another user if its type says so). To end it — timeout, cancel, shutdown, a lease this host
-//! could not renew — its processes get SIGTERM, then, after the type's `kill_grace`, SIGKILL,
-//! and the attempt is over only when nothing of it is left ([`processes::end`]). A process group
-//! is not a prison: a grandchild that calls `setsid` leaves it. So every attempt's environment
-//! carries a tag (`SPOOLD_ATTEMPT_TAG`), inherited by all its descendants, and processes
-//! carrying it are found through `/proc` and ended with the group; and the daemon is a child
-//! subreaper, so such escapees are re-parented to it (not to init) and reaped here. Anything
-//! the attempt left behind is ended the same way when it exits by itself, so no `sleep 1000 &`
-//! survives its task. Signals are sent only as [`processes`] allows: to a group through its
-//! leader held unreaped, to anything else through a pidfd.
+//! Each attempt has a supervisor of its own ([`supervisor`]): `spoold` re-executed, a child
+//! subreaper that spawns the program in a process group of its own (stdin `/dev/null`, a clean
+//! environment, as another user if its type says so), ends it — timeout, cancel, shutdown, a
+//! lease this host could not renew — with SIGTERM to each of its processes, then, after the
+//! type's `kill_grace`, SIGKILL, and exits only when nothing of the attempt is left. Every
+//! process of the attempt descends from the supervisor (orphans are re-parented to it), so
+//! which processes are the attempt's is a fact of parenthood, never a guess from ids; and the
+//! supervisor outlives a crash of the daemon, ends the attempt on its own then, and leaves a
+//! record that the next daemon reads. The daemon itself signals nothing here: it asks the
+//! supervisor to stop, tells it how long the lease runs, and waits for it.
 //!
-//! A descendant that both leaves the group and clears its environment escapes this; running the
-//! daemon in its own cgroup (systemd does) still contains it at the service's stop.
+//! The program's stdout and stderr are one pipe, as a terminal shows `2>&1`: the order of what
+//! it printed is exact, which a redactor of two pipes could only guess. The daemon reads that
+//! pipe into the attempt's output log on a blocking thread of its own.
 
-use std::os::fd::OwnedFd;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use spool_store::tasks::AttemptProcess;
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{AttemptCgroup, CgroupRoot};
 use super::output::{OutputLog, Stream};
-use super::processes::{self, Attempt};
-
-pub use super::processes::TAG_VAR;
+use super::processes::{self, Child};
+use super::supervision::{self, Record, Spec, StopReason};
 
 /// How an attempt with a cgroup starts: `sh -c SCRIPT CGROUP_PROCS PROGRAM ARGS…` writes its
 /// own pid into the cgroup, then becomes the program.
@@ -39,7 +40,7 @@ const ENTER_CGROUP: [&str; 3] = ["/bin/sh", "-c", r#"echo 0 > "$0" 2>/dev/null; 
 /// `/proc/sys/fs/pipe-max-size`, 1 MiB by default) and read in pieces as large: a chatty
 /// script keeps writing while the daemon redacts, and each read takes what it wrote
 /// meanwhile. Where the kernel refuses, a pipe keeps its size (64 KiB): past
-/// `/proc/sys/fs/pipe-user-pages-soft` (64 MiB of pipes per user by default, about 32 chatty
+/// `/proc/sys/fs/pipe-user-pages-soft` (64 MiB of pipes per user by default, about 64 chatty
 /// attempts at once; the kernel then also gives the user's new pipes, the scripts' own
 /// included, a single page) it does. Quiet attempts never enlarge theirs.
 const PIPE_SIZE: usize = 1 << 20;
@@ -47,11 +48,21 @@ const PIPE_SIZE: usize = 1 << 20;
 /// The pump's buffer until a read fills it.
 const FIRST_READ: usize = 64 * 1024;
 
+/// Which program supervises attempts: `spoold` itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Supervisor {
+    /// `/proc/self/exe` (this very binary, even once its file was replaced by an upgrade), or
+    /// the `spoold` binary when the daemon runs inside another program (the tests).
+    pub program: PathBuf,
+    /// Where supervisors keep their record files (the data directory's `task-attempts`).
+    pub records: PathBuf,
+}
+
 /// One attempt to run.
 pub struct Spawn<'a> {
     /// argv: element 0 is the program (an absolute path).
     pub argv: &'a [String],
-    /// The whole environment of the child (nothing is inherited from the daemon).
+    /// The whole environment of the program (nothing is inherited from the daemon).
     pub env: Vec<(String, String)>,
     pub working_dir: Option<&'a Path>,
     /// Run as this user and group (the daemon needs the privilege to).
@@ -64,16 +75,17 @@ pub struct Spawn<'a> {
     pub shutdown: CancellationToken,
     /// Cancelled → the attempt is stopped and ends as [`Stopped::LeaseLost`].
     pub lease_lost: CancellationToken,
-    /// A value unique to this attempt, put in [`TAG_VAR`].
+    /// On a store other hosts share: when the attempt's lease runs out (on this process's
+    /// clock), updated at each renewal. The supervisor stops the attempt by then on its own,
+    /// however long this process is paused.
+    pub lease: Option<tokio::sync::watch::Receiver<tokio::time::Instant>>,
+    /// The attempt's id among attempts (`TASK-ATTEMPT`): names its cgroup and record.
     pub tag: String,
     /// Put the attempt in a cgroup of its own below this root, and end it with `cgroup.kill`.
     pub cgroup: Option<&'a CgroupRoot>,
-    /// Where its stdout and stderr go (redacted and bounded there); `None`: counted, dropped.
+    /// Where its output goes (redacted and bounded there); `None`: counted, dropped.
     pub output: Option<Arc<Mutex<OutputLog>>>,
-    /// Told the process as soon as it runs.
-    pub started: Option<tokio::sync::oneshot::Sender<AttemptProcess>>,
-    /// Told as soon as a stop begins (the attempt's end is then decided).
-    pub stopping: Option<tokio::sync::oneshot::Sender<Stopped>>,
+    pub supervisor: &'a Supervisor,
 }
 
 /// Why an attempt was stopped by us.
@@ -93,35 +105,34 @@ pub struct Finished {
     pub exit_code: Option<i32>,
     /// The signal that ended the leader, if one did.
     pub signal: Option<i32>,
-    /// We stopped it (and why), whatever it exited with then.
+    /// We stopped it (and why), before it exited by itself.
     pub stopped: Option<Stopped>,
     /// SIGKILL was needed: the group (or an escapee) outlived SIGTERM and the grace.
     pub killed: bool,
     pub duration: Duration,
     /// Bytes it wrote to stdout and stderr.
     pub output_bytes: u64,
-    /// The process could not be started (no such program, not executable, bad directory).
+    /// The process could not be started (no such program, not executable, bad directory), or
+    /// its supervisor failed.
     pub spawn_error: Option<String>,
     /// The leader's pid (also its process group id).
     pub pid: Option<u32>,
 }
 
-/// The tag of attempt `attempt` of task `id` (what [`TAG_VAR`] holds in its processes).
+/// The tag of attempt `attempt` of task `id`.
 pub fn attempt_tag(id: &str, attempt: u32) -> String {
     format!("{id}-{attempt}")
 }
 
-/// Run one attempt to its end: until its leader has exited and nothing of it is left.
+/// Run one attempt to its end: until its supervisor has exited, which it does once nothing of
+/// the attempt is left.
 pub async fn run(spawn: Spawn<'_>) -> Finished {
     let started = Instant::now();
     let mut finished = Finished::default();
-    let Some((program, args)) = spawn.argv.split_first() else {
+    if spawn.argv.is_empty() {
         finished.spawn_error = Some("empty command".into());
         return finished;
-    };
-    // With a cgroup, the child moves itself into it before it runs the program (a shell
-    // builtin, then exec: same pid, same group), so nothing it starts can be outside it. The
-    // program and its arguments are positional parameters: never read as shell code.
+    }
     let cgroup = match spawn.cgroup {
         Some(root) => match AttemptCgroup::create(root, &spawn.tag) {
             Ok(cg) => Some(cg),
@@ -132,11 +143,272 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         },
         None => None,
     };
-    let mut command = match &cgroup {
-        Some(cg) => {
+    let record = spawn.supervisor.records.join(&spawn.tag);
+    let spec = Spec {
+        argv: spawn.argv.to_vec(),
+        env: spawn.env,
+        working_dir: spawn.working_dir.map(Path::to_path_buf),
+        run_as: spawn.run_as,
+        timeout_ms: spawn.timeout.as_millis() as u64,
+        kill_grace_ms: spawn.kill_grace.as_millis() as u64,
+        cgroup: cgroup.as_ref().map(|cg| cg.path().to_path_buf()),
+        record: record.clone(),
+    };
+    let started_supervisor = start_supervisor(&spawn.supervisor.program, &spec);
+    drop(spec);
+    let (mut sup, control, read) = match started_supervisor {
+        Ok(started) => started,
+        Err(e) => {
+            finished.spawn_error = Some(e);
+            finished.duration = started.elapsed();
+            if let Some(cg) = cgroup {
+                cg.remove().await;
+            }
+            return finished;
+        }
+    };
+    let exited = Arc::new(tokio::sync::Notify::new());
+    let watch = sup
+        .pidfd()
+        .try_clone()
+        .ok()
+        .map(|fd| (fd, Arc::clone(&exited)));
+    let watched = watch.is_some().then_some(&*exited);
+    let mut pump = OutputPump::start(read, spawn.output.clone(), watch);
+    let mut output = None;
+    let mut requested: Option<Stopped> = None;
+    let mut lease = spawn.lease;
+    if let Some(rx) = lease.as_mut() {
+        tell_lease(&control, *rx.borrow_and_update());
+    }
+    loop {
+        tokio::select! {
+            () = exit_of(&mut sup, watched) => break,
+            n = &mut pump.thread, if output.is_none() => output = Some(n.unwrap_or(0)),
+            () = spawn.cancel.cancelled(), if requested.is_none() => {
+                requested = Some(Stopped::Canceled);
+                tell(&control, b"stop\n");
+            }
+            () = spawn.shutdown.cancelled(), if requested.is_none() => {
+                requested = Some(Stopped::Shutdown);
+                tell(&control, b"stop\n");
+            }
+            () = spawn.lease_lost.cancelled(), if requested.is_none() => {
+                requested = Some(Stopped::LeaseLost);
+                tell(&control, b"stop\n");
+            }
+            changed = renewal(lease.as_mut()) => match changed {
+                Some(until) => tell_lease(&control, until),
+                None => lease = None,
+            },
+        }
+    }
+    drop(control);
+    let status = sup.reap().unwrap_or_default();
+    let read = supervision::read_record(&record);
+    let _ = std::fs::remove_file(&record);
+    match read {
+        Ok(Some(r)) if r.over => apply(&mut finished, &r, requested),
+        failed => {
+            // The supervisor died before it finished (killed by someone, out of memory): what
+            // it had adopted was re-parented to this process, which ends it.
+            let (why, group) = match failed {
+                Err(e) => (format!("its record could not be read: {e}"), None),
+                Ok(Some(r)) => ("it did not finish".to_owned(), r.pid.map(|p| p as i32)),
+                Ok(None) => ("it left no record".to_owned(), None),
+            };
+            tracing::error!(tag = %spawn.tag, exit_code = status.code, signal = status.signal,
+                            why, "an attempt's supervisor ended abnormally");
+            finished.spawn_error = Some(format!(
+                "the attempt's supervisor ended abnormally ({}); {why}",
+                describe_exit(status)
+            ));
+            let grace = spawn.kill_grace;
+            finished.killed =
+                tokio::task::spawn_blocking(move || processes::end_adopted(group, grace))
+                    .await
+                    .map(|ended| ended.killed)
+                    .unwrap_or(false);
+        }
+    }
+    if let Some(cg) = cgroup {
+        cg.remove().await;
+    }
+    finished.output_bytes = match output {
+        Some(n) => n,
+        // The pipe closes once every writer is gone, which it now is; if a process we could
+        // not end still holds it, reading stops after a second.
+        None => match tokio::time::timeout(Duration::from_secs(1), &mut pump.thread).await {
+            Ok(n) => n.unwrap_or(0),
+            Err(_) => pump.stop().await,
+        },
+    };
+    finished.duration = started.elapsed();
+    finished
+}
+
+/// What a supervisor's record says of the attempt, with the stop this process asked for.
+fn apply(finished: &mut Finished, record: &Record, requested: Option<Stopped>) {
+    finished.pid = record.pid;
+    finished.exit_code = record.exit_code;
+    finished.signal = record.signal;
+    finished.killed = record.killed;
+    finished.spawn_error = record.spawn_error.clone();
+    finished.stopped = match record.stopped {
+        None => None,
+        Some(StopReason::Timeout) => Some(Stopped::TimedOut),
+        Some(StopReason::Lease) => Some(Stopped::LeaseLost),
+        Some(StopReason::Requested) => requested.or(Some(Stopped::Canceled)),
+        // Only a daemon that is gone makes this: not this one.
+        Some(StopReason::DaemonGone) => Some(Stopped::Shutdown),
+    };
+}
+
+fn describe_exit(exit: processes::Exit) -> String {
+    match (exit.code, exit.signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        _ => "status unknown".to_owned(),
+    }
+}
+
+/// Start a supervisor for `spec` and hand it the spec and the output pipe: the supervisor, the
+/// daemon's end of its control socket, and the read end of the output pipe.
+fn start_supervisor(program: &Path, spec: &Spec) -> Result<(Child, OwnedFd, OwnedFd), String> {
+    let cannot = |what: &str, e: &dyn std::fmt::Display| format!("cannot {what}: {e}");
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| cannot("create the attempt's output pipe", &e))?;
+    let (ours, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(|e| cannot("create the control socket of the attempt's supervisor", &e))?;
+    let mut command = Command::new(program);
+    command
+        .arg(supervision::ARG)
+        .env_clear()
+        .stdin(Stdio::from(theirs))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        // Out of the daemon's group: a terminal's ^C or a signal to the daemon's group does
+        // not reach it; it ends its attempt when the daemon is gone, as it should.
+        .process_group(0);
+    let spawned = processes::spawn_held(|| command.spawn().map(|c| c.id()));
+    // Its end of the socket is its own from here on.
+    drop(command);
+    let sup = spawned.map_err(|e| {
+        cannot(
+            &format!("start the attempt's supervisor {}", program.display()),
+            &e,
+        )
+    })?;
+    let mut line = serde_json::to_vec(spec).map_err(|e| cannot("encode the attempt", &e))?;
+    line.push(b'\n');
+    if let Err(e) = send_spec(&ours, &line, &write, &read) {
+        // Its end of the socket closes with ours: it exits without starting anything.
+        drop(ours);
+        let mut sup = sup;
+        let _ = rustix::process::waitid(
+            rustix::process::WaitId::PidFd(sup.pidfd().as_fd()),
+            rustix::process::WaitIdOptions::EXITED,
+        );
+        let _ = sup.reap();
+        return Err(cannot("hand the attempt to its supervisor", &e));
+    }
+    Ok((sup, ours, read))
+}
+
+/// Send the spec line with both ends of the output pipe: the descriptors ride with its first
+/// bytes; the rest is written as the supervisor reads (a spec is a few KiB; a larger one waits
+/// for the socket's buffer, which the supervisor empties as soon as it runs).
+fn send_spec(socket: &OwnedFd, line: &[u8], write: &OwnedFd, read: &OwnedFd) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let fds = [write.as_fd(), read.as_fd()];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    if !ancillary.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("no room for the descriptors"));
+    }
+    let mut sent = loop {
+        match rustix::net::sendmsg(
+            socket,
+            &[io::IoSlice::new(line)],
+            &mut ancillary,
+            SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    };
+    while sent < line.len() {
+        match rustix::net::send(socket, &line[sent..], SendFlags::NOSIGNAL) {
+            Ok(n) => sent += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Tell the supervisor something (a line); a supervisor that is gone is not told.
+fn tell(control: &OwnedFd, line: &[u8]) {
+    let _ = rustix::net::send(control, line, rustix::net::SendFlags::NOSIGNAL);
+}
+
+/// Tell the supervisor when the lease runs out, on its clock (`CLOCK_BOOTTIME`).
+fn tell_lease(control: &OwnedFd, until: tokio::time::Instant) {
+    let left = until.saturating_duration_since(tokio::time::Instant::now());
+    let at = supervision::boottime() + left;
+    tell(control, format!("lease {}\n", at.as_millis()).as_bytes());
+}
+
+/// The next lease end, once it changes; `None` when no one renews it any more.
+async fn renewal(
+    lease: Option<&mut tokio::sync::watch::Receiver<tokio::time::Instant>>,
+) -> Option<tokio::time::Instant> {
+    match lease {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Until the supervisor has exited (it is not reaped). Whoever polls its pidfd notifies
+/// `exited` (a slow poll backs that up); without one, the exit is looked for every 20 ms.
+async fn exit_of(sup: &mut Child, exited: Option<&tokio::sync::Notify>) {
+    loop {
+        if sup.poll_exit().is_some() {
+            return;
+        }
+        match exited {
+            Some(exited) => tokio::select! {
+                () = exited.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            },
+            None => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Spawn an attempt's program as its supervisor asks, with `output` as its stdout and stderr,
+/// in a process group of its own, and hold it. Only the supervisor calls this.
+pub fn spawn_program(spec: &Spec, output: OwnedFd) -> Result<Child, String> {
+    let Some((program, args)) = spec.argv.split_first() else {
+        return Err("empty command".into());
+    };
+    // With a cgroup, the child moves itself into it before it runs the program (a shell
+    // builtin, then exec: same pid, same group), so nothing it starts can be outside it. The
+    // program and its arguments are positional parameters: never read as shell code.
+    let mut command = match &spec.cgroup {
+        Some(dir) => {
             let mut c = Command::new(ENTER_CGROUP[0]);
             c.args(&ENTER_CGROUP[1..])
-                .arg(cg.procs_file())
+                .arg(dir.join("cgroup.procs"))
                 .arg(program)
                 .args(args);
             c
@@ -147,155 +419,65 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
             c
         }
     };
+    let stderr = output
+        .try_clone()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
     command
         .env_clear()
-        .envs(spawn.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(TAG_VAR, &spawn.tag)
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(output))
+        .stderr(Stdio::from(stderr))
         .process_group(0);
-    if let Some(dir) = spawn.working_dir {
+    if let Some(dir) = &spec.working_dir {
         command.current_dir(dir);
     }
-    if let Some((uid, gid)) = spawn.run_as {
-        // The standard library drops the daemon's supplementary groups first.
+    if let Some((uid, gid)) = spec.run_as {
+        // The standard library drops the supervisor's supplementary groups first.
         command.uid(uid).gid(gid);
     }
-    // Made first: without it the output could not be read, and the child would block.
-    let mut pipes = None;
-    let spawned = OutputPump::stop_pipe().and_then(|stop| {
-        let leader = processes::hold_leader(|| {
-            let mut child = command.spawn()?;
-            pipes = Some((child.stdout.take(), child.stderr.take()));
-            Ok(child.id())
-        })?;
-        Ok((stop, leader))
-    });
-    let (stop_pump, mut leader) = match spawned {
-        Ok(spawned) => spawned,
-        Err(e) => {
-            finished.spawn_error = Some(format!("cannot start {program}: {e}"));
-            finished.duration = started.elapsed();
-            if let Some(cg) = cgroup {
-                cg.remove().await;
-            }
-            return finished;
-        }
-    };
-    let pid = leader.pid();
-    finished.pid = Some(pid as u32);
-    if let Some(started) = spawn.started {
-        if let Some(process) = processes::describe(pid) {
-            let _ = started.send(process);
-        }
-    }
-    let attempt = Attempt {
-        tag: &spawn.tag,
-        group: Some(pid),
-        cgroup: cgroup.as_ref(),
-        record: None,
-    };
-    // Output is read to the end so a chatty script never blocks on a full pipe.
-    let (stdout, stderr) = pipes.unwrap_or((None, None));
-    let pipes = [
-        (Stream::Stdout, stdout.map(OwnedFd::from)),
-        (Stream::Stderr, stderr.map(OwnedFd::from)),
-    ]
-    .into_iter()
-    .filter_map(|(stream, fd)| Some((stream, fd?)))
-    .collect();
-    let exited = Arc::new(tokio::sync::Notify::new());
-    let watch = leader.pidfd().ok().map(|fd| (fd, Arc::clone(&exited)));
-    let watched = watch.is_some().then_some(&*exited);
-    let mut pump = OutputPump::start(pipes, spawn.output.clone(), stop_pump, watch);
-    let mut output = None;
-    let deadline = tokio::time::sleep(spawn.timeout);
-    tokio::pin!(deadline);
-    let exit = loop {
-        tokio::select! {
-            exit = leader.exited(watched) => break Some(exit),
-            n = &mut pump.thread, if output.is_none() => output = Some(n.unwrap_or(0)),
-            () = &mut deadline => { finished.stopped = Some(Stopped::TimedOut); break None; }
-            () = spawn.cancel.cancelled() => { finished.stopped = Some(Stopped::Canceled); break None; }
-            () = spawn.shutdown.cancelled() => { finished.stopped = Some(Stopped::Shutdown); break None; }
-            () = spawn.lease_lost.cancelled() => { finished.stopped = Some(Stopped::LeaseLost); break None; }
-        }
-    };
-    let exit = match exit {
-        Some(exit) => {
-            // The leader is gone; anything it left behind goes with it.
-            if processes::maybe_left_behind(&attempt) {
-                finished.killed = processes::end(&attempt, Some(&mut leader), spawn.kill_grace)
-                    .await
-                    .killed;
-            }
-            exit
-        }
-        None => {
-            if let (Some(tell), Some(why)) = (spawn.stopping, finished.stopped) {
-                let _ = tell.send(why);
-            }
-            finished.killed = processes::end(&attempt, Some(&mut leader), spawn.kill_grace)
-                .await
-                .killed;
-            leader.poll_exit().unwrap_or_default()
-        }
-    };
-    finished.exit_code = exit.code;
-    finished.signal = exit.signal;
-    // Nothing of its group is left: its id may go.
-    leader.reap();
-    if let Some(cg) = cgroup {
-        cg.remove().await;
-    }
-    finished.output_bytes = match output {
-        Some(n) => n,
-        // The pipes close once every writer is gone, which it now is; if a process we could
-        // not end still holds one, reading stops after a second.
-        None => match tokio::time::timeout(Duration::from_secs(1), &mut pump.thread).await {
-            Ok(n) => n.unwrap_or(0),
-            Err(_) => pump.stop().await,
-        },
-    };
-    finished.duration = started.elapsed();
-    finished
+    // The command (holding the only other copies of the pipe's write end) is dropped here.
+    let spawned = command.spawn().map(|child| child.id());
+    drop(command);
+    let pid = spawned.map_err(|e| format!("cannot start {program}: {e}"))?;
+    Child::hold(pid).map_err(|e| format!("cannot start {program}: {e}"))
 }
 
-/// Reads an attempt's pipes into its output log on a blocking thread of its own: it waits
-/// (`poll`) for a pipe to have something, reads up to [`PIPE_SIZE`] from it, and redacts and
-/// stores that before it looks again. While it redacts, the script's output gathers in the
-/// pipe (or the script blocks on it), so a chatty script is read in large pieces with one
-/// wake-up each; the runtime's event loop is not involved, and the async side only awaits the
-/// thread's end. The same `poll` watches the leader's pidfd, which becomes readable when the
-/// leader exits, and tells the async side: one wake-up for its attempt alone.
+/// Reads an attempt's output pipe into its output log on a blocking thread of its own: it
+/// waits (`poll`) for the pipe to have something, reads up to [`PIPE_SIZE`] from it, and
+/// redacts and stores that before it looks again. While it redacts, the script's output
+/// gathers in the pipe (or the script blocks on it), so a chatty script is read in large
+/// pieces with one wake-up each; the runtime's event loop is not involved, and the async side
+/// only awaits the thread's end. The same `poll` watches the supervisor's pidfd, which
+/// becomes readable when it exits, and tells the async side: one wake-up for its attempt alone.
 struct OutputPump {
     /// Dropping it (the write end of a pipe the thread also polls) stops the thread.
     stop: Option<OwnedFd>,
-    /// Ends with the bytes read, once every pipe is closed (or the pump is stopped); once the
+    /// Ends with the bytes read, once the pipe is closed (or the pump is stopped); once the
     /// thread is gone, the log is complete and the runner's handle to it the last one.
     thread: tokio::task::JoinHandle<u64>,
 }
 
 impl OutputPump {
-    /// The pipe that stops a pump: (read end, write end).
-    fn stop_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(std::io::Error::from)
-    }
-
-    /// Starts reading `pipes` into `log` (or counting them only, without a log). A log that
-    /// cannot be written to is given up on (logged once); the pipes are still read. The thread
-    /// is one of the runtime's blocking threads (512 at most), held for the attempt's life: far
-    /// more than any sensible `--task-concurrency`, but not bounded by it.
+    /// Starts reading `pipe` into `log` (or counting it only, without a log). A log that cannot
+    /// be written to is given up on (logged once); the pipe is still read. The thread is one of
+    /// the runtime's blocking threads (512 at most), held for the attempt's life: far more
+    /// than any sensible `--task-concurrency`, but not bounded by it.
     fn start(
-        pipes: Vec<(Stream, OwnedFd)>,
+        pipe: OwnedFd,
         log: Option<Arc<Mutex<OutputLog>>>,
-        (stop_rx, stop_tx): (OwnedFd, OwnedFd),
         exit: Option<(OwnedFd, Arc<tokio::sync::Notify>)>,
     ) -> Self {
-        let thread = tokio::task::spawn_blocking(move || pump(pipes, log, &stop_rx, exit));
+        let (stop_rx, stop_tx) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+            Ok((rx, tx)) => (Some(rx), Some(tx)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create a pipe to stop an output reader");
+                (None, None)
+            }
+        };
+        let thread = tokio::task::spawn_blocking(move || pump(pipe, log, stop_rx.as_ref(), exit));
         OutputPump {
-            stop: Some(stop_tx),
+            stop: stop_tx,
             thread,
         }
     }
@@ -307,33 +489,35 @@ impl OutputPump {
     }
 }
 
-/// The pump's thread: until every pipe is closed and the leader's exit was told (`exit`: its
+/// The pump's thread: until the pipe is closed and the supervisor's exit was told (`exit`: its
 /// pidfd, and whom to tell), or `stop` is.
 fn pump(
-    mut pipes: Vec<(Stream, OwnedFd)>,
+    pipe: OwnedFd,
     log: Option<Arc<Mutex<OutputLog>>>,
-    stop: &OwnedFd,
+    stop: Option<&OwnedFd>,
     mut exit: Option<(OwnedFd, Arc<tokio::sync::Notify>)>,
 ) -> u64 {
     use rustix::event::{poll, PollFd, PollFlags};
-    // Pipes keep the kernel's size until a read fills the buffer (a chatty script): only then
-    // is that pipe enlarged (enlarged pipes count against the user's pipe allowance, which
-    // the scripts' own pipes share), and the buffer grows to what one read can then take.
-    let mut enlarged = vec![false; pipes.len()];
+    // The pipe keeps the kernel's size until a read fills the buffer (a chatty script): only
+    // then is it enlarged (enlarged pipes count against the user's pipe allowance, which the
+    // scripts' own pipes share), and the buffer grows to what one read can then take.
+    let mut enlarged = false;
     let mut size = FIRST_READ;
     let mut buf = Vec::new();
     let mut log = log;
     let mut total = 0u64;
-    while !pipes.is_empty() || exit.is_some() {
-        let mut fds: Vec<PollFd<'_>> = pipes
-            .iter()
-            .map(|(_, fd)| PollFd::new(fd, PollFlags::IN))
-            .chain(
-                exit.as_ref()
-                    .map(|(pidfd, _)| PollFd::new(pidfd, PollFlags::IN)),
-            )
-            .chain(std::iter::once(PollFd::new(stop, PollFlags::IN)))
-            .collect();
+    let mut open = true;
+    while open || exit.is_some() {
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
+        if open {
+            fds.push(PollFd::new(&pipe, PollFlags::IN));
+        }
+        if let Some((pidfd, _)) = &exit {
+            fds.push(PollFd::new(pidfd, PollFlags::IN));
+        }
+        if let Some(stop) = stop {
+            fds.push(PollFd::new(stop, PollFlags::IN));
+        }
         match poll(&mut fds, None) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
@@ -342,49 +526,58 @@ fn pump(
                 break;
             }
         }
-        let (stopped, ready) = fds.split_last().expect("the stop pipe is polled");
-        if !stopped.revents().is_empty() {
+        let ready: Vec<bool> = fds.iter().map(|fd| !fd.revents().is_empty()).collect();
+        drop(fds);
+        let (pipe_ready, exit_ready, stopped) = {
+            let mut it = ready.into_iter();
+            let p = if open {
+                it.next().unwrap_or(false)
+            } else {
+                false
+            };
+            let e = if exit.is_some() {
+                it.next().unwrap_or(false)
+            } else {
+                false
+            };
+            (p, e, stop.is_some() && it.next().unwrap_or(false))
+        };
+        if stopped {
             break;
         }
-        let ready: Vec<bool> = ready.iter().map(|fd| !fd.revents().is_empty()).collect();
-        drop(fds);
-        if ready.get(pipes.len()).copied().unwrap_or(false) {
+        if exit_ready {
             if let Some((_, exited)) = exit.take() {
                 exited.notify_one();
             }
         }
+        if !pipe_ready {
+            continue;
+        }
         if buf.is_empty() {
             buf = vec![0u8; size.min(FIRST_READ)];
         }
-        let mut open = vec![true; pipes.len()];
-        for (i, (stream, fd)) in pipes.iter().enumerate().filter(|&(i, _)| ready[i]) {
-            match rustix::io::read(fd, &mut buf) {
-                Ok(0) => open[i] = false,
-                Ok(n) => {
-                    total += n as u64;
-                    if n == buf.len() && !enlarged[i] {
-                        enlarged[i] = true;
-                        size = size.max(enlarge_pipe(fd));
-                    }
-                    if let Some(l) = &log {
-                        let written = l
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .write(*stream, &buf[..n]);
-                        if let Err(e) = written {
-                            tracing::warn!(error = %e, "cannot write a task attempt's output log");
-                            log = None;
-                        }
+        match rustix::io::read(&pipe, &mut buf) {
+            Ok(0) => open = false,
+            Ok(n) => {
+                total += n as u64;
+                if n == buf.len() && !enlarged {
+                    enlarged = true;
+                    size = size.max(enlarge_pipe(&pipe));
+                }
+                if let Some(l) = &log {
+                    let written = l
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .write(Stream::Stdout, &buf[..n]);
+                    if let Err(e) = written {
+                        tracing::warn!(error = %e, "cannot write a task attempt's output log");
+                        log = None;
                     }
                 }
-                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
-                Err(_) => open[i] = false,
             }
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+            Err(_) => open = false,
         }
-        let mut keep = open.iter().copied();
-        pipes.retain(|_| keep.next().unwrap_or(false));
-        let mut keep = open.into_iter();
-        enlarged.retain(|_| keep.next().unwrap_or(false));
         if buf.len() < size {
             buf.resize(size, 0);
         }

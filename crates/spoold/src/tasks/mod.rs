@@ -1,8 +1,9 @@
 //! Ops tasks: pre-declared commands run as durable tasks. `types` holds the declared types (from
 //! the configuration file), `submission` turns a submission into a task to store, `runner`
-//! claims and runs their attempts, `exec` is the only place that spawns processes. The store
-//! keeps tasks, attempts and transitions and enforces the state machine; nothing here is
-//! remembered only in memory.
+//! claims and runs their attempts, each through a supervisor process of its own
+//! (`supervisor`), `exec` is the only place that spawns processes and `processes` the only one
+//! that signals them. The store keeps tasks, attempts and transitions and enforces the state
+//! machine; nothing here is remembered only in memory.
 
 pub mod bulk;
 pub mod cgroup;
@@ -11,6 +12,8 @@ pub mod output;
 pub mod processes;
 pub mod runner;
 pub mod submission;
+pub mod supervision;
+pub mod supervisor;
 pub mod types;
 
 use std::collections::BTreeMap;

@@ -49,8 +49,9 @@ pub const MAX_SUMMARY_BYTES: usize = 4096;
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// An executor that cannot renew a lease stops the attempt this long before the lease runs out
-/// (by its own clock, counted from when it asked for the renewal that last succeeded).
-const LEASE_SAFETY: Duration = Duration::from_secs(1);
+/// (by its own clock, counted from when it asked for the renewal that last succeeded); so does
+/// the attempt's supervisor, whatever happens to the executor.
+const LEASE_SAFETY: Duration = super::supervision::LEASE_SAFETY;
 
 /// A host that takes over an attempt it cannot see waits, past the old lease and the old
 /// executor's kill grace, this much longer before it frees the attempt's locks: what SIGKILL
@@ -77,6 +78,9 @@ struct Attempt {
     lease_lost: CancellationToken,
     /// When its lease runs out by this process's clock, less [`LEASE_SAFETY`].
     lease_deadline: Instant,
+    /// When its lease runs out (counted from before the renewal was asked for), for its
+    /// supervisor, which stops the attempt by then on its own.
+    lease_until: tokio::sync::watch::Sender<Instant>,
     /// An attempt of another executor this one took over to end ([`Orphaned`]).
     orphan: bool,
     /// Its processes are not on this host (an orphan this host cannot see): it takes no slot.
@@ -96,10 +100,11 @@ impl std::fmt::Debug for Attempt {
     }
 }
 
-/// The tokens an attempt registered here is stopped by.
+/// The tokens an attempt registered here is stopped by, and its lease's end as renewed.
 struct Tokens {
     cancel: CancellationToken,
     lease_lost: CancellationToken,
+    lease_until: tokio::sync::watch::Receiver<Instant>,
 }
 
 impl Running {
@@ -156,9 +161,11 @@ impl Running {
         lease_until: Instant,
         orphan: Option<Whereabouts>,
     ) -> Tokens {
+        let (lease_tx, lease_rx) = tokio::sync::watch::channel(lease_until);
         let tokens = Tokens {
             cancel: CancellationToken::new(),
             lease_lost: CancellationToken::new(),
+            lease_until: lease_rx,
         };
         self.lock().attempts.insert(
             id.to_owned(),
@@ -168,6 +175,7 @@ impl Running {
                 cancel: tokens.cancel.clone(),
                 lease_lost: tokens.lease_lost.clone(),
                 lease_deadline: lease_until.checked_sub(LEASE_SAFETY).unwrap_or(lease_until),
+                lease_until: lease_tx,
                 orphan: orphan.is_some(),
                 elsewhere: orphan == Some(Whereabouts::Elsewhere),
                 step_token: None,
@@ -185,18 +193,19 @@ impl Running {
         }
     }
 
-    fn end(&self, task_id: &str) {
+    /// Forget the attempt of `task_id` under claim `claim_seq`: not a later one of the same
+    /// task (an orphan settled here may be claimed again, by another slot, before the one that
+    /// ended it gets here).
+    fn end(&self, task_id: &str, claim_seq: u32) {
         let mut inner = self.lock();
-        inner.attempts.remove(task_id);
-        inner.early.remove(task_id);
-    }
-
-    /// Whether attempt `number` of `task_id` runs here.
-    fn runs(&self, task_id: &str, number: u32) -> bool {
-        self.lock()
+        if inner
             .attempts
             .get(task_id)
-            .is_some_and(|a| a.number == number)
+            .is_some_and(|a| a.claim_seq == claim_seq)
+        {
+            inner.attempts.remove(task_id);
+            inner.early.remove(task_id);
+        }
     }
 
     /// How many attempts take a slot here: those running here, and orphans being ended here
@@ -247,7 +256,8 @@ impl Running {
         renewed: &[Renewed],
     ) {
         let by_id: HashMap<&str, &Renewed> = renewed.iter().map(|r| (r.id.as_str(), r)).collect();
-        let deadline = (sent + lease).checked_sub(LEASE_SAFETY).unwrap_or(sent);
+        let until = sent + lease;
+        let deadline = until.checked_sub(LEASE_SAFETY).unwrap_or(sent);
         let mut inner = self.lock();
         for (id, claim_seq) in asked {
             let Some(a) = inner
@@ -260,6 +270,7 @@ impl Running {
             match by_id.get(id.as_str()) {
                 Some(r) => {
                     a.lease_deadline = deadline;
+                    a.lease_until.send_replace(until);
                     if r.cancel_requested && !a.orphan {
                         a.cancel.cancel();
                     }
@@ -326,6 +337,8 @@ pub struct Runner {
     /// The `spoolctl` next to this daemon's executable, if there is one: attempts get it as
     /// `SPOOLD_CTL`, and its directory at the end of their `PATH`.
     pub spoolctl: Option<PathBuf>,
+    /// What supervises each attempt, and where supervisors keep their records.
+    pub supervisor: exec::Supervisor,
 }
 
 /// Where an orphaned attempt's processes are, seen from here.
@@ -353,9 +366,9 @@ impl Runner {
                 .adopt(&orphan, taken_at, self.lease, whereabouts);
             let me = Arc::clone(self);
             attempts.spawn(async move {
-                let id = orphan.id.clone();
+                let (id, claim_seq) = (orphan.id.clone(), orphan.claim_seq);
                 me.end_orphan(orphan, whereabouts, tokens.lease_lost).await;
-                me.running.end(&id);
+                me.running.end(&id, claim_seq);
             });
         }
     }
@@ -371,27 +384,43 @@ impl Runner {
     ) {
         let declared = self.types.now();
         let kind = declared.get(&orphan.task_type);
-        let grace = Duration::from_millis(orphan.kill_grace_ms.max(0) as u64);
         let tag = exec::attempt_tag(&orphan.id, orphan.attempt);
         info!(task_id = %orphan.id, attempt = orphan.attempt, code = %orphan.code,
               whereabouts = ?whereabouts, "ending an attempt whose executor is gone");
         match whereabouts {
             Whereabouts::Here => {
-                let cgroup = self
-                    .cgroup
-                    .as_ref()
-                    .and_then(|root| AttemptCgroup::existing(root, &tag));
-                let ended = tokio::select! {
-                    n = processes::end_leftovers(&tag, orphan.process.as_ref(), cgroup.as_ref(), grace) => n,
+                // Its supervisor ends it on its own once its daemon is gone: wait until it has
+                // (its record's lock is free), and read how the attempt ended.
+                let path = self.supervisor.records.join(&tag);
+                let record = tokio::select! {
+                    record = wait_for_supervisor(&path) => record,
                     () = lost.cancelled() => return,
                 };
-                if let Some(cg) = cgroup {
-                    cg.remove().await;
+                let _ = std::fs::remove_file(&path);
+                if let Some(root) = &self.cgroup {
+                    // A supervisor that died without finishing may have left processes in the
+                    // attempt's cgroup: the kernel knows them, whoever their parent now is.
+                    if let Some(cg) = AttemptCgroup::existing(root, &tag) {
+                        cg.kill();
+                        cg.remove().await;
+                    }
                 }
-                if ended > 0 {
-                    self.metrics.task_recovered_processes.inc_by(ended as u64);
-                    warn!(task_id = %orphan.id, attempt = orphan.attempt, processes = ended,
-                          "ended processes an attempt's gone executor left running");
+                match record {
+                    Some(r) if r.over => {
+                        if r.processes > 0 {
+                            self.metrics.task_recovered_processes.inc_by(r.processes);
+                        }
+                        info!(task_id = %orphan.id, attempt = orphan.attempt,
+                              exit_code = r.exit_code, signal = r.signal, killed = r.killed,
+                              processes = r.processes, stopped = ?r.stopped,
+                              output_dropped = r.output_dropped,
+                              "the supervisor of an attempt whose executor is gone ended it");
+                    }
+                    Some(_) => warn!(task_id = %orphan.id, attempt = orphan.attempt,
+                                     "the supervisor of an attempt whose executor is gone died \
+                                      before it finished: what it left is not known here"),
+                    None => info!(task_id = %orphan.id, attempt = orphan.attempt,
+                                  "an attempt whose executor is gone never started a program"),
                 }
             }
             Whereabouts::Elsewhere => {
@@ -498,7 +527,6 @@ impl Runner {
         let background = [
             tokio::spawn(Arc::clone(&self).heartbeat(attempts.clone(), done_tx.clone())),
             tokio::spawn(Arc::clone(&self).watch_leases()),
-            tokio::spawn(reap_adopted()),
         ];
         // When the last claim took nothing while due tasks waited for a lock or a quota.
         let mut fruitless_at: Option<Instant> = None;
@@ -663,9 +691,9 @@ impl Runner {
     async fn slot(&self, first: ClaimedTask, tokens: Tokens, done: &mpsc::UnboundedSender<()>) {
         let mut current = Some((first, tokens));
         while let Some((task, tokens)) = current.take() {
-            let id = task.id.clone();
+            let (id, claim_seq) = (task.id.clone(), task.claim_seq);
             let next = self.attempt(task, tokens).await;
-            self.running.end(&id);
+            self.running.end(&id, claim_seq);
             current = next.map(|(t, claimed_at)| {
                 let tokens = self.running.start(&t, claimed_at, self.lease);
                 (t, tokens)
@@ -789,24 +817,6 @@ impl Runner {
                 };
                 let digest: [u8; 32] = Sha256::digest(step_token.as_bytes()).into();
                 self.running.equip(&task.id, digest, log.clone());
-                let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-                let store = self.store.clone();
-                let running = Arc::clone(&self.running);
-                let (id, number) = (task.id.clone(), task.attempt);
-                // Recorded once the attempt has run for a moment (most short ones are over
-                // by then, and a commit per attempt is saved); the tag finds its processes if
-                // a crash comes first.
-                tokio::spawn(async move {
-                    if let Ok(process) = started_rx.await {
-                        tokio::time::sleep(RECORD_PROCESS_AFTER).await;
-                        if !running.runs(&id, number) {
-                            return;
-                        }
-                        if let Err(e) = store.record_task_process(id, number, process).await {
-                            warn!(error = %e, "cannot record a task attempt's process");
-                        }
-                    }
-                });
                 let finished = exec::run(exec::Spawn {
                     argv: &argv,
                     env,
@@ -817,11 +827,11 @@ impl Runner {
                     cancel: tokens.cancel,
                     shutdown: self.interrupt.clone(),
                     lease_lost: tokens.lease_lost,
+                    lease: self.store.is_shared().then_some(tokens.lease_until),
                     tag: exec::attempt_tag(&task.id, task.attempt),
                     cgroup: self.cgroup.as_ref(),
                     output: log.clone(),
-                    started: Some(started_tx),
-                    stopping: None,
+                    supervisor: &self.supervisor,
                 })
                 .await;
                 // The runner's copy is the last one once the registry lets go of it.
@@ -1085,24 +1095,22 @@ impl Runner {
     }
 }
 
-/// Reap what this process adopted (escapees of attempts, re-parented to it) as they exit:
-/// SIGCHLD wakes it (every attempt's end raises one too, so at most ten looks a second), and
-/// a slow poll covers a signal that could not be waited for.
-async fn reap_adopted() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut exits = signal(SignalKind::child()).ok();
+/// Until the supervisor whose record file is `path` is gone (the file's lock is free): what it
+/// recorded, if anything. Looked at every 50 ms: a supervisor ends its attempt within the
+/// attempt's kill grace, plus what SIGKILL takes.
+async fn wait_for_supervisor(path: &std::path::Path) -> Option<super::supervision::Record> {
     loop {
-        match exits.as_mut() {
-            Some(exits) => {
-                tokio::select! {
-                    _ = exits.recv() => {}
-                    () = tokio::time::sleep(Duration::from_secs(5)) => {}
-                }
+        match super::supervision::read_record(path) {
+            Ok(record) => return record,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            None => tokio::time::sleep(Duration::from_secs(1)).await,
+            Err(e) => {
+                warn!(path = %path.display(), error = %e,
+                      "cannot read the record of an attempt's supervisor");
+                return None;
+            }
         }
-        processes::reap_orphans();
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -1125,10 +1133,6 @@ const NO_OUTPUT: OutputSummary = OutputSummary {
 /// How often the runner looks again while due tasks wait for a lock or a quota (attempts'
 /// ends wake it sooner).
 const WAITING_POLL: Duration = Duration::from_millis(250);
-
-/// How long an attempt runs before its process (group, leader's start time) is recorded for
-/// the recovery after a crash. Until then the tag alone finds what it started.
-const RECORD_PROCESS_AFTER: Duration = Duration::from_millis(20);
 
 /// After a claim that took nothing while due tasks waited, how long the runner lets
 /// submissions and ends gather before it claims again.

@@ -146,11 +146,11 @@ async fn escapees_leave_no_zombies() {
     );
 }
 
-/// kill -9 of the daemon while an attempt's worker runs that cleared its environment (no tag)
-/// but stayed in the attempt's group; its leader exits while no daemon runs. After the restart
-/// the worker is ended all the same — the group's members in the attempt's session that started
-/// after its leader are the attempt's, and a group id cannot be reused while it has members —
-/// before the task moves on.
+/// kill -9 of the daemon while an attempt's worker runs that cleared its environment and
+/// ignores SIGPIPE, and whose leader is about to exit: nothing about the worker names the
+/// attempt but its ancestry. Its supervisor, whose descendant it is, ends it at once with no
+/// daemon running; the restarted daemon waits for the supervisor's record, counts what it
+/// ended, and settles the task.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_that_cleared_its_environment_is_ended_after_a_crash() {
     let dir = TempDir::new().expect("temp dir");
@@ -158,7 +158,7 @@ async fn a_worker_that_cleared_its_environment_is_ended_after_a_crash() {
     setup.script(
         "worker.sh",
         r#"echo "raw: the summary as the script wrote it" > "$SPOOLD_RESULT_FILE"
-env -i /bin/sh -c 'trap "" PIPE; while :; do echo x >> "$0"; sleep 0.05; done' "$GROW" &
+env -i /bin/sh -c 'trap "" PIPE; echo $$ > "$0.pid"; while :; do echo x >> "$0"; sleep 0.05; done' "$GROW" &
 sleep 1"#,
     );
     let config = config_with(
@@ -175,48 +175,48 @@ sleep 1"#,
     let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
     let api = Api::new(daemon.base_url());
     let (_, task) = submit(&api, json!({"type": "worker", "idempotencyKey": "w"})).await;
-    let db = crate::db_path(&data);
-    let recorded = || crate::tasks::process_recorded(&db);
     let size = || std::fs::metadata(setup.dir.join("grow")).map_or(0, |m| m.len());
+    let worker = || std::fs::read_to_string(setup.dir.join("grow.pid")).ok();
     for _ in 0..200 {
-        if recorded() && size() > 0 {
+        if worker().is_some() && size() > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(recorded(), "the attempt's process was recorded");
+    let worker: i32 = worker()
+        .expect("the worker started")
+        .trim()
+        .parse()
+        .expect("a pid");
     daemon.kill9();
-    // The leader exits meanwhile; the worker goes on.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let workers = setup.processes();
-    let before = size();
+    let left = wait_gone(&[worker]).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "the worker outlived its daemon");
+    let stopped = size();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(size() > before, "the worker runs on while no daemon does");
+    assert_eq!(size(), stopped, "the file still grows");
     let daemon = DaemonProcess::start(opts()).await.expect("restart");
     let api = Api::new(daemon.base_url());
     let t = wait_task(&api, &id(&task), &["manual_review"]).await;
     assert_eq!(t["errorCode"], "daemon_restart", "{t}");
-    let left: Vec<i32> = setup.processes();
-    kill_all(&left);
-    assert!(
-        left.is_empty(),
-        "the worker outlived the recovery: {left:?} (was {workers:?})"
-    );
-    let stopped = size();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(size(), stopped, "the file still grows");
     let recovered = api
         .metric("spoold_task_recovered_processes_total")
         .await
         .expect("metrics");
-    assert!(recovered >= Some(1.0), "{recovered:?}");
-    // The raw result file of the crashed attempt (it may hold secrets) is gone.
-    let results: Vec<_> = std::fs::read_dir(data.path().join("data/task-results"))
-        .expect("results dir")
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    assert!(results.is_empty(), "{results:?}");
+    assert!(
+        recovered >= Some(2.0),
+        "the leader and the worker: {recovered:?}"
+    );
+    // The raw result file of the crashed attempt (it may hold secrets) is gone, and so is the
+    // supervisor's record.
+    for dir in ["task-results", "task-attempts"] {
+        let files: Vec<_> = std::fs::read_dir(data.path().join("data").join(dir))
+            .expect("dir")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(files.is_empty(), "{files:?}");
+    }
 }
 
 /// A type removed from the configuration while its task waits for a retry, keeping its lock:

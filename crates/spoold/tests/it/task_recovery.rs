@@ -631,50 +631,109 @@ fn child_of(init: i32) -> i32 {
         .expect("a child")
 }
 
-/// The restart path, with pid reuse made certain: the daemon is killed (kill -9) while an
-/// attempt runs whose leader exits at once on SIGTERM and whose escapee ignores it; a new
-/// daemon started in the same pid namespace ends what is left. While the escapee keeps that
-/// going through the kill grace, an unrelated process takes the dead leader's pid and makes it
-/// its own session and group. It is never signalled: after a crash the daemon signals no group
-/// at all, only processes shown to be the attempt's (its tag; its recorded group's members in
-/// the recorded session), each through a pidfd.
+/// The init of a pid namespace that never forks (so the test decides which pid comes next),
+/// with a small `pid_max` (pids of the namespace wrap within a thousand), running its
+/// arguments in a session of their own (the daemon is a session leader, as one started by a
+/// service manager or `setsid` is) and reaping whatever is re-parented to it.
+const QUIET_INIT: &str = r#"import os, subprocess, sys, time
+try:
+    open("/proc/sys/kernel/pid_max", "w").write("1024")
+except OSError:
+    pass
+subprocess.Popen(sys.argv[1:], start_new_session=True)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.05)
+"#;
+
+/// An unrelated process (run as `python3 -c VICTIM HITS PIDS LEADER`): it makes itself a
+/// session leader, then forks a child with the pid after `ns_last_pid` is set to LEADER - 1,
+/// which makes itself a group leader. Both write down every signal they get, and their pid,
+/// group and session.
+const VICTIM: &str = r#"import os, signal, sys, time
+hits, pids, leader = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.setsid()
+def log(sig, frame):
+    with open(hits, "a") as f:
+        f.write(f"{sig} {os.getpid()}\n")
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+    signal.signal(s, log)
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(leader - 1))
+if os.fork() == 0:
+    os.setpgid(0, 0)
+with open(pids, "a") as f:
+    f.write(f"{os.getpid()} {os.getpgid(0)} {os.getsid(0)}\n")
+while True:
+    time.sleep(0.1)
+"#;
+
+/// The pid that `outer` (a pid in this namespace) has in its own, innermost pid namespace.
+fn inner_pid(outer: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{outer}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|ids| ids.split_whitespace().last()?.parse().ok())
+        .expect("NSpid")
+}
+
+/// The issue's reproduction of a restart that signalled unrelated processes: in a private pid
+/// namespace with a small `pid_max`, kill -9 the daemon (a session leader) and its attempt's
+/// process group; a new process takes the old daemon's pid and calls `setsid`; its child takes
+/// the old leader's pid and calls `setpgid(0, 0)` — the recorded session, the recorded group,
+/// started after the leader: everything an id-based recovery looked at. Then restart spoold.
+/// It signals neither (they log every signal: none is received): the attempt's supervisor
+/// ended what was left of it when the daemon died, and the restarted daemon only read its
+/// record.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_reused_pid_is_never_signalled_after_a_restart() {
+async fn a_restarted_daemon_signals_no_process_it_did_not_spawn() {
     if privileged::available("SPOOLD_REQUIRE_PIDNS", pid_namespaces()).is_none() {
         return;
     }
     let dir = TempDir::new().expect("temp dir");
     let setup = Setup::new(dir.path());
     setup.script(
-        "reuse.sh",
+        "hold.sh",
         r#"trap '' PIPE
-trap 'exit 143' TERM
-setsid sh -c 'trap "" TERM; exec sleep 1000' &
 echo $$ > "$LEADER"
+sleep 1000 &
 while :; do sleep 0.05; done"#,
     );
     let config = config_with(
         &setup,
         &format!(
-            "\n[tasks.reuse]\ncommand = [\"{}\"]\ntimeout = \"600s\"\nkill_grace = \"3s\"\n\
+            "\n[tasks.hold]\ncommand = [\"{}\"]\ntimeout = \"600s\"\nkill_grace = \"3s\"\n\
              env = {{ LEADER = \"{}\" }}\n",
-            setup.path("reuse.sh"),
+            setup.path("hold.sh"),
             setup.path("leader"),
         ),
     );
     let data = TempDir::new().expect("data dir");
     let opts =
         || crate::process_opts(&data).args(["--config", config.as_str(), "--task-cgroup", "off"]);
-    let first = DaemonProcess::start(opts().wrapper(under_init(INIT)))
+    let wrapper: Vec<String> = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        "python3",
+        "-c",
+        QUIET_INIT,
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let first = DaemonProcess::start(opts().wrapper(wrapper))
         .await
         .expect("daemon");
     let init = namespace_init(&first);
     let api = Api::new(first.base_url());
-    let (_, task) = submit(&api, json!({"type": "reuse", "idempotencyKey": "r"})).await;
-    let db = crate::db_path(&data);
-    let recorded = || crate::tasks::process_recorded(&db);
-    wait_for("the attempt's process to be recorded", crate::WAIT, || {
-        recorded() && setup.dir.join("leader").exists()
+    let (_, task) = submit(&api, json!({"type": "hold", "idempotencyKey": "h"})).await;
+    wait_for("the attempt's leader to write its pid", crate::WAIT, || {
+        setup.dir.join("leader").exists()
     })
     .await;
     let leader: i32 = std::fs::read_to_string(setup.dir.join("leader"))
@@ -682,17 +741,56 @@ while :; do sleep 0.05; done"#,
         .trim()
         .parse()
         .expect("a pid");
-    // kill -9 of the daemon alone; its namespace (and the attempt) live on.
-    let daemon = child_of(init);
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(daemon).expect("a pid"),
-        rustix::process::Signal::KILL,
-    )
-    .expect("kill -9 the daemon");
-    wait_for("the daemon to be gone", crate::WAIT, || {
-        !Path::new(&format!("/proc/{daemon}")).exists()
+    let daemon = inner_pid(child_of(init));
+    // kill -9 of the daemon and of the attempt's group, at once (the supervisor, which ends
+    // the attempt as soon as the daemon is gone, may have ended the group first).
+    in_namespace(
+        init,
+        &format!("kill -KILL {daemon}; kill -KILL -{leader} 2>/dev/null; true"),
+    );
+    let record = data
+        .path()
+        .join("data/task-attempts")
+        .join(format!("{}-1", id(&task)));
+    wait_for("the supervisor to finish", crate::WAIT, || {
+        std::fs::read_to_string(&record).is_ok_and(|r| r.contains("\"over\":true"))
     })
     .await;
+    wait_for("the leader's pid to be free", crate::WAIT, || {
+        in_namespace(init, &format!("test -e /proc/{leader} || echo free")).trim() == "free"
+            && in_namespace(init, &format!("test -e /proc/{daemon} || echo free")).trim() == "free"
+    })
+    .await;
+    let (hits, pids) = (setup.dir.join("victim-hits"), setup.dir.join("victim-pids"));
+    std::fs::write(setup.dir.join("victim.py"), VICTIM).expect("victim");
+    in_namespace(
+        init,
+        &format!(
+            "echo {} > /proc/sys/kernel/ns_last_pid; python3 {} {} {} {leader} \
+             >/dev/null 2>&1 &",
+            daemon - 1,
+            setup.dir.join("victim.py").display(),
+            hits.display(),
+            pids.display(),
+        ),
+    );
+    wait_for("the victims to start", crate::WAIT, || {
+        std::fs::read_to_string(&pids).is_ok_and(|p| p.lines().count() == 2)
+    })
+    .await;
+    let victims: Vec<Vec<i32>> = std::fs::read_to_string(&pids)
+        .expect("pids")
+        .lines()
+        .map(|l| l.split(' ').filter_map(|n| n.parse().ok()).collect())
+        .collect();
+    assert!(
+        victims.contains(&vec![daemon, daemon, daemon]),
+        "a process with the old daemon's pid, leading its session: {victims:?}"
+    );
+    assert!(
+        victims.contains(&vec![leader, leader, daemon]),
+        "a process with the old leader's pid, leading its group in that session: {victims:?}"
+    );
     let second = DaemonProcess::start(opts().wrapper([
         "nsenter".to_owned(),
         "-t".to_owned(),
@@ -704,14 +802,20 @@ while :; do sleep 0.05; done"#,
     .await
     .expect("restart in the same namespace");
     let api = Api::new(second.base_url());
-    take_the_pid_meanwhile(
-        &api,
-        &id(&task),
-        "manual_review",
-        (init, leader),
-        &setup.dir,
-    )
-    .await;
+    let t = wait_task(&api, &id(&task), &["manual_review"]).await;
+    assert_eq!(t["errorCode"], "daemon_restart", "{t}");
+    // Longer than the kill grace an id-based recovery would have waited before SIGKILL.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        std::fs::read_to_string(&hits).unwrap_or_default(),
+        "",
+        "an unrelated process was signalled"
+    );
+    for pid in [daemon, leader] {
+        let alive = in_namespace(init, &format!("test -e /proc/{pid} && echo alive"));
+        assert_eq!(alive.trim(), "alive", "process {pid} was killed");
+    }
+    in_namespace(init, &format!("kill -KILL {daemon} {leader}"));
     drop(second);
     drop(first);
 }

@@ -261,20 +261,6 @@ pub(crate) async fn wait_gone_within(pids: &[i32], bound: Duration) -> Vec<i32> 
     pids.iter().copied().filter(|p| alive(*p)).collect()
 }
 
-/// Whether an attempt's process (group, session, leader's start) is on record in the SQLite
-/// database at `db` yet (it is recorded once the attempt has run for 20 ms).
-pub(crate) fn process_recorded(db: &Path) -> bool {
-    rusqlite::Connection::open(db)
-        .and_then(|c| {
-            c.query_row(
-                "SELECT pgid FROM task_attempts WHERE pgid IS NOT NULL",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-        })
-        .is_ok()
-}
-
 /// End whatever a failed test left alive, by pid.
 pub(crate) fn kill_all(pids: &[i32]) {
     for pid in pids {
@@ -751,8 +737,9 @@ sleep 1000"#,
     assert!(children.is_empty(), "{children:?}");
 }
 
-/// kill -9 while tasks run: after the restart no task is left `running`. Each type's
-/// `on_interrupt` decides: `review` (the default) → `manual_review`, `retry` → run again.
+/// kill -9 while tasks run: each attempt's supervisor ends it at once, with no daemon running;
+/// after the restart no task is left `running`. Each type's `on_interrupt` decides: `review`
+/// (the default) → `manual_review`, `retry` → run again.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_leaves_no_task_running() {
     let dir = TempDir::new().expect("temp dir");
@@ -789,12 +776,15 @@ async fn a_crash_leaves_no_task_running() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let orphans = setup.pids();
+    assert!(orphans.len() >= 6, "{orphans:?}");
     daemon.kill9();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let orphans = setup.processes();
+    // Their supervisors end them: no daemon is needed for that.
+    let left = wait_gone(&orphans).await;
+    kill_all(&left);
     assert!(
-        orphans.len() >= 6,
-        "the crash left the attempts running: {orphans:?}"
+        left.is_empty(),
+        "the crash left an attempt running: {left:?}"
     );
 
     let daemon = spool_testkit::DaemonProcess::start(opts())
@@ -803,13 +793,6 @@ async fn a_crash_leaves_no_task_running() {
     let api = Api::new(daemon.base_url());
     let t = wait_task(&api, &id(&hung), &["manual_review"]).await;
     assert_eq!(t["errorCode"], "daemon_restart", "{t}");
-    // Ended by the new daemon before either task moved on: never two copies at once.
-    let left = wait_gone(&orphans).await;
-    kill_all(&left);
-    assert!(
-        left.is_empty(),
-        "the restart left a crashed attempt running: {left:?}"
-    );
 
     let log = get(&api, &format!("/v1/tasks/{}/transitions", id(&hung))).await;
     let reasons: Vec<_> = log["transitions"]
@@ -833,7 +816,8 @@ async fn a_crash_leaves_no_task_running() {
         t["status"] == "running" && t["attempt"] == 2
     })
     .await;
-    // Both crashed attempts were ended (the re-run starts only after its old one is gone).
+    // Both crashed attempts were ended by their supervisors, who recorded it (the re-run starts
+    // only after its old one is gone).
     let recovered = api
         .metric("spoold_task_recovered_processes_total")
         .await
@@ -898,16 +882,16 @@ echo "$$" >> "$PIDS""#,
 }
 
 /// The article's executor interruption: kill -9 the daemon while a script keeps writing to a
-/// file. The attempt's process group was recorded as it started; after the restart the old
-/// group is gone (the file stops growing), the task is `interrupted`, then follows
-/// `on_interrupt`.
+/// file. The attempt's supervisor ends it at once (the file stops growing while no daemon
+/// runs); after the restart the task is `interrupted`, then follows `on_interrupt`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crashed_attempt_stops_writing_after_the_restart() {
     let dir = TempDir::new().expect("temp dir");
     let setup = Setup::new(dir.path());
     setup.script(
         "writer.sh",
-        r#"while :; do echo x >> "$GROW"; sleep 0.02; done"#,
+        r#"echo $$ > "$GROW.pid"
+while :; do echo x >> "$GROW"; sleep 0.02; done"#,
     );
     let config = crate::task_locks::config_with(
         &setup,
@@ -926,34 +910,24 @@ async fn a_crashed_attempt_stops_writing_after_the_restart() {
     let (_, task) = submit(&api, json!({"type": "writer", "idempotencyKey": "w"})).await;
     wait_task(&api, &id(&task), &["running"]).await;
     let size = || std::fs::metadata(dir.path().join("grow")).map_or(0, |m| m.len());
-    // Until it has written for a while, and its process is on record.
-    let db = crate::db_path(&data);
-    let mut recorded = None;
     for _ in 0..200 {
-        recorded =
-            rusqlite::Connection::open(&db)
-                .and_then(|c| {
-                    c.query_row(
-                    "SELECT pgid, leader_start, boot_id FROM task_attempts WHERE pgid IS NOT NULL",
-                    [],
-                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)),
-                )
-                })
-                .ok();
-        if recorded.is_some() && size() > 20 {
+        if size() > 20 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (pgid, start, boot) = recorded.expect("the attempt's process group was recorded");
-    assert!(pgid > 1 && start > 0 && !boot.is_empty());
+    let pgid: i32 = std::fs::read_to_string(dir.path().join("grow.pid"))
+        .expect("the script's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
     daemon.kill9();
-    let before = size();
+    let left = wait_gone(&[pgid]).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "the attempt outlived its daemon");
+    let stopped = size();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        size() > before,
-        "the orphaned attempt keeps writing while no daemon runs"
-    );
+    assert_eq!(size(), stopped, "the file still grows while no daemon runs");
 
     let daemon = spool_testkit::DaemonProcess::start(opts())
         .await
@@ -961,17 +935,7 @@ async fn a_crashed_attempt_stops_writing_after_the_restart() {
     let api = Api::new(daemon.base_url());
     let t = wait_task(&api, &id(&task), &["manual_review"]).await;
     assert_eq!(t["errorCode"], "daemon_restart", "{t}");
-    assert!(
-        !alive(pgid as i32),
-        "the old process group's leader still runs"
-    );
-    let stopped = size();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        size(),
-        stopped,
-        "the file still grows: the old attempt runs on"
-    );
+    assert_eq!(size(), stopped, "the old attempt ran again");
     let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
     assert_eq!(attempts["attempts"][0]["outcome"], "interrupted");
 }

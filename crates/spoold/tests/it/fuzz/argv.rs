@@ -180,11 +180,14 @@ fn received(argv: &[String]) -> Result<Vec<Vec<u8>>, TestCaseError> {
         cancel: CancellationToken::new(),
         shutdown: CancellationToken::new(),
         lease_lost: CancellationToken::new(),
+        lease: None,
         tag: exec::attempt_tag("fuzz", 1),
         cgroup: None,
         output: Some(Arc::clone(&log)),
-        started: None,
-        stopping: None,
+        supervisor: &exec::Supervisor {
+            program: env!("CARGO_BIN_EXE_spoold").into(),
+            records: dir.path().to_path_buf(),
+        },
     }));
     prop_assert_eq!(finished.exit_code, Some(0), "{:?}", finished);
     let log = Arc::try_unwrap(log)
