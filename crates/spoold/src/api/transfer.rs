@@ -475,6 +475,18 @@ fn check_history(
             ))
         }
     };
+    // `later` (named `later_field`) must not come before `earlier`.
+    let in_order = |later_field: &str, later: Millis, earlier_field: &str, earlier: Millis| {
+        if later < earlier {
+            Err(format!(
+                "{later_field} {} is before {earlier_field} {}",
+                when(later),
+                when(earlier)
+            ))
+        } else {
+            Ok(())
+        }
+    };
     let scheduled = |field: &str, ms: Option<Millis>| match ms {
         Some(ms) if !(0..=LAST_TIME_MS).contains(&ms) => Err(format!(
             "delivery.{field} {ms}: out of range (1970 to 9999-12-31T23:59:59.999Z)"
@@ -520,13 +532,12 @@ fn check_history(
     }
     past("delivery.createdAtMs".into(), d.created_at)?;
     past("delivery.updatedAtMs".into(), d.updated_at)?;
-    if d.updated_at < d.created_at {
-        return Err(format!(
-            "delivery.updatedAtMs {} is before delivery.createdAtMs {}",
-            when(d.updated_at),
-            when(d.created_at)
-        ));
-    }
+    in_order(
+        "delivery.updatedAtMs",
+        d.updated_at,
+        "delivery.createdAtMs",
+        d.created_at,
+    )?;
     if let Some(since) = d.unknown_since {
         past("delivery.unknownSinceMs".into(), since)?;
     }
@@ -562,33 +573,30 @@ fn check_history(
             ));
         }
         past(format!("{at}.startedAtMs"), a.started_at)?;
-        if a.started_at < d.created_at {
-            return Err(format!(
-                "{at}.startedAtMs {} is before delivery.createdAtMs {}",
-                when(a.started_at),
-                when(d.created_at)
-            ));
-        }
+        in_order(
+            &format!("{at}.startedAtMs"),
+            a.started_at,
+            "delivery.createdAtMs",
+            d.created_at,
+        )?;
         if let Some(finished) = a.finished_at {
             past(format!("{at}.finishedAtMs"), finished)?;
-            if finished < a.started_at {
-                return Err(format!(
-                    "{at}.finishedAtMs {} is before its startedAtMs {}",
-                    when(finished),
-                    when(a.started_at)
-                ));
-            }
+            in_order(
+                &format!("{at}.finishedAtMs"),
+                finished,
+                &format!("{at}.startedAtMs"),
+                a.started_at,
+            )?;
         }
     }
     for (i, t) in transitions.iter().enumerate() {
         past(format!("transitions[{i}].atMs"), t.at)?;
-        if t.at < d.created_at {
-            return Err(format!(
-                "transitions[{i}].atMs {} is before delivery.createdAtMs {}",
-                when(t.at),
-                when(d.created_at)
-            ));
-        }
+        in_order(
+            &format!("transitions[{i}].atMs"),
+            t.at,
+            "delivery.createdAtMs",
+            d.created_at,
+        )?;
     }
     for (i, c) in checks.iter().enumerate() {
         past(format!("checks[{i}].atMs"), c.at)?;
