@@ -3,16 +3,24 @@
 //! --spoold-journal`. Pure: the caller reads the file and sends the records; the daemon checks
 //! each as it checks any import. A journal cut short (its last line torn, as a crash leaves
 //! it) loses that line only; any other line that is not a record refuses the whole journal.
+//!
+//! A delivery is carried over whole or not at all: its body byte for byte (`body` as the
+//! journal has it, `bodyBase64` decoded), its headers, key and counts; one whose record does
+//! not add up (a field v0.1.0 does not write, attempts it could not have made, times out of
+//! range or order) is refused, naming the line and the field, and never sent.
 
 use std::collections::BTreeMap;
 
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde::Deserialize;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 
 use crate::transfer::{
     BodyKind, ExportRecord, ExportedDelivery, ExportedTransition, EXPORT_FORMAT,
 };
-use crate::{units, DeliveryMode, DeliveryStatus};
+use crate::{units, CreateDelivery, DeliveryMode, DeliveryStatus};
 
 /// One non-blank line of an input, numbered from 1; `torn` for a last line without its newline.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,26 +42,43 @@ impl Line {
     }
 }
 
-/// The non-blank lines of a whole input.
+/// The non-blank lines of a whole input, numbered as a text editor numbers them.
 pub fn lines(input: &[u8]) -> Vec<Line> {
-    let mut out = Vec::new();
-    for raw in input.split_inclusive(|b| *b == b'\n') {
-        if let Some(line) = Line::from_bytes(out.len() + 1, raw) {
-            out.push(line);
-        }
-    }
-    out
+    input
+        .split_inclusive(|b| *b == b'\n')
+        .enumerate()
+        .filter_map(|(n, raw)| Line::from_bytes(n + 1, raw))
+        .collect()
 }
 
-/// A journal replayed: its live pending and in-flight deliveries as export records, in the
-/// order they first appeared.
+/// A journal replayed: its live pending and in-flight deliveries, in the order they first
+/// appeared, each carried over as an export record or refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replayed {
-    pub records: Vec<ExportRecord>,
+    pub records: Vec<Carried>,
+    /// Live pending or in-flight deliveries that cannot be carried over whole: reported, not
+    /// imported (an import must never send a different request than the old daemon would).
+    pub refused: Vec<Refused>,
     /// Live deliveries that had finished (delivered, failed, …): not carried over.
     pub finished: u64,
     /// The last line, torn and unreadable: skipped.
     pub torn: Option<TornLine>,
+}
+
+/// A delivery carried over, and the journal line its last record is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Carried {
+    pub line: usize,
+    pub record: ExportRecord,
+}
+
+/// A live delivery that is not carried over: the line of its last record, and why (naming the
+/// field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub line: usize,
+    pub id: String,
+    pub reason: String,
 }
 
 /// A torn last line that was skipped, and why it did not parse.
@@ -73,11 +98,16 @@ pub enum JournalError {
 /// The note on an imported delivery's first transition.
 pub const IMPORT_NOTE: &str = "imported from a spoold v0.1.0 journal";
 
+/// How far past `now` a time the old daemon recorded may lie (its host's clock may have been
+/// ahead of this one's); later than that, the record is refused.
+pub const CLOCK_SKEW_MS: i64 = 24 * 3_600_000;
+
 /// Replays `lines` (each record replaces the last of its delivery; a removal removes it) and
 /// gives its pending and in-flight deliveries as export records, due as the journal says
-/// (in-flight ones at `now_ms`: the old daemon is gone).
+/// (in-flight ones at `now_ms`: the old daemon is gone), or refused, naming the line and the
+/// field, when their record does not add up or cannot be carried whole.
 pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
-    let mut live: BTreeMap<String, (usize, JournalDelivery)> = BTreeMap::new();
+    let mut live: BTreeMap<String, Live> = BTreeMap::new();
     let mut torn = None;
     for (order, line) in lines.iter().enumerate() {
         let record: JournalRecord = match serde_json::from_str(&line.text) {
@@ -96,34 +126,131 @@ pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
                 })
             }
         };
+        let not_a_record = |reason: String| JournalError::NotARecord {
+            line: line.number,
+            reason,
+        };
+        // spoold v0.1.0 refuses to start on any other version; so does this import.
+        if !matches!(record.version, Some(1 | 2)) {
+            return Err(not_a_record(match record.version {
+                Some(v) => format!("version {v}: spoold v0.1.0 writes 1 or 2"),
+                None => "no version: spoold v0.1.0 writes 1 or 2".to_owned(),
+            }));
+        }
         if let Some(id) = record.deleted_id {
             live.remove(&id);
         }
-        if let Some(d) = record.delivery {
-            let first = live.get(&d.id).map_or(order, |(first, _)| *first);
-            live.insert(d.id.clone(), (first, d));
+        if let Some(raw) = record.delivery {
+            let head: Head = serde_json::from_str(raw.get())
+                .map_err(|e| not_a_record(format!("delivery: {e}")))?;
+            let first = live.get(&head.id).map_or(order, |l| l.first);
+            live.insert(
+                head.id,
+                Live {
+                    first,
+                    line: line.number,
+                    status: head.status,
+                    raw,
+                    request_hash: record.request_hash,
+                },
+            );
         }
     }
-    let mut in_order: Vec<(usize, JournalDelivery)> = live.into_values().collect();
-    in_order.sort_by_key(|(first, _)| *first);
+    let mut in_order: Vec<(String, Live)> = live.into_iter().collect();
+    in_order.sort_by_key(|(_, l)| l.first);
     let mut records = Vec::new();
+    let mut refused = Vec::new();
     let mut finished = 0;
-    for (_, d) in in_order {
-        let due = match d.status.as_str() {
-            "pending" => time_ms(d.next_attempt_at.as_deref()).unwrap_or(now_ms),
-            "in_flight" => now_ms,
-            _ => {
-                finished += 1;
-                continue;
-            }
-        };
-        records.push(d.into_record(due, now_ms));
+    for (id, l) in in_order {
+        if !matches!(l.status.as_str(), "pending" | "in_flight") {
+            finished += 1;
+            continue;
+        }
+        match carry(&l, now_ms) {
+            Ok(record) => records.push(Carried {
+                line: l.line,
+                record,
+            }),
+            Err(reason) => refused.push(Refused {
+                line: l.line,
+                id,
+                reason,
+            }),
+        }
     }
     Ok(Replayed {
         records,
+        refused,
         finished,
         torn,
     })
+}
+
+/// The digest spoold v0.1.0 keeps of a create (its journal's `requestHash`, in bytes), when
+/// `create` is a request v0.1.0 could have taken; `None` when it uses a field v0.1.0 did not
+/// have (then it cannot be a retry of a v0.1.0 create).
+///
+/// The recipe, as v0.1.0 computes it: SHA-256 over the method (trimmed, upper-cased, `POST`
+/// when empty), the target URL as given (trimmed), `maxAttempts` (8 when 0 or absent), each a
+/// line; then `Name:value` lines of the headers, names canonical, sorted; then the JSON body's
+/// bytes as they appeared in the request. v0.1.0 hashed what the client sent, before it
+/// re-encoded the body for its journal, so a client that repeats its create byte for byte
+/// produces the same digest. A binary body is hashed here by its bytes; v0.1.0's own recipe
+/// for binary bodies is not known, so [`replay`] never carries such a delivery's
+/// `requestHash` over (its key is compared by spoold's own digest, exact for bytes).
+pub fn request_hash(create: &CreateDelivery) -> Option<Vec<u8>> {
+    let v010_only = create.not_before.is_none()
+        && create.expires_at.is_none()
+        && create.mode.is_none()
+        && create.fingerprint.is_none()
+        && create.reconcile.is_none()
+        && create.remote_id_pointer.is_none()
+        && create.sign.is_none();
+    if !v010_only {
+        return None;
+    }
+    let method = create
+        .method
+        .as_deref()
+        .unwrap_or_default()
+        .trim()
+        .to_uppercase();
+    let method = if method.is_empty() { "POST" } else { &method };
+    let max_attempts = match create.max_attempts.unwrap_or(0) {
+        0 => 8,
+        n => n,
+    };
+    let mut h = Sha256::new();
+    h.update(
+        format!(
+            "{method}\n{}\n{max_attempts}\n",
+            create.target_url.as_deref().unwrap_or_default().trim()
+        )
+        .as_bytes(),
+    );
+    let headers: BTreeMap<String, &str> = create
+        .headers
+        .iter()
+        .flatten()
+        .map(|(n, v)| {
+            (
+                crate::headers::canonical_name(n.trim()),
+                v.as_deref().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (name, value) in headers {
+        h.update(format!("{name}:{value}\n").as_bytes());
+    }
+    match (&create.body, &create.body_base64) {
+        (Some(raw), _) => h.update(raw.get().as_bytes()),
+        (None, Some(b64)) => {
+            let compact: String = b64.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+            h.update(STANDARD.decode(compact).ok()?);
+        }
+        (None, None) => {}
+    }
+    Some(h.finalize().to_vec())
 }
 
 /// A record of a spoold v0.1.0 journal: the delivery as it then was, or its removal.
@@ -131,13 +258,41 @@ pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
 #[serde(rename_all = "camelCase")]
 struct JournalRecord {
     #[serde(default)]
-    delivery: Option<JournalDelivery>,
+    version: Option<i64>,
+    #[serde(default)]
+    delivery: Option<Box<RawValue>>,
+    #[serde(default)]
+    request_hash: Option<String>,
     #[serde(default)]
     deleted_id: Option<String>,
 }
 
+/// What replaying needs of a delivery: which it is and whether it is finished. The rest is
+/// read only for the live ones ([`carry`]), so that a finished delivery never refuses a
+/// journal.
+#[derive(Debug, Deserialize)]
+struct Head {
+    id: String,
+    status: String,
+}
+
+/// The last record of a delivery.
+#[derive(Debug)]
+struct Live {
+    /// Where it first appeared (the order of the import).
+    first: usize,
+    /// The line of the last record.
+    line: usize,
+    status: String,
+    raw: Box<RawValue>,
+    request_hash: Option<String>,
+}
+
+/// A delivery as spoold v0.1.0 writes it: every field it has, and no other. A field this
+/// import does not know could change the request (as `bodyBase64` did, before it was read
+/// here), so a delivery that has one is refused rather than carried over without it.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct JournalDelivery {
     id: String,
     #[serde(default)]
@@ -147,13 +302,18 @@ struct JournalDelivery {
     #[serde(default)]
     headers: BTreeMap<String, String>,
     #[serde(default)]
-    body: Option<Box<serde_json::value::RawValue>>,
+    body: Option<Box<RawValue>>,
+    #[serde(default)]
+    body_base64: Option<String>,
     status: String,
     #[serde(default)]
     attempts: u32,
     max_attempts: u32,
     #[serde(default)]
     next_attempt_at: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)] // Read only so that it is known: the old daemon's lease is void here.
+    lease_until: Option<String>,
     #[serde(default)]
     last_error: Option<String>,
     #[serde(default)]
@@ -162,68 +322,159 @@ struct JournalDelivery {
     updated_at: String,
 }
 
-impl JournalDelivery {
-    /// The delivery as an export record, pending and due at `due`.
-    fn into_record(self, due: i64, now_ms: i64) -> ExportRecord {
-        let d = self;
-        let created = time_ms(Some(&d.created_at)).unwrap_or(now_ms);
-        let body = d.body.map(|raw| raw.get().as_bytes().to_vec());
-        ExportRecord {
-            format: EXPORT_FORMAT,
-            delivery: ExportedDelivery {
-                id: d.id,
-                idempotency_key: d.idempotency_key.filter(|k| !k.is_empty()),
-                request_digest: None,
-                target_url: d.target_url,
-                method: d.method,
-                headers: d.headers,
-                body_kind: if body.is_some() {
-                    BodyKind::Json
-                } else {
-                    BodyKind::None
-                },
-                body_base64: base64::engine::general_purpose::STANDARD
-                    .encode(body.unwrap_or_default()),
-                status: DeliveryStatus::Pending,
-                // One attempt left at least: an in-flight one that was the last is sent again.
-                attempts: i64::from(d.attempts.min(d.max_attempts.saturating_sub(1))),
-                uncharged: 0,
-                max_attempts: i64::from(d.max_attempts),
-                cycle: 1,
-                last_error: d.last_error.filter(|e| !e.is_empty()),
-                last_error_code: None,
-                last_response_code: d.last_response_code.filter(|c| *c != 0).map(i64::from),
-                created_at_ms: created,
-                updated_at_ms: time_ms(Some(&d.updated_at)).unwrap_or(created),
-                next_attempt_at_ms: Some(due),
-                not_before_ms: None,
-                expires_at_ms: None,
-                mode: DeliveryMode::AtLeastOnce,
-                fingerprint: None,
-                reconcile: None,
-                remote_id_pointer: None,
-                observation_window_ms: None,
-                remote_id: None,
-                unknown_since_ms: None,
-                review_at_ms: None,
-                check_at_ms: None,
-                sign_secret: None,
-            },
-            attempts: Vec::new(),
-            transitions: vec![ExportedTransition {
-                from: None,
-                to: DeliveryStatus::Pending,
-                attempt: 0,
-                at_ms: created,
-                reason: "created".to_owned(),
-                note: Some(IMPORT_NOTE.to_owned()),
-            }],
-            checks: Vec::new(),
+/// A live delivery as an export record, pending and due as the journal says; `Err` names the
+/// field that does not add up, or that cannot be carried whole.
+fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
+    let d: JournalDelivery = serde_json::from_str(live.raw.get()).map_err(|e| {
+        // serde's position is within the delivery object, not the line: leave it out.
+        let text = e.to_string();
+        text.split(" at line ").next().unwrap_or(&text).to_owned()
+    })?;
+    let (kind, body) = match (&d.body, &d.body_base64) {
+        (Some(_), Some(_)) => {
+            return Err("body and bodyBase64: both set (spoold v0.1.0 writes one)".into())
         }
+        (Some(raw), None) => (BodyKind::Json, raw.get().as_bytes().to_vec()),
+        (None, Some(b64)) => (
+            BodyKind::Binary,
+            STANDARD
+                .decode(b64)
+                .map_err(|e| format!("bodyBase64: not standard base64 ({e})"))?,
+        ),
+        (None, None) => (BodyKind::None, Vec::new()),
+    };
+    // An empty bodyBase64 is no body: v0.1.0 sent nothing and no Content-Type for it, and
+    // hashed it as a create without a body.
+    let kind = if body.is_empty() {
+        BodyKind::None
+    } else {
+        kind
+    };
+    if !(1..=crate::MAX_MAX_ATTEMPTS).contains(&d.max_attempts) {
+        return Err(format!(
+            "maxAttempts {}: spoold v0.1.0 keeps 1 to 100",
+            d.max_attempts
+        ));
+    }
+    let in_flight = d.status == "in_flight";
+    // v0.1.0 fails a delivery after its last attempt: a pending one has one left. One in
+    // flight may be on its last (it is sent again, as v0.1.0 would after its lease).
+    if (!in_flight && d.attempts >= d.max_attempts) || d.attempts > d.max_attempts {
+        return Err(format!(
+            "attempts {} of maxAttempts {}: a {} delivery {}",
+            d.attempts,
+            d.max_attempts,
+            d.status,
+            if in_flight {
+                "cannot have made more attempts than it may"
+            } else {
+                "has an attempt left (v0.1.0 fails it after its last)"
+            }
+        ));
+    }
+    if in_flight && d.attempts == 0 {
+        return Err("attempts 0: an in-flight delivery has started an attempt".into());
+    }
+    let latest = now_ms.saturating_add(CLOCK_SKEW_MS);
+    let created = past_time("createdAt", &d.created_at, latest)?;
+    let updated = past_time("updatedAt", &d.updated_at, latest)?;
+    if updated < created {
+        return Err(format!(
+            "updatedAt {} is before createdAt {}",
+            d.updated_at, d.created_at
+        ));
+    }
+    let due = match (in_flight, d.next_attempt_at.as_deref()) {
+        (true, _) | (false, None) => now_ms,
+        (false, Some(text)) => match time_ms(text) {
+            Some(ms) if ms >= 0 => ms,
+            // Go's zero time: none.
+            Some(_) if text.starts_with("0001-01-01T00:00:00") => now_ms,
+            _ => {
+                return Err(format!(
+                    "nextAttemptAt {text:?}: not an RFC 3339 time from 1970 on"
+                ))
+            }
+        },
+    };
+    let request_digest = match (&kind, live.request_hash.as_deref()) {
+        (BodyKind::Json | BodyKind::None, Some(hash)) => {
+            hex_digest(hash).map(|b| STANDARD.encode(b))
+        }
+        _ => None,
+    };
+    Ok(ExportRecord {
+        format: EXPORT_FORMAT,
+        delivery: ExportedDelivery {
+            id: d.id,
+            idempotency_key: d.idempotency_key.filter(|k| !k.is_empty()),
+            request_digest,
+            target_url: d.target_url,
+            method: d.method,
+            headers: d.headers,
+            body_kind: kind,
+            body_base64: STANDARD.encode(&body),
+            status: DeliveryStatus::Pending,
+            // One attempt left at least: an in-flight one that was the last is sent again.
+            attempts: i64::from(d.attempts.min(d.max_attempts.saturating_sub(1))),
+            uncharged: 0,
+            max_attempts: i64::from(d.max_attempts),
+            cycle: 1,
+            last_error: d.last_error.filter(|e| !e.is_empty()),
+            last_error_code: None,
+            last_response_code: d.last_response_code.filter(|c| *c != 0).map(i64::from),
+            created_at_ms: created,
+            updated_at_ms: updated,
+            next_attempt_at_ms: Some(due),
+            not_before_ms: None,
+            expires_at_ms: None,
+            mode: DeliveryMode::AtLeastOnce,
+            fingerprint: None,
+            reconcile: None,
+            remote_id_pointer: None,
+            observation_window_ms: None,
+            remote_id: None,
+            unknown_since_ms: None,
+            review_at_ms: None,
+            check_at_ms: None,
+            sign_secret: None,
+        },
+        attempts: Vec::new(),
+        transitions: vec![ExportedTransition {
+            from: None,
+            to: DeliveryStatus::Pending,
+            attempt: 0,
+            at_ms: created,
+            reason: "created".to_owned(),
+            note: Some(IMPORT_NOTE.to_owned()),
+        }],
+        checks: Vec::new(),
+    })
+}
+
+/// A time the old daemon recorded as past: RFC 3339, from 1970 on, and not after `latest`.
+fn past_time(field: &str, text: &str, latest: i64) -> Result<i64, String> {
+    match time_ms(text) {
+        Some(ms) if (0..=latest).contains(&ms) => Ok(ms),
+        Some(_) => Err(format!(
+            "{field} {text}: out of range (from 1970 to now, give or take a day of clock skew)"
+        )),
+        None => Err(format!("{field} {text:?}: not an RFC 3339 time")),
     }
 }
 
-/// A journal time (RFC 3339, Go's zero time for none) in milliseconds.
-fn time_ms(text: Option<&str>) -> Option<i64> {
-    units::parse_time(text?).ok().filter(|ms| *ms > 0)
+/// A `requestHash` (64 hex digits) as bytes; `None` for anything else.
+fn hex_digest(text: &str) -> Option<Vec<u8>> {
+    if text.len() != 64 {
+        return None;
+    }
+    (0..64)
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// A journal time (RFC 3339) in milliseconds.
+fn time_ms(text: &str) -> Option<i64> {
+    units::parse_time(text).ok()
 }

@@ -169,6 +169,10 @@ pub struct NewDelivery {
     pub retry_window_ms: Option<Millis>,
     /// Opaque digest of every field that makes two requests "the same" for idempotency.
     pub request_digest: Vec<u8>,
+    /// The same request's digest by spoold v0.1.0's recipe, when it is one v0.1.0 could have
+    /// taken. A delivery imported from a v0.1.0 journal keeps that journal's `requestHash` as
+    /// its key's digest, so that a client retrying its create after the move finds it.
+    pub v010_request_hash: Option<Vec<u8>>,
     pub mode: Mode,
     /// At-most-once: the business key the target can be searched by.
     pub fingerprint: Option<String>,
@@ -181,6 +185,19 @@ pub struct NewDelivery {
     /// The name of the `[secrets]` entry that signs every attempt (Standard Webhooks), in place
     /// of a `[[targets]]` rule's. The name only: keys are never stored.
     pub sign_secret: Option<String>,
+}
+
+impl NewDelivery {
+    /// Whether a key stored with `digest` was given for this same request: by spoold's own
+    /// digest, or by spoold v0.1.0's (a delivery imported from its journal). The two recipes
+    /// hash different texts, so one cannot stand for the other.
+    pub fn same_request(&self, digest: &[u8]) -> bool {
+        digest == self.request_digest.as_slice()
+            || self
+                .v010_request_hash
+                .as_deref()
+                .is_some_and(|hash| hash == digest)
+    }
 }
 
 /// The observation window of an at-most-once delivery that names none.

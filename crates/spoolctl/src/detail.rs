@@ -47,6 +47,14 @@ pub fn render_styled(d: &DeliveryView, colour: bool) -> String {
     );
     field("fingerprint", d.fingerprint.clone());
     field("idempotency key", d.idempotency_key.clone());
+    // The secret's name only: spoold never shows a key.
+    field(
+        "signed with",
+        d.sign
+            .as_ref()
+            .and_then(|s| s.secret_ref.clone())
+            .map(|name| format!("secret {name}")),
+    );
     field("created", Some(d.created_at.clone()));
     field("updated", Some(d.updated_at.clone()));
     field("not before", d.not_before.clone());
@@ -324,6 +332,17 @@ mod tests {
              last error: HTTP 400: bad input\n\
              last error code: http_status\n"
         );
+    }
+
+    #[test]
+    fn the_secret_that_signs_it_is_named() {
+        let d = view(serde_json::json!({"sign": {"secretRef": "billing"}}));
+        assert!(
+            render(&d).contains("\n  signed with:  secret billing\n"),
+            "{}",
+            render(&d)
+        );
+        assert!(!render(&view(serde_json::json!({}))).contains("signed with"));
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub(crate) async fn insert(
         )
         .await?;
         if inserted == 0 {
-            return known_key(tx, key, &new.request_digest).await;
+            return known_key(tx, key, new).await;
         }
     }
     // Judged after the key: a retry of a create whose deadline has passed since finds the
@@ -152,7 +152,7 @@ pub(crate) async fn insert(
 
 /// The answer to an insert whose idempotency key is taken: the delivery it names if the
 /// request is the same, a conflict if not.
-pub(super) async fn known_key(tx: &Tx<'_>, key: &str, digest: &[u8]) -> Result<InsertOutcome> {
+pub(super) async fn known_key(tx: &Tx<'_>, key: &str, new: &NewDelivery) -> Result<InsertOutcome> {
     // A new statement, so a new snapshot: the key the insert above waited for is visible.
     let Some(known) = row(
         tx,
@@ -168,7 +168,7 @@ pub(super) async fn known_key(tx: &Tx<'_>, key: &str, digest: &[u8]) -> Result<I
     };
     let id: String = col(&known, "delivery_id")?;
     let fingerprint: Vec<u8> = col(&known, "fingerprint")?;
-    if fingerprint != digest {
+    if !new.same_request(&fingerprint) {
         return Ok(InsertOutcome::Conflict { existing_id: id });
     }
     match get(tx, &id).await? {

@@ -126,7 +126,7 @@ async fn insert_batch(
     for new in news {
         if let Some(key) = &new.idempotency_key {
             if !taken_here.contains(key) {
-                outcomes.push(Some(known_key(tx, key, &new.request_digest).await?));
+                outcomes.push(Some(known_key(tx, key, new).await?));
                 continue;
             }
         }

@@ -51,7 +51,7 @@ pub(crate) fn insert(
             })
             .map_err(map_err)?;
         if let Some((id, fingerprint)) = known {
-            if fingerprint != new.request_digest {
+            if !new.same_request(&fingerprint) {
                 return Ok(InsertOutcome::Conflict { existing_id: id });
             }
             return match get(conn, &id)? {

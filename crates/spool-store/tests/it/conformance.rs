@@ -55,6 +55,7 @@ macro_rules! conformance_suite {
             take_next_starts_at_least_once_and_only_reserves_at_most_once,
             a_named_secret_comes_with_every_start,
             export_and_import_keep_a_delivery_whole,
+            a_key_imported_with_a_v010_digest_finds_the_retried_create,
             release_restores_the_delivery,
             unstart_undoes_an_attempt_never_sent,
             expire_overdue_fails_waiting_work,
@@ -167,6 +168,7 @@ pub fn new_delivery(id: &str, key: Option<&str>, url: &str) -> NewDelivery {
         expires_at: None,
         retry_window_ms: None,
         request_digest: url.as_bytes().to_vec(),
+        v010_request_hash: None,
         mode: Mode::AtLeastOnce,
         fingerprint: None,
         reconcile: None,
@@ -878,6 +880,45 @@ pub async fn advance_records_starts_and_reserves_as_one(store: Store) {
     }
     assert_eq!(advanced.reserved.expect("no reservation"), None);
     assert_eq!(get(&store, &id(6)).await.status, DeliveryStatus::Pending);
+}
+
+/// A delivery imported from a spoold v0.1.0 journal keeps that daemon's digest as its key's:
+/// a create carrying the same v0.1.0 digest finds it, whatever its own digest; one without it,
+/// or with another, conflicts; spoold's own digest still finds a key stored with it.
+pub async fn a_key_imported_with_a_v010_digest_finds_the_retried_create(store: Store) {
+    create(&store, new_delivery(&id(1), Some("native"), URL_A)).await;
+    let mut record = store.export(id(1)).await.expect("export").expect("record");
+    record.delivery.id = id(2);
+    record.delivery.idempotency_key = Some("from-go".to_owned());
+    record.request_digest = Some(vec![7; 32]);
+    assert_eq!(
+        store.import(record).await.expect("import"),
+        ImportOutcome::Imported
+    );
+    let retried = |v010: Option<Vec<u8>>, key: &str| NewDelivery {
+        v010_request_hash: v010,
+        ..new_delivery(&id(3), Some(key), URL_A)
+    };
+    match insert(&store, retried(Some(vec![7; 32]), "from-go")).await {
+        InsertOutcome::Existing(d) => assert_eq!(d.id, id(2)),
+        other => panic!("the retried create should find the import, got {other:?}"),
+    }
+    for v010 in [None, Some(vec![8; 32])] {
+        match insert(&store, retried(v010, "from-go")).await {
+            InsertOutcome::Conflict { existing_id } => assert_eq!(existing_id, id(2)),
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+    // A key stored by a create is found by spoold's own digest, the v0.1.0 one aside.
+    match insert(&store, retried(Some(vec![7; 32]), "native")).await {
+        InsertOutcome::Existing(d) => assert_eq!(d.id, id(1)),
+        other => panic!("expected the native delivery, got {other:?}"),
+    }
+    assert_eq!(
+        store.get(id(3)).await.expect("get"),
+        None,
+        "nothing created"
+    );
 }
 
 /// An exported delivery imported elsewhere is the same delivery, history and all, and goes

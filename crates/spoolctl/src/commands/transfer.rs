@@ -83,24 +83,56 @@ pub async fn import(
     let mut batch = Batch::default();
     if args.spoold_journal {
         // The journal is replayed whole: a later record of a delivery replaces an earlier one.
-        let lines = lines
-            .by_ref()
-            .collect::<std::io::Result<Vec<Line>>>()
-            .context("read")?;
-        let replayed = journal::replay(&lines, crate::output::now_ms())?;
+        let mut whole = Vec::new();
+        for read in lines.by_ref() {
+            match read.context("read")? {
+                Input::Line(line) => whole.push(line),
+                // A journal line is one delivery's record, well under this: the file is not a
+                // journal (or is damaged), and its lines cannot be told apart.
+                Input::TooLong { number } => {
+                    return Err(anyhow!(
+                        "line {number}: longer than {} MiB, not a spoold journal record; \
+                         nothing imported",
+                        MAX_LINE_BYTES >> 20
+                    ))
+                }
+            }
+        }
+        let replayed = journal::replay(&whole, crate::output::now_ms())?;
         if let Some(torn) = &replayed.torn {
             tally.torn(torn.number, &torn.error);
         }
         tally.finished += replayed.finished;
-        for record in replayed.records {
-            batch.push(client, record, &mut tally).await?;
+        // Refused and carried ones are reported in journal order, refusals first.
+        for refused in &replayed.refused {
+            eprintln!(
+                "spoolctl: line {}: {}: not imported: {}",
+                refused.line, refused.id, refused.reason
+            );
+            tally.invalid += 1;
+        }
+        for carried in replayed.records {
+            batch
+                .push(client, carried.line, carried.record, &mut tally)
+                .await?;
         }
     } else {
         // An export is read a line at a time and sent a batch at a time: any size fits.
-        for line in lines {
-            let line = line.context("read")?;
+        for read in lines {
+            let line = match read.context("read")? {
+                Input::Line(line) => line,
+                Input::TooLong { number } => {
+                    eprintln!(
+                        "spoolctl: line {number}: longer than {} MiB, not read (no export \
+                         record is that long)",
+                        MAX_LINE_BYTES >> 20
+                    );
+                    tally.unreadable += 1;
+                    continue;
+                }
+            };
             match serde_json::from_str::<ExportRecord>(&line.text) {
-                Ok(record) => batch.push(client, record, &mut tally).await?,
+                Ok(record) => batch.push(client, line.number, record, &mut tally).await?,
                 Err(e) if line.torn => tally.torn(line.number, &e.to_string()),
                 Err(e) => {
                     eprintln!("spoolctl: line {}: not an export record: {e}", line.number);
@@ -120,23 +152,30 @@ pub async fn import(
     Ok(Exit::Success)
 }
 
-/// Records waiting to be sent in one import request.
+/// The longest line read: a record the daemon could take in one import request. Longer lines
+/// are skipped as they are read, never held whole.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// Records waiting to be sent in one import request, with the lines they came from.
 #[derive(Default)]
 struct Batch {
     records: Vec<ExportRecord>,
+    lines: Vec<usize>,
     bytes: usize,
 }
 
 impl Batch {
-    /// Add `record`; send the batch once it is full.
+    /// Add `record`, read from line `line`; send the batch once it is full.
     async fn push(
         &mut self,
         client: &Client,
+        line: usize,
         record: ExportRecord,
         tally: &mut Tally,
     ) -> anyhow::Result<()> {
         self.bytes += record.delivery.body_base64.len() + 1024;
         self.records.push(record);
+        self.lines.push(line);
         if self.records.len() >= BATCH || self.bytes >= BATCH_BYTES {
             self.flush(client, tally).await?;
         }
@@ -146,9 +185,10 @@ impl Batch {
     /// Send what is waiting, if anything.
     async fn flush(&mut self, client: &Client, tally: &mut Tally) -> anyhow::Result<()> {
         self.bytes = 0;
+        let lines = std::mem::take(&mut self.lines);
         match std::mem::take(&mut self.records) {
             records if records.is_empty() => Ok(()),
-            records => send(client, records, tally).await,
+            records => send(client, records, &lines, tally).await,
         }
     }
 }
@@ -156,17 +196,19 @@ impl Batch {
 async fn send(
     client: &Client,
     records: Vec<ExportRecord>,
+    lines: &[usize],
     tally: &mut Tally,
 ) -> anyhow::Result<()> {
     let answer = client.import(&ImportRequest { records }).await?;
-    for result in answer.results {
+    for (n, result) in answer.results.into_iter().enumerate() {
+        let line = lines.get(n).copied().unwrap_or_default();
         match result.outcome {
             ImportOutcome::Imported => tally.imported += 1,
             ImportOutcome::Existing => tally.existing += 1,
             ImportOutcome::Conflict => {
                 eprintln!(
-                    "spoolctl: {}: conflict: its id or idempotency key belongs to delivery {} \
-                     (a different request); not imported",
+                    "spoolctl: line {line}: {}: conflict: its id or idempotency key belongs to \
+                     delivery {} (a different request); not imported",
                     result.id,
                     result.existing_id.as_deref().unwrap_or("?")
                 );
@@ -174,7 +216,7 @@ async fn send(
             }
             ImportOutcome::Invalid => {
                 eprintln!(
-                    "spoolctl: {}: not imported: {}",
+                    "spoolctl: line {line}: {}: not imported: {}",
                     result.id,
                     result.error.as_deref().unwrap_or("invalid")
                 );
@@ -230,8 +272,17 @@ impl Tally {
     }
 }
 
-/// The non-blank lines of a reader, one at a time (a journal's too: [`journal::replay`] reads
-/// them).
+/// One line read: a non-blank line, or one too long to be read.
+enum Input {
+    Line(Line),
+    /// Longer than [`MAX_LINE_BYTES`]: skipped to its end without being kept.
+    TooLong {
+        number: usize,
+    },
+}
+
+/// The non-blank lines of a reader, one at a time, numbered as a text editor numbers them (a
+/// journal's too: [`journal::replay`] reads them).
 struct Lines {
     reader: BufReader<Box<dyn Read>>,
     number: usize,
@@ -244,23 +295,63 @@ impl Lines {
             number: 0,
         }
     }
+
+    /// The next line's bytes (with its newline, if it has one), or `None` at the end; `Err`
+    /// with the bytes dropped if it is longer than [`MAX_LINE_BYTES`].
+    fn next_raw(&mut self) -> std::io::Result<Option<Result<Vec<u8>, ()>>> {
+        let mut buf = Vec::new();
+        let mut too_long = false;
+        loop {
+            let chunk = self.reader.fill_buf()?;
+            if chunk.is_empty() {
+                break;
+            }
+            let (take, ended) = match chunk.iter().position(|b| *b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            if !too_long && buf.len() + take > MAX_LINE_BYTES {
+                too_long = true;
+                buf = Vec::new();
+            }
+            if !too_long {
+                buf.extend_from_slice(&chunk[..take]);
+            }
+            self.reader.consume(take);
+            if ended {
+                return Ok(Some(if too_long { Err(()) } else { Ok(buf) }));
+            }
+        }
+        Ok(match (too_long, buf.is_empty()) {
+            (true, _) => Some(Err(())),
+            (false, true) => None,
+            (false, false) => Some(Ok(buf)),
+        })
+    }
 }
 
 impl Iterator for Lines {
-    type Item = std::io::Result<Line>;
+    type Item = std::io::Result<Input>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let mut buf = Vec::new();
         loop {
-            buf.clear();
-            match self.reader.read_until(b'\n', &mut buf) {
-                Ok(0) => return None,
-                Ok(_) => {}
+            let raw = match self.next_raw() {
+                Ok(Some(raw)) => raw,
+                Ok(None) => return None,
                 Err(e) => return Some(Err(e)),
-            }
-            if let Some(line) = Line::from_bytes(self.number + 1, &buf) {
-                self.number += 1;
-                return Some(Ok(line));
+            };
+            self.number += 1;
+            match raw {
+                Err(()) => {
+                    return Some(Ok(Input::TooLong {
+                        number: self.number,
+                    }))
+                }
+                Ok(bytes) => {
+                    if let Some(line) = Line::from_bytes(self.number, &bytes) {
+                        return Some(Ok(Input::Line(line)));
+                    }
+                }
             }
         }
     }

@@ -6,7 +6,7 @@
 use std::io::{BufRead, IsTerminal};
 
 use anyhow::anyhow;
-use spool_proto::{BulkAction, BulkRequest, BulkResult, DeliveryFilter, DeliveryStatus};
+use spool_proto::{units, BulkAction, BulkRequest, BulkResult, DeliveryFilter, DeliveryStatus};
 
 use crate::cli::{ActionArgs, FilterArgs, UsageError};
 use crate::client::{Client, ClientError, Transition};
@@ -59,20 +59,32 @@ pub async fn run(
 
 /// The filter the flags describe; `None` when no flag is given.
 pub(crate) fn filter(args: &FilterArgs) -> Result<Option<DeliveryFilter>, UsageError> {
+    let since = args
+        .since
+        .as_deref()
+        .map(|t| moment("--since", t).map(|at| (t, at)))
+        .transpose()?;
+    let until = args
+        .until
+        .as_deref()
+        .map(|t| moment("--until", t).map(|at| (t, at)))
+        .transpose()?;
+    // An empty range matches nothing, so an action on it would say "0" and succeed: almost
+    // surely the two were swapped (`--since 1h --until 2h`).
+    if let (Some((since_text, after)), Some((until_text, before))) = (&since, &until) {
+        let ms = |t: &str| units::parse_time(t).unwrap_or_default();
+        if ms(after) >= ms(before) {
+            return Err(UsageError::new(format!(
+                "--since {since_text} ({after}) is not before --until {until_text} ({before}):                  the range is empty; durations count back from now, so --since takes the                  longer one"
+            )));
+        }
+    }
     let filter = DeliveryFilter {
         status: args.status.map(DeliveryStatus::from),
         target_origin: args.target.clone(),
         last_error_code: args.error_code.clone(),
-        created_after: args
-            .since
-            .as_deref()
-            .map(|t| moment("--since", t))
-            .transpose()?,
-        created_before: args
-            .until
-            .as_deref()
-            .map(|t| moment("--until", t))
-            .transpose()?,
+        created_after: since.map(|(_, at)| at),
+        created_before: until.map(|(_, at)| at),
     };
     Ok((filter != DeliveryFilter::default()).then_some(filter))
 }

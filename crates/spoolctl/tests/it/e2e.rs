@@ -4,7 +4,7 @@
 use serde_json::Value;
 use spool_testkit::Reply;
 
-use crate::{check_ok, row, row_id, spoolctl, stderr, stdout, Spoold, WAIT};
+use crate::{check_ok, row, row_id, run, spoolctl, stderr, stdout, Spoold, WAIT};
 
 /// Far enough ahead that the daemon never attempts the delivery during a test.
 const FAR_FUTURE: &str = "2099-01-01T00:00:00Z";
@@ -1186,4 +1186,32 @@ fn committed_output_is_current(args: &[&str], path: &str, filter: &str) -> Strin
         "{path} is stale; regenerate with UPDATE_SNAPSHOTS=1 cargo nextest run -p spoolctl {filter}"
     );
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// An empty or inverted time range matches nothing, so an action on it would report 0 and
+/// succeed: it is refused as a usage error naming both times, before spoold is asked.
+#[test]
+fn an_empty_time_range_is_refused_naming_both_times() {
+    for args in [
+        ["retry", "--since", "1h", "--until", "2h"],
+        ["cancel", "--since", "2h", "--until", "2h"],
+        [
+            "export",
+            "--since",
+            "2026-12-01T00:00:00Z",
+            "--until",
+            "2026-11-01T00:00:00Z",
+        ],
+    ] {
+        // Nothing listens there: the refusal comes first.
+        let o = run(&[&args[..], &["--server", "http://127.0.0.1:9"]].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.starts_with(&format!("spoolctl: --since {} (", args[2]))
+                && err.contains(&format!(") is not before --until {} (", args[4]))
+                && err.contains("the range is empty"),
+            "{args:?}: {err}"
+        );
+    }
 }

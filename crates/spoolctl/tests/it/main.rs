@@ -6,6 +6,7 @@
 mod at_most_once;
 mod auth;
 mod e2e;
+mod migration;
 mod quick_start;
 mod signing;
 mod tasks;

@@ -15,7 +15,7 @@ use spool_proto::{
     DeliveryList, DeliveryMode, DeliveryStatus, DeliveryView, ErrorBody, ErrorCode, Reconcile,
     ResolveOutcome, ResolveRequest, TransitionList, TransitionView,
 };
-use spool_store::model::{self, Body, InsertOutcome, TransitionOutcome};
+use spool_store::model::{self, Body, InsertOutcome, NewDelivery, TransitionOutcome};
 
 use super::{first_values, json, page_cursor, page_limit, ApiError, SharedState};
 use crate::deliveries::submission;
@@ -43,16 +43,22 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let new =
-        match submission::decode(&bytes).and_then(|req| submission::validate(req, &state.rules)) {
-            Ok(new) => new,
-            Err(r) => {
-                if r.code == ErrorCode::TargetBlocked {
-                    state.metrics.blocked.inc();
-                }
-                return ApiError::new(r.code, r.message).into_response();
+    let new = match submission::decode(&bytes).and_then(|req| {
+        // Before the rules normalise it: v0.1.0 hashed the request as the client sent it.
+        let v010 = spool_proto::journal::request_hash(&req);
+        submission::validate(req, &state.rules).map(|new| NewDelivery {
+            v010_request_hash: v010,
+            ..new
+        })
+    }) {
+        Ok(new) => new,
+        Err(r) => {
+            if r.code == ErrorCode::TargetBlocked {
+                state.metrics.blocked.inc();
             }
-        };
+            return ApiError::new(r.code, r.message).into_response();
+        }
+    };
     if let Some(name) = &new.sign_secret {
         let rules = state.target_rules.now();
         if rules.secret(name).is_none() {

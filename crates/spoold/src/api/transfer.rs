@@ -430,6 +430,7 @@ pub fn from_export(
             })
         })
         .collect::<Result<_, String>>()?;
+    check_history(&delivery, &attempts, &transitions, &checks, now)?;
     if delivery.status == DeliveryStatus::InFlight {
         settle_in_flight(&mut delivery, &mut attempts, &mut transitions, now);
     }
@@ -440,6 +441,167 @@ pub fn from_export(
         transitions,
         checks,
     })
+}
+
+/// How far past the importing daemon's clock a recorded time may lie: the exporting host's
+/// clock may have been ahead of this one's.
+const CLOCK_SKEW_MS: Millis = spool_proto::journal::CLOCK_SKEW_MS;
+/// The last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z): the latest time a
+/// create accepts.
+const LAST_TIME_MS: Millis = 253_402_300_799_999;
+
+/// Whether a record's history adds up: counts a delivery can reach, attempt numbers unique
+/// and increasing within each cycle, a status its attempts can reach, times within what a
+/// create accepts and in order. `Err` names the field (as the export record spells it) and
+/// says what is wrong: a history that does not add up would be kept, shown and acted on as if
+/// it were true.
+fn check_history(
+    d: &Delivery,
+    attempts: &[Attempt],
+    transitions: &[Transition],
+    checks: &[Check],
+    now: Millis,
+) -> Result<(), String> {
+    let latest = now.saturating_add(CLOCK_SKEW_MS);
+    let when = |ms: Millis| spool_proto::units::format_time(ms);
+    let past = |field: String, ms: Millis| {
+        if (0..=latest).contains(&ms) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{field} {ms} ({}): out of range (a recorded time is from 1970 to now, give or \
+                 take a day of clock skew)",
+                when(ms)
+            ))
+        }
+    };
+    // `later` (named `later_field`) must not come before `earlier`.
+    let in_order = |later_field: &str, later: Millis, earlier_field: &str, earlier: Millis| {
+        if later < earlier {
+            Err(format!(
+                "{later_field} {} is before {earlier_field} {}",
+                when(later),
+                when(earlier)
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let scheduled = |field: &str, ms: Option<Millis>| match ms {
+        Some(ms) if !(0..=LAST_TIME_MS).contains(&ms) => Err(format!(
+            "delivery.{field} {ms}: out of range (1970 to 9999-12-31T23:59:59.999Z)"
+        )),
+        _ => Ok(()),
+    };
+    if d.uncharged > d.attempts {
+        return Err(format!(
+            "delivery.uncharged {} is more than delivery.attempts {}",
+            d.uncharged, d.attempts
+        ));
+    }
+    let charged = d.attempts - d.uncharged;
+    if charged > d.max_attempts {
+        return Err(format!(
+            "delivery.attempts {} ({charged} charged): more than maxAttempts {}",
+            d.attempts, d.max_attempts
+        ));
+    }
+    // At least once, a delivery is failed after its last charged attempt: one still pending
+    // has an attempt left.
+    if d.status == DeliveryStatus::Pending
+        && d.mode == Mode::AtLeastOnce
+        && charged >= d.max_attempts
+    {
+        return Err(format!(
+            "delivery.attempts {} of maxAttempts {}: a pending delivery has an attempt left",
+            d.attempts, d.max_attempts
+        ));
+    }
+    if matches!(
+        d.status,
+        DeliveryStatus::Succeeded | DeliveryStatus::Unknown | DeliveryStatus::ManualReview
+    ) && charged == 0
+    {
+        return Err(format!(
+            "delivery.status {}: reached only by an attempt, and delivery.attempts is {} ({} \
+             charged)",
+            wire_status(d.status).as_str(),
+            d.attempts,
+            charged
+        ));
+    }
+    past("delivery.createdAtMs".into(), d.created_at)?;
+    past("delivery.updatedAtMs".into(), d.updated_at)?;
+    in_order(
+        "delivery.updatedAtMs",
+        d.updated_at,
+        "delivery.createdAtMs",
+        d.created_at,
+    )?;
+    if let Some(since) = d.unknown_since {
+        past("delivery.unknownSinceMs".into(), since)?;
+    }
+    scheduled("nextAttemptAtMs", d.next_attempt_at)?;
+    scheduled("notBeforeMs", d.not_before)?;
+    scheduled("expiresAtMs", d.expires_at)?;
+    scheduled("reviewAtMs", d.review_at)?;
+    scheduled("checkAtMs", d.check_at)?;
+    let mut previous: Option<(u32, u32)> = None;
+    for (i, a) in attempts.iter().enumerate() {
+        let at = format!("attempts[{i}]");
+        if a.cycle == 0 || a.cycle > d.cycle {
+            return Err(format!(
+                "{at}.cycle {}: the delivery's cycles are 1 to {}",
+                a.cycle, d.cycle
+            ));
+        }
+        if a.number == 0 {
+            return Err(format!("{at}.number 0: attempts are numbered from 1"));
+        }
+        if let Some((cycle, number)) = previous.filter(|p| *p >= (a.cycle, a.number)) {
+            return Err(format!(
+                "{at}: attempt {} of cycle {} after attempt {number} of cycle {cycle} (attempt \
+                 numbers are unique and increase within a cycle, oldest first)",
+                a.number, a.cycle
+            ));
+        }
+        previous = Some((a.cycle, a.number));
+        if a.cycle == d.cycle && a.number > d.attempts {
+            return Err(format!(
+                "{at}.number {}: more than delivery.attempts {} of its cycle",
+                a.number, d.attempts
+            ));
+        }
+        past(format!("{at}.startedAtMs"), a.started_at)?;
+        in_order(
+            &format!("{at}.startedAtMs"),
+            a.started_at,
+            "delivery.createdAtMs",
+            d.created_at,
+        )?;
+        if let Some(finished) = a.finished_at {
+            past(format!("{at}.finishedAtMs"), finished)?;
+            in_order(
+                &format!("{at}.finishedAtMs"),
+                finished,
+                &format!("{at}.startedAtMs"),
+                a.started_at,
+            )?;
+        }
+    }
+    for (i, t) in transitions.iter().enumerate() {
+        past(format!("transitions[{i}].atMs"), t.at)?;
+        in_order(
+            &format!("transitions[{i}].atMs"),
+            t.at,
+            "delivery.createdAtMs",
+            d.created_at,
+        )?;
+    }
+    for (i, c) in checks.iter().enumerate() {
+        past(format!("checks[{i}].atMs"), c.at)?;
+    }
+    Ok(())
 }
 
 /// JSON counts `6708.0` as an integer, and so does the document; serde does not. Such numbers

@@ -218,6 +218,8 @@ pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, R
         expires_at,
         retry_window_ms,
         request_digest,
+        // The create handler sets it: it has the request as it came.
+        v010_request_hash: None,
         mode: options.mode,
         fingerprint: options.fingerprint,
         reconcile: options.reconcile,

@@ -380,6 +380,18 @@ fn read_tls(spec: &TargetSpec) -> Result<Option<TlsSettings>, String> {
         (None, None) => None,
         _ => return Err("client_cert and client_key go together".into()),
     };
+    if let (Some((cert, key)), Some(cert_file), Some(key_file)) =
+        (&client, &spec.client_cert, &spec.client_key)
+    {
+        if key_mismatch(cert, key) {
+            return Err(format!(
+                "client_cert {} and client_key {} do not match: the key is not the private key \
+                 of the certificate (the first in client_cert)",
+                cert_file.display(),
+                key_file.display()
+            ));
+        }
+    }
     if ca.is_none() && client.is_none() && spec.min_tls.is_none() {
         return Ok(None);
     }
@@ -389,6 +401,33 @@ fn read_tls(spec: &TargetSpec) -> Result<Option<TlsSettings>, String> {
         spec.min_tls.as_deref(),
     )
     .map(Some)
+}
+
+/// Whether a client certificate and key (PEM) are known not to belong together. Said here in
+/// plain words: the TLS library refuses such a pair only as "builder error". Anything it
+/// cannot tell (files that do not parse, a key type it does not know) is left to the TLS
+/// settings' own checks.
+fn key_mismatch(cert_pem: &[u8], key_pem: &[u8]) -> bool {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let Ok(certs) = CertificateDer::pem_slice_iter(cert_pem).collect::<Result<Vec<_>, _>>() else {
+        return false;
+    };
+    let Ok(key) = PrivateKeyDer::from_pem_slice(key_pem) else {
+        return false;
+    };
+    let Ok(signer) = rustls::crypto::ring::default_provider()
+        .key_provider
+        .load_private_key(key)
+    else {
+        return false;
+    };
+    matches!(
+        rustls::sign::CertifiedKey::new(certs, signer).keys_match(),
+        Err(rustls::Error::InconsistentKeys(
+            rustls::InconsistentKeys::KeyMismatch
+        ))
+    )
 }
 
 /// Whether `name` may name a `[secrets]` entry: what `sign.secretRef` accepts.

@@ -110,6 +110,9 @@ async fn tls_settings_that_do_not_check_out_refuse_the_start() {
     let not_pem = write(dir.path(), "junk.pem", "not a certificate", 0o644);
     let cert = write(dir.path(), "client.pem", &client.cert, 0o644);
     let open_key = write(dir.path(), "open.key", &client.key, 0o644);
+    // Another certificate's key: a pair that does not belong together.
+    let other = ca.issue(&["another-client"]).expect("another certificate");
+    let other_key = write(dir.path(), "other.key", &other.key, 0o600);
     let cases = [
         (
             format!("ca_file = {not_pem:?}"),
@@ -122,6 +125,14 @@ async fn tls_settings_that_do_not_check_out_refuse_the_start() {
         (
             format!("client_cert = {cert:?}\nclient_key = {open_key:?}"),
             format!("client_key {open_key} is readable by every user; chmod o-r (or 600) it"),
+        ),
+        (
+            format!("client_cert = {cert:?}\nclient_key = {other_key:?}"),
+            format!(
+                "[[targets]] #1 (match = \"https://127.0.0.1:9/*\"): client_cert {cert} and \
+                 client_key {other_key} do not match: the key is not the private key of the \
+                 certificate"
+            ),
         ),
         (
             "min_tls = \"1.1\"".to_owned(),

@@ -242,3 +242,81 @@ async fn large_bodies_end_an_export_page_early() {
         "every delivery, over pages"
     );
 }
+
+/// A record whose history does not add up is `invalid`, its error naming the field: attempt
+/// records repeated, a pending delivery with no attempt left, a success without an attempt,
+/// times out of range or out of order. The same record with its history intact is imported.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_whose_history_does_not_add_up_is_invalid() {
+    let dir = TempDir::new().expect("temp dir");
+    let daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let r = Receiver::start().await.expect("receiver");
+    let (_, created) = api
+        .create(json!({"targetUrl": r.url("/h"), "body": {"n": 1}, "maxAttempts": 100}))
+        .await
+        .expect("create");
+    let id = id_of(&created);
+    api.wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    let record = export_all(&api).await.remove(0);
+    assert_eq!(record["attempts"].as_array().map(Vec::len), Some(1));
+
+    let case = |n: u32, change: &dyn Fn(&mut Value)| {
+        let mut r = record.clone();
+        r["delivery"]["id"] = json!(format!("{n:032x}"));
+        change(&mut r);
+        r
+    };
+    let attempt = record["attempts"][0].clone();
+    let records = vec![
+        case(1, &|_| {}),
+        case(2, &|r| r["attempts"] = json!([attempt, attempt, attempt])),
+        case(3, &|r| {
+            r["delivery"]["status"] = json!("pending");
+            r["delivery"]["attempts"] = json!(100);
+            r["delivery"]["nextAttemptAtMs"] = json!(1_800_000_000_000i64);
+        }),
+        case(4, &|r| {
+            r["delivery"]["attempts"] = json!(0);
+            r["attempts"] = json!([]);
+        }),
+        case(5, &|r| {
+            r["delivery"]["createdAtMs"] = json!(-14_182_940_000i64);
+            r["delivery"]["updatedAtMs"] = json!(99_999_999_999_999i64);
+        }),
+        case(6, &|r| {
+            let created = r["delivery"]["createdAtMs"].as_i64().expect("ms");
+            r["delivery"]["updatedAtMs"] = json!(created - 1);
+        }),
+        case(7, &|r| r["attempts"][0]["number"] = json!(2)),
+    ];
+    let results = import(&api, &records).await;
+    assert_eq!(
+        outcomes(&results),
+        ["imported", "invalid", "invalid", "invalid", "invalid", "invalid", "invalid"]
+    );
+    let errors: Vec<&str> = results
+        .iter()
+        .map(|r| r["error"].as_str().unwrap_or(""))
+        .collect();
+    let said = [
+        "attempts[1]: attempt 1 of cycle 1 after attempt 1 of cycle 1 (attempt numbers are \
+         unique and increase within a cycle, oldest first)",
+        "delivery.attempts 100 of maxAttempts 100: a pending delivery has an attempt left",
+        "delivery.status succeeded: reached only by an attempt, and delivery.attempts is 0",
+        "delivery.createdAtMs -14182940000 (1969-07-20T20:17:40.000Z): out of range",
+        "is before delivery.createdAtMs",
+        "attempts[0].number 2: more than delivery.attempts 1 of its cycle",
+    ];
+    for (error, said) in errors[1..].iter().zip(said) {
+        assert!(error.contains(said), "{said:?} in {error:?}");
+    }
+    for n in 2..=7u32 {
+        let (status, _) = api.get(&format!("{n:032x}")).await.expect("get");
+        assert_eq!(status, 404, "nothing of an invalid record is kept");
+    }
+}
