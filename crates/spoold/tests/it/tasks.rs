@@ -1129,3 +1129,59 @@ async fn bulk_retry_and_cancel_of_tasks(pg: Option<&spool_testkit::TestDatabase>
         "still alive after the bulk cancel: {left:?}"
     );
 }
+
+/// A script that replaces its result file with a FIFO, or with a symbolic link to a file only
+/// the daemon may read: neither is read (the open does not block, does not follow the link),
+/// the attempt ends as it exited, the next task runs, and a graceful shutdown is as quick as
+/// ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "fifo.sh",
+        r#"rm -f "$SPOOLD_RESULT_FILE"; mkfifo "$SPOOLD_RESULT_FILE""#,
+    );
+    setup.script("link.sh", r#"ln -sf "$PRIVATE" "$SPOOLD_RESULT_FILE""#);
+    std::fs::write(setup.dir.join("private"), "only-the-daemon-may-read-this").expect("file");
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!(
+            "\n[tasks.fifo]\ncommand = [\"{}\"]\n\n[tasks.link]\ncommand = [\"{}\"]\n\
+             env = {{ PRIVATE = \"{}\" }}\n",
+            setup.path("fifo.sh"),
+            setup.path("link.sh"),
+            setup.path("private"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let mut daemon = spool_testkit::DaemonProcess::start(crate::process_opts(&data).args([
+        "--config",
+        config.as_str(),
+        "--shutdown-timeout",
+        "3s",
+    ]))
+    .await
+    .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    for (n, kind) in ["fifo", "link", "fifo"].into_iter().enumerate() {
+        let key = format!("{kind}-{n}");
+        let (_, t) = submit(&api, json!({"type": kind, "idempotencyKey": key})).await;
+        let t = wait_task(&api, &id(&t), &["succeeded", "failed"]).await;
+        assert_eq!(t["status"], "succeeded", "{t}");
+        assert!(t.get("resultSummary").is_none_or(Value::is_null), "{t}");
+    }
+    assert!(
+        daemon.stderr().contains("was not read"),
+        "{}",
+        daemon.stderr()
+    );
+    let started = std::time::Instant::now();
+    let status = daemon.terminate().await.expect("stops");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
