@@ -359,3 +359,71 @@ async fn a_type_with_a_user_needs_the_privilege_to_switch() {
         "{stderr}"
     );
 }
+
+/// kill -9 of the daemon, a restart, and a second kill -9 while the first crash's attempt is
+/// still being ended (its processes trap SIGTERM and stay through the kill grace): each process
+/// gets SIGTERM exactly once. The attempt's supervisor ends it, once, whatever happens to the
+/// daemons meanwhile; no daemon signals it.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_process_gets_sigterm_once_across_two_crashes() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "stubborn.sh",
+        r#"trap '' PIPE
+trap 'echo "term $$" >> "$TERMS"' TERM
+sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
+setsid sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
+echo $$ >> "$PIDS"
+while :; do sleep 0.05; done"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.stubborn]\ncommand = [\"{}\"]\ntimeout = \"600s\"\nkill_grace = \"3s\"\n\
+             env = {{ TERMS = \"{}\", PIDS = \"{}\" }}\n",
+            setup.path("stubborn.sh"),
+            setup.path("terms"),
+            setup.path("pids"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let opts =
+        || crate::process_opts(&data).args(["--config", config.as_str(), "--task-cgroup", "off"]);
+    let mut daemon = DaemonProcess::start(opts()).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, task) = submit(&api, json!({"type": "stubborn", "idempotencyKey": "s"})).await;
+    let pids = || {
+        std::fs::read_to_string(setup.dir.join("pids"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..500 {
+        if pids().len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(pids().len(), 3, "{:?}", pids());
+    daemon.kill9();
+    let mut daemon = DaemonProcess::start(opts()).await.expect("restart");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon.kill9();
+    let daemon = DaemonProcess::start(opts()).await.expect("second restart");
+    let api = Api::new(daemon.base_url());
+    let t = wait_task(&api, &id(&task), &["manual_review"]).await;
+    assert_eq!(t["errorCode"], "daemon_restart", "{t}");
+    let terms = std::fs::read_to_string(setup.dir.join("terms")).unwrap_or_default();
+    for pid in pids() {
+        let got = terms
+            .lines()
+            .filter(|l| *l == format!("term {pid}"))
+            .count();
+        assert_eq!(got, 1, "process {pid} got SIGTERM {got} times: {terms:?}");
+    }
+    let left = wait_gone(&setup.processes()).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+}
