@@ -1029,6 +1029,12 @@ impl Runner {
             ""
         };
         let retried = match (finished.stopped, &finished.spawn_error) {
+            _ if finished.supervisor_lost.is_some() => {
+                end.outcome = TaskStatus::Interrupted;
+                end.error_code = Some("supervisor_lost".into());
+                end.error = finished.supervisor_lost.clone();
+                false
+            }
             (_, Some(why)) => {
                 end.error_code = Some("spawn_failed".into());
                 end.error = Some(why.clone());

@@ -134,7 +134,7 @@ env = {{ PIDS = "{pids}" }}
     }
 
     /// Pids the hanging script wrote down.
-    fn pids(&self) -> Vec<i32> {
+    pub(crate) fn pids(&self) -> Vec<i32> {
         std::fs::read_to_string(self.dir.join("pids"))
             .unwrap_or_default()
             .lines()
@@ -685,8 +685,9 @@ impl Drop for TestCgroup {
     }
 }
 
-/// A descendant that leaves the process group and clears its environment (so it carries no
-/// tag) is still ended with its attempt when the attempt has a cgroup.
+/// With a cgroup: a descendant that leaves the process group and clears its environment is
+/// ended with its attempt (its supervisor's descendant, and in its cgroup), and the attempt's
+/// cgroup is removed after.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cgroup_ends_what_left_the_group_and_cleared_its_tag() {
     let Some(cgroup) =
