@@ -1186,3 +1186,34 @@ async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
         started.elapsed()
     );
 }
+
+/// A program that cannot be started (gone since the daemon started, say) fails its attempt as
+/// `spawn_failed`, naming the program and why, and is not retried; the next task runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_that_cannot_start_fails_its_attempt() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let missing = setup.path("gone.sh");
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!("\n[tasks.gone]\ncommand = [\"{missing}\"]\nmax_attempts = 3\n"),
+    );
+    let daemon = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let (_, t) = submit(&daemon.api, json!({"type": "gone", "idempotencyKey": "g"})).await;
+    let t = wait_task(&daemon.api, &id(&t), &["failed"]).await;
+    assert_eq!(
+        (&t["errorCode"], &t["attempt"]),
+        (&json!("spawn_failed"), &json!(1)),
+        "{t}"
+    );
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("cannot start {missing}")) && error.contains("No such file"),
+        "{t}"
+    );
+}
