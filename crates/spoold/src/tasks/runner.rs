@@ -420,7 +420,9 @@ impl Runner {
                                      "the supervisor of an attempt whose executor is gone died \
                                       before it finished: what it left is not known here"),
                     None => info!(task_id = %orphan.id, attempt = orphan.attempt,
-                                  "an attempt whose executor is gone never started a program"),
+                                  "the supervisor of an attempt whose executor is gone left no \
+                                   record (it never started the program, or told its daemon \
+                                   just as it stopped)"),
                 }
             }
             Whereabouts::Elsewhere => {
