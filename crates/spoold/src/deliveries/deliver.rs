@@ -884,6 +884,9 @@ impl Deliverer {
                     sent = self.outbound.send(request) => Sent::Done(sent),
                     () = interrupt.cancelled() => Sent::Interrupted,
                 }
+                    // At most once, never on a kept-alive connection the server may be
+                    // closing: a request it dropped unread would look as if it may have arrived.
+                    fresh_connection: claimed.mode == Mode::AtMostOnce,
             }
         };
         let elapsed = started.elapsed();

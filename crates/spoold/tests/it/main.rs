@@ -16,6 +16,7 @@ mod fairness;
 mod fuzz;
 mod idempotency;
 mod isolation;
+mod keep_alive;
 mod leases;
 mod lifecycle;
 mod observability;

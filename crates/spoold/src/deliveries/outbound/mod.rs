@@ -41,9 +41,12 @@ pub struct Outbound {
     policy: Arc<AddressPolicy>,
     max_redirects: u32,
     config: OutboundConfig,
-    /// Clients for targets with TLS settings of their own, by [`TlsSettings::key`]: built at
-    /// the first request that needs one, kept while the settings are unchanged.
-    tls_clients: Arc<std::sync::Mutex<std::collections::HashMap<String, reqwest::Client>>>,
+    /// Clients for targets with TLS settings of their own, by [`TlsSettings::key`] and whether
+    /// they keep connections: built at the first request that needs one, kept while the
+    /// settings are unchanged.
+    tls_clients: Arc<std::sync::Mutex<std::collections::HashMap<(String, bool), reqwest::Client>>>,
+    /// The same, but every request on a connection of its own ([`Request::fresh_connection`]).
+    fresh: reqwest::Client,
 }
 
 /// TLS settings of the targets a `[[targets]]` rule matches: extra trust roots (a private CA),
@@ -124,15 +127,21 @@ impl TlsSettings {
             min,
         };
         // Whatever the TLS library refuses is found now, not at the first request.
-        client_builder(&OutboundConfig::probe(), Some(&settings))
+        client_builder(&OutboundConfig::probe(), Some(&settings), false)
             .build()
             .map_err(|e| format!("TLS settings: {e}"))?;
         Ok(settings)
     }
 }
 
-/// The client builder every outbound client starts from, with `tls` applied if given.
-fn client_builder(config: &OutboundConfig, tls: Option<&TlsSettings>) -> reqwest::ClientBuilder {
+/// The client builder every outbound client starts from, with `tls` applied if given; with
+/// `fresh`, one that keeps no connection for a next request.
+fn client_builder(
+    config: &OutboundConfig,
+    tls: Option<&TlsSettings>,
+    fresh: bool,
+) -> reqwest::ClientBuilder {
+    let idle_per_host = if fresh { 0 } else { config.per_target as usize };
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         // Redirects are followed by `send`, hop by hop, so the policy sees every one.
@@ -141,7 +150,7 @@ fn client_builder(config: &OutboundConfig, tls: Option<&TlsSettings>) -> reqwest
             policy: Arc::new(config.policy.clone()),
         }))
         .connect_timeout(config.connect_timeout)
-        .pool_max_idle_per_host(config.per_target as usize)
+        .pool_max_idle_per_host(idle_per_host)
         .pool_idle_timeout(Duration::from_secs(60))
         .tcp_keepalive(Duration::from_secs(30));
     if let Some(tls) = tls {
@@ -210,6 +219,14 @@ pub struct Request<'a> {
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
+    /// Send every hop on a new connection (and ask the server to close it after answering)
+    /// instead of one kept alive from an earlier request: a kept-alive connection the server
+    /// closes (its idle timeout) as the request is written fails the request without it being
+    /// read, and the client cannot tell that from a request read and then cut off. At most
+    /// once that is an `unknown` outcome of a request that never arrived. A new connection
+    /// costs a TCP (and TLS) handshake per request; at least once, where such a request is
+    /// simply sent again, connections are reused.
+    pub fresh_connection: bool,
     pub headers: HeaderMap,
     pub excerpt: Vec<u8>,
     /// The body was longer than `excerpt`.
@@ -286,7 +303,8 @@ pub struct BuildError(#[from] reqwest::Error);
 impl Outbound {
     pub fn new(config: OutboundConfig) -> Result<Outbound, BuildError> {
         let policy = Arc::new(config.policy.clone());
-        let client = client_builder(&config, None).build()?;
+        let client = client_builder(&config, None, false).build()?;
+        let fresh = client_builder(&config, None, true).build()?;
         Ok(Outbound {
             client,
             policy,
@@ -296,16 +314,23 @@ impl Outbound {
         })
     }
 
-    /// The client for a request with `tls` settings (the shared one without).
-    fn client_for(&self, tls: Option<&TlsSettings>) -> Result<reqwest::Client, SendError> {
+    /// The client for a request with `tls` settings (the shared one without), keeping
+    /// connections unless `fresh`.
+    fn client_for(
+        &self,
+        tls: Option<&TlsSettings>,
+        fresh: bool,
+    ) -> Result<reqwest::Client, SendError> {
         let Some(tls) = tls else {
-            return Ok(self.client.clone());
+            fresh,
+            return Ok(if fresh { &self.fresh } else { &self.client }.clone());
         };
         let mut clients = self.tls_clients.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(client) = clients.get(&tls.key) {
+        let key = (tls.key.clone(), fresh);
+        if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let client = client_builder(&self.config, Some(tls))
+        let client = client_builder(&self.config, Some(tls), fresh)
             .build()
             .map_err(|e| SendError {
                 code: SendErrorCode::TlsFailed,
@@ -313,7 +338,7 @@ impl Outbound {
                 may_have_arrived: false,
                 answered: None,
             })?;
-        clients.insert(tls.key.clone(), client.clone());
+        clients.insert(key, client.clone());
         Ok(client)
     }
 
@@ -336,7 +361,7 @@ impl Outbound {
         let mut url = Url::parse(req.url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
         let mut method = reqwest::Method::from_bytes(req.method.as_bytes())
             .map_err(|e| invalid(format!("method: {e}")))?;
-        let client = self.client_for(req.tls.as_deref())?;
+        let client = self.client_for(req.tls.as_deref(), req.fresh_connection)?;
         let mut headers = req.headers;
         let mut body = req.body;
         let max_redirects = req.max_redirects.unwrap_or(self.max_redirects);
@@ -348,6 +373,14 @@ impl Outbound {
             let mut redirects = 0;
             loop {
                 self.check_literal(&url)
+        if req.fresh_connection {
+            // The server closes it after answering: neither side keeps it, and the server, not
+            // this host, holds the closed socket's TIME_WAIT.
+            headers.insert(
+                reqwest::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
+        }
                     .map_err(|denied| errors::blocked(None, &denied))?;
                 if Instant::now() > write_by {
                     return Err(not_written(
