@@ -879,14 +879,14 @@ impl Deliverer {
                     keep_body,
                     write_by: write_by(attempt.send_by, self.request_timeout),
                     max_redirects: None,
+                    // At most once, never on a kept-alive connection the server may be
+                    // closing: a request it dropped unread would look as if it may have arrived.
+                    fresh_connection: claimed.mode == Mode::AtMostOnce,
                 };
                 tokio::select! {
                     sent = self.outbound.send(request) => Sent::Done(sent),
                     () = interrupt.cancelled() => Sent::Interrupted,
                 }
-                    // At most once, never on a kept-alive connection the server may be
-                    // closing: a request it dropped unread would look as if it may have arrived.
-                    fresh_connection: claimed.mode == Mode::AtMostOnce,
             }
         };
         let elapsed = started.elapsed();
@@ -896,7 +896,7 @@ impl Deliverer {
             }
             _ => None,
         };
-        let result = self.judge(claimed, sent, elapsed);
+        let result = self.judge(attempt, &rules, sent, elapsed);
         let health = throttle.map_or_else(|| TargetHealth::of(&result), TargetHealth::Throttled);
         if result.error_code.as_deref() == Some(SendErrorCode::TargetBlocked.as_str()) {
             self.metrics.blocked.inc();
@@ -904,7 +904,15 @@ impl Deliverer {
         (result, health)
     }
 
-    fn judge(&self, claimed: &Claimed, sent: Sent, elapsed: Duration) -> AttemptResult {
+    /// What an attempt's outcome makes of its delivery (see [`retry`]).
+    fn judge(
+        &self,
+        attempt: &Started,
+        rules: &TargetRules,
+        sent: Sent,
+        elapsed: Duration,
+    ) -> AttemptResult {
+        let claimed = &attempt.claimed;
         let mut result = AttemptResult {
             id: claimed.id.clone(),
             claim_seq: claimed.claim_seq,
@@ -964,10 +972,14 @@ impl Deliverer {
             }
             Sent::Done(Ok(resp)) => {
                 result.http_status = Some(resp.status);
+                let context = retry::AnswerContext {
+                    trusted: rules.resend_on(&claimed.target_url),
+                    retry_after: retry::retry_after(&resp.headers, SystemTime::now()).is_some(),
+                };
                 let verdict = match (at_most_once, resp.first_status) {
-                    (true, None) => retry::classify_status_at_most_once(resp.status),
+                    (true, None) => retry::classify_status_at_most_once(resp.status, context),
                     (true, Some(_)) => retry::after_redirect_at_most_once(
-                        retry::classify_status_at_most_once(resp.status),
+                        retry::classify_status_at_most_once(resp.status, context),
                     ),
                     (false, _) => retry::classify_status(resp.status),
                 };

@@ -3,7 +3,9 @@
 //! order written, the first whose `match` fits a delivery's URL applying; secrets are
 //! `[secrets]` entries read from files at start and at each reload (SIGHUP), kept in memory
 //! only — never in the database, the API or a log. Rates are token buckets, one per origin
-//! ([`RateLimiter`]).
+//! ([`RateLimiter`]). At most once, a rule can name the 5xx statuses its receiver answers
+//! before any work (`at_most_once_resend_on`): such an answer is resent instead of making the
+//! outcome `unknown`.
 //!
 //! ```toml
 //! [secrets]
@@ -22,6 +24,7 @@ use std::sync::{Arc, RwLock};
 use spool_proto::signing::Secret;
 
 use crate::deliveries::outbound::TlsSettings;
+use crate::deliveries::retry;
 
 /// `[secrets] NAME = { file = "…" }` as written.
 #[derive(Debug, serde::Deserialize)]
@@ -51,6 +54,9 @@ pub struct TargetSpec {
     client_key: Option<PathBuf>,
     /// The lowest TLS version: "1.2" (the default) or "1.3".
     min_tls: Option<String>,
+    /// At most once: 5xx statuses the receiver answers before doing any work (e.g. `[503]`),
+    /// resent like a 429 instead of making the outcome `unknown`.
+    at_most_once_resend_on: Option<Vec<u16>>,
 }
 
 /// A token bucket's shape: `per_sec` tokens a second, at most `burst` saved up.
@@ -101,6 +107,7 @@ struct Rule {
     sign: Option<Signer>,
     rate: Option<Rate>,
     tls: Option<Arc<TlsSettings>>,
+    resend_on: Vec<u16>,
 }
 
 /// A named secret that signs requests.
@@ -161,11 +168,20 @@ impl TargetRules {
                 }
                 (None, None) => None,
             };
+            let resend_on = spec.at_most_once_resend_on.unwrap_or_default();
+            if let Some(bad) = resend_on.iter().find(|s| !retry::may_be_trusted(**s)) {
+                return Err(at(format!(
+                    "{table}: at_most_once_resend_on: {bad} is not a 5xx a receiver answers \
+                     before any work (500, 502–504, 506–599; 408, 425 and 429 are always \
+                     resent, other 4xx and 501, 505 are final)"
+                )));
+            }
             rules.push(Rule {
                 pattern: spec.pattern,
                 sign,
                 rate,
                 tls: tls.map(Arc::new),
+                resend_on,
             });
         }
         Ok(TargetRules {
@@ -211,6 +227,11 @@ impl TargetRules {
     /// The rate of the rule for `url`, if that rule has one.
     pub fn rate(&self, url: &str) -> Option<Rate> {
         self.rule(url).and_then(|r| r.rate)
+    }
+
+    /// The statuses the rule for `url` trusts as "not processed" at most once.
+    pub fn resend_on(&self, url: &str) -> &[u16] {
+        self.rule(url).map_or(&[], |r| r.resend_on.as_slice())
     }
 }
 
@@ -645,6 +666,28 @@ mod tests {
         // Full again at 1,200 ms (2.5 tokens): kept for a minute after that.
         assert_eq!(limiter.room(ms(61_100)).len(), 1);
         assert!(limiter.room(ms(61_300)).is_empty());
+    }
+
+    #[test]
+    fn a_rule_trusts_only_5xx_a_receiver_answers_before_any_work() {
+        let rules = load(
+            "",
+            "[[targets]]\nmatch = \"http://h/*\"\nat_most_once_resend_on = [502, 503]",
+        )
+        .expect("valid");
+        assert_eq!(rules.resend_on("http://h/x"), [502, 503]);
+        assert!(rules.resend_on("http://other/x").is_empty());
+        for bad in [404, 429, 501, 505, 200] {
+            let err = load(
+                "",
+                &format!("[[targets]]\nmatch = \"http://h/*\"\nat_most_once_resend_on = [{bad}]"),
+            )
+            .expect_err("refused");
+            assert!(
+                err.contains(&format!("at_most_once_resend_on: {bad} is not a 5xx")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

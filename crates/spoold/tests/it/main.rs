@@ -25,6 +25,7 @@ mod overview;
 mod power_loss;
 mod rate_limits;
 mod reload;
+mod redirects;
 mod reservations;
 mod retention;
 mod security;
