@@ -149,6 +149,10 @@ pub struct Started {
     pub send_by: Instant,
     /// A token of its target's rate was taken for it when it was claimed.
     pub token: bool,
+    /// The first request to its target since an operator resumed the target after it
+    /// answered 410 Gone: a 410 now fails this delivery. Any other 410 holds it, uncharged,
+    /// with the target's other deliveries (see [`Deliverer::judge`]).
+    pub after_gone: bool,
 }
 
 impl Started {
@@ -158,6 +162,7 @@ impl Started {
             claimed,
             send_by: asked + lease.saturating_sub(RECORD_MARGIN),
             token: false,
+            after_gone: false,
         }
     }
 }
@@ -904,7 +909,11 @@ impl Deliverer {
         (result, health)
     }
 
-    /// What an attempt's outcome makes of its delivery (see [`retry`]).
+    /// What an attempt's outcome makes of its delivery (see [`retry`]). A 410 Gone at least
+    /// once does not fail the delivery that met it: its target is gone, and every delivery for
+    /// it waits alike (interrupted: not charged, `gone`) until an operator resumes the target —
+    /// unless this was the first request after such a resume ([`Started::after_gone`]): then
+    /// 410 is final for it. At most once a 410 is a final answer like any 4xx.
     fn judge(
         &self,
         attempt: &Started,
@@ -969,6 +978,16 @@ impl Deliverer {
                     "the lease ran out before the request could be sent; it will be sent again"
                         .into(),
                 );
+            }
+            Sent::Done(Ok(resp)) if resp.status == 410 && !at_most_once && !attempt.after_gone => {
+                result.http_status = Some(resp.status);
+                result.error_code = Some("gone".into());
+                result.error = Some(format!(
+                    "{}; the target is gone: this delivery waits with its others, not charged, \
+                     until an operator resumes the target (spoolctl targets resume)",
+                    status_error(&resp)
+                ));
+                result.disposition = Disposition::Interrupted;
             }
             Sent::Done(Ok(resp)) => {
                 result.http_status = Some(resp.status);
