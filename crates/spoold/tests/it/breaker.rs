@@ -5,7 +5,6 @@
 //! and resumes a target by hand; errors spread between answers never open the breaker. A real
 //! spoold and a scripted receiver on 127.0.0.1; the 410 on SQLite and on PostgreSQL.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use http::Method;
@@ -13,7 +12,7 @@ use serde_json::{json, Value};
 use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply, TestDatabase};
 use tempfile::TempDir;
 
-use crate::{db_path, id_of, process_opts, FAST_RETRIES, WAIT};
+use crate::{db_path, id_of, postgres_opts, process_opts, WAIT};
 
 /// One request at a time to a target, retries and pauses 700 ms apart, the breaker at 3.
 async fn daemon(dir: &TempDir) -> (DaemonProcess, Api) {
@@ -202,10 +201,7 @@ async fn gone_holds_every_delivery_for_the_target_alike_on_postgres() {
         return;
     };
     let dir = TempDir::new().expect("temp dir");
-    let opts = DaemonOptions::new(PathBuf::from(db.url()))
-        .args(FAST_RETRIES.iter().copied())
-        .args(["--data-dir".to_owned(), dir.path().display().to_string()]);
-    gone_holds_every_delivery_alike(opts).await;
+    gone_holds_every_delivery_alike(postgres_opts(&db, &dir)).await;
 }
 
 /// The statuses of `ids`, counted.

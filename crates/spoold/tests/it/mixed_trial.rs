@@ -6,7 +6,6 @@
 //! request never reached a receiver. On SQLite and on PostgreSQL.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -15,7 +14,7 @@ use spool_testkit::{
 };
 use tempfile::TempDir;
 
-use crate::{db_path, id_of, WAIT};
+use crate::{db_path, id_of, on_postgres, WAIT};
 
 /// Deliveries of each kind in each mode.
 const EACH: usize = 15;
@@ -47,10 +46,7 @@ async fn a_mixed_trial_resends_no_at_most_once_request_and_leaves_no_spurious_un
         return;
     };
     let dir = TempDir::new().expect("temp dir");
-    let opts = DaemonOptions::new(PathBuf::from(db.url()))
-        .args(FLAGS.iter().copied())
-        .args(["--data-dir".to_owned(), dir.path().display().to_string()]);
-    trial(opts).await;
+    trial(on_postgres(&db, &dir).args(FLAGS.iter().copied())).await;
 }
 
 /// What a kind of delivery ends as, in each mode, and whether its receiver took the request

@@ -5,14 +5,13 @@
 //! SQLite and on PostgreSQL. And a redirect back to a hop this attempt already sent is not
 //! followed (`redirect_loop`), in both modes.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply, TestDatabase};
 use tempfile::TempDir;
 
-use crate::{id_of, process_opts, InProcess, FAST_RETRIES, WAIT};
+use crate::{id_of, postgres_opts, process_opts, InProcess, WAIT};
 
 async fn post(api: &Api, path: &str, body: Value) -> (u16, Value) {
     let (status, _, bytes) = api
@@ -53,12 +52,12 @@ async fn an_answer_that_proves_arrival_is_never_resent_but_by_a_person_on_postgr
         return;
     };
     let dir = TempDir::new().expect("temp dir");
-    let on = |db: &TestDatabase| {
-        DaemonOptions::new(PathBuf::from(db.url()))
-            .args(FAST_RETRIES.iter().copied())
-            .args(["--data-dir".to_owned(), dir.path().display().to_string()])
-    };
-    never_resent_but_by_a_person(on(&db), on(&other_db)).await;
+    let other_dir = TempDir::new().expect("temp dir");
+    never_resent_but_by_a_person(
+        postgres_opts(&db, &dir),
+        postgres_opts(&other_db, &other_dir),
+    )
+    .await;
 }
 
 async fn never_resent_but_by_a_person(opts: DaemonOptions, elsewhere: DaemonOptions) {
@@ -205,6 +204,24 @@ fn seen(r: &Receiver) -> Vec<String> {
         .collect()
 }
 
+/// Deliver to `url` in `mode`: the attempt ends in a redirect loop, as `want` (its one
+/// attempt), saying which hop it would have sent again.
+async fn looped(d: &InProcess, url: &str, mode: &str, want: &str) {
+    let done = d
+        .deliver(
+            json!({"targetUrl": url, "mode": mode, "body": {"k": 1}, "maxAttempts": 3}),
+            &[want],
+        )
+        .await;
+    assert_eq!(
+        (&done["lastErrorCode"], &done["attempts"]),
+        (&json!("redirect_loop"), &json!(1)),
+        "{url} {mode}: {done}"
+    );
+    let error = done["lastError"].as_str().unwrap_or_default();
+    assert!(error.contains("already sent"), "{error}");
+}
+
 /// `--max-redirects 3`: a 307 to its own URL sent one POST four times, `/a → /b → /a` two to
 /// each. Now no hop is sent twice in one attempt: the loop ends it, `unknown` at most once
 /// (the target has answered), `failed` at least once, as any redirect spoold will not follow.
@@ -221,18 +238,7 @@ async fn a_redirect_back_to_a_hop_already_sent_is_not_followed() {
             // To itself.
             let own = Receiver::start().await.expect("receiver");
             own.respond_with(Reply::status(status).header("Location", own.url("/self")));
-            let done = d
-                .deliver(
-                    json!({"targetUrl": own.url("/self"), "mode": mode, "body": {"k": 1},
-                           "maxAttempts": 3}),
-                    &[want],
-                )
-                .await;
-            assert_eq!(
-                done["lastErrorCode"], "redirect_loop",
-                "{mode} {status}: {done}"
-            );
-            assert_eq!(done["attempts"], 1, "{mode} {status}: {done}");
+            looped(&d, &own.url("/self"), mode, want).await;
             let want_seen = if matches!(status, 307 | 308) {
                 vec!["POST /self"]
             } else {
@@ -245,19 +251,7 @@ async fn a_redirect_back_to_a_hop_already_sent_is_not_followed() {
             let b = Receiver::start().await.expect("receiver");
             let a = redirecting(status, &b.url("/b")).await;
             b.respond_with(Reply::status(status).header("Location", a.url("/a")));
-            let done = d
-                .deliver(
-                    json!({"targetUrl": a.url("/a"), "mode": mode, "body": {"k": 2},
-                           "maxAttempts": 3}),
-                    &[want],
-                )
-                .await;
-            assert_eq!(
-                done["lastErrorCode"], "redirect_loop",
-                "{mode} {status}: {done}"
-            );
-            let error = done["lastError"].as_str().unwrap_or_default();
-            assert!(error.contains("already sent"), "{error}");
+            looped(&d, &a.url("/a"), mode, want).await;
             let (want_a, want_b) = if matches!(status, 307 | 308) {
                 (vec!["POST /a"], vec!["POST /b"])
             } else {
