@@ -703,6 +703,20 @@ mod tests {
                     ..TargetState::default()
                 },
             ),
+            (
+                "http://127.0.0.7:80".to_owned(),
+                TargetState {
+                    gone: true,
+                    ..TargetState::default()
+                },
+            ),
+            (
+                "http://127.0.0.8:80".to_owned(),
+                TargetState {
+                    resumed_from_gone: true,
+                    ..TargetState::default()
+                },
+            ),
         ]);
         let breaker = Breaker {
             failures: 5,
@@ -714,6 +728,9 @@ mod tests {
         assert_eq!(l.get("http://127.0.0.4:80"), None);
         assert_eq!(l.get("http://127.0.0.5:80"), Some(&0));
         assert_eq!(l.get("http://127.0.0.6:80"), None);
+        // Gone: nothing; resumed after that: one delivery first.
+        assert_eq!(l.get("http://127.0.0.7:80"), Some(&0));
+        assert_eq!(l.get("http://127.0.0.8:80"), Some(&1));
         assert_eq!(
             earliest_resume(&targets, now),
             Some(now + Duration::from_secs(2))
