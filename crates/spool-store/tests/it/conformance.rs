@@ -3030,23 +3030,70 @@ pub async fn retry_of_at_most_once_that_may_have_arrived_is_refused(store: Store
         .expect("resolve");
     assert!(matches!(done, TransitionOutcome::Done(ref d)
         if d.status == DeliveryStatus::Pending && d.cycle == 2 && d.unknown_since.is_none()));
-    // A failure that was never unknown (nothing arrived) is retried as any other; and resolve
-    // does not apply to it.
+    // A failure on the target's final answer (a 400): the request arrived, so the same — retry
+    // refuses it, resolve applies.
     create(&store, at_most_once(&id(2))).await;
     let claimed = claim(&store, 10).await;
     let claimed = claimed.iter().find(|c| c.id == id(2)).expect("claimed");
     complete(&store, claimed, Disposition::Failed, Some(400)).await;
     assert_eq!(
-        store
-            .resolve(id(2), Resolution::Resend, note())
-            .await
-            .expect("resolve"),
-        TransitionOutcome::Invalid(DeliveryStatus::Failed)
+        store.retry(id(2)).await.expect("retry"),
+        TransitionOutcome::InvalidForMode(DeliveryStatus::Failed)
     );
     assert!(matches!(
-        store.retry(id(2)).await.expect("retry"),
-        TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending
+        store.resolve(id(2), Resolution::Resend, note()).await.expect("resolve"),
+        TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending && d.cycle == 2
     ));
+    // Failures where nothing arrived are retried as any other, and resolve does not apply to
+    // them: nothing was written (a refused connection), or the target said it did not take
+    // the request until the attempts ran out (429, a 503 it asked to come back after).
+    for (n, status, code) in [
+        (3, None, "connect_failed"),
+        (4, Some(429), "http_status"),
+        (5, Some(503), "http_status"),
+    ] {
+        // One attempt allowed: the retry below runs it out.
+        let one = NewDelivery {
+            max_attempts: 1,
+            ..at_most_once(&id(n))
+        };
+        create(&store, one).await;
+        let claimed = claim(&store, 10).await;
+        let claimed = claimed.iter().find(|c| c.id == id(n)).expect("claimed");
+        store
+            .complete(AttemptResult {
+                id: claimed.id.clone(),
+                claim_seq: claimed.claim_seq,
+                disposition: Disposition::Retry { delay_ms: 0 },
+                http_status: status,
+                error_code: Some(code.to_owned()),
+                error: None,
+                duration_ms: 1,
+                remote_id: None,
+            })
+            .await
+            .expect("complete");
+        assert_eq!(
+            get(&store, &id(n)).await.status,
+            DeliveryStatus::Failed,
+            "{code}"
+        );
+        assert_eq!(
+            store
+                .resolve(id(n), Resolution::Resend, note())
+                .await
+                .expect("resolve"),
+            TransitionOutcome::Invalid(DeliveryStatus::Failed),
+            "{code} {status:?}"
+        );
+        assert!(
+            matches!(
+                store.retry(id(n)).await.expect("retry"),
+                TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending
+            ),
+            "{code} {status:?}"
+        );
+    }
 }
 
 pub async fn a_late_success_settles_the_unknown_its_attempt_left(store: Store) {

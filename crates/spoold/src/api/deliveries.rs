@@ -411,8 +411,9 @@ fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError>
             match status {
                 model::DeliveryStatus::Failed => format!(
                     "invalid delivery state transition from {status}: this at-most-once request \
-                     may have reached the target (it was unknown), so retry does not send it; \
-                     if it must be sent, resolve it with outcome resend and a note"
+                     reached the target or may have (the target answered it, or it was \
+                     unknown), so retry does not send it; if it must be sent, resolve it with \
+                     outcome resend and a note"
                 ),
                 _ => format!(
                     "invalid delivery state transition from {status}: an at-most-once request \

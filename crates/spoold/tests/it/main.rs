@@ -16,13 +16,16 @@ mod fairness;
 mod fuzz;
 mod idempotency;
 mod isolation;
+mod keep_alive;
 mod leases;
 mod lifecycle;
+mod mixed_trial;
 mod observability;
 mod openapi;
 mod overview;
 mod power_loss;
 mod rate_limits;
+mod redirects;
 mod reload;
 mod reservations;
 mod retention;
@@ -159,6 +162,18 @@ impl InProcess {
 /// Options for a daemon process on a database in `dir`, with fast retries.
 pub fn process_opts(dir: &TempDir) -> DaemonOptions {
     DaemonOptions::new(db_path(dir)).args(FAST_RETRIES.iter().copied())
+}
+
+/// Options for a daemon process on the PostgreSQL test database `db` (its data directory, for
+/// what is not in the database, in `dir`), with fast retries.
+pub fn postgres_opts(db: &spool_testkit::TestDatabase, dir: &TempDir) -> DaemonOptions {
+    on_postgres(db, dir).args(FAST_RETRIES.iter().copied())
+}
+
+/// The same with the daemon's own retry spacing.
+pub fn on_postgres(db: &spool_testkit::TestDatabase, dir: &TempDir) -> DaemonOptions {
+    DaemonOptions::new(PathBuf::from(db.url()))
+        .args(["--data-dir".to_owned(), dir.path().display().to_string()])
 }
 
 pub fn db_path(dir: &TempDir) -> PathBuf {
