@@ -1129,3 +1129,86 @@ async fn bulk_retry_and_cancel_of_tasks(pg: Option<&spool_testkit::TestDatabase>
         "still alive after the bulk cancel: {left:?}"
     );
 }
+
+/// A daemon with `setup`'s types and `extra` ones, on SQLite or on the PostgreSQL database `pg`.
+async fn boot_on(
+    setup: &Setup,
+    extra: &str,
+    pg: Option<&spool_testkit::TestDatabase>,
+) -> InProcess {
+    let pg_url = pg.map(|db| db.url().to_owned());
+    InProcess::boot_configured(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &[
+            "--config",
+            crate::task_locks::config_with(setup, extra).as_str(),
+        ],
+        move |config| {
+            if let Some(url) = pg_url {
+                config.db = spoold::config::Database::Postgres(url);
+                config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nul_in_the_result_file_ends_the_attempt_and_frees_its_lock() {
+    nul_in_the_result_file(None).await;
+}
+
+/// PostgreSQL's `text` cannot hold a NUL: before the store kept one as U+FFFD, the attempt's
+/// record failed there, and the task stayed `running` with its lock until a restart — the next
+/// task of the lock never started.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nul_in_the_result_file_ends_the_attempt_and_frees_its_lock_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    nul_in_the_result_file(Some(&db)).await;
+}
+
+async fn nul_in_the_result_file(pg: Option<&spool_testkit::TestDatabase>) {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "nul.sh",
+        r#"printf 'a\0b' > "$SPOOLD_RESULT_FILE"; printf 'out\0put\n'; printf 'err\0or\n' >&2"#,
+    );
+    let extra = format!(
+        "\n[tasks.nul]\ncommand = [\"{}\"]\nlocks = [\"shared\"]\n",
+        setup.path("nul.sh")
+    );
+    let daemon = boot_on(&setup, &extra, pg).await;
+    let api = &daemon.api;
+    let mut tasks = Vec::new();
+    for key in ["first", "second"] {
+        let (status, t) = submit(api, json!({"type": "nul", "idempotencyKey": key})).await;
+        assert_eq!(status, 201, "{t}");
+        tasks.push(id(&t));
+    }
+    for task in &tasks {
+        let t = wait_task(api, task, &["succeeded", "failed"]).await;
+        assert_eq!(
+            (&t["status"], &t["resultSummary"]),
+            (&json!("succeeded"), &json!("a\u{FFFD}b")),
+            "{t}"
+        );
+    }
+    let (status, _, output) = api
+        .request(Method::GET, &format!("/v1/tasks/{}/output", tasks[0]), None)
+        .await
+        .expect("output");
+    assert_eq!(status, 200);
+    // The output log is a file of bytes: kept as the script wrote it.
+    assert!(
+        output.windows(8).any(|w| w == b"out\0put\n"),
+        "{:?}",
+        String::from_utf8_lossy(&output)
+    );
+}
