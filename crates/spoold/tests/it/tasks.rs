@@ -981,6 +981,184 @@ async fn control_characters_in_parameters_are_refused_at_submission() {
     assert_eq!(status, 201, "{body}");
 }
 
+/// Unicode's invisible characters — format characters (U+200B, U+FEFF, the bidi control
+/// U+202E) and line and paragraph separators (U+2028) — pass permissive patterns such as `.*`
+/// or `[^/]+`, and make a value read as another: refused (400 `invalid_params`, naming the
+/// parameter and the character) unless the pattern names them itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn invisible_characters_in_parameters_are_refused_at_submission() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let extra = format!(
+        "\n[tasks.loose]\ncommand = [\"{exit}\", \"0\", \"{{any}}\", \"{{path}}\"]\n\
+         params.any = {{ pattern = '.*', default = \"\" }}\n\
+         params.path = {{ pattern = '[^/]+', default = \"x\" }}\n\
+         \n[tasks.named]\ncommand = [\"{exit}\", \"0\", \"{{word}}\"]\n\
+         params.word = {{ pattern = '[a-z\\x{{200B}}]+' }}\n",
+        exit = setup.path("exit.sh")
+    );
+    let daemon = crate::task_locks::boot_with(&setup, &extra, &[]).await;
+    let api = &daemon.api;
+    for (bad, code_point) in [
+        ("a\u{2028}b", "U+2028"),
+        ("evil\u{202E}txt.sh", "U+202E"),
+        ("zero\u{200B}width", "U+200B"),
+        ("\u{FEFF}bom", "U+FEFF"),
+    ] {
+        for param in ["any", "path"] {
+            let (status, body) =
+                submit(api, json!({"type": "loose", "params": {param: bad}})).await;
+            assert_eq!(
+                (status, &body["error"]["code"]),
+                (400, &json!("invalid_params")),
+                "{param} {bad:?}: {body}"
+            );
+            let message = body["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.starts_with(&format!(
+                    "parameter {param} must not contain the invisible character {code_point}"
+                )),
+                "{message}"
+            );
+        }
+    }
+    // A pattern that names one lets it through; other characters beyond ASCII are values.
+    let (status, body) = submit(
+        api,
+        json!({"type": "named", "params": {"word": "zero\u{200B}width"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = submit(
+        api,
+        json!({"type": "loose", "params": {"any": "café 日本 🙂", "path": "naïve"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn task_keys_refuse_what_parameters_refuse() {
+    task_keys(None).await;
+}
+
+/// On PostgreSQL a NUL in a key was a 500 `persistence_failed` (its `text` cannot hold one)
+/// where SQLite stored it: both refuse it now, before the store.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_keys_refuse_what_parameters_refuse_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    task_keys(Some(&db)).await;
+}
+
+/// `idempotencyKey` is refused (400 `invalid_request`, naming the field) when empty, and when
+/// it holds a control character (a NUL, a newline, an escape) or an invisible one, wherever.
+async fn task_keys(pg: Option<&spool_testkit::TestDatabase>) {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot_on(&setup, "", pg).await;
+    let api = &daemon.api;
+    let cases = [
+        ("", "idempotencyKey must not be empty"),
+        ("   ", "idempotencyKey must not be empty"),
+        ("a\u{0}b", "idempotencyKey must not contain a NUL byte"),
+        (
+            "line\nbreak",
+            "idempotencyKey must not contain the control character '\\n'",
+        ),
+        (
+            "trailing\n",
+            "idempotencyKey must not contain the control character '\\n'",
+        ),
+        (
+            "tab\there",
+            "idempotencyKey must not contain the control character '\\t'",
+        ),
+        (
+            "esc\u{1b}[2J",
+            "idempotencyKey must not contain the control character '\\u{1b}'",
+        ),
+        (
+            "a\u{2028}b",
+            "idempotencyKey must not contain the invisible character U+2028",
+        ),
+        (
+            "evil\u{202E}",
+            "idempotencyKey must not contain the invisible character U+202E",
+        ),
+        (
+            "zero\u{200B}w",
+            "idempotencyKey must not contain the invisible character U+200B",
+        ),
+        (
+            "\u{FEFF}bom",
+            "idempotencyKey must not contain the invisible character U+FEFF",
+        ),
+    ];
+    for (key, want) in cases {
+        let (status, body) = submit(
+            api,
+            json!({"type": "exit", "params": {"code": "0"}, "idempotencyKey": key}),
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{key:?}: {body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(want), "{key:?}: {message}");
+    }
+    let (status, body) = submit(
+        api,
+        json!({"type": "exit", "params": {"code": "0"}, "idempotencyKey": " café-日本 "}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["idempotencyKey"]),
+        (201, &json!("café-日本")),
+        "{body}"
+    );
+}
+
+/// JSON allows a name twice in an object, and serde_json keeps the last: a task must not run
+/// with a value its client did not mean. Refused, naming the parameter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parameter_given_twice_is_refused() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let (status, _, bytes) = daemon
+        .api
+        .request(
+            Method::POST,
+            "/v1/tasks",
+            Some(
+                br#"{"type":"record","params":{"database":"prod","note":"n","database":"test"}}"#
+                    .to_vec(),
+            ),
+        )
+        .await
+        .expect("submit");
+    let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(r#"params: parameter "database" is given twice"#),
+        "{message}"
+    );
+    let page = get(&daemon.api, "/v1/tasks").await;
+    assert_eq!(page["count"], 0, "nothing was stored: {page}");
+}
+
 async fn bulk(api: &Api, body: Value) -> (u16, Value) {
     let (status, _, bytes) = api
         .request(
