@@ -1,5 +1,6 @@
-//! Turning a submission into a [`NewTask`]: JSON decoding (`invalid_request`, also for a
-//! parameter named twice), the declared type (`unknown_task_type`), its parameters (`unknown_param`, `missing_param`, `invalid_params`),
+//! Turning a submission into a [`NewTask`]: how large its body may be ([`max_body_bytes`]),
+//! JSON decoding (`invalid_request`, also for a parameter named twice), the declared type
+//! (`unknown_task_type`), its parameters (`unknown_param`, `missing_param`, `invalid_params`),
 //! the business key (given — not empty, no control or invisible character — or rendered from
 //! the type's template) and the digest that makes two submissions the same task. The same
 //! shape as `deliveries::submission`: the API layer only reads the body, calls [`decode`] and
@@ -17,8 +18,27 @@ use super::types::render;
 use super::TaskTypes;
 use crate::characters::Unwanted;
 
-/// The largest submission accepted.
-pub const MAX_SUBMISSION_BYTES: usize = 64 * 1024;
+/// What a submission may take besides its parameters' values: the type, the key, `notBefore`,
+/// the parameters' names, JSON's punctuation and white space.
+pub const SUBMISSION_BASE_BYTES: usize = 64 * 1024;
+
+/// The most bytes one character of a value can take in JSON: a control character written as
+/// `\u001b`.
+const JSON_ESCAPE_FACTOR: usize = 6;
+
+/// How large a submission's body may be: [`SUBMISSION_BASE_BYTES`] and room for the values of
+/// the declared type that takes the most, every value at its `max_length` and written with the
+/// longest escapes JSON has — so that every value a type accepts can be sent, however the
+/// client's encoder escapes it. Follows the declared types through a reload. (The body is
+/// read before its type is known, so the largest type sets the limit for all.)
+pub fn max_body_bytes(declared: &TaskTypes) -> usize {
+    let values = declared
+        .iter()
+        .map(|t| t.params.values().map(|p| p.max_length).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    SUBMISSION_BASE_BYTES + values * JSON_ESCAPE_FACTOR
+}
 
 /// A refused submission: the code and message for the error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,11 +54,8 @@ fn invalid(message: impl Into<String>) -> Rejection {
     }
 }
 
-/// Decode one JSON object.
+/// Decode one JSON object (its size is the API's to bound: [`max_body_bytes`]).
 pub fn decode(bytes: &[u8]) -> Result<SubmitTask, Rejection> {
-    if bytes.len() > MAX_SUBMISSION_BYTES {
-        return Err(invalid("decode JSON: request body too large"));
-    }
     serde_json::from_slice(bytes).map_err(|e| invalid(format!("decode JSON: {e}")))
 }
 

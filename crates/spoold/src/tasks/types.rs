@@ -259,6 +259,11 @@ pub struct ParamError {
 /// The longest parameter value unless the type says otherwise.
 pub const DEFAULT_MAX_PARAM_BYTES: usize = 256;
 
+/// The longest argument Linux passes to a program: `MAX_ARG_STRLEN` (32 pages of 4 KiB) less
+/// its terminating NUL. A longer one fails the start with E2BIG, so no `max_length`, and no
+/// argv element with its parameters at their `max_length`, may exceed it.
+pub const MAX_ARGUMENT_BYTES: usize = 32 * 4096 - 1;
+
 impl TaskType {
     /// Check one `[tasks.NAME]` table. `file` names the configuration file in messages.
     pub fn from_spec(file: &Path, name: &str, spec: TypeSpec) -> Result<TaskType, TypeError> {
@@ -294,6 +299,15 @@ impl TaskType {
             let regex = Regex::new(&format!("^(?:{})$", p.pattern))
                 .map_err(|e| err(&format!("params.{pname}.pattern"), e.to_string()))?;
             let max_length = p.max_length.unwrap_or(DEFAULT_MAX_PARAM_BYTES);
+            if !(1..=MAX_ARGUMENT_BYTES).contains(&max_length) {
+                return Err(err(
+                    &format!("params.{pname}.max_length"),
+                    format!(
+                        "must be 1–{MAX_ARGUMENT_BYTES} bytes (the longest argument Linux passes \
+                         to a program)"
+                    ),
+                ));
+            }
             if let Some(d) = &p.default {
                 if !regex.is_match(d) || d.len() > max_length {
                     return Err(err(
@@ -336,6 +350,17 @@ impl TaskType {
         }
         for (i, arg) in spec.command.iter().enumerate() {
             known(arg, &format!("command[{i}]"))?;
+            let longest = longest_rendered(arg, &params);
+            if longest > MAX_ARGUMENT_BYTES {
+                return Err(err(
+                    &format!("command[{i}]"),
+                    format!(
+                        "with its parameters at their max_length this argument takes up to \
+                         {longest} bytes, more than the {MAX_ARGUMENT_BYTES} Linux passes to a \
+                         program: lower their max_length"
+                    ),
+                ));
+            }
         }
         if let Some(t) = &spec.idempotency_key {
             known(t, "idempotency_key")?;
@@ -662,6 +687,17 @@ pub fn render(template: &str, params: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// The longest `template` can be once rendered: its text, and each parameter it uses at its
+/// `max_length` (names are checked before).
+fn longest_rendered(template: &str, params: &BTreeMap<String, Param>) -> usize {
+    let names = template_names(template).unwrap_or_default();
+    let text = template.len() - names.iter().map(|n| n.len() + 2).sum::<usize>();
+    text + names
+        .iter()
+        .map(|n| params.get(*n).map_or(0, |p| p.max_length))
+        .sum::<usize>()
+}
+
 /// The `{name}`s a template uses, or what is wrong with it.
 fn template_names(template: &str) -> Result<Vec<&str>, String> {
     let mut names = Vec::new();
@@ -932,6 +968,21 @@ mod tests {
             (
                 "command = [\"/bin/x\"]\nconcurrency = 0",
                 "[tasks.backup] concurrency",
+            ),
+            (
+                "command = [\"/bin/x\"]\nparams.a = { pattern = \".*\", max_length = 200000 }",
+                "[tasks.backup] params.a.max_length: must be 1–131071 bytes",
+            ),
+            (
+                "command = [\"/bin/x\"]\nparams.a = { pattern = \".*\", max_length = 0 }",
+                "[tasks.backup] params.a.max_length",
+            ),
+            (
+                "command = [\"/bin/x\", \"--ab={a}{b}\"]\n\
+                 params.a = { pattern = \".*\", max_length = 100000 }\n\
+                 params.b = { pattern = \".*\", max_length = 100000 }",
+                "[tasks.backup] command[1]: with its parameters at their max_length this argument \
+                 takes up to 200005 bytes",
             ),
         ];
         for (text, want) in cases {

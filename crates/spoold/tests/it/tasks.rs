@@ -610,6 +610,21 @@ async fn configuration_errors_stop_the_daemon_naming_file_type_and_key() {
         err.contains("spoold.toml: [tasks.backup] command: the program"),
         "{err}"
     );
+    // A value no argument can hold is refused at start, not at the first submission.
+    std::fs::write(
+        &path,
+        "[tasks.backup]\ncommand = [\"/bin/echo\", \"{note}\"]\n\
+         params.note = { pattern = \"[a-z]*\", max_length = 200000 }\n",
+    )
+    .expect("write");
+    let err = spoold::config::load(argv()).expect_err("an unreachable max_length");
+    assert!(
+        err.contains(
+            "spoold.toml: [tasks.backup] params.note.max_length: must be 1–131071 bytes (the \
+             longest argument Linux passes to a program)"
+        ),
+        "{err}"
+    );
     std::fs::write(&path, "listen = \"127.0.0.1:0\"\nnope = 1\n").expect("write");
     let err = spoold::config::load(argv()).expect_err("unknown key");
     assert!(err.contains("unknown key \"nope\""), "{err}");
@@ -1157,6 +1172,52 @@ async fn a_parameter_given_twice_is_refused() {
     );
     let page = get(&daemon.api, "/v1/tasks").await;
     assert_eq!(page["count"], 0, "nothing was stored: {page}");
+}
+
+/// The body of a submission may hold every value its type accepts — its limit follows the
+/// declared types: 64 KiB and room for the values of the type that takes the most, each at its
+/// `max_length` however JSON escapes it — and one over it is 413 `payload_too_large`, naming
+/// the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submission_can_reach_every_max_length_and_a_larger_one_is_413() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let extra = format!(
+        "\n[tasks.long]\ncommand = [\"{}\", \"0\", \"{{text}}\"]\n\
+         params.text = {{ pattern = '[a-z\\n]*', max_length = 100000 }}\n",
+        setup.path("exit.sh")
+    );
+    let daemon = crate::task_locks::boot_with(&setup, &extra, &[]).await;
+    let api = &daemon.api;
+    // At its max_length, in the longest escapes JSON has: 600 KB of body.
+    let text = "\n".repeat(100_000);
+    let body = json!({"type": "long", "params": {"text": text}}).to_string();
+    let escaped = body.replace("\\n", "\\u000a");
+    assert!(escaped.len() > 600_000, "{}", escaped.len());
+    let (status, _, bytes) = api
+        .request(Method::POST, "/v1/tasks", Some(escaped.into_bytes()))
+        .await
+        .expect("submit");
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+    let t: Value = serde_json::from_slice(&bytes).expect("JSON");
+    wait_task(api, &id(&t), &["succeeded"]).await;
+
+    // Of the declared types, `long` takes the most: 100000 bytes, 6 bytes each at most.
+    let limit = 64 * 1024 + 6 * 100_000;
+    let (status, _, bytes) = api
+        .request(Method::POST, "/v1/tasks", Some(vec![b' '; limit + 1]))
+        .await
+        .expect("submit");
+    let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (413, Some("payload_too_large")),
+        "{body}"
+    );
+    assert_eq!(
+        body["error"]["message"],
+        format!("request body too large: at most {limit} bytes")
+    );
 }
 
 async fn bulk(api: &Api, body: Value) -> (u16, Value) {
