@@ -402,17 +402,11 @@ async fn an_answer_holding_a_nul_is_recorded_on_postgres() {
 }
 
 async fn answer_holding_a_nul(pg: Option<&spool_testkit::TestDatabase>) {
-    let pg_url = pg.map(|db| db.url().to_owned());
-    let d = InProcess::boot_configured(
+    let d = InProcess::boot_on(
         tempfile::TempDir::new().expect("temp dir"),
         Targets::Loopback,
         &[],
-        move |config| {
-            if let Some(url) = pg_url {
-                config.db = spoold::config::Database::Postgres(url);
-                config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
-            }
-        },
+        pg,
     )
     .await;
     let r = Receiver::start().await.expect("receiver");

@@ -1256,22 +1256,7 @@ async fn bulk_retry_and_cancel_of_tasks(pg: Option<&spool_testkit::TestDatabase>
         "\n[tasks.once]\ncommand = [\"{}\", \"1\"]\noperator_retry = false\n",
         setup.path("exit.sh")
     );
-    let pg_url = pg.map(|db| db.url().to_owned());
-    let daemon = crate::InProcess::boot_configured(
-        TempDir::new().expect("temp dir"),
-        crate::Targets::Loopback,
-        &[
-            "--config",
-            crate::task_locks::config_with(&setup, &once).as_str(),
-        ],
-        move |config| {
-            if let Some(url) = pg_url {
-                config.db = spoold::config::Database::Postgres(url);
-                config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
-            }
-        },
-    )
-    .await;
+    let daemon = boot_on(&setup, &once, pg).await;
     let api = &daemon.api;
     // Two failed tasks that may be retried, one whose type says no, one running, one waiting.
     let mut failed = Vec::new();
@@ -1375,20 +1360,14 @@ async fn boot_on(
     extra: &str,
     pg: Option<&spool_testkit::TestDatabase>,
 ) -> InProcess {
-    let pg_url = pg.map(|db| db.url().to_owned());
-    InProcess::boot_configured(
+    InProcess::boot_on(
         TempDir::new().expect("temp dir"),
         Targets::Loopback,
         &[
             "--config",
             crate::task_locks::config_with(setup, extra).as_str(),
         ],
-        move |config| {
-            if let Some(url) = pg_url {
-                config.db = spoold::config::Database::Postgres(url);
-                config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
-            }
-        },
+        pg,
     )
     .await
 }
