@@ -220,6 +220,14 @@ impl Daemon {
         cpu_time_of(&stat, rustix::param::clock_ticks_per_second())
     }
 
+    /// User plus system CPU time of the children it has reaped so far (a task attempt's
+    /// supervisor and, through it, the attempt's processes), from `/proc/<pid>/stat`.
+    pub fn children_cpu_time(&self) -> anyhow::Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .context("read /proc/<pid>/stat")?;
+        fields_time_of(&stat, rustix::param::clock_ticks_per_second(), (16, 17))
+    }
+
     /// Log lines and bytes written so far.
     pub fn log_volume(&self) -> (u64, u64) {
         (
@@ -413,14 +421,24 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
     field("addr")?.parse().ok()
 }
 
-/// `utime + stime` of a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces
-/// and parentheses, so fields are counted from the last `)`.
+/// `utime + stime` of a `/proc/<pid>/stat` line.
 fn cpu_time_of(stat: &str, ticks_per_second: u64) -> anyhow::Result<Duration> {
+    fields_time_of(stat, ticks_per_second, (14, 15))
+}
+
+/// The sum of two clock-tick fields of a `/proc/<pid>/stat` line (14 and 15: `utime` and
+/// `stime`; 16 and 17: `cutime` and `cstime`). The command name (field 2) may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+fn fields_time_of(
+    stat: &str,
+    ticks_per_second: u64,
+    (first, second): (usize, usize),
+) -> anyhow::Result<Duration> {
     let after_name = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest)
         .context("malformed /proc/<pid>/stat")?;
-    // After the name: state is field 3, utime field 14, stime field 15.
+    // After the name: state is field 3.
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let field = |n: usize| -> anyhow::Result<u64> {
         fields
@@ -428,7 +446,7 @@ fn cpu_time_of(stat: &str, ticks_per_second: u64) -> anyhow::Result<Duration> {
             .and_then(|f| f.parse().ok())
             .with_context(|| format!("field {n} of /proc/<pid>/stat"))
     };
-    let ticks = field(14)? + field(15)?;
+    let ticks = field(first)? + field(second)?;
     Ok(Duration::from_secs_f64(
         ticks as f64 / ticks_per_second.max(1) as f64,
     ))

@@ -562,16 +562,6 @@ impl Store {
         dispatch!(self, s => s.review_undeclared_tasks(declared).await)
     }
 
-    /// Record the process that runs the current attempt of a task (for recovery after a crash).
-    pub async fn record_task_process(
-        &self,
-        id: String,
-        attempt: u32,
-        process: tasks::AttemptProcess,
-    ) -> Result<()> {
-        dispatch!(self, s => s.record_task_process(id, attempt, process).await)
-    }
-
     /// Extend by `lease_ms` the leases of the attempts running here, given as (task id, claim).
     /// Returns those still current (an attempt missing from it was taken over: its executor
     /// must stop it), each with whether a cancel was requested.

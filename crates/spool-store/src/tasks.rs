@@ -292,21 +292,6 @@ pub struct Claimed {
     pub waiting: Vec<(String, WaitReason)>,
 }
 
-/// The process that runs an attempt, recorded once it started, so that after a crash it can
-/// be found again — and a reused pid is never taken for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptProcess {
-    /// The process group (the leader's pid).
-    pub pgid: i32,
-    /// The leader's start time (`/proc/PID/stat` field 22, clock ticks after boot).
-    pub leader_start: u64,
-    /// The kernel's boot id when it started.
-    pub boot_id: String,
-    /// The session its group belongs to (the daemon's): with the group id and the leader's
-    /// start time, what shows after a crash that a member of that group is the attempt's.
-    pub sid: Option<i32>,
-}
-
 /// One held resource lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldLock {
@@ -574,8 +559,6 @@ pub struct Orphaned {
     pub claim_seq: u32,
     /// Why its executor is gone: `daemon_restart` or `lease_expired`.
     pub code: String,
-    /// Its process, if it was recorded.
-    pub process: Option<AttemptProcess>,
     /// Where its processes can be seen from ([`Executor::host`]); empty if not recorded.
     pub host: String,
     /// The lease it had when it was taken over: an executor that could not renew stops its

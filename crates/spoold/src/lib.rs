@@ -131,6 +131,14 @@ pub struct Reloaded {
     /// `[secrets]` entries declared before and not now: deliveries that name one are not sent
     /// (`secret_missing`, retried) until it is declared again.
     pub removed_secrets: Vec<RemovedSecret>,
+    /// Pending tasks of removed types sent to `manual_review` (`type_undeclared`), giving up
+    /// the locks they kept through a backoff, as a start would (SQLite: no other host can run
+    /// them).
+    pub reviewed: Vec<String>,
+    /// On PostgreSQL, where another host may still declare a removed type: the locks its
+    /// pending tasks keep through a backoff (`LOCK (TYPE task ID)`), which stay held until one
+    /// runs them or a person decides.
+    pub held_by_removed: Vec<String>,
 }
 
 /// A `[secrets]` entry a reload removed, and how many deliveries waiting to be sent name it.
@@ -150,8 +158,10 @@ impl Running {
     /// Apply a configuration read again (SIGHUP): the declared task types are replaced, after
     /// the checks a start makes (pidfds, the users they run as, their directories); a submission
     /// or claim from then on sees the new set, while attempts already running keep the type they
-    /// started with. Pending tasks of a type no longer declared wait (a start sends them to
-    /// review). Every other setting that differs is kept and named in the answer. `Err`
+    /// started with. Pending tasks of a type no longer declared go to review as at a start,
+    /// giving up the locks they kept (SQLite); on PostgreSQL, where another host may declare the
+    /// type, they wait, and the locks they keep are named. Every other setting that differs is
+    /// kept and named in the answer. `Err`
     /// (nothing changed) when the new task types cannot be run. A removed `[secrets]` entry is
     /// named with the number of deliveries waiting to be sent that name it, counted once the new
     /// configuration is in force.
@@ -192,6 +202,9 @@ impl Running {
             .filter(|name| types.get(name).is_none())
             .collect();
         self.declared.replace(Arc::clone(types));
+        if !reloaded.removed.is_empty() {
+            self.settle_removed_types(&mut reloaded).await;
+        }
         self.config.task_types = new.task_types;
         reloaded.target_rules = new.target_rules.len();
         let removed: Vec<String> = self
@@ -217,6 +230,34 @@ impl Running {
                 .push(RemovedSecret { name, waiting });
         }
         Ok(reloaded)
+    }
+
+    /// What a reload does to the pending tasks of the types it removed (see [`Self::reload`]).
+    async fn settle_removed_types(&self, reloaded: &mut Reloaded) {
+        if !self.store.is_shared() {
+            match self
+                .store
+                .review_undeclared_tasks(self.declared.now().names())
+                .await
+            {
+                Ok(ids) => reloaded.reviewed = ids,
+                Err(e) => warn!(error = %e, "cannot send the tasks of removed types to review"),
+            }
+            return;
+        }
+        match self.store.held_task_locks(0).await {
+            Ok(locks) => {
+                reloaded.held_by_removed = locks
+                    .into_iter()
+                    .filter(|l| {
+                        l.task_status == spool_store::tasks::TaskStatus::Pending
+                            && reloaded.removed.contains(&l.task_type)
+                    })
+                    .map(|l| format!("{} ({} task {})", l.name, l.task_type, l.task_id))
+                    .collect();
+            }
+            Err(e) => warn!(error = %e, "cannot list the locks held by tasks of removed types"),
+        }
     }
 
     /// Resolves once a shutdown has begun, asked for or begun by the daemon itself (a shared

@@ -187,6 +187,22 @@ async fn reload(running: &mut spoold::Running) {
                      sent (secret_missing, retried with backoff) until it is declared again"
                 );
             }
+            if !r.reviewed.is_empty() {
+                tracing::warn!(
+                    tasks = r.reviewed.len(),
+                    task_ids = %r.reviewed.join(", "),
+                    "pending tasks of removed types went to manual_review (type_undeclared), \
+                     giving up the locks they kept"
+                );
+            }
+            if !r.held_by_removed.is_empty() {
+                tracing::warn!(
+                    locks = %r.held_by_removed.join(", "),
+                    "pending tasks of removed types keep these locks through their backoff: \
+                     another host sharing the database may still declare the type and run them; \
+                     cancel them (spoolctl task cancel) to free the locks"
+                );
+            }
             tracing::info!(
                 added = ?r.added,
                 removed = ?r.removed,

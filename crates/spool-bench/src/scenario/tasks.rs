@@ -71,6 +71,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             ];
             let daemon = bench.start_daemon(&dir, &args).await?;
             let before = daemon.metrics().await?;
+            let cpu_before = (daemon.cpu_time()?, daemon.children_cpu_time()?);
             let limit = time_limit(n);
             let load = ClosedLoop {
                 addrs: vec![daemon.addr()],
@@ -101,6 +102,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
                 tokio::time::sleep(DONE_POLL).await;
             };
             let total = started.elapsed();
+            let cpu_after = (daemon.cpu_time()?, daemon.children_cpu_time()?);
             let rate = n as f64 / total.as_secs_f64();
             eprintln!(
                 "{} {n} tasks in {:.2} s: {rate:.0}/s (submissions {:.0} req/s)",
@@ -117,6 +119,21 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
                 total.as_secs_f64(),
             );
             r.record(SCENARIO, &case, "task rate", "tasks/s", rate);
+            let per_task = |d: Duration| d.as_secs_f64() * 1e6 / n.max(1) as f64;
+            r.record(
+                SCENARIO,
+                &case,
+                "daemon CPU per task (utime + stime, all threads)",
+                "µs",
+                per_task(cpu_after.0.saturating_sub(cpu_before.0)),
+            );
+            r.record(
+                SCENARIO,
+                &case,
+                "reaped children's CPU per task (each attempt's supervisor and /bin/true)",
+                "µs",
+                per_task(cpu_after.1.saturating_sub(cpu_before.1)),
+            );
             r.record(
                 SCENARIO,
                 &case,

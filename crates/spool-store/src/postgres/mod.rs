@@ -50,9 +50,9 @@ use crate::model::{
 use crate::sql::{self, Cell, Sql, Value};
 use crate::sqlite::WriterStats;
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
-    Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
-    TaskPage, TaskStatus, TaskStep, TaskTransition,
+    ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd, Orphaned, Renewed,
+    StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus,
+    TaskStep, TaskTransition,
 };
 
 /// A transaction on a pooled connection.
@@ -967,17 +967,6 @@ impl PgStore {
     pub async fn review_undeclared_tasks(&self, declared: Vec<String>) -> Result<Vec<String>> {
         in_tx!(self, |tx, now| tasks::review_undeclared(
             &tx, &declared, now
-        ))
-    }
-
-    pub async fn record_task_process(
-        &self,
-        id: String,
-        attempt: u32,
-        process: AttemptProcess,
-    ) -> Result<()> {
-        in_tx!(self, |tx, now| tasks::record_process(
-            &tx, &id, attempt, &process
         ))
     }
 

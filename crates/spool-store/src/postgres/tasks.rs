@@ -23,15 +23,15 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::{exec, get as column, int, map_err, one, opt_int, out_of_range, row, rows, Tx};
+use super::{exec, get as column, int, map_err, one, opt_int, row, rows, Tx};
 use crate::claim::{LockTable, TaskCandidate, TaskClaimPass, CLAIM_SCAN};
 use crate::error::{Result, StoreError};
 use crate::model::Millis;
 use crate::sql::Value;
 use crate::task_changes;
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, Executor, HeldLock, NewTask, Orphaned, Renewed, StepRecord,
-    Task, TaskAttempt, TaskInsert, TaskPage, TaskStatus, TaskStep,
+    ClaimType, Claimed, Executor, HeldLock, NewTask, Orphaned, Renewed, StepRecord, Task,
+    TaskAttempt, TaskInsert, TaskPage, TaskStatus, TaskStep,
 };
 
 /// A statement parameter.
@@ -351,19 +351,17 @@ async fn take_over(
         let attempt = int::<u32>(&before, "attempts")?;
         let a = row(
             tx,
-            "SELECT pgid, leader_start, boot_id, sid, host, kill_grace_ms FROM task_attempts \
-             WHERE task_id = $1 AND number = $2",
+            "SELECT host, kill_grace_ms FROM task_attempts WHERE task_id = $1 AND number = $2",
             &[&id, &i64::from(attempt)],
         )
         .await?;
-        let (process, host, kill_grace_ms) = match a {
+        let (host, kill_grace_ms) = match a {
             Some(a) => (
-                attempt_process(&a)?,
                 column::<Option<String>>(&a, "host")?.unwrap_or_default(),
                 column::<Option<i64>>(&a, "kill_grace_ms")?
                     .unwrap_or(crate::tasks::DEFAULT_KILL_GRACE_MS),
             ),
-            None => (None, String::new(), crate::tasks::DEFAULT_KILL_GRACE_MS),
+            None => (String::new(), crate::tasks::DEFAULT_KILL_GRACE_MS),
         };
         out.push(Orphaned {
             id,
@@ -371,30 +369,12 @@ async fn take_over(
             attempt,
             claim_seq: int::<u32>(&after, "claim_seq")?,
             code: column(&after, "ending")?,
-            process,
             host,
             lease_until: lease_until.unwrap_or(now),
             kill_grace_ms,
         });
     }
     Ok(out)
-}
-
-/// The process an attempt row recorded, if it did.
-fn attempt_process(a: &Row) -> Result<Option<AttemptProcess>> {
-    let pgid: Option<i64> = column(a, "pgid")?;
-    let leader_start: Option<i64> = column(a, "leader_start")?;
-    let boot_id: Option<String> = column(a, "boot_id")?;
-    let sid: Option<i64> = column(a, "sid")?;
-    let (Some(pgid), Some(leader_start), Some(boot_id)) = (pgid, leader_start, boot_id) else {
-        return Ok(None);
-    };
-    Ok(Some(AttemptProcess {
-        pgid: i32::try_from(pgid).map_err(|_| out_of_range("pgid", pgid))?,
-        leader_start: leader_start.max(0) as u64,
-        boot_id,
-        sid: sid.and_then(|s| i32::try_from(s).ok()),
-    }))
 }
 
 /// Pending tasks of types not in `declared` go to `manual_review` (`type_undeclared`), and give
@@ -431,32 +411,6 @@ pub(crate) async fn review_undeclared(
         ids.push(id);
     }
     Ok(ids)
-}
-
-/// Record the process of a running attempt. Only while that attempt is the task's current one
-/// (not yet finished: the task's row is locked first, so it cannot end meanwhile).
-pub(crate) async fn record_process(
-    tx: &Tx<'_>,
-    id: &str,
-    attempt: u32,
-    process: &AttemptProcess,
-) -> Result<()> {
-    exec(tx, "SELECT id FROM tasks WHERE id = $1 FOR UPDATE", &[&id]).await?;
-    exec(
-        tx,
-        "UPDATE task_attempts SET pgid = $3, leader_start = $4, boot_id = $5, sid = $6 \
-         WHERE task_id = $1 AND number = $2 AND finished_at IS NULL",
-        &[
-            &id,
-            &i64::from(attempt),
-            &i64::from(process.pgid),
-            &(process.leader_start as i64),
-            &process.boot_id,
-            &process.sid.map(i64::from),
-        ],
-    )
-    .await?;
-    Ok(())
 }
 
 /// Renew the leases of the attempts this executor runs (id, claim). Returns those renewed;

@@ -34,9 +34,9 @@ use crate::model::{
 };
 use crate::sql::{self, sqlite_placeholders, Cell, Sql, Value};
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd,
-    Orphaned, Renewed, StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert,
-    TaskPage, TaskStatus, TaskStep, TaskTransition,
+    ClaimType, Claimed, ClaimedTask, Executor, HeldLock, NewTask, OrphanEnd, Orphaned, Renewed,
+    StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus,
+    TaskStep, TaskTransition,
 };
 
 /// Room a readiness probe must find after a write has failed for lack of space: as much as the
@@ -366,18 +366,6 @@ impl SqliteStore {
         self.inner
             .writer
             .write(move |c, now| tasks::review_undeclared(c, &declared, now))
-            .await
-    }
-
-    pub async fn record_task_process(
-        &self,
-        id: String,
-        attempt: u32,
-        process: AttemptProcess,
-    ) -> Result<()> {
-        self.inner
-            .writer
-            .write(move |c, _| tasks::record_process(c, &id, attempt, &process))
             .await
     }
 

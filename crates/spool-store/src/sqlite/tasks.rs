@@ -15,8 +15,8 @@ use crate::model::Millis;
 use crate::sql::{ready, Value};
 use crate::task_changes;
 use crate::tasks::{
-    AttemptProcess, ClaimType, Claimed, Executor, HeldLock, NewTask, Orphaned, Renewed, StepRecord,
-    Task, TaskAttempt, TaskInsert, TaskPage, TaskStatus, TaskStep,
+    ClaimType, Claimed, Executor, HeldLock, NewTask, Orphaned, Renewed, StepRecord, Task,
+    TaskAttempt, TaskInsert, TaskPage, TaskStatus, TaskStep,
 };
 
 const COLUMNS: &str = "id, task_type, scope, idempotency_key, params, status, attempts, \
@@ -276,14 +276,13 @@ fn take_over(
             })
             .map_err(map_err)?;
         let lease_until = lease_until.unwrap_or(now);
-        let (process, host, kill_grace_ms) = orphan_attempt(conn, &id, attempt)?;
+        let (host, kill_grace_ms) = orphan_attempt(conn, &id, attempt)?;
         out.push(Orphaned {
             id,
             task_type,
             attempt,
             claim_seq,
             code,
-            process,
             host,
             lease_until,
             kill_grace_ms,
@@ -292,53 +291,19 @@ fn take_over(
     Ok(out)
 }
 
-/// What the attempt row of an orphaned task recorded: its process, where it ran, its grace.
-fn orphan_attempt(
-    conn: &Connection,
-    id: &str,
-    attempt: u32,
-) -> Result<(Option<AttemptProcess>, String, i64)> {
-    type Row = (
-        Option<i32>,
-        Option<i64>,
-        Option<String>,
-        Option<i32>,
-        Option<String>,
-        Option<i64>,
-    );
-    let found: Option<Row> = conn
+/// What the attempt row of an orphaned task recorded: where it ran, its kill grace.
+fn orphan_attempt(conn: &Connection, id: &str, attempt: u32) -> Result<(String, i64)> {
+    let found: Option<(Option<String>, Option<i64>)> = conn
         .prepare_cached(
-            "SELECT pgid, leader_start, boot_id, sid, host, kill_grace_ms FROM task_attempts \
-             WHERE task_id = ?1 AND number = ?2",
+            "SELECT host, kill_grace_ms FROM task_attempts WHERE task_id = ?1 AND number = ?2",
         )
         .and_then(|mut st| {
-            st.query_row(params![id, attempt], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            })
-            .optional()
+            st.query_row(params![id, attempt], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
         })
         .map_err(map_err)?;
-    let Some((pgid, leader_start, boot_id, sid, host, grace)) = found else {
-        return Ok((None, String::new(), crate::tasks::DEFAULT_KILL_GRACE_MS));
-    };
-    let process = match (pgid, leader_start, boot_id) {
-        (Some(pgid), Some(start), Some(boot_id)) => Some(AttemptProcess {
-            pgid,
-            leader_start: start.max(0) as u64,
-            boot_id,
-            sid,
-        }),
-        _ => None,
-    };
+    let (host, grace) = found.unwrap_or((None, None));
     Ok((
-        process,
         host.unwrap_or_default(),
         grace.unwrap_or(crate::tasks::DEFAULT_KILL_GRACE_MS),
     ))
@@ -380,31 +345,6 @@ pub(crate) fn review_undeclared(
         ids.push(id);
     }
     Ok(ids)
-}
-
-/// Record the process of a running attempt. Only while that attempt is the task's current one.
-pub(crate) fn record_process(
-    conn: &Connection,
-    id: &str,
-    attempt: u32,
-    process: &AttemptProcess,
-) -> Result<()> {
-    conn.prepare_cached(
-        "UPDATE task_attempts SET pgid = ?3, leader_start = ?4, boot_id = ?5, sid = ?6 \
-         WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            id,
-            attempt,
-            process.pgid,
-            process.leader_start as i64,
-            process.boot_id,
-            process.sid,
-        ])
-    })
-    .map_err(map_err)?;
-    Ok(())
 }
 
 /// Renew the leases of the attempts this executor runs (id, claim). Returns those renewed;

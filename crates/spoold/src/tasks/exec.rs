@@ -112,9 +112,11 @@ pub struct Finished {
     pub duration: Duration,
     /// Bytes it wrote to stdout and stderr.
     pub output_bytes: u64,
-    /// The process could not be started (no such program, not executable, bad directory), or
-    /// its supervisor failed.
+    /// The process could not be started (no such program, not executable, bad directory).
     pub spawn_error: Option<String>,
+    /// Its supervisor died before the attempt was over (someone killed it): how the attempt
+    /// ended is not known.
+    pub supervisor_lost: Option<String>,
     /// The leader's pid (also its process group id).
     pub pid: Option<u32>,
 }
@@ -219,7 +221,7 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
             };
             tracing::error!(tag = %spawn.tag, exit_code = status.code, signal = status.signal,
                             why, "an attempt's supervisor ended abnormally");
-            finished.spawn_error = Some(format!(
+            finished.supervisor_lost = Some(format!(
                 "the attempt's supervisor ended abnormally ({}); {why}",
                 describe_exit(status)
             ));

@@ -885,7 +885,11 @@ impl Runner {
                 .inc_by(output.redactions);
         }
         let result_file = self.result_file(&task.id, task.attempt);
-        let summary = read_summary(&result_file, rules);
+        let summary = read_summary(&result_file, rules).unwrap_or_else(|why| {
+            warn!(task_id = %task.id, attempt = task.attempt, why,
+                  "the attempt's result file (SPOOLD_RESULT_FILE) was not read");
+            None
+        });
         let _ = std::fs::remove_file(&result_file);
         let mut end = self.judge(kind, task, &finished, summary);
         end.output_bytes = output.bytes;
@@ -1025,6 +1029,12 @@ impl Runner {
             ""
         };
         let retried = match (finished.stopped, &finished.spawn_error) {
+            _ if finished.supervisor_lost.is_some() => {
+                end.outcome = TaskStatus::Interrupted;
+                end.error_code = Some("supervisor_lost".into());
+                end.error = finished.supervisor_lost.clone();
+                false
+            }
             (_, Some(why)) => {
                 end.error_code = Some("spawn_failed".into());
                 end.error = Some(why.clone());
@@ -1163,14 +1173,38 @@ const SUMMARY_READ_BYTES: u64 = 64 * 1024;
 
 /// The attempt's result summary, if it wrote one: redacted first, then cut to
 /// [`MAX_SUMMARY_BYTES`] on a character boundary, with no start of a secret left at the cut.
-fn read_summary(path: &std::path::Path, rules: &RedactRules) -> Option<String> {
+///
+/// The file is the script's to write, and a script that runs as the daemon's user can also
+/// replace it: it is opened without following a symbolic link (which could name a file only
+/// the daemon may read) and without blocking (a FIFO would block the open until a writer came),
+/// and read only if it is a regular file, so reading it never outlasts the attempt. `Err`:
+/// what was there instead.
+fn read_summary(path: &std::path::Path, rules: &RedactRules) -> Result<Option<String>, String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).ok()?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot open it: {e}")),
+    };
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("cannot look at it: {e}"))?
+        .file_type();
+    if !kind.is_file() {
+        return Err(format!("it is not a regular file but {kind:?}"));
+    }
     let mut bytes = Vec::new();
-    file.take(SUMMARY_READ_BYTES).read_to_end(&mut bytes).ok()?;
+    file.take(SUMMARY_READ_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
     let text = String::from_utf8_lossy(&bytes);
     let summary = output::redact_summary(rules, text.trim(), MAX_SUMMARY_BYTES);
-    (!summary.is_empty()).then_some(summary)
+    Ok((!summary.is_empty()).then_some(summary))
 }
 
 /// Create the attempt's result file, empty and private (mode 0600, owned by the user the

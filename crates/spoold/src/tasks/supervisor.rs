@@ -87,7 +87,10 @@ pub fn main() -> ExitCode {
         let _ = std::fs::remove_file(&spec.record);
         return ExitCode::SUCCESS;
     }
-    let record = supervise(&spec, output, control, early, &file);
+    let record = Record {
+        over: true,
+        ..supervise(&spec, output, control, early, &file)
+    };
     match write_record(&file, &record) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(3, &format!("cannot write {}: {e}", spec.record.display())),
@@ -377,7 +380,6 @@ fn supervise(
         record.output_dropped += drain(&read).0;
     }
     record.duration_ms = (boottime() - started).as_millis() as u64;
-    record.over = true;
     record
 }
 

@@ -125,3 +125,95 @@ async fn missing_task_files_are_named_at_start_and_refused_with_strict() {
     wait_task(&api, &id(&task), &["succeeded"]).await;
     daemon.terminate().await.expect("stops");
 }
+
+/// The configuration of [`a_reload_that_removes_a_type_settles_the_locks_its_tasks_kept`]:
+/// `next` wants the lock `db`, and so does `gone` (when declared), which fails with a transient
+/// code and keeps the lock through an hour's backoff.
+fn locking_types(with_gone: bool) -> String {
+    let next = "[tasks.next]\ncommand = [\"/bin/true\"]\nlocks = [\"db\"]\n";
+    let gone = "[tasks.gone]\ncommand = [\"/bin/sh\", \"-c\", \"exit 75\"]\nlocks = [\"db\"]\n\
+                max_attempts = 5\nhold_locks_between_attempts = true\n\
+                backoff = { base = \"1h\", cap = \"1h\" }\n";
+    if with_gone {
+        format!("{next}{gone}")
+    } else {
+        next.to_owned()
+    }
+}
+
+/// A reload that removes a type while one of its tasks waits for a retry holding a lock: on
+/// SQLite the task goes to `manual_review` (`type_undeclared`) as a restart would send it, and
+/// the lock is free at once for the task that waits for it; on PostgreSQL, where another host
+/// may still declare the type, the reload's warning names the lock and who keeps it, and a
+/// cancel frees it.
+async fn a_reload_that_removes_a_type_settles_the_locks_its_tasks_kept(
+    db: Option<&spool_testkit::TestDatabase>,
+) {
+    let dir = TempDir::new().expect("temp dir");
+    let config = dir.path().join("spoold.toml");
+    std::fs::write(&config, locking_types(true)).expect("write config");
+    let config_arg = ["--config".to_owned(), config.display().to_string()];
+    let opts = match db {
+        Some(db) => spool_testkit::DaemonOptions::new(std::path::PathBuf::from(db.url()))
+            .args(["--data-dir".to_owned(), dir.path().display().to_string()])
+            .args(config_arg),
+        None => process_opts(&dir).args(config_arg),
+    };
+    let mut daemon = DaemonProcess::start(opts).await.expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, gone) = submit(&api, json!({"type": "gone", "idempotencyKey": "g"})).await;
+    crate::tasks::wait_task_until(&api, &id(&gone), "a failed first attempt", |t| {
+        t["status"] == "pending" && t["attempt"] == 1
+    })
+    .await;
+    let (_, next) = submit(&api, json!({"type": "next", "idempotencyKey": "n"})).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = crate::tasks::get(&api, &format!("/v1/tasks/{}", id(&next))).await;
+    assert_eq!(t["status"], "pending", "it waits for the lock: {t}");
+
+    std::fs::write(&config, locking_types(false)).expect("write config");
+    daemon.signal("HUP").await.expect("SIGHUP");
+    logged(&daemon, "configuration reloaded", 1).await;
+    let log = daemon.stderr();
+    if db.is_none() {
+        assert!(
+            log.contains("went to manual_review") && log.contains(&id(&gone)),
+            "{log}"
+        );
+        let t = wait_task(&api, &id(&gone), &["manual_review"]).await;
+        assert_eq!(t["errorCode"], "type_undeclared", "{t}");
+        wait_task(&api, &id(&next), &["succeeded"]).await;
+    } else {
+        let warning = log
+            .lines()
+            .find(|l| l.contains("keep these locks"))
+            .unwrap_or_default();
+        assert!(
+            warning.contains(&format!("db (gone task {})", id(&gone))),
+            "{log}"
+        );
+        let t = crate::tasks::get(&api, &format!("/v1/tasks/{}", id(&next))).await;
+        assert_eq!(t["status"], "pending", "{t}");
+        let (status, _) =
+            crate::tasks::post(&api, &format!("/v1/tasks/{}/cancel", id(&gone))).await;
+        assert_eq!(status, 200);
+        wait_task(&api, &id(&next), &["succeeded"]).await;
+    }
+    daemon.terminate().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_removes_a_type_frees_its_tasks_locks() {
+    a_reload_that_removes_a_type_settles_the_locks_its_tasks_kept(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_removes_a_type_names_its_tasks_locks_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    a_reload_that_removes_a_type_settles_the_locks_its_tasks_kept(Some(&db)).await;
+}

@@ -378,3 +378,95 @@ printf 'out: unfinished'"#,
     let written = "out: oneerr: A\n two\nerr: unfinishedout: unfinished";
     assert_eq!(out, [written, written]);
 }
+
+/// The issue's reproduction of a secret rotated by the order two pipes were read in: a script
+/// prints a secret's first bytes to stderr and the rest to stdout back to back (and in three
+/// pieces: stderr, stdout, stderr), with and without `redact` patterns, many times. stdout and
+/// stderr are one pipe, so the bytes arrive in the order they were written and the secret
+/// whole: no piece of it of 4 bytes or more is in any output (API, log file) nor in the
+/// database.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_split_across_stdout_and_stderr_never_shows_in_pieces() {
+    const ROTATED: &str = "b7NcH4sJd6FgQ1aEZq8vXw3Kp9LmT2rY";
+    const RUNS: usize = 12;
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    std::fs::write(setup.dir.join("token"), ROTATED).expect("token");
+    setup.script(
+        "two.sh",
+        r#"printf 'a %s' "${TOKEN%????????????????}" >&2
+printf '%s b\n' "${TOKEN#????????????????}""#,
+    );
+    setup.script(
+        "three.sh",
+        r#"head=${TOKEN%??????????????????????}
+rest=${TOKEN#??????????}
+printf 'a %s' "$head" >&2
+printf '%s' "${rest%??????????}"
+printf '%s b\n' "${TOKEN#??????????????????????}" >&2"#,
+    );
+    let mut types = String::new();
+    for script in ["two", "three"] {
+        for (kind, redact) in [("plain", ""), ("lines", "redact = [\"password=\\\\S+\"]\n")] {
+            types.push_str(&format!(
+                "\n[tasks.{script}-{kind}]\ncommand = [\"{}\"]\n{redact}\
+                 secret_env.TOKEN = {{ file = \"{}\" }}\nparams.n = {{ pattern = \"[0-9]+\" }}\n",
+                setup.path(&format!("{script}.sh")),
+                setup.path("token"),
+            ));
+        }
+    }
+    let config = config_with(&setup, &types);
+    let data = TempDir::new().expect("data dir");
+    let daemon = DaemonProcess::start(crate::process_opts(&data).args([
+        "--config",
+        config.as_str(),
+        "--task-concurrency",
+        "4",
+    ]))
+    .await
+    .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let mut ids = Vec::new();
+    for n in 0..RUNS {
+        for kind in ["two-plain", "two-lines", "three-plain", "three-lines"] {
+            let (status, t) =
+                submit(&api, json!({"type": kind, "params": {"n": n.to_string()}})).await;
+            assert_eq!(status, 201, "{t}");
+            ids.push(id(&t));
+        }
+    }
+    let pieces: Vec<&str> = (0..=ROTATED.len() - 4)
+        .map(|i| &ROTATED[i..i + 4])
+        .collect();
+    let found = |what: &str, bytes: &[u8]| {
+        let hits: Vec<&&str> = pieces.iter().filter(|p| contains(bytes, p)).collect();
+        assert!(
+            hits.is_empty(),
+            "{what} holds pieces of the secret: {hits:?}"
+        );
+    };
+    for task in &ids {
+        wait_task(&api, task, &["succeeded"]).await;
+        let out = output_of(&api, task).await;
+        assert_eq!(out, "a [REDACTED] b\n", "task {task}");
+        found("the API's output", out.as_bytes());
+    }
+    for entry in std::fs::read_dir(data.path().join("data/task-output")).expect("logs") {
+        let path = entry.expect("entry").path();
+        found(
+            &path.display().to_string(),
+            &std::fs::read(&path).expect("log"),
+        );
+    }
+    for entry in std::fs::read_dir(data.path().join("data")).expect("data") {
+        let path = entry.expect("entry").path();
+        if path.is_file() {
+            found(
+                &path.display().to_string(),
+                &std::fs::read(&path).expect("db"),
+            );
+        }
+    }
+    found("the daemon's log", daemon.stderr().as_bytes());
+}

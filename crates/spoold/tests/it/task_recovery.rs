@@ -819,3 +819,132 @@ while :; do sleep 0.05; done"#,
     drop(second);
     drop(first);
 }
+
+/// What a pause stops: the daemon alone (a process stopped, a debugger), or the whole host
+/// (the daemon, its attempts' supervisors and their processes: a VM or container frozen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    Daemon,
+    Host,
+}
+
+/// `pid` and every process below it (children first found, stopped after their parent).
+fn tree(pid: i32) -> Vec<i32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let p = all[i];
+        for task in std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            all.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+        i += 1;
+    }
+    all
+}
+
+fn signal_all(pids: &[i32], signal: rustix::process::Signal) {
+    for pid in pids {
+        if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+}
+
+/// PostgreSQL, two hosts on one machine (each with a data directory of its own, so neither
+/// can wait for the other's supervisors): A runs a deploy that holds the lock and traps
+/// SIGTERM (its clean-up takes 0.4 s); B's deploy waits for the lock. A is paused for `pause`.
+/// The lease is 3 s and the kill grace 4 s: A's attempt must be gone before B frees the lock
+/// (the lease's end + the grace + 2 s, counted from A's last renewal). Whether the daemon alone
+/// is paused (its supervisor, not paused, stops the attempt by the lease's end on its own) or
+/// the whole host is (the supervisor, resumed past the lease's end, kills at once): no overlap,
+/// and A's processes got SIGTERM at most once.
+async fn a_paused_host_never_overlaps_the_lock(what: Pause, pause: Duration) {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = deploy_types(&setup, "4s", "review");
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let a = DaemonProcess::start(pg_host(db.url(), &data_a, &config))
+        .await
+        .expect("host A");
+    let api_a = Api::new(a.base_url());
+    let (_, x) = submit(
+        &api_a,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
+    )
+    .await;
+    wait_for("A's deploy to start", crate::WAIT, || {
+        !logged(&setup, "start").is_empty()
+    })
+    .await;
+    let b = DaemonProcess::start(pg_host(db.url(), &data_b, &config))
+        .await
+        .expect("host B");
+    let api_b = Api::new(b.base_url());
+    let (_, y) = submit(
+        &api_b,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+    )
+    .await;
+    let paused = match what {
+        Pause::Daemon => vec![a.pid() as i32],
+        Pause::Host => tree(a.pid() as i32),
+    };
+    signal_all(&paused, rustix::process::Signal::STOP);
+    let stopped_at = tokio::time::Instant::now();
+    tokio::time::sleep(pause).await;
+    signal_all(&paused, rustix::process::Signal::CONT);
+    wait_for(
+        "the waiting deploy to start on B",
+        Duration::from_secs(30),
+        || logged(&setup, "start").len() >= 2,
+    )
+    .await;
+    assert_eq!(overlaps(&setup), "", "two holders of one lock at once");
+    let waited = stopped_at.elapsed();
+    // A's attempt was stopped once: its clean-up ran at most once (a second SIGTERM would run
+    // the trap again), and only if it got SIGTERM before its lease was over.
+    let cleaned = logged(&setup, "cleaned");
+    assert!(cleaned.len() <= 1, "{cleaned:?}");
+    if what == Pause::Daemon {
+        assert_eq!(
+            cleaned.len(),
+            1,
+            "the supervisor stopped it in time: {cleaned:?}"
+        );
+    }
+    let t = get(&api_b, &format!("/v1/tasks/{}", id(&x))).await;
+    assert_eq!(t["status"], "manual_review", "{t}");
+    // B freed the lock only past A's lease and kill grace (from the last renewal, up to a
+    // second before the pause).
+    assert!(waited >= Duration::from_secs(6), "{waited:?}");
+    cancel_all(&api_b, &[id(&y)]).await;
+    drop((a, b));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_paused_past_its_lease_never_overlaps_the_lock_on_postgres() {
+    a_paused_host_never_overlaps_the_lock(Pause::Daemon, Duration::from_secs(12)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_paused_just_under_lease_and_grace_never_overlaps_the_lock_on_postgres() {
+    a_paused_host_never_overlaps_the_lock(Pause::Host, Duration::from_millis(6_500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_paused_just_over_lease_and_grace_never_overlaps_the_lock_on_postgres() {
+    a_paused_host_never_overlaps_the_lock(Pause::Host, Duration::from_millis(7_500)).await;
+}

@@ -134,7 +134,7 @@ env = {{ PIDS = "{pids}" }}
     }
 
     /// Pids the hanging script wrote down.
-    fn pids(&self) -> Vec<i32> {
+    pub(crate) fn pids(&self) -> Vec<i32> {
         std::fs::read_to_string(self.dir.join("pids"))
             .unwrap_or_default()
             .lines()
@@ -700,8 +700,9 @@ impl Drop for TestCgroup {
     }
 }
 
-/// A descendant that leaves the process group and clears its environment (so it carries no
-/// tag) is still ended with its attempt when the attempt has a cgroup.
+/// With a cgroup: a descendant that leaves the process group and clears its environment is
+/// ended with its attempt (its supervisor's descendant, and in its cgroup), and the attempt's
+/// cgroup is removed after.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cgroup_ends_what_left_the_group_and_cleared_its_tag() {
     let Some(cgroup) =
@@ -1351,6 +1352,93 @@ async fn bulk_retry_and_cancel_of_tasks(pg: Option<&spool_testkit::TestDatabase>
     assert!(
         left.is_empty(),
         "still alive after the bulk cancel: {left:?}"
+    );
+}
+
+/// A script that replaces its result file with a FIFO, or with a symbolic link to a file only
+/// the daemon may read: neither is read (the open does not block, does not follow the link),
+/// the attempt ends as it exited, the next task runs, and a graceful shutdown is as quick as
+/// ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "fifo.sh",
+        r#"rm -f "$SPOOLD_RESULT_FILE"; mkfifo "$SPOOLD_RESULT_FILE""#,
+    );
+    setup.script("link.sh", r#"ln -sf "$PRIVATE" "$SPOOLD_RESULT_FILE""#);
+    std::fs::write(setup.dir.join("private"), "only-the-daemon-may-read-this").expect("file");
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!(
+            "\n[tasks.fifo]\ncommand = [\"{}\"]\n\n[tasks.link]\ncommand = [\"{}\"]\n\
+             env = {{ PRIVATE = \"{}\" }}\n",
+            setup.path("fifo.sh"),
+            setup.path("link.sh"),
+            setup.path("private"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let mut daemon = spool_testkit::DaemonProcess::start(crate::process_opts(&data).args([
+        "--config",
+        config.as_str(),
+        "--shutdown-timeout",
+        "3s",
+    ]))
+    .await
+    .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    for (n, kind) in ["fifo", "link", "fifo"].into_iter().enumerate() {
+        let key = format!("{kind}-{n}");
+        let (_, t) = submit(&api, json!({"type": kind, "idempotencyKey": key})).await;
+        let t = wait_task(&api, &id(&t), &["succeeded", "failed"]).await;
+        assert_eq!(t["status"], "succeeded", "{t}");
+        assert!(t.get("resultSummary").is_none_or(Value::is_null), "{t}");
+    }
+    assert!(
+        daemon.stderr().contains("was not read"),
+        "{}",
+        daemon.stderr()
+    );
+    let started = std::time::Instant::now();
+    let status = daemon.terminate().await.expect("stops");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A program that cannot be started (gone since the daemon started, say) fails its attempt as
+/// `spawn_failed`, naming the program and why, and is not retried; the next task runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_that_cannot_start_fails_its_attempt() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let missing = setup.path("gone.sh");
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!("\n[tasks.gone]\ncommand = [\"{missing}\"]\nmax_attempts = 3\n"),
+    );
+    let daemon = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let (_, t) = submit(&daemon.api, json!({"type": "gone", "idempotencyKey": "g"})).await;
+    let t = wait_task(&daemon.api, &id(&t), &["failed"]).await;
+    assert_eq!(
+        (&t["errorCode"], &t["attempt"]),
+        (&json!("spawn_failed"), &json!(1)),
+        "{t}"
+    );
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("cannot start {missing}")) && error.contains("No such file"),
+        "{t}"
     );
 }
 

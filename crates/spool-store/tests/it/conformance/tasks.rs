@@ -2,8 +2,8 @@
 //! enforces it, attempts, retries, deadlines, cancel, recovery and the transition log.
 
 use spool_store::tasks::{
-    AttemptProcess, ClaimType, ClaimedTask, Executor, NewTask, OrphanEnd, Orphaned, Renewed,
-    StepRecord, Task, TaskAction, TaskAttemptEnd, TaskInsert, TaskStatus, WaitReason,
+    ClaimType, ClaimedTask, Executor, NewTask, OrphanEnd, Orphaned, Renewed, StepRecord, Task,
+    TaskAction, TaskAttemptEnd, TaskInsert, TaskStatus, WaitReason,
 };
 use spool_store::{Store, StoreError};
 use tokio::task::JoinSet;
@@ -332,16 +332,6 @@ pub async fn recover_takes_running_tasks_over_until_settled(store: Store) {
     submit(&store, new_task(1, None, "{}")).await;
     submit(&store, new_task(2, None, "{}")).await;
     let claimed = claim_one(&store).await;
-    let process = AttemptProcess {
-        pgid: 4242,
-        leader_start: 99,
-        boot_id: "boot".into(),
-        sid: Some(4000),
-    };
-    store
-        .record_task_process(id(1), 1, process.clone())
-        .await
-        .expect("record process");
     let me = Executor {
         id: "host:2:new".into(),
         host: "here".into(),
@@ -361,7 +351,6 @@ pub async fn recover_takes_running_tasks_over_until_settled(store: Store) {
         ),
         (id(1).as_str(), "backup", 1, "daemon_restart")
     );
-    assert_eq!(o.process, Some(process));
     assert_eq!(o.kill_grace_ms, spool_store::tasks::DEFAULT_KILL_GRACE_MS);
     assert!(o.claim_seq > claimed.claim_seq, "a new claim: {o:?}");
     // Still running, now under the new executor, until its processes are gone.
@@ -1068,16 +1057,6 @@ pub async fn task_leases_renew_and_expire_only_for_others(store: Store) {
         .expect("claim")
         .tasks
         .remove(0);
-    let process = AttemptProcess {
-        pgid: 4242,
-        leader_start: 99,
-        boot_id: "boot".into(),
-        sid: None,
-    };
-    store
-        .record_task_process(id(1), claimed.attempt, process.clone())
-        .await
-        .expect("record process");
     let lease_until = task(&store, 1).await.lease_until.expect("leased");
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     // Its own executor never expires its lease; another one does once it lapsed.
@@ -1106,7 +1085,6 @@ pub async fn task_leases_renew_and_expire_only_for_others(store: Store) {
             attempt: 1,
             claim_seq: claimed.claim_seq + 1,
             code: "lease_expired".into(),
-            process: Some(process),
             host: "boot/ns".into(),
             lease_until,
             kill_grace_ms: spool_store::tasks::DEFAULT_KILL_GRACE_MS,
