@@ -107,6 +107,8 @@ macro_rules! conformance_suite {
             task_steps_are_fenced_and_partial_failures_reviewed,
             task_leases_renew_and_expire_only_for_others,
             ping_writes,
+            text_from_outside_is_kept_whatever_it_holds,
+            task_results_are_kept_whatever_they_hold,
         );
 
         #[tokio::test(flavor = "multi_thread")]
@@ -2584,6 +2586,108 @@ pub async fn next_due_and_stats(store: Store) {
         ])
     );
     assert_eq!(next_due(&[]).await, None);
+}
+
+/// What a target, a reconciliation or a person wrote is recorded whatever it holds, and both
+/// backends give back the same text: PostgreSQL's `text` cannot hold a NUL, so the store keeps
+/// one as U+FFFD (SQLite would keep it as it is). Before that, a NUL in the start of a target's
+/// answer (kept in the attempt's error) failed the record on PostgreSQL and left the delivery
+/// `in_flight` until its lease ran out, to be sent again.
+pub async fn text_from_outside_is_kept_whatever_it_holds(store: Store) {
+    let given = || "HTTP 500: a\0b".to_owned();
+    let kept = "HTTP 500: a\u{FFFD}b".to_owned();
+
+    // An attempt's error (the start of the target's answer), then the target's id.
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await.remove(0);
+    let applied = store
+        .complete(AttemptResult {
+            disposition: Disposition::Retry { delay_ms: 0 },
+            http_status: Some(500),
+            error_code: Some("http_status".into()),
+            error: Some(given()),
+            ..succeeded(&claimed)
+        })
+        .await
+        .expect("an attempt is recorded whatever its text");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Pending));
+    assert_eq!(
+        get(&store, &id(1)).await.last_error.as_deref(),
+        Some(&*kept)
+    );
+    let claimed = claim(&store, 1).await.remove(0);
+    let applied = store
+        .complete(AttemptResult {
+            remote_id: Some(given()),
+            ..succeeded(&claimed)
+        })
+        .await
+        .expect("an attempt is recorded whatever its text");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
+    assert_eq!(get(&store, &id(1)).await.remote_id.as_deref(), Some(&*kept));
+    assert_eq!(
+        attempts(&store, &id(1)).await[0].error.as_deref(),
+        Some(&*kept)
+    );
+
+    // A reconciliation's check and verdict, and a person's note.
+    make_unknown(&store, at_most_once(&id(2))).await;
+    store
+        .record_check(CheckResult {
+            id: id(2),
+            check: Some(Check {
+                error: Some(given()),
+                ..check_row(None)
+            }),
+            verdict: CheckVerdict::ManualReview {
+                reason: "multiple_matches".into(),
+                note: Some(given()),
+            },
+        })
+        .await
+        .expect("a check is recorded whatever its text");
+    let outcome = store
+        .resolve(
+            id(2),
+            Resolution::Succeeded {
+                remote_id: Some(given()),
+            },
+            given(),
+        )
+        .await
+        .expect("a resolution is recorded whatever its note");
+    assert!(matches!(outcome, TransitionOutcome::Done(_)), "{outcome:?}");
+    let checks = store.checks(id(2)).await.expect("checks").expect("known");
+    assert_eq!(checks[0].error.as_deref(), Some(&*kept));
+    let log = store.transitions(id(2)).await.expect("log").expect("known");
+    let notes: Vec<&str> = log.iter().filter_map(|t| t.note.as_deref()).collect();
+    assert_eq!(notes[notes.len() - 2..], [&*kept, &*kept], "{log:?}");
+    assert_eq!(get(&store, &id(2)).await.remote_id.as_deref(), Some(&*kept));
+
+    // A record imported with such text in its history.
+    let mut record = store.export(id(1)).await.expect("export").expect("record");
+    record.delivery.id = id(3);
+    record.delivery.last_error = Some(given());
+    record.attempts[0].error = Some(given());
+    if let Some(first) = record.transitions.first_mut() {
+        first.note = Some(given());
+    }
+    assert_eq!(
+        store
+            .import(record)
+            .await
+            .expect("imported whatever its text"),
+        ImportOutcome::Imported
+    );
+    let copy = store.export(id(3)).await.expect("export").expect("copy");
+    assert_eq!(
+        (
+            copy.delivery.last_error.as_deref(),
+            copy.attempts[0].error.as_deref(),
+            copy.transitions[0].note.as_deref()
+        ),
+        (Some(&*kept), Some(&*kept), Some(&*kept))
+    );
 }
 
 pub async fn ping_writes(store: Store) {

@@ -86,6 +86,23 @@ impl InProcess {
         Self::boot_configured(dir, targets, extra, |_| ()).await
     }
 
+    /// Like [`Self::boot_in`], on the PostgreSQL database `pg` if one is given (a test run on
+    /// both backends).
+    pub async fn boot_on(
+        dir: TempDir,
+        targets: Targets,
+        extra: &[&str],
+        pg: Option<&spool_testkit::TestDatabase>,
+    ) -> InProcess {
+        let url = pg.map(|db| db.url().to_owned());
+        Self::boot_configured(dir, targets, extra, move |config| {
+            if let Some(url) = url {
+                use_postgres(config, url);
+            }
+        })
+        .await
+    }
+
     /// Like [`Self::boot_in`], with a last change to the configuration that no flag makes
     /// (the store's clock).
     pub async fn boot_configured(
@@ -178,6 +195,12 @@ pub fn on_postgres(db: &spool_testkit::TestDatabase, dir: &TempDir) -> DaemonOpt
 
 pub fn db_path(dir: &TempDir) -> PathBuf {
     dir.path().join("data/spoold.db")
+}
+
+/// `config` on the PostgreSQL database at `url`, with the few connections a test may take.
+pub fn use_postgres(config: &mut spoold::config::Config, url: String) {
+    config.db = spoold::config::Database::Postgres(url);
+    config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
 }
 
 /// The id of a created delivery.
