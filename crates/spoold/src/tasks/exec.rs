@@ -2,7 +2,7 @@
 //! the daemon spawns an attempt's supervisor ([`run`]), the supervisor spawns the attempt's
 //! program ([`spawn_program`]).
 //!
-//! Each attempt has a supervisor of its own ([`supervisor`]): `spoold` re-executed, a child
+//! Each attempt has a supervisor of its own ([`super::supervisor`]): `spoold` re-executed, a child
 //! subreaper that spawns the program in a process group of its own (stdin `/dev/null`, a clean
 //! environment, as another user if its type says so), ends it — timeout, cancel, shutdown, a
 //! lease this host could not renew — with SIGTERM to each of its processes, then, after the
