@@ -22,12 +22,19 @@ daemon declares one, `fuzz` (`/bin/true`, no parameters). A submission's `type` 
 `fuzz`, and a `params` object whose values are all strings becomes `{}`; anything else is left
 for the negative tests.
 
+A task's `idempotencyKey` and a delivery's `fingerprint` refuse control characters and Unicode's
+invisible ones (categories Cc, Cf, Zl, Zp: U+200B, U+202E, U+2028 …). The schema says so in
+words, not in a pattern (a character class of Unicode categories is not portable JSON Schema):
+those characters are dropped from a schema-valid value, and one left blank by that becomes
+`fuzz`. The refusals themselves are tested in the daemon's own tests.
+
 Secrets are the deployment's too: the fuzzed daemon declares one, `fuzz`. A `sign.secretRef`
 that is a valid name becomes `fuzz`; a malformed one is left for the negative tests. The
 refusal of an undeclared name (`unknown_secret`) is tested in the daemon's own tests.
 """
 
 import re
+import unicodedata
 
 from datetime import datetime, timedelta, timezone
 
@@ -75,7 +82,26 @@ def _dedupe_headers(holder):
     holder["headers"] = kept
 
 
+_UNWANTED = {"Cc", "Cf", "Zl", "Zp"}
+_NOT_BLANK = re.compile("[^" + _ECMA_SPACE + "]")
+
+
+def _visible(value):
+    return "".join(c for c in value if unicodedata.category(c) not in _UNWANTED)
+
+
+def _fix_key(holder, name, max_length=None):
+    value = holder.get(name)
+    if not isinstance(value, str) or not _NOT_BLANK.search(value):
+        return
+    if max_length is not None and len(value) > max_length:
+        return
+    visible = _visible(value)
+    holder[name] = visible if _NOT_BLANK.search(visible) else "fuzz"
+
+
 def _fix_task(body):
+    _fix_key(body, "idempotencyKey")
     if isinstance(body.get("type"), str):
         body["type"] = "fuzz"
     params = body.get("params")
@@ -101,6 +127,7 @@ def before_call(ctx, case, **kwargs):
     if case.operation.path == "/v1/tasks":
         _fix_task(body)
         return
+    _fix_key(body, "fingerprint", max_length=256)
     _fix_reconcile(body)
     _fix_sign(body)
     _dedupe_headers(body)

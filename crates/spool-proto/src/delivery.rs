@@ -15,8 +15,10 @@ use utoipa::ToSchema;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateDelivery {
     /// Reusing a key with the same request returns the existing delivery (200); with a different
-    /// request, 409 `idempotency_conflict`. Trimmed; at most 256 bytes.
+    /// request, 409 `idempotency_conflict`. Trimmed; at most 256 bytes; no NUL (any other
+    /// character, as spoold v0.1.0 took it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[^\\x00]*$")]
     pub idempotency_key: Option<String>,
     /// `http` or `https` URL with a host; no user info, no fragment; at most 4096 bytes.
     /// Required (it is an `Option` here so that its absence gets the daemon's own message).
@@ -79,7 +81,8 @@ pub struct CreateDelivery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<DeliveryMode>,
     /// At most once: the business key the target can be searched by (default: the idempotency
-    /// key). At most 256 bytes.
+    /// key). At most 256 bytes; no control character, and no invisible one (a Unicode format
+    /// character such as U+200B or U+202E, a line or paragraph separator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 256)]
     pub fingerprint: Option<String>,
@@ -89,7 +92,7 @@ pub struct CreateDelivery {
     /// RFC 6901 JSON pointer to the target's id in a 2xx response body (e.g. `/id`); the value
     /// found is kept as `remoteId`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^(/([^~]|~[01])*)?$", max_length = 256)]
+    #[schema(pattern = "^(/([^~\\x00]|~[01])*)?$", max_length = 256)]
     pub remote_id_pointer: Option<String>,
     /// Sign every attempt (Standard Webhooks) with this `[secrets]` entry of the daemon's
     /// configuration, in place of the `[[targets]]` rule's.
@@ -151,11 +154,11 @@ pub struct Reconcile {
     pub headers: Option<BTreeMap<String, Option<String>>>,
     /// RFC 6901 pointer to the array of matches in the answer; default: the answer is the array.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^(/([^~]|~[01])*)?$", max_length = 256)]
+    #[schema(pattern = "^(/([^~\\x00]|~[01])*)?$", max_length = 256)]
     pub matches_pointer: Option<String>,
     /// Pointer to the target's id inside one match; default `/id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^(/([^~]|~[01])*)?$", max_length = 256)]
+    #[schema(pattern = "^(/([^~\\x00]|~[01])*)?$", max_length = 256)]
     pub remote_id_pointer: Option<String>,
     /// How long an `unknown` outcome is checked before it goes to `manual_review`, counted from
     /// entering `unknown`: `1h` (the default), `30m`, … between 1s and 30 days.

@@ -67,10 +67,14 @@ pub enum ErrorCode {
     /// was done, and the connection is closed. Send it again (to this daemon once it is back,
     /// or to another).
     ShuttingDown,
+    /// The request's body is over the route's limit (the message says it): nothing was done,
+    /// and the connection is closed. Every route but `POST /v1/deliveries`, which answers
+    /// `invalid_request` as spoold v0.1.0 does.
+    PayloadTooLarge,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidDelivery,
         ErrorCode::IdempotencyConflict,
@@ -98,6 +102,7 @@ impl ErrorCode {
         ErrorCode::UnknownSecret,
         ErrorCode::RequestTimeout,
         ErrorCode::ShuttingDown,
+        ErrorCode::PayloadTooLarge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -129,6 +134,7 @@ impl ErrorCode {
             ErrorCode::UnknownSecret => "unknown_secret",
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::ShuttingDown => "shutting_down",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
         }
     }
 
@@ -151,6 +157,7 @@ impl ErrorCode {
             ErrorCode::NotFound | ErrorCode::OutputNotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::RequestTimeout => 408,
+            ErrorCode::PayloadTooLarge => 413,
             ErrorCode::IdempotencyConflict
             | ErrorCode::InvalidTransition
             | ErrorCode::NotCurrentAttempt => 409,

@@ -197,7 +197,8 @@ pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
 /// re-encoded the body for its journal, so a client that repeats its create byte for byte
 /// produces the same digest. A binary body is hashed here by its bytes; v0.1.0's own recipe
 /// for binary bodies is not known, so [`replay`] never carries such a delivery's
-/// `requestHash` over (its key is compared by spoold's own digest, exact for bytes).
+/// `requestHash` over: it computes this recipe over the journal's request instead, which a
+/// retried create reproduces (both normalise the same way), whatever headers the import adds.
 pub fn request_hash(create: &CreateDelivery) -> Option<Vec<u8>> {
     let v010_only = create.not_before.is_none()
         && create.expires_at.is_none()
@@ -220,37 +221,47 @@ pub fn request_hash(create: &CreateDelivery) -> Option<Vec<u8>> {
         0 => 8,
         n => n,
     };
-    let mut h = Sha256::new();
-    h.update(
-        format!(
-            "{method}\n{}\n{max_attempts}\n",
-            create.target_url.as_deref().unwrap_or_default().trim()
-        )
-        .as_bytes(),
-    );
-    let headers: BTreeMap<String, &str> = create
+    let headers = create
         .headers
         .iter()
         .flatten()
-        .map(|(n, v)| {
-            (
-                crate::headers::canonical_name(n.trim()),
-                v.as_deref().unwrap_or_default(),
-            )
-        })
+        .map(|(n, v)| (n.as_str(), v.as_deref().unwrap_or_default()));
+    let body = match (&create.body, &create.body_base64) {
+        (Some(raw), _) => raw.get().as_bytes().to_vec(),
+        (None, Some(b64)) => {
+            let compact: String = b64.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+            STANDARD.decode(compact).ok()?
+        }
+        (None, None) => Vec::new(),
+    };
+    Some(recipe(
+        method,
+        create.target_url.as_deref().unwrap_or_default(),
+        max_attempts,
+        headers,
+        &body,
+    ))
+}
+
+/// [`request_hash`]'s recipe over a request's parts: the method as given (normalised by the
+/// caller), the URL trimmed, `maxAttempts`, the headers by canonical name, the body's bytes.
+fn recipe<'a>(
+    method: &str,
+    target_url: &str,
+    max_attempts: impl std::fmt::Display,
+    headers: impl Iterator<Item = (&'a str, &'a str)>,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut h = Sha256::new();
+    h.update(format!("{method}\n{}\n{max_attempts}\n", target_url.trim()).as_bytes());
+    let headers: BTreeMap<String, &str> = headers
+        .map(|(n, v)| (crate::headers::canonical_name(n.trim()), v))
         .collect();
     for (name, value) in headers {
         h.update(format!("{name}:{value}\n").as_bytes());
     }
-    match (&create.body, &create.body_base64) {
-        (Some(raw), _) => h.update(raw.get().as_bytes()),
-        (None, Some(b64)) => {
-            let compact: String = b64.chars().filter(|c| *c != '\r' && *c != '\n').collect();
-            h.update(STANDARD.decode(compact).ok()?);
-        }
-        (None, None) => {}
-    }
-    Some(h.finalize().to_vec())
+    h.update(body);
+    h.finalize().to_vec()
 }
 
 /// A record of a spoold v0.1.0 journal: the delivery as it then was, or its removal.
@@ -401,8 +412,27 @@ fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
         (BodyKind::Json | BodyKind::None, Some(hash)) => {
             hex_digest(hash).map(|b| STANDARD.encode(b))
         }
+        // Over the request as the client sent it: before the Content-Type added below.
+        (BodyKind::Binary, _) => Some(STANDARD.encode(recipe(
+            &d.method,
+            &d.target_url,
+            d.max_attempts,
+            d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            &body,
+        ))),
         _ => None,
     };
+    // v0.1.0 sent every body it had, bytes included, as `application/json` unless the
+    // delivery named a Content-Type (its worker set that default for any non-empty body): the
+    // imported request keeps sending what the receiver got from it.
+    let mut headers = d.headers;
+    if kind == BodyKind::Binary
+        && !headers
+            .keys()
+            .any(|name| name.eq_ignore_ascii_case("content-type"))
+    {
+        headers.insert("Content-Type".into(), "application/json".into());
+    }
     Ok(ExportRecord {
         format: EXPORT_FORMAT,
         delivery: ExportedDelivery {
@@ -411,7 +441,7 @@ fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
             request_digest,
             target_url: d.target_url,
             method: d.method,
-            headers: d.headers,
+            headers,
             body_kind: kind,
             body_base64: STANDARD.encode(&body),
             status: DeliveryStatus::Pending,

@@ -38,19 +38,82 @@ pub struct SubmitTask {
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     #[schema(required = true, nullable = false, example = "backup")]
     pub task_type: Option<String>,
-    /// The type's parameters, each a string matching its declared pattern.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The type's parameters, each a string matching its declared pattern. A name given twice
+    /// is refused (`invalid_request`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "params_named_once"
+    )]
     #[schema(value_type = Option<BTreeMap<String, String>>)]
     pub params: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Only for a type without an `idempotency_key` template: the business key (≤ 256 bytes).
-    /// The same key with the same parameters returns the existing task (200); with other
-    /// parameters, 409 `idempotency_conflict`.
+    /// Only for a type without an `idempotency_key` template: the business key (trimmed;
+    /// ≤ 256 bytes; not blank; no control character, and no invisible one: a Unicode format
+    /// character such as U+200B, U+FEFF or the bidi control U+202E, a line or paragraph
+    /// separator). The same key with the same parameters returns the existing task (200); with
+    /// other parameters, 409 `idempotency_conflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
     pub idempotency_key: Option<String>,
     /// RFC 3339: do not start before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(format = DateTime)]
     pub not_before: Option<String>,
+}
+
+/// `params` as the client wrote it, refusing a name written twice. JSON allows it, but which
+/// value counts is up to the reader (serde_json's map keeps the last and drops the other
+/// without a word): a client that sent both meant one of them, and the task must not run with
+/// the other.
+fn params_named_once<'de, D>(
+    deserializer: D,
+) -> Result<Option<serde_json::Map<String, serde_json::Value>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Params;
+
+    impl<'de> serde::de::Visitor<'de> for Params {
+        type Value = Option<serde_json::Map<String, serde_json::Value>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object of parameters")
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_map(Params)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut params = serde_json::Map::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if params.contains_key(&name) {
+                    return Err(serde::de::Error::custom(format!(
+                        "params: parameter {name:?} is given twice"
+                    )));
+                }
+                let value = map.next_value()?;
+                params.insert(name, value);
+            }
+            Ok(Some(params))
+        }
+    }
+
+    deserializer.deserialize_option(Params)
 }
 
 /// The status of a task.
@@ -317,5 +380,25 @@ mod tests {
             let json = serde_json::to_string(&st).expect("serializable");
             assert_eq!(json, format!("\"{}\"", st.as_str()));
         }
+    }
+
+    #[test]
+    fn a_parameter_named_twice_is_refused() {
+        let decode = |text: &str| serde_json::from_str::<SubmitTask>(text).map(|t| t.params);
+        let twice = decode(r#"{"type":"t","params":{"db":"a","x":"1","db":"b"}}"#)
+            .expect_err("named twice");
+        assert!(
+            twice
+                .to_string()
+                .contains(r#"parameter "db" is given twice"#),
+            "{twice}"
+        );
+        // The same name however it is escaped.
+        assert!(decode(r#"{"params":{"db":"a","\u0064b":"b"}}"#).is_err());
+        let once = decode(r#"{"params":{"db":"a","x":"1"}}"#).expect("each once");
+        assert_eq!(once.map(|p| p.len()), Some(2));
+        assert_eq!(decode(r#"{"params":null}"#).expect("null"), None);
+        assert_eq!(decode(r#"{}"#).expect("absent"), None);
+        assert!(decode(r#"{"params":["db"]}"#).is_err());
     }
 }

@@ -20,6 +20,8 @@
 //! - [`claim`]: the claim pass both backends run, deciding through `model::ClaimPass` and
 //!   doing through each backend's `claim::ClaimIo`.
 //! - [`clock`]: the one clock due times and leases are decided on.
+//! - [`outside`]: text from outside (errors, result summaries, remote ids, notes) made
+//!   storable at the [`Store`]'s door, the same for both backends (a NUL becomes U+FFFD).
 //! - [`error`]: [`StoreError`], in terms the daemon acts on.
 
 // Docs are written for the people who change this crate: they link to private items too
@@ -32,6 +34,7 @@ pub mod clock;
 mod delivery_changes;
 pub mod error;
 pub mod model;
+pub mod outside;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
@@ -44,7 +47,10 @@ pub mod transitions;
 pub use clock::Clock;
 pub use error::{Result, StoreError};
 pub use model::Capacity;
+pub use outside::storable;
 pub use sqlite::CommitObserver;
+
+use outside::Outside;
 
 use model::{
     Applied, Attempt, AttemptResult, ClaimBatch, Delivery, DeliveryStatus, InsertOutcome, Millis,
@@ -92,6 +98,7 @@ impl Store {
     /// Record an attempt's outcome. Fenced: if the delivery no longer carries the claim
     /// (canceled, reclaimed), only the attempt record changes.
     pub async fn complete(&self, result: AttemptResult) -> Result<Applied> {
+        let result = result.storable();
         dispatch!(self, s => s.complete(result).await)
     }
 
@@ -134,6 +141,7 @@ impl Store {
         reserve_after: bool,
         lease_ms: i64,
     ) -> model::Advanced {
+        let result = result.storable();
         match self {
             Store::Sqlite(s) => {
                 let origin = next.origin.clone();
@@ -175,6 +183,7 @@ impl Store {
         origin: String,
         lease_ms: i64,
     ) -> model::Took {
+        let result = result.storable();
         match self {
             Store::Sqlite(s) => {
                 let complete = async {
@@ -242,6 +251,7 @@ impl Store {
         resolution: model::Resolution,
         note: String,
     ) -> Result<TransitionOutcome> {
+        let (resolution, note) = (resolution.storable(), note.storable());
         dispatch!(self, s => s.resolve(id, resolution, note).await)
     }
 
@@ -250,12 +260,14 @@ impl Store {
     /// attempt, the answer is recorded on the attempt and the delivery settles `succeeded`
     /// (`late_answer` in the transition log). Whether it did; anything else is left unchanged.
     pub async fn late_answer(&self, result: AttemptResult) -> Result<bool> {
+        let result = result.storable();
         dispatch!(self, s => s.late_answer(result).await)
     }
 
     /// Record one reconciliation step: the check itself (always kept) and its verdict, applied
     /// only while the delivery is still `unknown` (`Fenced` otherwise: an operator came first).
     pub async fn record_check(&self, result: model::CheckResult) -> Result<Applied> {
+        let result = result.storable();
         dispatch!(self, s => s.record_check(result).await)
     }
 
@@ -334,6 +346,7 @@ impl Store {
     /// another request, or an idempotency key another delivery holds, is a `Conflict`. The
     /// row is written as given: the caller decides what an in-flight delivery becomes.
     pub async fn import(&self, record: model::DeliveryRecord) -> Result<model::ImportOutcome> {
+        let record = record.storable();
         dispatch!(self, s => s.import(record).await)
     }
 
@@ -447,6 +460,7 @@ impl Store {
         &self,
         end: tasks::TaskAttemptEnd,
     ) -> Result<Option<tasks::TaskStatus>> {
+        let end = end.storable();
         dispatch!(self, s => s.finish_task(end).await)
     }
 
@@ -460,6 +474,7 @@ impl Store {
         lease_ms: i64,
         executor: tasks::Executor,
     ) -> Result<(Option<tasks::TaskStatus>, Option<tasks::ClaimedTask>)> {
+        let end = end.storable();
         dispatch!(self, s => s.finish_and_claim(end, types, lease_ms, executor).await)
     }
 
@@ -488,6 +503,7 @@ impl Store {
         reason: String,
         note: Option<String>,
     ) -> Result<tasks::TaskAction> {
+        let note = note.storable();
         dispatch!(self, s => s.decide_task(id, to, reason, note).await)
     }
 

@@ -256,10 +256,23 @@ pub struct Delivery {
 
 impl Delivery {
     /// Whether an at-most-once request of this cycle may have reached the target: it became
-    /// `unknown`, whatever was decided since. Such a delivery is sent again only by a person
-    /// (`resolve` with `resend` and a note), never by `retry`.
+    /// `unknown` (whatever was decided since), or it failed on an answer of the target's that
+    /// proves it arrived ([`answer_proves_arrival`]). Such a delivery is sent again only by a
+    /// person (`resolve` with `resend` and a note), never by `retry` — single, bulk, or of an
+    /// imported copy, which carries these fields.
     pub fn may_have_arrived(&self) -> bool {
-        self.mode == Mode::AtMostOnce && self.unknown_since.is_some()
+        self.mode == Mode::AtMostOnce
+            && (self.unknown_since.is_some()
+                || (self.status == DeliveryStatus::Failed && self.failed_on_an_answer()))
+    }
+
+    /// Its last attempt failed on the target's answer (the error code of an HTTP status, and
+    /// the status), and that answer proves the request arrived.
+    fn failed_on_an_answer(&self) -> bool {
+        matches!(
+            self.last_error_code.as_deref(),
+            Some(ANSWERED | REDIRECT_NOT_FOLLOWED)
+        ) && self.last_response_code.is_some_and(answer_proves_arrival)
     }
 
     /// Why `action` may not change this delivery now (`None`: it may). Both backends judge
@@ -268,7 +281,8 @@ impl Delivery {
     /// - cancel: from `pending` or `in_flight` — but an at-most-once delivery in flight may
     ///   already be at the target, so canceling it would claim what nobody knows;
     /// - retry: from `failed` — unless its request may have arrived ([`Self::may_have_arrived`]:
-    ///   an operator who resolved it `failed` declared it must not be sent);
+    ///   the target answered it, or an operator who resolved it `failed` declared it must not
+    ///   be sent);
     /// - resolve: from `unknown` or `manual_review`, and from a `failed` that may have arrived
     ///   (to resend it deliberately, or to correct the record).
     pub fn refusal(&self, action: OperatorAction) -> Option<TransitionOutcome> {
@@ -338,6 +352,24 @@ impl Delivery {
             sign_secret: new.sign_secret.clone(),
         }
     }
+}
+
+/// The error code of an attempt the target answered with a status that failed it.
+const ANSWERED: &str = "http_status";
+/// The same for a 3xx that was not followed (before such an answer made an at-most-once
+/// delivery `unknown`, it failed it).
+const REDIRECT_NOT_FOLLOWED: &str = "redirect_not_followed";
+
+/// Whether an at-most-once delivery that failed on this HTTP status had its request arrive
+/// at the target. Every answer proves that the request reached the target, except those that
+/// say it was not processed — the ones spoold sends again by itself at most once, and which
+/// fail a delivery only when its attempts ran out: 408, 425, 429, and a 5xx (a 503 with
+/// `Retry-After`, or one the target's rule trusts). 501 and 505 are final refusals the
+/// target answered, like a 4xx: arrived. (The daemon's classification,
+/// `deliveries::retry::classify_status_at_most_once`, is held to this by a test.)
+pub fn answer_proves_arrival(status: u16) -> bool {
+    !(matches!(status, 408 | 425 | 429)
+        || ((500..=599).contains(&status) && !matches!(status, 501 | 505)))
 }
 
 /// How soon a created delivery must be due for its create to wake the schedulers (on

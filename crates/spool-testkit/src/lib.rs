@@ -8,6 +8,8 @@
 //!   `listening` log line; for tests where a process is the point (kill -9, restart, signals).
 //! - [`receiver`]: [`Receiver`] records requests and answers from a [`Reply`] script; `stop`
 //!   drops open connections so the port refuses, as a crashed target would.
+//! - [`closing`]: [`ClosingReceiver`], a receiver whose keep-alive timeout (1–20 ms after each
+//!   answer) closes connections under the client's next request.
 //! - [`remote`]: [`RemoteApi`], the far side of the at-most-once tests: it commits records,
 //!   then answers, stalls or resets as scripted, and lists them by fingerprint for
 //!   reconciliation.
@@ -53,6 +55,7 @@
 
 pub mod api;
 pub mod bin_path;
+pub mod closing;
 pub mod daemon;
 pub mod group;
 pub mod pg;
@@ -65,6 +68,7 @@ pub mod tls;
 
 pub use api::Api;
 pub use bin_path::cargo_bin;
+pub use closing::ClosingReceiver;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
 pub use group::run_in_group;
 pub use pg::{HeldConnections, PrivateServer, TestDatabase};

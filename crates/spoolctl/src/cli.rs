@@ -115,7 +115,8 @@ pub enum Command {
         long_about = "Start a new retry cycle for failed deliveries: by ID, or every one a filter \
             matches.\n\n\
             With a filter, spoold retries each matching delivery as `retry ID` would, and skips \
-            (and counts) those that are not failed. --dry-run only counts. Without --dry-run, \
+            (and counts) those that are not failed, and at-most-once ones whose request reached \
+            the target (only `resolve --resend` sends those again). --dry-run only counts. Without --dry-run, \
             spoolctl first says how many would change and asks on a terminal; --yes skips the \
             question, and is needed when stdin is not a terminal."
     )]

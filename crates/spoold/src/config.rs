@@ -148,7 +148,8 @@ pub struct Args {
     pub per_target_concurrency: Option<u32>,
 
     /// 5xx answers or timeouts in a row from one target that open its breaker: its deliveries
-    /// wait (uncharged) while one probe at a time finds out whether it is back; 0 never
+    /// wait (uncharged) while probes, one request at a time, spaced like retries and further
+    /// apart after each failed one, find out whether it is back; 0 never
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub breaker_failures: u32,
 
@@ -203,8 +204,9 @@ pub struct Args {
     #[arg(long = "allow-target", value_name = "CIDR", value_parser = parse_cidr_arg)]
     pub allow_targets: Vec<Cidr>,
 
-    /// Follow up to N redirects per attempt, applying the address policy to every hop; 0 means
-    /// a 3xx answer fails the delivery (`redirect_not_followed`).
+    /// Follow up to N redirects per attempt, applying the address policy to every hop and
+    /// sending none twice (`redirect_loop`); 0 means a 3xx answer ends the attempt
+    /// (`redirect_not_followed`: failed, or unknown at most once).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub max_redirects: u32,
 

@@ -10,6 +10,7 @@
 //! - [`tasks`]: declared task types, the runner, and `exec`, the only place that spawns
 //!   processes.
 //! - `backoff`: exponential backoff with jitter, shared by both.
+//! - [`characters`]: the control and invisible characters refused in keys and parameters.
 //! - `schema_watch`: stops the daemon when a newer host migrates a shared database past it.
 //! - [`metrics`], [`logging`].
 //!
@@ -21,6 +22,7 @@
 
 pub mod api;
 mod backoff;
+pub mod characters;
 pub mod config;
 pub mod deliveries;
 pub mod logging;

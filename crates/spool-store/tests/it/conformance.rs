@@ -107,6 +107,8 @@ macro_rules! conformance_suite {
             task_steps_are_fenced_and_partial_failures_reviewed,
             task_leases_renew_and_expire_only_for_others,
             ping_writes,
+            text_from_outside_is_kept_whatever_it_holds,
+            task_results_are_kept_whatever_they_hold,
         );
 
         #[tokio::test(flavor = "multi_thread")]
@@ -2586,6 +2588,108 @@ pub async fn next_due_and_stats(store: Store) {
     assert_eq!(next_due(&[]).await, None);
 }
 
+/// What a target, a reconciliation or a person wrote is recorded whatever it holds, and both
+/// backends give back the same text: PostgreSQL's `text` cannot hold a NUL, so the store keeps
+/// one as U+FFFD (SQLite would keep it as it is). Before that, a NUL in the start of a target's
+/// answer (kept in the attempt's error) failed the record on PostgreSQL and left the delivery
+/// `in_flight` until its lease ran out, to be sent again.
+pub async fn text_from_outside_is_kept_whatever_it_holds(store: Store) {
+    let given = || "HTTP 500: a\0b".to_owned();
+    let kept = "HTTP 500: a\u{FFFD}b".to_owned();
+
+    // An attempt's error (the start of the target's answer), then the target's id.
+    create(&store, new_delivery(&id(1), None, URL_A)).await;
+    let claimed = claim(&store, 1).await.remove(0);
+    let applied = store
+        .complete(AttemptResult {
+            disposition: Disposition::Retry { delay_ms: 0 },
+            http_status: Some(500),
+            error_code: Some("http_status".into()),
+            error: Some(given()),
+            ..succeeded(&claimed)
+        })
+        .await
+        .expect("an attempt is recorded whatever its text");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Pending));
+    assert_eq!(
+        get(&store, &id(1)).await.last_error.as_deref(),
+        Some(&*kept)
+    );
+    let claimed = claim(&store, 1).await.remove(0);
+    let applied = store
+        .complete(AttemptResult {
+            remote_id: Some(given()),
+            ..succeeded(&claimed)
+        })
+        .await
+        .expect("an attempt is recorded whatever its text");
+    assert_eq!(applied, Applied::Now(DeliveryStatus::Succeeded));
+    assert_eq!(get(&store, &id(1)).await.remote_id.as_deref(), Some(&*kept));
+    assert_eq!(
+        attempts(&store, &id(1)).await[0].error.as_deref(),
+        Some(&*kept)
+    );
+
+    // A reconciliation's check and verdict, and a person's note.
+    make_unknown(&store, at_most_once(&id(2))).await;
+    store
+        .record_check(CheckResult {
+            id: id(2),
+            check: Some(Check {
+                error: Some(given()),
+                ..check_row(None)
+            }),
+            verdict: CheckVerdict::ManualReview {
+                reason: "multiple_matches".into(),
+                note: Some(given()),
+            },
+        })
+        .await
+        .expect("a check is recorded whatever its text");
+    let outcome = store
+        .resolve(
+            id(2),
+            Resolution::Succeeded {
+                remote_id: Some(given()),
+            },
+            given(),
+        )
+        .await
+        .expect("a resolution is recorded whatever its note");
+    assert!(matches!(outcome, TransitionOutcome::Done(_)), "{outcome:?}");
+    let checks = store.checks(id(2)).await.expect("checks").expect("known");
+    assert_eq!(checks[0].error.as_deref(), Some(&*kept));
+    let log = store.transitions(id(2)).await.expect("log").expect("known");
+    let notes: Vec<&str> = log.iter().filter_map(|t| t.note.as_deref()).collect();
+    assert_eq!(notes[notes.len() - 2..], [&*kept, &*kept], "{log:?}");
+    assert_eq!(get(&store, &id(2)).await.remote_id.as_deref(), Some(&*kept));
+
+    // A record imported with such text in its history.
+    let mut record = store.export(id(1)).await.expect("export").expect("record");
+    record.delivery.id = id(3);
+    record.delivery.last_error = Some(given());
+    record.attempts[0].error = Some(given());
+    if let Some(first) = record.transitions.first_mut() {
+        first.note = Some(given());
+    }
+    assert_eq!(
+        store
+            .import(record)
+            .await
+            .expect("imported whatever its text"),
+        ImportOutcome::Imported
+    );
+    let copy = store.export(id(3)).await.expect("export").expect("copy");
+    assert_eq!(
+        (
+            copy.delivery.last_error.as_deref(),
+            copy.attempts[0].error.as_deref(),
+            copy.transitions[0].note.as_deref()
+        ),
+        (Some(&*kept), Some(&*kept), Some(&*kept))
+    );
+}
+
 pub async fn ping_writes(store: Store) {
     store.ping().await.expect("ping");
     store.ping().await.expect("ping twice");
@@ -3030,23 +3134,70 @@ pub async fn retry_of_at_most_once_that_may_have_arrived_is_refused(store: Store
         .expect("resolve");
     assert!(matches!(done, TransitionOutcome::Done(ref d)
         if d.status == DeliveryStatus::Pending && d.cycle == 2 && d.unknown_since.is_none()));
-    // A failure that was never unknown (nothing arrived) is retried as any other; and resolve
-    // does not apply to it.
+    // A failure on the target's final answer (a 400): the request arrived, so the same — retry
+    // refuses it, resolve applies.
     create(&store, at_most_once(&id(2))).await;
     let claimed = claim(&store, 10).await;
     let claimed = claimed.iter().find(|c| c.id == id(2)).expect("claimed");
     complete(&store, claimed, Disposition::Failed, Some(400)).await;
     assert_eq!(
-        store
-            .resolve(id(2), Resolution::Resend, note())
-            .await
-            .expect("resolve"),
-        TransitionOutcome::Invalid(DeliveryStatus::Failed)
+        store.retry(id(2)).await.expect("retry"),
+        TransitionOutcome::InvalidForMode(DeliveryStatus::Failed)
     );
     assert!(matches!(
-        store.retry(id(2)).await.expect("retry"),
-        TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending
+        store.resolve(id(2), Resolution::Resend, note()).await.expect("resolve"),
+        TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending && d.cycle == 2
     ));
+    // Failures where nothing arrived are retried as any other, and resolve does not apply to
+    // them: nothing was written (a refused connection), or the target said it did not take
+    // the request until the attempts ran out (429, a 503 it asked to come back after).
+    for (n, status, code) in [
+        (3, None, "connect_failed"),
+        (4, Some(429), "http_status"),
+        (5, Some(503), "http_status"),
+    ] {
+        // One attempt allowed: the retry below runs it out.
+        let one = NewDelivery {
+            max_attempts: 1,
+            ..at_most_once(&id(n))
+        };
+        create(&store, one).await;
+        let claimed = claim(&store, 10).await;
+        let claimed = claimed.iter().find(|c| c.id == id(n)).expect("claimed");
+        store
+            .complete(AttemptResult {
+                id: claimed.id.clone(),
+                claim_seq: claimed.claim_seq,
+                disposition: Disposition::Retry { delay_ms: 0 },
+                http_status: status,
+                error_code: Some(code.to_owned()),
+                error: None,
+                duration_ms: 1,
+                remote_id: None,
+            })
+            .await
+            .expect("complete");
+        assert_eq!(
+            get(&store, &id(n)).await.status,
+            DeliveryStatus::Failed,
+            "{code}"
+        );
+        assert_eq!(
+            store
+                .resolve(id(n), Resolution::Resend, note())
+                .await
+                .expect("resolve"),
+            TransitionOutcome::Invalid(DeliveryStatus::Failed),
+            "{code} {status:?}"
+        );
+        assert!(
+            matches!(
+                store.retry(id(n)).await.expect("retry"),
+                TransitionOutcome::Done(ref d) if d.status == DeliveryStatus::Pending
+            ),
+            "{code} {status:?}"
+        );
+    }
 }
 
 pub async fn a_late_success_settles_the_unknown_its_attempt_left(store: Store) {

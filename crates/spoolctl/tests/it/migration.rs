@@ -155,11 +155,13 @@ async fn the_journal_spoold_v010_wrote_moves_in_exactly() {
                     assert_eq!(&sent, value, "{id}: the body's value is what v0.1.0 showed");
                     (bytes, Some("application/json"))
                 }
+                // v0.1.0's worker set `application/json` for any body without a Content-Type,
+                // bytes too.
                 (None, Some(b64)) => (
                     base64::engine::general_purpose::STANDARD
                         .decode(b64.as_str().expect("base64"))
                         .expect("base64"),
-                    Some("application/octet-stream"),
+                    Some("application/json"),
                 ),
                 (None, None) => (Vec::new(), None),
                 (Some(_), Some(_)) => panic!("{id}: both bodies"),
@@ -456,7 +458,8 @@ async fn a_journal_delivery_that_cannot_move_whole_is_refused_by_line_and_field(
     assert_eq!(binary.body.as_ref(), [0u8, 1, 2, 255]);
     assert_eq!(
         binary.header("content-type"),
-        Some("application/octet-stream")
+        Some("application/json"),
+        "what v0.1.0 sent with a body and no Content-Type"
     );
     let empty = seen
         .iter()

@@ -38,8 +38,8 @@ pub const MASK: &str = "[redacted]";
     )
 )]
 pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Response {
-    let too_large = "decode JSON: request body too large";
-    let bytes = match super::read_body(body, spool_proto::MAX_REQUEST_BYTES, too_large).await {
+    let limit = super::BodyLimit::AsV010(spool_proto::MAX_REQUEST_BYTES);
+    let bytes = match super::read_body(body, limit).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -303,6 +303,7 @@ pub async fn checks(
         (status = 200, description = "Resolved: `succeeded`, `failed`, or `pending` again (resend, a new cycle)", body = DeliveryView),
         (status = 400, description = "`invalid_request`: no outcome, no note, or a bad field", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 64 KiB (nothing was done; the connection is closed)", body = ErrorBody),
         (status = 503, description = "`shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_transition`: not unknown or manual_review (nor a failed at-most-once delivery that was unknown)", body = ErrorBody),
@@ -411,8 +412,9 @@ fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError>
             match status {
                 model::DeliveryStatus::Failed => format!(
                     "invalid delivery state transition from {status}: this at-most-once request \
-                     may have reached the target (it was unknown), so retry does not send it; \
-                     if it must be sent, resolve it with outcome resend and a note"
+                     reached the target or may have (the target answered it, or it was \
+                     unknown), so retry does not send it; if it must be sent, resolve it with \
+                     outcome resend and a note"
                 ),
                 _ => format!(
                     "invalid delivery state transition from {status}: an at-most-once request \
@@ -490,6 +492,7 @@ fn error_code(code: &str) -> Option<String> {
         (status = 200, description = "What the action changed — or, with `dryRun`, would change: the deliveries matched, changed and skipped (in a status the action does not apply to), and the first ids changed", body = BulkResult),
         (status = 400, description = "`invalid_request`: the JSON, no action, no filter, or a bad `targetOrigin`, `lastErrorCode`, `createdAfter` or `createdBefore`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 64 KiB (nothing was done; the connection is closed)", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached); `shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody),
     )

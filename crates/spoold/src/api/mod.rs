@@ -150,7 +150,7 @@ impl IntoResponse for ApiError {
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let close = matches!(
             self.code,
-            ErrorCode::RequestTimeout | ErrorCode::ShuttingDown
+            ErrorCode::RequestTimeout | ErrorCode::ShuttingDown | ErrorCode::PayloadTooLarge
         );
         let mut response = json(status, &ErrorBody::new(self.code, self.message));
         if close {
@@ -164,34 +164,66 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A request's whole body, at most `limit` bytes. Too large is 400 `invalid_request` (with
-/// `message` saying so); a body that did not arrive within `--body-read-timeout` is 408
-/// `request_timeout`; one still arriving when the daemon begins to shut down is 503
-/// `shutting_down`; a connection that broke mid-body is 400 as well (nobody reads it).
+/// How large a route's body may be, and how a larger one is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyLimit {
+    /// At most this many bytes; a larger body is 413 `payload_too_large`, naming the limit.
+    Bytes(usize),
+    /// `POST /v1/deliveries`: at most this many bytes; a larger body is 400 `invalid_request`
+    /// "decode JSON: request body too large", as spoold v0.1.0 answers it.
+    AsV010(usize),
+}
+
+impl BodyLimit {
+    fn bytes(self) -> usize {
+        match self {
+            BodyLimit::Bytes(n) | BodyLimit::AsV010(n) => n,
+        }
+    }
+
+    fn refusal(self) -> ApiError {
+        match self {
+            BodyLimit::Bytes(n) => ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("request body too large: at most {n} bytes"),
+            ),
+            BodyLimit::AsV010(_) => ApiError::new(
+                ErrorCode::InvalidRequest,
+                "decode JSON: request body too large",
+            ),
+        }
+    }
+}
+
+/// A request's whole body, within `limit` (a larger one is refused as `limit` says, and the
+/// connection closed: the rest of the body is not read); a body that did not arrive within
+/// `--body-read-timeout` is 408 `request_timeout`; one still arriving when the daemon begins to
+/// shut down is 503 `shutting_down`; a connection that broke mid-body is 400 (nobody reads it).
 pub(crate) async fn read_body(
     body: axum::body::Body,
-    limit: usize,
-    too_large: &str,
+    limit: BodyLimit,
 ) -> Result<bytes::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        while let Some(cause) = source {
-            if let Some(timeout) = cause.downcast_ref::<server::BodyTimedOut>() {
-                return ApiError::new(ErrorCode::RequestTimeout, timeout.to_string());
+    axum::body::to_bytes(body, limit.bytes())
+        .await
+        .map_err(|e| {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(cause) = source {
+                if let Some(timeout) = cause.downcast_ref::<server::BodyTimedOut>() {
+                    return ApiError::new(ErrorCode::RequestTimeout, timeout.to_string());
+                }
+                if cause.is::<server::ShuttingDown>() {
+                    return ApiError::new(ErrorCode::ShuttingDown, cause.to_string());
+                }
+                if cause.is::<http_body_util::LengthLimitError>() {
+                    return limit.refusal();
+                }
+                source = cause.source();
             }
-            if cause.is::<server::ShuttingDown>() {
-                return ApiError::new(ErrorCode::ShuttingDown, cause.to_string());
-            }
-            if cause.is::<http_body_util::LengthLimitError>() {
-                return ApiError::new(ErrorCode::InvalidRequest, too_large);
-            }
-            source = cause.source();
-        }
-        ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("reading the request body: {e}"),
-        )
-    })
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("reading the request body: {e}"),
+            )
+        })
 }
 
 impl From<spool_store::StoreError> for ApiError {
@@ -344,7 +376,7 @@ pub(crate) async fn decision<T: serde::de::DeserializeOwned>(
     body: axum::body::Body,
 ) -> Result<T, ApiError> {
     let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
-    let bytes = read_body(body, 64 * 1024, "decode JSON: request body too large").await?;
+    let bytes = read_body(body, BodyLimit::Bytes(64 * 1024)).await?;
     serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))
 }
 

@@ -29,6 +29,7 @@ const MAX_REPORT_BYTES: usize = 4096;
         (status = 200, description = "Done before (by this attempt or an earlier one): the first record", body = TaskStepView),
         (status = 400, description = "`invalid_request`: not JSON, or a bad name or attempt", body = spool_proto::ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = spool_proto::ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 4 KiB (nothing was done; the connection is closed)", body = spool_proto::ErrorBody),
         (status = 503, description = "`shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = spool_proto::ErrorBody),
         (status = 403, description = "`forbidden`: a step token of another attempt", body = spool_proto::ErrorBody),
         (status = 404, description = "`not_found`", body = spool_proto::ErrorBody),
@@ -42,12 +43,7 @@ pub async fn report(
     body: HttpBody,
 ) -> Result<Response, ApiError> {
     let invalid = |m: String| ApiError::new(ErrorCode::InvalidRequest, m);
-    let bytes = super::read_body(
-        body,
-        MAX_REPORT_BYTES,
-        "decode JSON: request body too large",
-    )
-    .await?;
+    let bytes = super::read_body(body, super::BodyLimit::Bytes(MAX_REPORT_BYTES)).await?;
     let req: ReportStep =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
     let name = StepName::parse(req.name.as_deref().unwrap_or_default())

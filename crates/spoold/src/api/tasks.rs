@@ -28,6 +28,7 @@ use crate::tasks::submission;
         (status = 200, description = "Same key and same parameters: the existing task, in its current state", body = TaskView),
         (status = 400, description = "`invalid_request`, `unknown_task_type`, `unknown_param`, `missing_param` or `invalid_params`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 64 KiB plus room for the values of the declared type that takes the most, each at its `max_length` (nothing was done; the connection is closed)", body = ErrorBody),
         (status = 409, description = "`idempotency_conflict`: same key, other parameters", body = ErrorBody),
         (status = 500, description = "`persistence_failed`", body = ErrorBody),
         (status = 507, description = "`storage_full`: the disk is full; nothing was stored", body = ErrorBody),
@@ -42,9 +43,9 @@ pub async fn submit(State(state): State<SharedState>, body: HttpBody) -> Respons
 }
 
 async fn submit_inner(state: &SharedState, body: HttpBody) -> Result<Response, ApiError> {
-    let too_large = "decode JSON: request body too large";
-    let bytes = super::read_body(body, submission::MAX_SUBMISSION_BYTES, too_large).await?;
     let declared = state.task_types.now();
+    let limit = super::BodyLimit::Bytes(submission::max_body_bytes(&declared));
+    let bytes = super::read_body(body, limit).await?;
     let new = submission::decode(&bytes)
         .and_then(|req| submission::validate(req, &declared))
         .map_err(|r| ApiError::new(r.code, r.message))?;
@@ -275,6 +276,7 @@ pub async fn retry(
         (status = 200, description = "What the action changed — or, with `dryRun`, would change: the tasks matched, changed and skipped (in a status the action does not apply to, or, for a retry, of a type that allows no operator retry), and the first ids changed", body = BulkResult),
         (status = 400, description = "`invalid_request`: the JSON, no action, no filter, or a bad `createdAfter` or `createdBefore`", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 64 KiB (nothing was done; the connection is closed)", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached); `shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody),
     )
@@ -381,6 +383,7 @@ pub async fn types(State(state): State<SharedState>) -> Response {
         (status = 200, description = "Settled as the person decided: `succeeded` or `failed` (the note is in the transition log)", body = TaskView),
         (status = 400, description = "`invalid_request`: no outcome, no note, or a bad field", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 64 KiB (nothing was done; the connection is closed)", body = ErrorBody),
         (status = 503, description = "`shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 404, description = "`not_found`", body = ErrorBody),
         (status = 409, description = "`invalid_transition`: not in manual review", body = ErrorBody),

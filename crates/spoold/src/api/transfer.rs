@@ -97,6 +97,7 @@ pub async fn export(
         (status = 200, description = "One result per record, in order: `imported`, `existing` (the same delivery is there), `conflict` (its id or idempotency key belongs to another request, `existingId`; nothing overwritten) or `invalid` (`error` says why)", body = ImportResults),
         (status = 400, description = "`invalid_request`: the JSON, or more than 500 records", body = ErrorBody),
         (status = 408, description = "`request_timeout`: the body did not arrive within `--body-read-timeout`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is over 64 MiB (nothing was done; the connection is closed)", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (PostgreSQL cannot be reached); `shutting_down`: the daemon began to shut down while the body was arriving (nothing was done)", body = ErrorBody),
         (status = 507, description = "`storage_full`", body = ErrorBody),
     )
@@ -106,8 +107,7 @@ pub async fn import(
     body: HttpBody,
 ) -> Result<Response, ApiError> {
     let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
-    let too_large = "decode JSON: request body too large (at most 64 MiB)";
-    let bytes = super::read_body(body, MAX_IMPORT_BYTES, too_large).await?;
+    let bytes = super::read_body(body, super::BodyLimit::Bytes(MAX_IMPORT_BYTES)).await?;
     let mut value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| invalid(format!("decode JSON: {e}")))?;
     integral_numbers(&mut value);

@@ -149,6 +149,10 @@ pub struct Started {
     pub send_by: Instant,
     /// A token of its target's rate was taken for it when it was claimed.
     pub token: bool,
+    /// The first request to its target since an operator resumed the target after it
+    /// answered 410 Gone: a 410 now fails this delivery. Any other 410 holds it, uncharged,
+    /// with the target's other deliveries (see [`Deliverer::judge`]).
+    pub after_gone: bool,
 }
 
 impl Started {
@@ -158,6 +162,7 @@ impl Started {
             claimed,
             send_by: asked + lease.saturating_sub(RECORD_MARGIN),
             token: false,
+            after_gone: false,
         }
     }
 }
@@ -879,6 +884,9 @@ impl Deliverer {
                     keep_body,
                     write_by: write_by(attempt.send_by, self.request_timeout),
                     max_redirects: None,
+                    // At most once, never on a kept-alive connection the server may be
+                    // closing: a request it dropped unread would look as if it may have arrived.
+                    fresh_connection: claimed.mode == Mode::AtMostOnce,
                 };
                 tokio::select! {
                     sent = self.outbound.send(request) => Sent::Done(sent),
@@ -893,7 +901,7 @@ impl Deliverer {
             }
             _ => None,
         };
-        let result = self.judge(claimed, sent, elapsed);
+        let result = self.judge(attempt, &rules, sent, elapsed);
         let health = throttle.map_or_else(|| TargetHealth::of(&result), TargetHealth::Throttled);
         if result.error_code.as_deref() == Some(SendErrorCode::TargetBlocked.as_str()) {
             self.metrics.blocked.inc();
@@ -901,7 +909,19 @@ impl Deliverer {
         (result, health)
     }
 
-    fn judge(&self, claimed: &Claimed, sent: Sent, elapsed: Duration) -> AttemptResult {
+    /// What an attempt's outcome makes of its delivery (see [`retry`]). A 410 Gone at least
+    /// once does not fail the delivery that met it: its target is gone, and every delivery for
+    /// it waits alike (interrupted: not charged, `gone`) until an operator resumes the target —
+    /// unless this was the first request after such a resume ([`Started::after_gone`]): then
+    /// 410 is final for it. At most once a 410 is a final answer like any 4xx.
+    fn judge(
+        &self,
+        attempt: &Started,
+        rules: &TargetRules,
+        sent: Sent,
+        elapsed: Duration,
+    ) -> AttemptResult {
+        let claimed = &attempt.claimed;
         let mut result = AttemptResult {
             id: claimed.id.clone(),
             claim_seq: claimed.claim_seq,
@@ -959,12 +979,26 @@ impl Deliverer {
                         .into(),
                 );
             }
+            Sent::Done(Ok(resp)) if resp.status == 410 && !at_most_once && !attempt.after_gone => {
+                result.http_status = Some(resp.status);
+                result.error_code = Some("gone".into());
+                result.error = Some(format!(
+                    "{}; the target is gone: this delivery waits with its others, not charged, \
+                     until an operator resumes the target (spoolctl targets resume)",
+                    status_error(&resp)
+                ));
+                result.disposition = Disposition::Interrupted;
+            }
             Sent::Done(Ok(resp)) => {
                 result.http_status = Some(resp.status);
+                let context = retry::AnswerContext {
+                    trusted: rules.resend_on(&claimed.target_url),
+                    retry_after: retry::retry_after(&resp.headers, SystemTime::now()).is_some(),
+                };
                 let verdict = match (at_most_once, resp.first_status) {
-                    (true, None) => retry::classify_status_at_most_once(resp.status),
+                    (true, None) => retry::classify_status_at_most_once(resp.status, context),
                     (true, Some(_)) => retry::after_redirect_at_most_once(
-                        retry::classify_status_at_most_once(resp.status),
+                        retry::classify_status_at_most_once(resp.status, context),
                     ),
                     (false, _) => retry::classify_status(resp.status),
                 };

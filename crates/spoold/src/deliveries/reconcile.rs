@@ -376,6 +376,8 @@ impl Reconciler {
             max_redirects: Some(0),
             // The query's URL's own rule: a private CA or client certificate it needs.
             tls: self.rules.now().tls(&url),
+            // A read: asked again if it is cut off.
+            fresh_connection: false,
         };
         match self.outbound.send(request).await {
             Err(e) => (

@@ -6,9 +6,14 @@
 //!
 //! At most once, what may be retried is decided by whether the request can have reached the
 //! target's application: only when it certainly did not (nothing was written, or the target said
-//! it did not process it: 408, 425, 429, 503) is it sent again. An answer that leaves it open
-//! (500, 502, 504 and other server errors) and anything after the first byte left (a timeout, a
-//! reset) make the outcome `unknown`.
+//! it did not process it: 408, 425, 429, a 503 with `Retry-After`, and the statuses its
+//! `[[targets]]` rule trusts, `at_most_once_resend_on`) is it sent again. An answer that leaves
+//! it open (500, 502, 504, a 503 without `Retry-After` — a proxy may send either after the
+//! origin took the request — other server errors, and a 3xx: the target got the request and
+//! did not say what it did with it) and anything after the first byte left (a timeout, a reset)
+//! make the outcome `unknown`. Any other answer is final: `failed`, and since the target
+//! answered, the request arrived — an operator's `retry` does not send it again
+//! (`spool_store::model::answer_proves_arrival` is the store's side of that rule).
 //!
 //! Redirects (`--max-redirects`): once a hop has answered with a redirect that was followed, the
 //! request has reached the target — a 303 after a POST usually means it was processed. At most
@@ -42,20 +47,46 @@ pub fn classify_status(status: u16) -> Verdict {
     }
 }
 
+/// What a target says about a 5xx it answers at most once (its rule's
+/// `at_most_once_resend_on`), and whether the answer asked to wait (`Retry-After`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AnswerContext<'a> {
+    /// The statuses the target's rule says its receiver answers before any work.
+    pub trusted: &'a [u16],
+    /// The answer carried a `Retry-After` spoold can read.
+    pub retry_after: bool,
+}
+
 /// The verdict on an HTTP status for an at-most-once delivery.
-pub fn classify_status_at_most_once(status: u16) -> Verdict {
+pub fn classify_status_at_most_once(status: u16, context: AnswerContext<'_>) -> Verdict {
     match status {
         200..=299 => Verdict::Succeeded,
+        // The target's rule says its receiver answers these before doing anything.
+        s if context.trusted.contains(&s) => Verdict::Retry,
         // The server says it did not process the request.
-        408 | 425 | 429 | 503 => Verdict::Retry,
+        408 | 425 | 429 => Verdict::Retry,
+        // Overloaded or in maintenance, and saying when to come back: the receiver's own
+        // answer. Without `Retry-After` a 503 may be a proxy's whose upstream reset
+        // mid-request.
+        503 if context.retry_after => Verdict::Retry,
+        // The target got the request and pointed elsewhere (not followed): whether it did the
+        // work first (a 303 after a POST usually means it did) is not known.
+        300..=399 => Verdict::Unknown,
         // Not implemented, HTTP version not supported: a definite refusal.
         501 | 505 => Verdict::Failed,
         // A server error may come after the work was done (a crash while answering, a proxy
-        // that lost the upstream's answer).
+        // — 502, 504 — that lost the upstream's answer).
         500..=599 => Verdict::Unknown,
-        // 3xx (not followed), other 4xx, and anything stranger: a definite answer.
+        // Other 4xx, and anything stranger: a definite answer.
         _ => Verdict::Failed,
     }
+}
+
+/// Whether `status` may be named in a rule's `at_most_once_resend_on`: a 5xx that a receiver
+/// can answer before any work (not 501 or 505, which are final refusals). 408, 425 and 429
+/// need no rule; other 4xx are final.
+pub fn may_be_trusted(status: u16) -> bool {
+    (500..=599).contains(&status) && !matches!(status, 501 | 505)
 }
 
 /// At most once, the verdict on an attempt a redirect answered (the request reached the
@@ -164,33 +195,75 @@ mod tests {
 
     #[test]
     fn at_most_once_status_table() {
+        let plain = AnswerContext::default();
+        let waiting = AnswerContext {
+            retry_after: true,
+            ..plain
+        };
+        let trusting = AnswerContext {
+            trusted: &[502, 503],
+            ..plain
+        };
+        // (status, plain, with Retry-After, trusting 502 and 503)
+        use Verdict::{Failed, Retry, Succeeded, Unknown};
         let cases = [
-            (200, Verdict::Succeeded),
-            (201, Verdict::Succeeded),
-            (299, Verdict::Succeeded),
-            (301, Verdict::Failed),
-            (307, Verdict::Failed),
-            (400, Verdict::Failed),
-            (404, Verdict::Failed),
-            (409, Verdict::Failed),
-            (408, Verdict::Retry),
-            (425, Verdict::Retry),
-            (429, Verdict::Retry),
-            (503, Verdict::Retry),
-            (500, Verdict::Unknown),
-            (502, Verdict::Unknown),
-            (504, Verdict::Unknown),
-            (507, Verdict::Unknown),
-            (501, Verdict::Failed),
-            (505, Verdict::Failed),
+            (200, Succeeded, Succeeded, Succeeded),
+            (201, Succeeded, Succeeded, Succeeded),
+            (299, Succeeded, Succeeded, Succeeded),
+            (301, Unknown, Unknown, Unknown),
+            (303, Unknown, Unknown, Unknown),
+            (307, Unknown, Unknown, Unknown),
+            (308, Unknown, Unknown, Unknown),
+            (400, Failed, Failed, Failed),
+            (404, Failed, Failed, Failed),
+            (409, Failed, Failed, Failed),
+            (410, Failed, Failed, Failed),
+            (408, Retry, Retry, Retry),
+            (425, Retry, Retry, Retry),
+            (429, Retry, Retry, Retry),
+            (503, Unknown, Retry, Retry),
+            (500, Unknown, Unknown, Unknown),
+            (502, Unknown, Unknown, Retry),
+            (504, Unknown, Unknown, Unknown),
+            (507, Unknown, Unknown, Unknown),
+            (501, Failed, Failed, Failed),
+            (505, Failed, Failed, Failed),
         ];
-        for (status, want) in cases {
-            assert_eq!(classify_status_at_most_once(status), want, "{status}");
+        for (status, alone, after_wait, trusted) in cases {
+            assert_eq!(
+                [plain, waiting, trusting].map(|c| classify_status_at_most_once(status, c)),
+                [alone, after_wait, trusted],
+                "{status}"
+            );
         }
         assert_eq!(classify_error_at_most_once(true, true), Verdict::Unknown);
         assert_eq!(classify_error_at_most_once(true, false), Verdict::Unknown);
         assert_eq!(classify_error_at_most_once(false, true), Verdict::Retry);
         assert_eq!(classify_error_at_most_once(false, false), Verdict::Failed);
+    }
+
+    /// The store judges an operator's `retry` of a failed at-most-once delivery by the status
+    /// it failed on (`answer_proves_arrival`): it must call arrived exactly those a `Failed`
+    /// verdict came from, never one that was being resent (a `Retry` that ran out of attempts).
+    #[test]
+    fn the_store_tells_a_final_answer_from_a_resend_that_ran_out() {
+        let trusted: Vec<u16> = (100..=599).filter(|s| may_be_trusted(*s)).collect();
+        for status in 100..=599 {
+            for context in [
+                AnswerContext::default(),
+                AnswerContext {
+                    retry_after: true,
+                    trusted: &trusted,
+                },
+            ] {
+                let arrived = spool_store::model::answer_proves_arrival(status);
+                match classify_status_at_most_once(status, context) {
+                    Verdict::Failed => assert!(arrived, "{status} failed but not arrived"),
+                    Verdict::Retry => assert!(!arrived, "{status} resent but arrived"),
+                    Verdict::Succeeded | Verdict::Unknown => {}
+                }
+            }
+        }
     }
 
     #[test]

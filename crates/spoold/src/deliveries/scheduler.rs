@@ -9,8 +9,14 @@
 //! finds out whether it is back. So a dead target costs a handful of attempts, not one attempt
 //! per queued delivery per backoff period. The same breaker opens for a target that answers a
 //! run of 5xx or times out (`--breaker-failures` in a row, within `--breaker-window`), and the
-//! first success closes it. A target that answers 410 Gone, or that an operator paused
-//! ([`TargetControl`]), is sent nothing until an operator resumes it.
+//! first success closes it. The first pause is `--retry-base` long, and each failed probe doubles
+//! it (to `--retry-cap`): the errors of the burst that opened the breaker (requests already on
+//! the wire) do not lengthen it. A probe is one slot — one request — claimed only when nothing
+//! else is in flight to the target, and the slots the scheduler spawned as probes are the only
+//! ones whose failure counts as a failed probe. A target that answers 410 Gone, or that an
+//! operator paused ([`TargetControl`]), is sent nothing until an operator resumes it; after a
+//! resume from 410, one delivery goes first (a 410 then fails it: see
+//! [`crate::deliveries::deliver::Started::after_gone`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -130,19 +136,27 @@ impl TargetControl {
 struct Done {
     origin: String,
     end: SlotEnd,
+    /// The slot was claimed as its paused target's probe.
+    probe: bool,
 }
 
 /// Consecutive unreachable attempts of one target, and its 5xx answers and timeouts in a row
-/// (since when), and until when it is paused; until when it asked (with `Retry-After`) to be
-/// sent nothing; whether it said it is gone (410).
+/// (since when), and until when it is paused and how many probes failed since it was; until
+/// when it asked (with `Retry-After`) to be sent nothing; whether it said it is gone (410), or
+/// was resumed by an operator after that.
 #[derive(Debug, Default)]
 struct TargetState {
     failures: u32,
     errors: u32,
     errors_since: Option<Instant>,
     paused_until: Option<Instant>,
+    /// Probes that failed since the pause began: the next pause is spaced as the retry after
+    /// that many.
+    failed_probes: u32,
     held_until: Option<Instant>,
     gone: bool,
+    /// An operator resumed it after a 410: one delivery goes first, and a 410 fails it.
+    resumed_from_gone: bool,
 }
 
 impl TargetState {
@@ -152,7 +166,11 @@ impl TargetState {
 
     /// Whether it is kept because something about it is not ordinary.
     fn notable(&self, now: Instant) -> bool {
-        self.failures > 0 || self.errors > 0 || self.gone || self.held(now)
+        self.failures > 0
+            || self.errors > 0
+            || self.gone
+            || self.resumed_from_gone
+            || self.held(now)
     }
 
     /// Paused after failures (refused connections, or the breaker), probed once the pause is
@@ -160,6 +178,11 @@ impl TargetState {
     fn tripped(&self, breaker: &Breaker) -> bool {
         self.failures >= PAUSE_AFTER_FAILURES
             || (breaker.failures > 0 && self.errors >= breaker.failures)
+    }
+
+    /// Sent one delivery at a time, to find out whether it is back.
+    fn probed(&self, breaker: &Breaker) -> bool {
+        self.tripped(breaker) || self.resumed_from_gone
     }
 }
 
@@ -190,8 +213,18 @@ impl Scheduler {
             }
             let now = Instant::now();
             for (origin, resumed) in self.control.take_news() {
-                if resumed && targets.remove(&origin).is_some() {
+                if let Some(was) = targets.remove(&origin).filter(|_| resumed) {
                     info!(target_origin = %origin, "target resumed by an operator");
+                    if was.gone {
+                        // One delivery first: if it is still gone, only that one fails.
+                        targets.insert(
+                            origin.clone(),
+                            TargetState {
+                                resumed_from_gone: true,
+                                ..TargetState::default()
+                            },
+                        );
+                    }
                 }
                 self.publish(&origin, targets.get(&origin), now);
             }
@@ -232,6 +265,9 @@ impl Scheduler {
                         fruitless_at =
                             (claimed == 0 && !capacity.saturated().is_empty()).then(Instant::now);
                         for c in batch.claimed {
+                            let state = targets.get(&c.origin);
+                            let probe = state.is_some_and(|t| t.probed(&self.breaker));
+                            let after_gone = state.is_some_and(|t| t.resumed_from_gone);
                             // Its rate's token is taken now, before the next claim looks at
                             // the bucket: claimed is spoken for.
                             let token = self.deliverer.limiter.take(
@@ -248,10 +284,11 @@ impl Scheduler {
                             attempts.spawn(async move {
                                 let origin = c.origin.clone();
                                 let released = move |end| {
-                                    let _ = done.send(Done { origin, end });
+                                    let _ = done.send(Done { origin, end, probe });
                                 };
                                 let mut first = Started::new(c, asked, lease);
                                 first.token = token;
+                                first.after_gone = after_gone;
                                 deliverer.attempt(first, interrupt, released).await;
                             });
                         }
@@ -357,23 +394,60 @@ impl Scheduler {
             }
         }
         let now = Instant::now();
-        // An error after an answer is not in a row with the errors before that answer.
+        // An error after an answer is not in a row with the errors before that answer (and a
+        // probe that was answered has done its work: its later requests are no probes).
+        let mut probe = done.probe;
         if done.end.answered_before && done.end.health != TargetHealth::Answered {
-            self.note(targets, &done.origin, TargetHealth::Answered, now);
+            self.note(targets, &done.origin, TargetHealth::Answered, probe, now);
+            probe = false;
         }
-        self.note(targets, &done.origin, done.end.health, now);
+        self.note(targets, &done.origin, done.end.health, probe, now);
         self.publish(&done.origin, targets.get(&done.origin), now);
     }
 
     /// Take in what an attempt said of its target: its failures and errors in a row, its
-    /// pauses.
+    /// pauses. A `probe` that failed lengthens the pause; the failures of other slots while the
+    /// target is paused (requests that were on the wire when it was) change nothing.
     fn note(
         &self,
         targets: &mut HashMap<String, TargetState>,
         origin: &str,
         health: TargetHealth,
+        probe: bool,
         now: Instant,
     ) {
+        let failed = matches!(
+            health,
+            TargetHealth::Unreachable | TargetHealth::Failing | TargetHealth::Unknown
+        );
+        if let Some(state) = targets
+            .get_mut(origin)
+            .filter(|t| failed && t.tripped(&self.breaker))
+        {
+            if probe {
+                if health == TargetHealth::Failing && state.failures >= PAUSE_AFTER_FAILURES {
+                    // Paused for refusing connections, it answers again — with errors: from
+                    // now on its breaker holds it (if it has one; else it is sent to again).
+                    state.failures = 0;
+                    state.errors = self.breaker.failures;
+                    state.errors_since = Some(now);
+                    if !state.tripped(&self.breaker) {
+                        state.paused_until = None;
+                        return;
+                    }
+                }
+                state.failed_probes += 1;
+                let pause = self.pause_backoff.delay(origin, state.failed_probes + 1);
+                state.paused_until = Some(now + pause);
+                info!(
+                    target_origin = %origin,
+                    failed_probes = state.failed_probes,
+                    pause_ms = pause.as_millis() as u64,
+                    "probe of a paused target failed; the pause is longer"
+                );
+            }
+            return;
+        }
         match health {
             TargetHealth::Answered => {
                 if let Some(t) = targets.get_mut(origin) {
@@ -393,6 +467,7 @@ impl Scheduler {
                 let state = targets.entry(origin.to_owned()).or_default();
                 state.failures = 0;
                 state.paused_until = None;
+                state.resumed_from_gone = false;
                 let until = now + wait;
                 if state.held_until.is_none_or(|held| held < until) {
                     state.held_until = Some(until);
@@ -406,8 +481,8 @@ impl Scheduler {
             TargetHealth::Unreachable => {
                 let state = targets.entry(origin.to_owned()).or_default();
                 state.failures += 1;
-                if let Some(pause) = self.pause_for(state.failures, PAUSE_AFTER_FAILURES, origin) {
-                    state.paused_until = Some(now + pause);
+                if state.tripped(&self.breaker) {
+                    let pause = self.open(state, origin, now);
                     info!(
                         target_origin = %origin,
                         failures = state.failures,
@@ -427,8 +502,8 @@ impl Scheduler {
                     state.errors_since = Some(now);
                 }
                 state.errors += 1;
-                if let Some(pause) = self.pause_for(state.errors, self.breaker.failures, origin) {
-                    state.paused_until = Some(now + pause);
+                if state.tripped(&self.breaker) {
+                    let pause = self.open(state, origin, now);
                     info!(
                         target_origin = %origin,
                         errors = state.errors,
@@ -448,16 +523,20 @@ impl Scheduler {
                     );
                 }
                 state.gone = true;
+                state.resumed_from_gone = false;
             }
             TargetHealth::Unknown => {}
         }
     }
 
-    /// How long to pause a target after `run` failures in a row, when `threshold` (0: never)
-    /// is reached: spaced like retries, longer with each failed probe.
-    fn pause_for(&self, run: u32, threshold: u32, origin: &str) -> Option<Duration> {
-        (threshold > 0 && run >= threshold)
-            .then(|| self.pause_backoff.delay(origin, run - threshold + 1))
+    /// Pause a target whose failures in a row just reached their threshold: for as long as
+    /// the first retry waits. Each failed probe makes the next pause longer (see
+    /// [`Self::note`]).
+    fn open(&self, state: &mut TargetState, origin: &str, now: Instant) -> Duration {
+        let pause = self.pause_backoff.delay(origin, 1);
+        state.failed_probes = 0;
+        state.paused_until = Some(now + pause);
+        pause
     }
 
     /// Show a target's state in the operator's overview, with why it is paused.
@@ -555,7 +634,7 @@ fn limits(
             let paused = t.paused_until.is_some_and(|until| until > now);
             let limit = if t.held(now) || t.gone {
                 0
-            } else if t.tripped(breaker) {
+            } else if t.probed(breaker) {
                 if paused {
                     0
                 } else {
@@ -624,6 +703,20 @@ mod tests {
                     ..TargetState::default()
                 },
             ),
+            (
+                "http://127.0.0.7:80".to_owned(),
+                TargetState {
+                    gone: true,
+                    ..TargetState::default()
+                },
+            ),
+            (
+                "http://127.0.0.8:80".to_owned(),
+                TargetState {
+                    resumed_from_gone: true,
+                    ..TargetState::default()
+                },
+            ),
         ]);
         let breaker = Breaker {
             failures: 5,
@@ -635,6 +728,9 @@ mod tests {
         assert_eq!(l.get("http://127.0.0.4:80"), None);
         assert_eq!(l.get("http://127.0.0.5:80"), Some(&0));
         assert_eq!(l.get("http://127.0.0.6:80"), None);
+        // Gone: nothing; resumed after that: one delivery first.
+        assert_eq!(l.get("http://127.0.0.7:80"), Some(&0));
+        assert_eq!(l.get("http://127.0.0.8:80"), Some(&1));
         assert_eq!(
             earliest_resume(&targets, now),
             Some(now + Duration::from_secs(2))

@@ -14,6 +14,7 @@ use spool_proto::{headers, units, CreateDelivery, DeliveryMode, ErrorCode, Recon
 use spool_store::model::{self, Body, Millis, Mode, NewDelivery};
 use url::Url;
 
+use crate::characters::Unwanted;
 use crate::deliveries::outbound::{literal_ip, AddressPolicy};
 use crate::deliveries::reconcile;
 
@@ -98,6 +99,15 @@ pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, R
         remote_id_pointer: req.remote_id_pointer.take(),
     };
 
+    // spoold v0.1.0 took any key; a NUL cannot be stored (PostgreSQL's text refuses it), and
+    // is refused before it is trimmed away or not.
+    if req
+        .idempotency_key
+        .as_deref()
+        .is_some_and(|k| k.contains('\0'))
+    {
+        return Err(invalid("idempotency key must not contain a NUL byte"));
+    }
     let idempotency_key = req
         .idempotency_key
         .map(|k| k.trim().to_owned())
@@ -265,6 +275,10 @@ impl AtMostOnce {
             .remote_id_pointer
             .map(|p| check_pointer("remoteIdPointer", p))
             .transpose()?;
+        // The business key a target is searched by: as a task's key, nothing hidden in it.
+        if let Some(u) = self.fingerprint.as_deref().and_then(Unwanted::find) {
+            return Err(invalid(format!("fingerprint must not contain {u}")));
+        }
         let fingerprint = self
             .fingerprint
             .map(|f| f.trim().to_owned())
@@ -417,6 +431,9 @@ fn check_reconcile(
 fn check_pointer(name: &str, pointer: String) -> Result<String, Rejection> {
     if pointer.len() > spool_proto::MAX_KEY_BYTES {
         return Err(invalid(format!("{name} must not exceed 256 bytes")));
+    }
+    if pointer.contains('\0') {
+        return Err(invalid(format!("{name} must not contain a NUL byte")));
     }
     if !pointer.is_empty() && !pointer.starts_with('/') {
         return Err(invalid(format!(
@@ -830,6 +847,28 @@ mod tests {
                 "256 bytes",
             ),
             (
+                json!({"targetUrl":"http://127.0.0.1/","idempotencyKey": "a\u{0}b"}),
+                "idempotency key must not contain a NUL byte",
+            ),
+            (
+                json!({"targetUrl":"http://127.0.0.1/","idempotencyKey": " k \u{0}"}),
+                "NUL",
+            ),
+            (
+                json!({"targetUrl":"http://127.0.0.1/","mode":"at_most_once",
+                       "fingerprint":"order\n1"}),
+                "fingerprint must not contain the control character '\\n'",
+            ),
+            (
+                json!({"targetUrl":"http://127.0.0.1/","mode":"at_most_once",
+                       "fingerprint":"order-1\u{202E}"}),
+                "fingerprint must not contain the invisible character U+202E",
+            ),
+            (
+                json!({"targetUrl":"http://127.0.0.1/","remoteIdPointer":"/id\u{0}"}),
+                "remoteIdPointer must not contain a NUL byte",
+            ),
+            (
                 json!({"targetUrl":"http://127.0.0.1/","method":"GE T"}),
                 "invalid characters",
             ),
@@ -903,6 +942,12 @@ mod tests {
             let (code, message) = rejected(req.clone());
             assert_eq!(code, ErrorCode::InvalidDelivery, "{req}");
             assert!(message.contains(want), "{req}: {message}");
+        }
+        // spoold v0.1.0 took any key but a NUL, which no database here can keep: so does this.
+        for key in ["line\nbreak", "tab\tand\u{1b}[31m", "zero\u{200B}width"] {
+            let new = check(json!({"targetUrl":"http://127.0.0.1/","idempotencyKey": key}))
+                .unwrap_or_else(|r| panic!("{key:?}: {}", r.message));
+            assert_eq!(new.idempotency_key.as_deref(), Some(key));
         }
         let big = "a".repeat(spool_proto::MAX_BODY_BYTES);
         let (code, message) = rejected(json!({"targetUrl":"http://127.0.0.1/","body": big}));

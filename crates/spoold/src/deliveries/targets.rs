@@ -3,7 +3,11 @@
 //! order written, the first whose `match` fits a delivery's URL applying; secrets are
 //! `[secrets]` entries read from files at start and at each reload (SIGHUP), kept in memory
 //! only — never in the database, the API or a log. Rates are token buckets, one per origin
-//! ([`RateLimiter`]).
+//! ([`RateLimiter`]): a rule with a `rate` must match whole origins (its pattern ends in `/*`
+//! right after the host and port), since the scheduler claims by origin and a
+//! narrower rule's rate would hold back the origin's other paths too. At most once, a rule can
+//! name the 5xx statuses its receiver answers before any work (`at_most_once_resend_on`):
+//! such an answer is resent instead of making the outcome `unknown`.
 //!
 //! ```toml
 //! [secrets]
@@ -22,6 +26,7 @@ use std::sync::{Arc, RwLock};
 use spool_proto::signing::Secret;
 
 use crate::deliveries::outbound::TlsSettings;
+use crate::deliveries::retry;
 
 /// `[secrets] NAME = { file = "…" }` as written.
 #[derive(Debug, serde::Deserialize)]
@@ -51,6 +56,9 @@ pub struct TargetSpec {
     client_key: Option<PathBuf>,
     /// The lowest TLS version: "1.2" (the default) or "1.3".
     min_tls: Option<String>,
+    /// At most once: 5xx statuses the receiver answers before doing any work (e.g. `[503]`),
+    /// resent like a 429 instead of making the outcome `unknown`.
+    at_most_once_resend_on: Option<Vec<u16>>,
 }
 
 /// A token bucket's shape: `per_sec` tokens a second, at most `burst` saved up.
@@ -101,6 +109,7 @@ struct Rule {
     sign: Option<Signer>,
     rate: Option<Rate>,
     tls: Option<Arc<TlsSettings>>,
+    resend_on: Vec<u16>,
 }
 
 /// A named secret that signs requests.
@@ -153,6 +162,13 @@ impl TargetRules {
                 }
             };
             let rate = match (&spec.rate, spec.burst) {
+                (Some(_), _) if !covers_whole_origins(&spec.pattern) => {
+                    return Err(at(format!(
+                        "{table}: rate: rates are per origin (scheme://host:port), and this \
+                         pattern matches only part of one; match the whole origin \
+                         (\"scheme://host/*\") or move the rate to a rule that does"
+                    )));
+                }
                 (Some(rate), burst) => {
                     Some(Rate::parse(rate, burst).map_err(|e| at(format!("{table}: {e}")))?)
                 }
@@ -161,11 +177,20 @@ impl TargetRules {
                 }
                 (None, None) => None,
             };
+            let resend_on = spec.at_most_once_resend_on.unwrap_or_default();
+            if let Some(bad) = resend_on.iter().find(|s| !retry::may_be_trusted(**s)) {
+                return Err(at(format!(
+                    "{table}: at_most_once_resend_on: {bad} is not a 5xx a receiver answers \
+                     before any work (500, 502–504, 506–599; 408, 425 and 429 are always \
+                     resent, other 4xx and 501, 505 are final)"
+                )));
+            }
             rules.push(Rule {
                 pattern: spec.pattern,
                 sign,
                 rate,
                 tls: tls.map(Arc::new),
+                resend_on,
             });
         }
         Ok(TargetRules {
@@ -208,10 +233,45 @@ impl TargetRules {
         self.rule(url).and_then(|r| r.tls.clone())
     }
 
-    /// The rate of the rule for `url`, if that rule has one.
+    /// The rate of `url`'s origin: that of the first rule for whole origins
+    /// ([`covers_whole_origins`]) that matches the origin, if that rule has one. Rules for part
+    /// of an origin are passed over (they carry no rate: refused at load), and the origin is
+    /// matched as its root URL (`scheme://host:port/`), so every URL of an origin has the
+    /// same rate.
     pub fn rate(&self, url: &str) -> Option<Rate> {
-        self.rule(url).and_then(|r| r.rate)
+        let root = origin_root(url);
+        self.rules
+            .iter()
+            .find(|r| covers_whole_origins(&r.pattern) && glob_match(&r.pattern, &root))
+            .and_then(|r| r.rate)
     }
+
+    /// The statuses the rule for `url` trusts as "not processed" at most once.
+    pub fn resend_on(&self, url: &str) -> &[u16] {
+        self.rule(url).map_or(&[], |r| r.resend_on.as_slice())
+    }
+}
+
+/// Whether `pattern` is written for whole origins: `scheme://host[:port]/*`, or
+/// `scheme://host…*` (wildcards in the host and port, nothing of a path). Only such a rule may
+/// have a rate.
+fn covers_whole_origins(pattern: &str) -> bool {
+    let Some((_, rest)) = pattern.split_once("://") else {
+        return false;
+    };
+    match rest.strip_suffix("/*") {
+        Some(authority) => !authority.is_empty() && !authority.contains('/'),
+        None => rest.ends_with('*') && !rest.contains('/'),
+    }
+}
+
+/// `scheme://authority/` of a URL: everything before its path, and the path's first `/`.
+fn origin_root(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    format!("{}/", &url[..end])
 }
 
 /// The token buckets of rate-limited origins. The scheduler takes a token for each delivery
@@ -684,6 +744,79 @@ mod tests {
         // Full again at 1,200 ms (2.5 tokens): kept for a minute after that.
         assert_eq!(limiter.room(ms(61_100)).len(), 1);
         assert!(limiter.room(ms(61_300)).is_empty());
+    }
+
+    /// Rates are per origin: a rule with a rate matches whole origins, and an origin's rate is
+    /// that of the first rule for whole origins that matches it — whatever the path, and past
+    /// a narrower rule (for signing or TLS) that comes first.
+    #[test]
+    fn a_rate_is_an_origins() {
+        for (pattern, whole) in [
+            ("https://hooks.example.com/*", true),
+            ("https://*.example.com/*", true),
+            ("http://127.0.0.1:*/*", true),
+            ("http://127.0.0.1:*", true),
+            ("https://hooks.example.com/slow/*", false),
+            ("https://hooks.example.com/", false),
+            ("https://hooks.example.com/hook", false),
+            ("https://hooks.example.com*/x", false),
+            ("https:///*", false),
+        ] {
+            assert_eq!(covers_whole_origins(pattern), whole, "{pattern}");
+        }
+        let err = load(
+            "",
+            "[[targets]]\nmatch = \"http://h/slow/*\"\nrate = \"8/s\"",
+        )
+        .expect_err("refused");
+        assert!(
+            err.contains(
+                "[[targets]] #1 (match = \"http://h/slow/*\"): rate: rates are per origin"
+            ),
+            "{err}"
+        );
+        let rules = load(
+            "",
+            "[[targets]]\nmatch = \"http://h/tls/*\"\nmin_tls = \"1.3\"\n\
+             [[targets]]\nmatch = \"http://*.example.com/*\"\nrate = \"8/s\"\n\
+             [[targets]]\nmatch = \"http://h/*\"\nrate = \"2/s\"",
+        )
+        .expect("valid");
+        let per_sec = |url: &str| rules.rate(url).map(|r| r.per_sec);
+        assert_eq!(
+            per_sec("http://h/tls/x"),
+            Some(2.0),
+            "past the narrower rule"
+        );
+        assert_eq!(per_sec("http://h/fast?x=/"), Some(2.0));
+        assert_eq!(per_sec("http://a.example.com/x"), Some(8.0));
+        // A path that the host's wildcard could swallow does not make another origin's rate.
+        assert_eq!(per_sec("http://evil.test/a.example.com/x"), None);
+        assert_eq!(per_sec("http://other/"), None);
+        assert_eq!(origin_root("http://h:8080/a/b?c"), "http://h:8080/");
+        assert_eq!(origin_root("http://h?c"), "http://h/");
+    }
+
+    #[test]
+    fn a_rule_trusts_only_5xx_a_receiver_answers_before_any_work() {
+        let rules = load(
+            "",
+            "[[targets]]\nmatch = \"http://h/*\"\nat_most_once_resend_on = [502, 503]",
+        )
+        .expect("valid");
+        assert_eq!(rules.resend_on("http://h/x"), [502, 503]);
+        assert!(rules.resend_on("http://other/x").is_empty());
+        for bad in [404, 429, 501, 505, 200] {
+            let err = load(
+                "",
+                &format!("[[targets]]\nmatch = \"http://h/*\"\nat_most_once_resend_on = [{bad}]"),
+            )
+            .expect_err("refused");
+            assert!(
+                err.contains(&format!("at_most_once_resend_on: {bad} is not a 5xx")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

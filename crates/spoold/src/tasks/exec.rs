@@ -112,9 +112,11 @@ pub struct Finished {
     pub duration: Duration,
     /// Bytes it wrote to stdout and stderr.
     pub output_bytes: u64,
-    /// The process could not be started (no such program, not executable, bad directory), or
-    /// its supervisor failed.
+    /// The process could not be started (no such program, not executable, bad directory).
     pub spawn_error: Option<String>,
+    /// Its supervisor died before the attempt was over (someone killed it): how the attempt
+    /// ended is not known.
+    pub supervisor_lost: Option<String>,
     /// The leader's pid (also its process group id).
     pub pid: Option<u32>,
 }
@@ -203,23 +205,28 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
             },
         }
     }
-    drop(control);
     let status = sup.reap().unwrap_or_default();
-    let read = supervision::read_record(&record);
+    let told = Told::read(&control);
+    drop(control);
+    // A live daemon is told; the file is the supervisor's only if it took this one for gone.
+    let read = match told.record {
+        Some(r) => Ok(Some(r)),
+        None => supervision::read_record(&record),
+    };
     let _ = std::fs::remove_file(&record);
     match read {
         Ok(Some(r)) if r.over => apply(&mut finished, &r, requested),
         failed => {
             // The supervisor died before it finished (killed by someone, out of memory): what
             // it had adopted was re-parented to this process, which ends it.
-            let (why, group) = match failed {
-                Err(e) => (format!("its record could not be read: {e}"), None),
-                Ok(Some(r)) => ("it did not finish".to_owned(), r.pid.map(|p| p as i32)),
-                Ok(None) => ("it left no record".to_owned(), None),
+            let why = match failed {
+                Err(e) => format!("its record could not be read: {e}"),
+                Ok(_) => "it told nothing of how the attempt ended".to_owned(),
             };
+            let group = told.pid;
             tracing::error!(tag = %spawn.tag, exit_code = status.code, signal = status.signal,
                             why, "an attempt's supervisor ended abnormally");
-            finished.spawn_error = Some(format!(
+            finished.supervisor_lost = Some(format!(
                 "the attempt's supervisor ended abnormally ({}); {why}",
                 describe_exit(status)
             ));
@@ -245,6 +252,41 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     };
     finished.duration = started.elapsed();
     finished
+}
+
+/// What a supervisor told its daemon on the control socket: the attempt's process group once
+/// the program runs, and how the attempt ended just before it exits.
+#[derive(Debug, Default)]
+struct Told {
+    pid: Option<i32>,
+    record: Option<Record>,
+}
+
+impl Told {
+    /// Read what the supervisor (gone by now) left on the socket.
+    fn read(control: &OwnedFd) -> Told {
+        let _ = rustix::fs::fcntl_setfl(control, rustix::fs::OFlags::NONBLOCK);
+        let mut text = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match rustix::io::read(control, &mut chunk) {
+                Ok(0) => break,
+                Ok(n) => text.extend_from_slice(&chunk[..n]),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => break,
+            }
+        }
+        let mut told = Told::default();
+        for line in text.split(|b| *b == b'\n') {
+            let line = String::from_utf8_lossy(line);
+            match line.split_once(' ') {
+                Some(("pid", pid)) => told.pid = pid.parse().ok(),
+                Some(("record", json)) => told.record = serde_json::from_str(json).ok(),
+                _ => {}
+            }
+        }
+        told
+    }
 }
 
 /// What a supervisor's record says of the attempt, with the stop this process asked for.

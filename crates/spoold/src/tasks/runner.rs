@@ -420,7 +420,9 @@ impl Runner {
                                      "the supervisor of an attempt whose executor is gone died \
                                       before it finished: what it left is not known here"),
                     None => info!(task_id = %orphan.id, attempt = orphan.attempt,
-                                  "an attempt whose executor is gone never started a program"),
+                                  "the supervisor of an attempt whose executor is gone left no \
+                                   record (it never started the program, or told its daemon \
+                                   just as it stopped)"),
                 }
             }
             Whereabouts::Elsewhere => {
@@ -1029,6 +1031,12 @@ impl Runner {
             ""
         };
         let retried = match (finished.stopped, &finished.spawn_error) {
+            _ if finished.supervisor_lost.is_some() => {
+                end.outcome = TaskStatus::Interrupted;
+                end.error_code = Some("supervisor_lost".into());
+                end.error = finished.supervisor_lost.clone();
+                false
+            }
             (_, Some(why)) => {
                 end.error_code = Some("spawn_failed".into());
                 end.error = Some(why.clone());

@@ -1,8 +1,9 @@
-//! Turning a submission into a [`NewTask`]: JSON decoding (`invalid_request`), the declared
-//! type (`unknown_task_type`), its parameters (`unknown_param`, `missing_param`,
-//! `invalid_params`), the business key (given, or rendered from the type's template) and the
-//! digest that makes two submissions the same task. The same shape as
-//! `deliveries::submission`: the API layer only reads the body, calls [`decode`] and
+//! Turning a submission into a [`NewTask`]: how large its body may be ([`max_body_bytes`]),
+//! JSON decoding (`invalid_request`, also for a parameter named twice), the declared type
+//! (`unknown_task_type`), its parameters (`unknown_param`, `missing_param`, `invalid_params`),
+//! the business key (given — not empty, no control or invisible character — or rendered from
+//! the type's template) and the digest that makes two submissions the same task. The same
+//! shape as `deliveries::submission`: the API layer only reads the body, calls [`decode`] and
 //! [`validate`], and hands the result to the store.
 //!
 //! Parse, don't validate: a `NewTask` exists only if every rule held.
@@ -15,9 +16,29 @@ use spool_store::tasks::NewTask;
 
 use super::types::render;
 use super::TaskTypes;
+use crate::characters::Unwanted;
 
-/// The largest submission accepted.
-pub const MAX_SUBMISSION_BYTES: usize = 64 * 1024;
+/// What a submission may take besides its parameters' values: the type, the key, `notBefore`,
+/// the parameters' names, JSON's punctuation and white space.
+pub const SUBMISSION_BASE_BYTES: usize = 64 * 1024;
+
+/// The most bytes one character of a value can take in JSON: a control character written as
+/// `\u001b`.
+const JSON_ESCAPE_FACTOR: usize = 6;
+
+/// How large a submission's body may be: [`SUBMISSION_BASE_BYTES`] and room for the values of
+/// the declared type that takes the most, every value at its `max_length` and written with the
+/// longest escapes JSON has — so that every value a type accepts can be sent, however the
+/// client's encoder escapes it. Follows the declared types through a reload. (The body is
+/// read before its type is known, so the largest type sets the limit for all.)
+pub fn max_body_bytes(declared: &TaskTypes) -> usize {
+    let values = declared
+        .iter()
+        .map(|t| t.params.values().map(|p| p.max_length).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    SUBMISSION_BASE_BYTES + values * JSON_ESCAPE_FACTOR
+}
 
 /// A refused submission: the code and message for the error envelope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +54,8 @@ fn invalid(message: impl Into<String>) -> Rejection {
     }
 }
 
-/// Decode one JSON object.
+/// Decode one JSON object (its size is the API's to bound: [`max_body_bytes`]).
 pub fn decode(bytes: &[u8]) -> Result<SubmitTask, Rejection> {
-    if bytes.len() > MAX_SUBMISSION_BYTES {
-        return Err(invalid("decode JSON: request body too large"));
-    }
     serde_json::from_slice(bytes).map_err(|e| invalid(format!("decode JSON: {e}")))
 }
 
@@ -64,10 +82,7 @@ pub fn validate(req: SubmitTask, declared: &TaskTypes) -> Result<NewTask, Reject
             },
             message: e.message,
         })?;
-    let given_key = req
-        .idempotency_key
-        .map(|k| k.trim().to_owned())
-        .filter(|k| !k.is_empty());
+    let given_key = req.idempotency_key.map(given_key).transpose()?;
     let key = match (&kind.idempotency_key, given_key) {
         (Some(_), Some(_)) => {
             return Err(invalid(format!(
@@ -105,6 +120,23 @@ pub fn validate(req: SubmitTask, declared: &TaskTypes) -> Result<NewTask, Reject
         locks: kind.locks(&params),
         task_type: name,
     })
+}
+
+/// A key as given, checked and trimmed: a key is a name a person reads back and compares, so
+/// neither a control character (a newline, an escape) nor an invisible one (a format
+/// character such as U+200B or U+202E, a line separator) may hide in it, and an empty one is
+/// a mistake (to not deduplicate, leave it out).
+fn given_key(key: String) -> Result<String, Rejection> {
+    if let Some(u) = Unwanted::find(&key) {
+        return Err(invalid(format!("idempotencyKey must not contain {u}")));
+    }
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(invalid(
+            "idempotencyKey must not be empty (leave it out for a task that is not deduplicated)",
+        ));
+    }
+    Ok(key.to_owned())
 }
 
 /// What makes two submissions the same task: the type and every parameter (defaults filled in).

@@ -36,10 +36,10 @@ pub struct Spec {
     pub record: PathBuf,
 }
 
-/// How an attempt ended, as its supervisor saw it: written into the record file just before
-/// the supervisor exits (`over`), so that a daemon started after a crash knows as much as the
-/// one that started the attempt. Written once before, too, as soon as the program runs: its pid
-/// (the attempt's process group), for a daemon whose supervisor died without finishing.
+/// How an attempt ended, as its supervisor saw it (`over`: it finished). Told to its daemon on
+/// the control socket just before the supervisor exits — or, when the daemon is gone by then,
+/// written into the record file, so that a daemon started after a crash knows as much as the
+/// one that started the attempt.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The supervisor finished: the attempt is over and this is how it ended.
@@ -77,8 +77,8 @@ pub enum StopReason {
 }
 
 /// What a record file says, once its lock is free: `Ok(None)` if its supervisor left no record
-/// (it never started the program, or died before it did); one not `over` if it died before it
-/// finished; `Err` while a supervisor still holds it.
+/// (it never started the program, told a live daemon instead, or died before it finished);
+/// `Err` while a supervisor still holds it.
 pub fn read_record(path: &Path) -> std::io::Result<Option<Record>> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,

@@ -11,7 +11,8 @@
 //!   ([`processes`]), and it exits only when it has none left (and its leader has exited).
 //! - It holds an exclusive `flock` on its record file from before it starts the program to its
 //!   own exit, so the lock is free only when it and every process of the attempt are gone; just
-//!   before it exits, it writes into that file how the attempt ended ([`Record`]).
+//!   before it exits, it tells its daemon how the attempt ended ([`Record`]) or, when the daemon
+//!   is gone, writes it into that file for the next one.
 //! - It learns that its daemon died from the end of its control socket (the daemon holds the
 //!   only other end) and then ends the attempt on its own, at once. It never starts the program
 //!   once the daemon is gone. A restarted daemon signals nothing: it waits for the lock, reads
@@ -28,8 +29,10 @@
 //! ordered stream — and the read end, which the supervisor only reads (and drops) once the
 //! daemon is gone, so that a clean-up that prints is not killed by SIGPIPE. Then, as lines:
 //! `stop` (end the attempt: an operator's cancel, the daemon's shutdown, a lost lease) and
-//! `lease MS` (the lease now runs until `CLOCK_BOOTTIME` MS). Nothing goes back on the socket:
-//! the daemon waits for the supervisor's exit and reads the record.
+//! `lease MS` (the lease now runs until `CLOCK_BOOTTIME` MS). Back on the socket go two lines
+//! the daemon reads only once the supervisor has exited: `pid N` once the program runs (the
+//! attempt's process group, should the supervisor be killed), and `record JSON` as it exits.
+//! No file is written while the daemon lives.
 //!
 //! The supervisor runs no async runtime and no logging: one thread, `poll(2)`, a few files.
 
@@ -56,8 +59,8 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 const REAP_EVERY: Duration = Duration::from_secs(1);
 
 /// The supervisor's `main`: `spoold --supervise-attempt`, with the control socket as stdin.
-/// Exit 0 once the record is written; 2 if the daemon sent no usable spec; 3 if the record
-/// file cannot be had.
+/// Exit 0 once the record is told or written; 2 if the daemon sent no usable spec; 3 if the
+/// record file cannot be had.
 pub fn main() -> ExitCode {
     let _ = rustix::thread::set_name(c"spoold-attempt");
     let control = match std::io::stdin().as_fd().try_clone_to_owned() {
@@ -87,11 +90,29 @@ pub fn main() -> ExitCode {
         let _ = std::fs::remove_file(&spec.record);
         return ExitCode::SUCCESS;
     }
-    let record = supervise(&spec, output, control, early, &file);
+    let record = Record {
+        over: true,
+        ..supervise(&spec, output, &mut control, early)
+    };
+    // A live daemon is told on the socket (it reads what is there once this process is gone):
+    // the file stays empty and goes. Only for a daemon that is gone is the record written into
+    // the file, for the next one.
+    if !control.gone && control.tell(&record_line(&record)) {
+        let _ = std::fs::remove_file(&spec.record);
+        return ExitCode::SUCCESS;
+    }
     match write_record(&file, &record) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(3, &format!("cannot write {}: {e}", spec.record.display())),
     }
+}
+
+/// `record JSON\n`: how the attempt ended, told to a live daemon on the control socket.
+fn record_line(record: &Record) -> Vec<u8> {
+    let mut line = b"record ".to_vec();
+    line.extend(serde_json::to_vec(record).unwrap_or_default());
+    line.push(b'\n');
+    line
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
@@ -188,6 +209,30 @@ struct Control {
 }
 
 impl Control {
+    /// Tell the daemon `line`, whole; `false` if it could not be (the daemon is gone).
+    fn tell(&mut self, line: &[u8]) -> bool {
+        let mut sent = 0;
+        while sent < line.len() {
+            match rustix::net::send(&self.fd, &line[sent..], rustix::net::SendFlags::NOSIGNAL) {
+                Ok(n) => sent += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => {
+                    let mut fds = [PollFd::new(&self.fd, PollFlags::OUT)];
+                    let second = rustix::time::Timespec {
+                        tv_sec: 1,
+                        tv_nsec: 0,
+                    };
+                    let _ = poll(&mut fds, Some(&second));
+                }
+                Err(_) => {
+                    self.gone = true;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     /// Every whole message that has arrived.
     fn read(&mut self) -> Vec<Message> {
         let mut chunk = [0u8; 4096];
@@ -222,13 +267,7 @@ impl Control {
 }
 
 /// Run the attempt to its end.
-fn supervise(
-    spec: &Spec,
-    output: Output,
-    mut control: Control,
-    early: Vec<Message>,
-    file: &std::fs::File,
-) -> Record {
+fn supervise(spec: &Spec, output: Output, control: &mut Control, early: Vec<Message>) -> Record {
     let started = boottime();
     let mut record = Record::default();
     if let Err(e) = processes::become_subreaper() {
@@ -245,12 +284,9 @@ fn supervise(
         }
     };
     record.pid = Some(leader.pid() as u32);
-    if let Err(e) = write_record(file, &record) {
-        eprintln!(
-            "spoold supervisor: cannot write {}: {e}",
-            spec.record.display()
-        );
-    }
+    // The attempt's process group, for a daemon that finds this process killed before it
+    // could tell how the attempt ended (it reads the socket then).
+    control.tell(format!("pid {}\n", leader.pid()).as_bytes());
     let grace = Duration::from_millis(spec.kill_grace_ms);
     let deadline = started + Duration::from_millis(spec.timeout_ms);
     let mut run = Run {
@@ -377,7 +413,6 @@ fn supervise(
         record.output_dropped += drain(&read).0;
     }
     record.duration_ms = (boottime() - started).as_millis() as u64;
-    record.over = true;
     record
 }
 

@@ -11,6 +11,8 @@ use regex_lite::Regex;
 use serde::Deserialize;
 use spool_proto::units::parse_duration;
 
+use crate::characters::Unwanted;
+
 /// A configuration problem, already worded: `spoold.toml: [tasks.backup] timeout: …`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -167,13 +169,16 @@ pub struct Param {
     /// The pattern names control characters explicitly (see [`names_controls`]): only then
     /// may a value hold one.
     controls: bool,
+    /// The pattern names invisible characters explicitly (see [`names_invisibles`]): only
+    /// then may a value hold one.
+    invisibles: bool,
 }
 
 /// Whether a pattern is explicit about control characters (`\t`, `\n`, `\x1b`, `[[:cntrl:]]`,
 /// `\pC` …). A class like `[^/]*` matches them too, but rarely on purpose: a tab or an escape
 /// sequence in an argument is a mistake or an attack more often than a value.
 fn names_controls(pattern: &str) -> bool {
-    const EXPLICIT: [&str; 13] = [
+    const EXPLICIT: [&str; 14] = [
         "\\t",
         "\\n",
         "\\r",
@@ -183,12 +188,25 @@ fn names_controls(pattern: &str) -> bool {
         "\\e",
         "\\x",
         "\\u",
+        "\\U",
         "[:cntrl:]",
         "\\pC",
         "\\p{C",
         "\\p{Control}",
     ];
     EXPLICIT.iter().any(|e| pattern.contains(e))
+}
+
+/// Whether a pattern is explicit about invisible characters (Unicode format characters such as
+/// U+200B or the bidi control U+202E, line and paragraph separators; see
+/// [`crate::characters`]): it holds one itself, or writes code points as escapes (`\x{200B}`,
+/// `\u{202E}`, `\U{2028}`). `.*` or `[^/]+` match them too, but rarely on purpose: they make a
+/// value read as another.
+fn names_invisibles(pattern: &str) -> bool {
+    ["\\x", "\\u", "\\U"].iter().any(|e| pattern.contains(e))
+        || pattern
+            .chars()
+            .any(|c| matches!(Unwanted::of(c), Some(Unwanted::Invisible(_))))
 }
 
 /// A declared task type, checked and with its defaults filled in.
@@ -241,6 +259,11 @@ pub struct ParamError {
 /// The longest parameter value unless the type says otherwise.
 pub const DEFAULT_MAX_PARAM_BYTES: usize = 256;
 
+/// The longest argument Linux passes to a program: `MAX_ARG_STRLEN` (32 pages of 4 KiB) less
+/// its terminating NUL. A longer one fails the start with E2BIG, so no `max_length`, and no
+/// argv element with its parameters at their `max_length`, may exceed it.
+pub const MAX_ARGUMENT_BYTES: usize = 32 * 4096 - 1;
+
 impl TaskType {
     /// Check one `[tasks.NAME]` table. `file` names the configuration file in messages.
     pub fn from_spec(file: &Path, name: &str, spec: TypeSpec) -> Result<TaskType, TypeError> {
@@ -276,6 +299,15 @@ impl TaskType {
             let regex = Regex::new(&format!("^(?:{})$", p.pattern))
                 .map_err(|e| err(&format!("params.{pname}.pattern"), e.to_string()))?;
             let max_length = p.max_length.unwrap_or(DEFAULT_MAX_PARAM_BYTES);
+            if !(1..=MAX_ARGUMENT_BYTES).contains(&max_length) {
+                return Err(err(
+                    &format!("params.{pname}.max_length"),
+                    format!(
+                        "must be 1–{MAX_ARGUMENT_BYTES} bytes (the longest argument Linux passes \
+                         to a program)"
+                    ),
+                ));
+            }
             if let Some(d) = &p.default {
                 if !regex.is_match(d) || d.len() > max_length {
                     return Err(err(
@@ -288,6 +320,7 @@ impl TaskType {
                 pname,
                 Param {
                     controls: names_controls(&p.pattern),
+                    invisibles: names_invisibles(&p.pattern),
                     pattern: p.pattern,
                     regex,
                     max_length,
@@ -317,6 +350,17 @@ impl TaskType {
         }
         for (i, arg) in spec.command.iter().enumerate() {
             known(arg, &format!("command[{i}]"))?;
+            let longest = longest_rendered(arg, &params);
+            if longest > MAX_ARGUMENT_BYTES {
+                return Err(err(
+                    &format!("command[{i}]"),
+                    format!(
+                        "with its parameters at their max_length this argument takes up to \
+                         {longest} bytes, more than the {MAX_ARGUMENT_BYTES} Linux passes to a \
+                         program: lower their max_length"
+                    ),
+                ));
+            }
         }
         if let Some(t) = &spec.idempotency_key {
             known(t, "idempotency_key")?;
@@ -514,20 +558,37 @@ impl TaskType {
                     param.max_length
                 )));
             }
-            // A NUL cannot be passed in argv at all; other control characters only where the
-            // pattern asks for them.
-            if value.contains('\0') {
-                return Err(invalid(format!(
-                    "parameter {name} must not contain a NUL byte (it cannot be passed as an \
-                     argument)"
-                )));
-            }
-            if let Some(c) = value.chars().find(|c| c.is_control()) {
-                if !param.controls {
+            // A NUL cannot be passed in argv at all; other control characters and invisible
+            // ones only where the pattern asks for them.
+            let unwanted = if value.contains('\0') {
+                Some(Unwanted::Nul)
+            } else {
+                value.chars().filter_map(Unwanted::of).find(|u| match u {
+                    Unwanted::Nul => true,
+                    Unwanted::Control(_) => !param.controls,
+                    Unwanted::Invisible(_) => !param.invisibles,
+                })
+            };
+            match unwanted {
+                None => {}
+                Some(Unwanted::Nul) => {
                     return Err(invalid(format!(
-                        "parameter {name} must not contain the control character {c:?} (a \
-                         pattern that allows one names it: \\t, \\n, \\x1b, [[:cntrl:]])"
-                    )));
+                        "parameter {name} must not contain a NUL byte (it cannot be passed as \
+                         an argument)"
+                    )))
+                }
+                Some(u @ Unwanted::Control(_)) => {
+                    return Err(invalid(format!(
+                        "parameter {name} must not contain {u} (a pattern that allows one names \
+                         it: \\t, \\n, \\x1b, [[:cntrl:]])"
+                    )))
+                }
+                Some(u @ Unwanted::Invisible(_)) => {
+                    return Err(invalid(format!(
+                        "parameter {name} must not contain {u}: a format character, bidi \
+                         control or line separator makes a value read as another (a pattern \
+                         that allows one names it: \\u{{202E}}, \\x{{200B}})"
+                    )))
                 }
             }
             if !param.regex.is_match(&value) {
@@ -624,6 +685,17 @@ pub fn render(template: &str, params: &BTreeMap<String, String>) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The longest `template` can be once rendered: its text, and each parameter it uses at its
+/// `max_length` (names are checked before).
+fn longest_rendered(template: &str, params: &BTreeMap<String, Param>) -> usize {
+    let names = template_names(template).unwrap_or_default();
+    let text = template.len() - names.iter().map(|n| n.len() + 2).sum::<usize>();
+    text + names
+        .iter()
+        .map(|n| params.get(*n).map_or(0, |p| p.max_length))
+        .sum::<usize>()
 }
 
 /// The `{name}`s a template uses, or what is wrong with it.
@@ -789,6 +861,60 @@ mod tests {
     }
 
     #[test]
+    fn invisible_characters_need_a_pattern_that_names_them() {
+        let t = parse(
+            "command = [\"/bin/echo\", \"{any}\", \"{path}\", \"{escaped}\", \"{literal}\"]\n\
+             params.any = { pattern = '.*', default = \"\" }\n\
+             params.path = { pattern = '[^/]+', default = \"x\" }\n\
+             params.escaped = { pattern = '[a-z\\x{200B}]*', default = \"\" }\n\
+             params.literal = { pattern = \"[a-z\u{2028}]*\", default = \"\" }\n",
+        )
+        .expect("valid");
+        let check = |name: &str, value: &str| {
+            t.check_params(&params(&[(name, value)]))
+                .map(drop)
+                .map_err(|e| (e.code, e.message))
+        };
+        for bad in [
+            "a\u{2028}b",
+            "evil\u{202E}txt",
+            "zero\u{200B}width",
+            "\u{FEFF}bom",
+        ] {
+            for name in ["any", "path"] {
+                let (code, message) = check(name, bad).expect_err(bad);
+                assert_eq!(code, "invalid_params", "{name} {bad:?}");
+                let u = format!(
+                    "U+{:04X}",
+                    u32::from(bad.chars().find(|c| !c.is_ascii()).unwrap_or(' '))
+                );
+                assert!(
+                    message.contains(&format!(
+                        "parameter {name} must not contain the invisible character {u}"
+                    )),
+                    "{message}"
+                );
+            }
+        }
+        // A pattern that names one, by an escape or itself, decides alone which it allows.
+        assert_eq!(
+            check("escaped", "zero\u{200B}width").map_err(|e| e.0),
+            Ok(())
+        );
+        assert_eq!(
+            check("escaped", "evil\u{202E}txt").map_err(|e| e.0),
+            Err("invalid_params"),
+            "not in the pattern"
+        );
+        assert_eq!(check("literal", "a\u{2028}b").map_err(|e| e.0), Ok(()));
+        // Other characters beyond ASCII are values like any other.
+        assert_eq!(
+            check("any", "café 日本 🙂 a\u{a0}b").map_err(|e| e.0),
+            Ok(())
+        );
+    }
+
+    #[test]
     fn configuration_errors_name_the_file_the_type_and_the_key() {
         let cases = [
             (
@@ -842,6 +968,21 @@ mod tests {
             (
                 "command = [\"/bin/x\"]\nconcurrency = 0",
                 "[tasks.backup] concurrency",
+            ),
+            (
+                "command = [\"/bin/x\"]\nparams.a = { pattern = \".*\", max_length = 200000 }",
+                "[tasks.backup] params.a.max_length: must be 1–131071 bytes",
+            ),
+            (
+                "command = [\"/bin/x\"]\nparams.a = { pattern = \".*\", max_length = 0 }",
+                "[tasks.backup] params.a.max_length",
+            ),
+            (
+                "command = [\"/bin/x\", \"--ab={a}{b}\"]\n\
+                 params.a = { pattern = \".*\", max_length = 100000 }\n\
+                 params.b = { pattern = \".*\", max_length = 100000 }",
+                "[tasks.backup] command[1]: with its parameters at their max_length this argument \
+                 takes up to 200005 bytes",
             ),
         ];
         for (text, want) in cases {

@@ -297,7 +297,9 @@ async fn connection_refused_is_retried_and_then_delivered_once() {
 }
 
 /// Every response class of the at-most-once rules: what the delivery becomes after the first
-/// answer, and how often the remote's create endpoint was called in the end.
+/// answer, and how often the remote's create endpoint was called in the end. (A 503 with
+/// `Retry-After`, and statuses a target's rule trusts, are resent: see
+/// `a_gateways_5xx_is_unknown_unless_the_targets_rule_trusts_it`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn response_classes_follow_the_at_most_once_rules() {
     let daemon = InProcess::boot(FLAGS).await;
@@ -309,17 +311,20 @@ async fn response_classes_follow_the_at_most_once_rules() {
         (408, "succeeded", 2, None),
         (425, "succeeded", 2, None),
         (429, "succeeded", 2, None),
-        (503, "succeeded", 2, None),
         (400, "failed", 1, Some("http_status")),
         (404, "failed", 1, Some("http_status")),
         (409, "failed", 1, Some("http_status")),
         (422, "failed", 1, Some("http_status")),
         (501, "failed", 1, Some("http_status")),
         (505, "failed", 1, Some("http_status")),
-        (302, "failed", 1, Some("redirect_not_followed")),
+        // The target got it and pointed elsewhere: what it did first is not known.
+        (302, "unknown", 1, Some("redirect_not_followed")),
+        (303, "unknown", 1, Some("redirect_not_followed")),
         (500, "unknown", 1, Some("http_status")),
         (502, "unknown", 1, Some("http_status")),
         (504, "unknown", 1, Some("http_status")),
+        // Without `Retry-After`, perhaps a proxy's whose upstream reset mid-request.
+        (503, "unknown", 1, Some("http_status")),
     ];
     for &(first, want, creates, code) in cases {
         let remote = RemoteApi::start().await;
@@ -494,9 +499,8 @@ async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
 
 /// An operator resolved an `unknown` delivery `failed`: it must not be sent. `retry` (meant
 /// for deliveries the target certainly did not take) refuses it and says what would send it; a
-/// deliberate `resolve` with `resend` and a note does. An at-most-once delivery that failed
-/// without ever being `unknown` (the target refused the connection every time) is retried as
-/// any other.
+/// deliberate `resolve` with `resend` and a note does. An at-most-once delivery whose request
+/// never arrived (the target refused the connection every time) is retried as any other.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_delivery_resolved_failed_is_sent_again_only_by_a_resend() {
     let (daemon, remote, id) = one_unknown("order-11").await;
@@ -1078,4 +1082,57 @@ async fn kill9_of_a_mixed_stream_leaves_unknown_only_what_was_received() {
         .collect();
     assert!(twice.is_empty(), "{twice:?}");
     drop(daemon);
+}
+
+/// A 502 or 504 comes from a proxy in front of the receiver, which may have taken the request
+/// already; some proxies answer 503 when the upstream reset mid-request. At most once these are
+/// `unknown` by default — a 503 is resent only with `Retry-After`, the receiver's own word that
+/// it did not take it — unless the target's rule names the statuses its receiver answers
+/// before any work (`at_most_once_resend_on`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateways_5xx_is_unknown_unless_the_targets_rule_trusts_it() {
+    let trusting = Receiver::start().await.expect("receiver");
+    let dir = TempDir::new().expect("temp dir");
+    let config = dir.path().join("spoold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[targets]]\nmatch = \"{}\"\nat_most_once_resend_on = [502, 503]\n",
+            trusting.url("/*")
+        ),
+    )
+    .expect("write config");
+    let config = config.display().to_string();
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--config", &config]);
+    let daemon = InProcess::boot_in(dir, Targets::Loopback, &flags).await;
+    let plain = Receiver::start().await.expect("receiver");
+    // (receiver, first answer, final status, requests)
+    let cases: [(&Receiver, Reply, &str, usize); 8] = [
+        (&plain, Reply::status(502), "unknown", 1),
+        (&plain, Reply::status(504), "unknown", 1),
+        (&plain, Reply::status(503), "unknown", 1),
+        (
+            &plain,
+            Reply::status(503).header("Retry-After", "1"),
+            "succeeded",
+            2,
+        ),
+        (&plain, Reply::status(429), "succeeded", 2),
+        (&trusting, Reply::status(502), "succeeded", 2),
+        (&trusting, Reply::status(503), "succeeded", 2),
+        (&trusting, Reply::status(504), "unknown", 1),
+    ];
+    for (r, first, want, requests) in cases {
+        r.clear_requests();
+        r.push_replies([first.clone()]);
+        let d = daemon
+            .deliver(
+                json!({"targetUrl": r.url("/orders"), "mode": "at_most_once",
+                       "body": {"order": first.status}, "maxAttempts": 3}),
+                &[want],
+            )
+            .await;
+        assert_eq!(r.requests().len(), requests, "{first:?}: {d}");
+    }
 }

@@ -6,7 +6,6 @@
 //! delivery either retried whole or untouched.
 
 use serde_json::{json, Value};
-use std::path::PathBuf;
 
 use spool_testkit::{Api, DaemonOptions, DaemonProcess, Receiver, Reply, TestDatabase};
 use tempfile::TempDir;
@@ -42,10 +41,7 @@ async fn bulk_retry_and_cancel_change_what_the_filter_matches_on_postgres() {
         return;
     };
     let dir = TempDir::new().expect("temp dir");
-    let opts = DaemonOptions::new(PathBuf::from(db.url()))
-        .args(crate::FAST_RETRIES.iter().copied())
-        .args(["--data-dir".to_owned(), dir.path().display().to_string()]);
-    bulk_retry_and_cancel(opts).await;
+    bulk_retry_and_cancel(crate::postgres_opts(&db, &dir)).await;
 }
 
 async fn bulk_retry_and_cancel(opts: DaemonOptions) {

@@ -381,3 +381,61 @@ async fn the_default_schedule_outlasts_downtime() {
         .expect("gives up after the window");
     assert_eq!(doomed["lastErrorCode"], "expired", "{doomed}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_holding_a_nul_is_recorded() {
+    answer_holding_a_nul(None).await;
+}
+
+/// PostgreSQL's `text` cannot hold a NUL: before the store kept one as U+FFFD, a target whose
+/// error page held one failed the attempt's record there, and the delivery stayed `in_flight`
+/// until its lease ran out — to be sent again, and fail the same way.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_holding_a_nul_is_recorded_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    answer_holding_a_nul(Some(&db)).await;
+}
+
+async fn answer_holding_a_nul(pg: Option<&spool_testkit::TestDatabase>) {
+    let d = InProcess::boot_on(
+        tempfile::TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &[],
+        pg,
+    )
+    .await;
+    let r = Receiver::start().await.expect("receiver");
+    r.push_replies([
+        Reply::status(503).body("busy\0now"),
+        Reply::status(201)
+            .header("Content-Type", "application/json")
+            .body(r#"{"id":"r\u0000x"}"#),
+    ]);
+    let (status, created) = d
+        .api
+        .create(json!({"targetUrl": r.url("/hook"), "remoteIdPointer": "/id"}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    let id = id_of(&created);
+    let done = d
+        .api
+        .wait_status(&id, &["succeeded", "failed"], WAIT)
+        .await
+        .expect("recorded, whatever the answers held");
+    assert_eq!(
+        (&done["status"], &done["attempts"], &done["remoteId"]),
+        (&json!("succeeded"), &json!(2), &json!("r\u{FFFD}x")),
+        "{done}"
+    );
+    let (_, attempts) = d.api.attempts(&id).await.expect("attempts");
+    assert_eq!(
+        attempts["attempts"][0]["error"], "HTTP 503: busy\u{FFFD}now",
+        "{attempts}"
+    );
+}

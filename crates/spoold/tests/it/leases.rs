@@ -72,8 +72,7 @@ async fn a_wall_clock_step_closes_no_observation_window(pg: Option<&TestDatabase
         move |config| {
             config.clock = clock;
             if let Some(url) = pg_url {
-                config.db = spoold::config::Database::Postgres(url);
-                config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
+                crate::use_postgres(config, url);
             }
         },
     )

@@ -16,13 +16,16 @@ mod fairness;
 mod fuzz;
 mod idempotency;
 mod isolation;
+mod keep_alive;
 mod leases;
 mod lifecycle;
+mod mixed_trial;
 mod observability;
 mod openapi;
 mod overview;
 mod power_loss;
 mod rate_limits;
+mod redirects;
 mod reload;
 mod reservations;
 mod retention;
@@ -81,6 +84,23 @@ impl InProcess {
 
     pub async fn boot_in(dir: TempDir, targets: Targets, extra: &[&str]) -> InProcess {
         Self::boot_configured(dir, targets, extra, |_| ()).await
+    }
+
+    /// Like [`Self::boot_in`], on the PostgreSQL database `pg` if one is given (a test run on
+    /// both backends).
+    pub async fn boot_on(
+        dir: TempDir,
+        targets: Targets,
+        extra: &[&str],
+        pg: Option<&spool_testkit::TestDatabase>,
+    ) -> InProcess {
+        let url = pg.map(|db| db.url().to_owned());
+        Self::boot_configured(dir, targets, extra, move |config| {
+            if let Some(url) = url {
+                use_postgres(config, url);
+            }
+        })
+        .await
     }
 
     /// Like [`Self::boot_in`], with a last change to the configuration that no flag makes
@@ -161,8 +181,26 @@ pub fn process_opts(dir: &TempDir) -> DaemonOptions {
     DaemonOptions::new(db_path(dir)).args(FAST_RETRIES.iter().copied())
 }
 
+/// Options for a daemon process on the PostgreSQL test database `db` (its data directory, for
+/// what is not in the database, in `dir`), with fast retries.
+pub fn postgres_opts(db: &spool_testkit::TestDatabase, dir: &TempDir) -> DaemonOptions {
+    on_postgres(db, dir).args(FAST_RETRIES.iter().copied())
+}
+
+/// The same with the daemon's own retry spacing.
+pub fn on_postgres(db: &spool_testkit::TestDatabase, dir: &TempDir) -> DaemonOptions {
+    DaemonOptions::new(PathBuf::from(db.url()))
+        .args(["--data-dir".to_owned(), dir.path().display().to_string()])
+}
+
 pub fn db_path(dir: &TempDir) -> PathBuf {
     dir.path().join("data/spoold.db")
+}
+
+/// `config` on the PostgreSQL database at `url`, with the few connections a test may take.
+pub fn use_postgres(config: &mut spoold::config::Config, url: String) {
+    config.db = spoold::config::Database::Postgres(url);
+    config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
 }
 
 /// The id of a created delivery.

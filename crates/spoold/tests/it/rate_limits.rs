@@ -140,3 +140,44 @@ async fn a_target_waiting_for_its_next_token_costs_nothing() {
     let (_, pending) = api.list("status=pending&limit=100").await.expect("list");
     assert_eq!(pending["count"], 49, "{pending}");
 }
+
+/// Rates are per origin: a rate on a rule that matches only part of an origin
+/// (`http://host/slow/*`) held back the origin's other paths too (a delivery to `/fast`
+/// created behind 40 waiting `/slow/` ones arrived 4.4 s later). Such a rule is refused at
+/// start, saying so; rules that match whole origins are taken.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rate_on_part_of_an_origin_is_refused_at_start() {
+    for (pattern, refused) in [
+        ("http://127.0.0.1:8080/slow/*", true),
+        ("http://127.0.0.1:8080/hook", true),
+        ("http://127.0.0.1:8080/", true),
+        ("http://127.0.0.1:*/slow*", true),
+        ("http://127.0.0.1:8080/*", false),
+        ("http://127.0.0.1:*/*", false),
+        ("https://*.example.com/*", false),
+        ("http://127.0.0.1:*", false),
+    ] {
+        let dir = TempDir::new().expect("temp dir");
+        let config = dir.path().join("spoold.toml");
+        std::fs::write(
+            &config,
+            format!("[[targets]]\nmatch = \"{pattern}\"\nrate = \"8/s\"\n"),
+        )
+        .expect("write config");
+        let opts = process_opts(&dir).args(["--config".to_owned(), config.display().to_string()]);
+        if refused {
+            let (status, stderr) = DaemonProcess::run_to_exit(opts).await.expect("exits");
+            assert_eq!(status.code(), Some(2), "{pattern}: {stderr}");
+            assert!(
+                stderr.contains(&format!("match = {pattern:?}"))
+                    && stderr.contains("rates are per origin"),
+                "{pattern}: {stderr}"
+            );
+        } else {
+            let daemon = DaemonProcess::start(opts)
+                .await
+                .unwrap_or_else(|e| panic!("{pattern}: {e}"));
+            drop(daemon);
+        }
+    }
+}

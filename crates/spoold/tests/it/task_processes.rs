@@ -427,3 +427,98 @@ while :; do sleep 0.05; done"#,
     kill_all(&left);
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The supervisors among the children of `daemon` (their name is `spoold-attempt`).
+fn supervisors_of(daemon: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{daemon}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "spoold-attempt")
+        })
+        .collect()
+}
+
+/// Someone kills an attempt's supervisor (kill -9; the OOM killer would do the same): the
+/// attempt's processes are re-parented to the daemon, a child subreaper, which ends them — the
+/// script's group and what left it with `setsid`, its own children — before it records the
+/// attempt as interrupted (`supervisor_lost`: how it ended is not known), and the type's
+/// `on_interrupt` decides; nothing is left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_killed_supervisor_leaves_is_ended_by_the_daemon() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "hang.sh",
+        r#"sleep 1000 & echo "$!" >> "$PIDS"
+setsid sh -c 'echo "$$" >> "$PIDS"; exec sleep 1000' &
+echo "$$" >> "$PIDS"
+sleep 1000"#,
+    );
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.orphaned]\ncommand = [\"{}\"]\ntimeout = \"600s\"\nkill_grace = \"1s\"\n\
+             env = {{ PIDS = \"{}\" }}\n",
+            setup.path("hang.sh"),
+            setup.path("pids"),
+        ),
+    );
+    let data = TempDir::new().expect("data dir");
+    let daemon = DaemonProcess::start(crate::process_opts(&data).args([
+        "--config",
+        config.as_str(),
+        "--task-cgroup",
+        "off",
+    ]))
+    .await
+    .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, task) = submit(&api, json!({"type": "orphaned", "idempotencyKey": "o"})).await;
+    let pids = || setup.pids();
+    for _ in 0..500 {
+        if pids().len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = pids();
+    assert_eq!(started.len(), 3, "{started:?}");
+    let supervisors = supervisors_of(daemon.pid());
+    assert_eq!(supervisors.len(), 1, "{supervisors:?}");
+    kill_all(&supervisors);
+    let t = wait_task(&api, &id(&task), &["manual_review"]).await;
+    let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
+    let attempt = &attempts["attempts"][0];
+    assert_eq!(
+        (&attempt["outcome"], &attempt["errorCode"]),
+        (&json!("interrupted"), &json!("supervisor_lost")),
+        "{attempts}"
+    );
+    assert!(
+        attempt["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("supervisor ended abnormally")),
+        "{t}"
+    );
+    let left = wait_gone(&started).await;
+    kill_all(&left);
+    assert!(
+        left.is_empty(),
+        "the daemon left the attempt's processes: {left:?}"
+    );
+    let zombies = zombie_children(daemon.pid());
+    assert!(
+        zombies.is_empty(),
+        "zombie children of the daemon: {zombies:?}"
+    );
+}

@@ -752,8 +752,12 @@ while :; do sleep 0.05; done"#,
         .path()
         .join("data/task-attempts")
         .join(format!("{}-1", id(&task)));
+    // Gone once its record file's lock is free (or the file is gone: it told its daemon just
+    // before the daemon died).
     wait_for("the supervisor to finish", crate::WAIT, || {
-        std::fs::read_to_string(&record).is_ok_and(|r| r.contains("\"over\":true"))
+        std::fs::File::open(&record).map_or(true, |f| {
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok()
+        })
     })
     .await;
     wait_for("the leader's pid to be free", crate::WAIT, || {

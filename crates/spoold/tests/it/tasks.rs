@@ -134,7 +134,7 @@ env = {{ PIDS = "{pids}" }}
     }
 
     /// Pids the hanging script wrote down.
-    fn pids(&self) -> Vec<i32> {
+    pub(crate) fn pids(&self) -> Vec<i32> {
         std::fs::read_to_string(self.dir.join("pids"))
             .unwrap_or_default()
             .lines()
@@ -610,6 +610,21 @@ async fn configuration_errors_stop_the_daemon_naming_file_type_and_key() {
         err.contains("spoold.toml: [tasks.backup] command: the program"),
         "{err}"
     );
+    // A value no argument can hold is refused at start, not at the first submission.
+    std::fs::write(
+        &path,
+        "[tasks.backup]\ncommand = [\"/bin/echo\", \"{note}\"]\n\
+         params.note = { pattern = \"[a-z]*\", max_length = 200000 }\n",
+    )
+    .expect("write");
+    let err = spoold::config::load(argv()).expect_err("an unreachable max_length");
+    assert!(
+        err.contains(
+            "spoold.toml: [tasks.backup] params.note.max_length: must be 1–131071 bytes (the \
+             longest argument Linux passes to a program)"
+        ),
+        "{err}"
+    );
     std::fs::write(&path, "listen = \"127.0.0.1:0\"\nnope = 1\n").expect("write");
     let err = spoold::config::load(argv()).expect_err("unknown key");
     assert!(err.contains("unknown key \"nope\""), "{err}");
@@ -685,8 +700,9 @@ impl Drop for TestCgroup {
     }
 }
 
-/// A descendant that leaves the process group and clears its environment (so it carries no
-/// tag) is still ended with its attempt when the attempt has a cgroup.
+/// With a cgroup: a descendant that leaves the process group and clears its environment is
+/// ended with its attempt (its supervisor's descendant, and in its cgroup), and the attempt's
+/// cgroup is removed after.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cgroup_ends_what_left_the_group_and_cleared_its_tag() {
     let Some(cgroup) =
@@ -981,6 +997,230 @@ async fn control_characters_in_parameters_are_refused_at_submission() {
     assert_eq!(status, 201, "{body}");
 }
 
+/// Unicode's invisible characters — format characters (U+200B, U+FEFF, the bidi control
+/// U+202E) and line and paragraph separators (U+2028) — pass permissive patterns such as `.*`
+/// or `[^/]+`, and make a value read as another: refused (400 `invalid_params`, naming the
+/// parameter and the character) unless the pattern names them itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn invisible_characters_in_parameters_are_refused_at_submission() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let extra = format!(
+        "\n[tasks.loose]\ncommand = [\"{exit}\", \"0\", \"{{any}}\", \"{{path}}\"]\n\
+         params.any = {{ pattern = '.*', default = \"\" }}\n\
+         params.path = {{ pattern = '[^/]+', default = \"x\" }}\n\
+         \n[tasks.named]\ncommand = [\"{exit}\", \"0\", \"{{word}}\"]\n\
+         params.word = {{ pattern = '[a-z\\x{{200B}}]+' }}\n",
+        exit = setup.path("exit.sh")
+    );
+    let daemon = crate::task_locks::boot_with(&setup, &extra, &[]).await;
+    let api = &daemon.api;
+    for (bad, code_point) in [
+        ("a\u{2028}b", "U+2028"),
+        ("evil\u{202E}txt.sh", "U+202E"),
+        ("zero\u{200B}width", "U+200B"),
+        ("\u{FEFF}bom", "U+FEFF"),
+    ] {
+        for param in ["any", "path"] {
+            let (status, body) =
+                submit(api, json!({"type": "loose", "params": {param: bad}})).await;
+            assert_eq!(
+                (status, &body["error"]["code"]),
+                (400, &json!("invalid_params")),
+                "{param} {bad:?}: {body}"
+            );
+            let message = body["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                message.starts_with(&format!(
+                    "parameter {param} must not contain the invisible character {code_point}"
+                )),
+                "{message}"
+            );
+        }
+    }
+    // A pattern that names one lets it through; other characters beyond ASCII are values.
+    let (status, body) = submit(
+        api,
+        json!({"type": "named", "params": {"word": "zero\u{200B}width"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = submit(
+        api,
+        json!({"type": "loose", "params": {"any": "café 日本 🙂", "path": "naïve"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn task_keys_refuse_what_parameters_refuse() {
+    task_keys(None).await;
+}
+
+/// On PostgreSQL a NUL in a key was a 500 `persistence_failed` (its `text` cannot hold one)
+/// where SQLite stored it: both refuse it now, before the store.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_keys_refuse_what_parameters_refuse_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    task_keys(Some(&db)).await;
+}
+
+/// `idempotencyKey` is refused (400 `invalid_request`, naming the field) when empty, and when
+/// it holds a control character (a NUL, a newline, an escape) or an invisible one, wherever.
+async fn task_keys(pg: Option<&spool_testkit::TestDatabase>) {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot_on(&setup, "", pg).await;
+    let api = &daemon.api;
+    let cases = [
+        ("", "idempotencyKey must not be empty"),
+        ("   ", "idempotencyKey must not be empty"),
+        ("a\u{0}b", "idempotencyKey must not contain a NUL byte"),
+        (
+            "line\nbreak",
+            "idempotencyKey must not contain the control character '\\n'",
+        ),
+        (
+            "trailing\n",
+            "idempotencyKey must not contain the control character '\\n'",
+        ),
+        (
+            "tab\there",
+            "idempotencyKey must not contain the control character '\\t'",
+        ),
+        (
+            "esc\u{1b}[2J",
+            "idempotencyKey must not contain the control character '\\u{1b}'",
+        ),
+        (
+            "a\u{2028}b",
+            "idempotencyKey must not contain the invisible character U+2028",
+        ),
+        (
+            "evil\u{202E}",
+            "idempotencyKey must not contain the invisible character U+202E",
+        ),
+        (
+            "zero\u{200B}w",
+            "idempotencyKey must not contain the invisible character U+200B",
+        ),
+        (
+            "\u{FEFF}bom",
+            "idempotencyKey must not contain the invisible character U+FEFF",
+        ),
+    ];
+    for (key, want) in cases {
+        let (status, body) = submit(
+            api,
+            json!({"type": "exit", "params": {"code": "0"}, "idempotencyKey": key}),
+        )
+        .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{key:?}: {body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(want), "{key:?}: {message}");
+    }
+    let (status, body) = submit(
+        api,
+        json!({"type": "exit", "params": {"code": "0"}, "idempotencyKey": " café-日本 "}),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["idempotencyKey"]),
+        (201, &json!("café-日本")),
+        "{body}"
+    );
+}
+
+/// JSON allows a name twice in an object, and serde_json keeps the last: a task must not run
+/// with a value its client did not mean. Refused, naming the parameter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parameter_given_twice_is_refused() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let (status, _, bytes) = daemon
+        .api
+        .request(
+            Method::POST,
+            "/v1/tasks",
+            Some(
+                br#"{"type":"record","params":{"database":"prod","note":"n","database":"test"}}"#
+                    .to_vec(),
+            ),
+        )
+        .await
+        .expect("submit");
+    let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(r#"params: parameter "database" is given twice"#),
+        "{message}"
+    );
+    let page = get(&daemon.api, "/v1/tasks").await;
+    assert_eq!(page["count"], 0, "nothing was stored: {page}");
+}
+
+/// The body of a submission may hold every value its type accepts — its limit follows the
+/// declared types: 64 KiB and room for the values of the type that takes the most, each at its
+/// `max_length` however JSON escapes it — and one over it is 413 `payload_too_large`, naming
+/// the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submission_can_reach_every_max_length_and_a_larger_one_is_413() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let extra = format!(
+        "\n[tasks.long]\ncommand = [\"{}\", \"0\", \"{{text}}\"]\n\
+         params.text = {{ pattern = '[a-z\\n]*', max_length = 100000 }}\n",
+        setup.path("exit.sh")
+    );
+    let daemon = crate::task_locks::boot_with(&setup, &extra, &[]).await;
+    let api = &daemon.api;
+    // At its max_length, in the longest escapes JSON has: 600 KB of body.
+    let text = "\n".repeat(100_000);
+    let body = json!({"type": "long", "params": {"text": text}}).to_string();
+    let escaped = body.replace("\\n", "\\u000a");
+    assert!(escaped.len() > 600_000, "{}", escaped.len());
+    let (status, _, bytes) = api
+        .request(Method::POST, "/v1/tasks", Some(escaped.into_bytes()))
+        .await
+        .expect("submit");
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&bytes));
+    let t: Value = serde_json::from_slice(&bytes).expect("JSON");
+    wait_task(api, &id(&t), &["succeeded"]).await;
+
+    // Of the declared types, `long` takes the most: 100000 bytes, 6 bytes each at most.
+    let limit = 64 * 1024 + 6 * 100_000;
+    let (status, _, bytes) = api
+        .request(Method::POST, "/v1/tasks", Some(vec![b' '; limit + 1]))
+        .await
+        .expect("submit");
+    let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (413, Some("payload_too_large")),
+        "{body}"
+    );
+    assert_eq!(
+        body["error"]["message"],
+        format!("request body too large: at most {limit} bytes")
+    );
+}
+
 async fn bulk(api: &Api, body: Value) -> (u16, Value) {
     let (status, _, bytes) = api
         .request(
@@ -1017,22 +1257,7 @@ async fn bulk_retry_and_cancel_of_tasks(pg: Option<&spool_testkit::TestDatabase>
         "\n[tasks.once]\ncommand = [\"{}\", \"1\"]\noperator_retry = false\n",
         setup.path("exit.sh")
     );
-    let pg_url = pg.map(|db| db.url().to_owned());
-    let daemon = crate::InProcess::boot_configured(
-        TempDir::new().expect("temp dir"),
-        crate::Targets::Loopback,
-        &[
-            "--config",
-            crate::task_locks::config_with(&setup, &once).as_str(),
-        ],
-        move |config| {
-            if let Some(url) = pg_url {
-                config.db = spoold::config::Database::Postgres(url);
-                config.db_connections = spool_testkit::pg::TEST_DB_CONNECTIONS;
-            }
-        },
-    )
-    .await;
+    let daemon = boot_on(&setup, &once, pg).await;
     let api = &daemon.api;
     // Two failed tasks that may be retried, one whose type says no, one running, one waiting.
     let mut failed = Vec::new();
@@ -1183,5 +1408,113 @@ async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
         started.elapsed() < Duration::from_secs(3),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// A program that cannot be started (gone since the daemon started, say) fails its attempt as
+/// `spawn_failed`, naming the program and why, and is not retried; the next task runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_that_cannot_start_fails_its_attempt() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let missing = setup.path("gone.sh");
+    let config = crate::task_locks::config_with(
+        &setup,
+        &format!("\n[tasks.gone]\ncommand = [\"{missing}\"]\nmax_attempts = 3\n"),
+    );
+    let daemon = InProcess::boot_in(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &["--config", &config],
+    )
+    .await;
+    let (_, t) = submit(&daemon.api, json!({"type": "gone", "idempotencyKey": "g"})).await;
+    let t = wait_task(&daemon.api, &id(&t), &["failed"]).await;
+    assert_eq!(
+        (&t["errorCode"], &t["attempt"]),
+        (&json!("spawn_failed"), &json!(1)),
+        "{t}"
+    );
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("cannot start {missing}")) && error.contains("No such file"),
+        "{t}"
+    );
+}
+
+/// A daemon with `setup`'s types and `extra` ones, on SQLite or on the PostgreSQL database `pg`.
+async fn boot_on(
+    setup: &Setup,
+    extra: &str,
+    pg: Option<&spool_testkit::TestDatabase>,
+) -> InProcess {
+    InProcess::boot_on(
+        TempDir::new().expect("temp dir"),
+        Targets::Loopback,
+        &[
+            "--config",
+            crate::task_locks::config_with(setup, extra).as_str(),
+        ],
+        pg,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nul_in_the_result_file_ends_the_attempt_and_frees_its_lock() {
+    nul_in_the_result_file(None).await;
+}
+
+/// PostgreSQL's `text` cannot hold a NUL: before the store kept one as U+FFFD, the attempt's
+/// record failed there, and the task stayed `running` with its lock until a restart — the next
+/// task of the lock never started.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nul_in_the_result_file_ends_the_attempt_and_frees_its_lock_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    nul_in_the_result_file(Some(&db)).await;
+}
+
+async fn nul_in_the_result_file(pg: Option<&spool_testkit::TestDatabase>) {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    setup.script(
+        "nul.sh",
+        r#"printf 'a\0b' > "$SPOOLD_RESULT_FILE"; printf 'out\0put\n'; printf 'err\0or\n' >&2"#,
+    );
+    let extra = format!(
+        "\n[tasks.nul]\ncommand = [\"{}\"]\nlocks = [\"shared\"]\n",
+        setup.path("nul.sh")
+    );
+    let daemon = boot_on(&setup, &extra, pg).await;
+    let api = &daemon.api;
+    let mut tasks = Vec::new();
+    for key in ["first", "second"] {
+        let (status, t) = submit(api, json!({"type": "nul", "idempotencyKey": key})).await;
+        assert_eq!(status, 201, "{t}");
+        tasks.push(id(&t));
+    }
+    for task in &tasks {
+        let t = wait_task(api, task, &["succeeded", "failed"]).await;
+        assert_eq!(
+            (&t["status"], &t["resultSummary"]),
+            (&json!("succeeded"), &json!("a\u{FFFD}b")),
+            "{t}"
+        );
+    }
+    let (status, _, output) = api
+        .request(Method::GET, &format!("/v1/tasks/{}/output", tasks[0]), None)
+        .await
+        .expect("output");
+    assert_eq!(status, 200);
+    // The output log is a file of bytes: kept as the script wrote it.
+    assert!(
+        output.windows(8).any(|w| w == b"out\0put\n"),
+        "{:?}",
+        String::from_utf8_lossy(&output)
     );
 }

@@ -523,3 +523,56 @@ async fn transitions_record_every_status_change() {
         .expect("transitions");
     assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
 }
+
+/// A body over its route's limit is 413 `payload_too_large`, naming the limit — except a
+/// create, which answers 400 `invalid_request` as spoold v0.1.0 does (clients of that API
+/// branch on it).
+#[tokio::test(flavor = "multi_thread")]
+async fn bodies_over_their_limit_are_413_except_a_create_as_in_v010() {
+    let d = InProcess::boot(&[]).await;
+    let id = "0123456789abcdef0123456789abcdef";
+    let routes: [(String, usize); 7] = [
+        (format!("/v1/deliveries/{id}/resolve"), 64 << 10),
+        ("/v1/deliveries/bulk".into(), 64 << 10),
+        // No task types declared: 64 KiB and no room for values.
+        ("/v1/tasks".into(), 64 << 10),
+        (format!("/v1/tasks/{id}/resolve"), 64 << 10),
+        ("/v1/tasks/bulk".into(), 64 << 10),
+        (format!("/v1/tasks/{id}/steps"), 4 << 10),
+        ("/v1/import".into(), 64 << 20),
+    ];
+    for (path, limit) in routes {
+        // A connection each: the server closes the one whose body it refused unread.
+        let api = Api::new(d.api.base_url());
+        let (status, _, bytes) = api
+            .request(http::Method::POST, &path, Some(vec![b' '; limit + 1]))
+            .await
+            .expect("request");
+        let err: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        assert_eq!(
+            (status, code(&err)),
+            (413, "payload_too_large"),
+            "{path}: {err}"
+        );
+        assert_eq!(
+            err["error"]["message"],
+            format!("request body too large: at most {limit} bytes"),
+            "{path}"
+        );
+        // At the limit, the body is read (and refused for what it is).
+        let (status, _, bytes) = Api::new(d.api.base_url())
+            .request(http::Method::POST, &path, Some(vec![b' '; limit]))
+            .await
+            .expect("request");
+        assert_ne!(status, 413, "{path}: {}", String::from_utf8_lossy(&bytes));
+    }
+    let (status, err) = Api::new(d.api.base_url())
+        .create_raw(" ".repeat(spool_proto::MAX_REQUEST_BYTES + 1))
+        .await
+        .expect("request");
+    assert_eq!((status, code(&err)), (400, "invalid_request"), "{err}");
+    assert_eq!(
+        err["error"]["message"],
+        "decode JSON: request body too large"
+    );
+}

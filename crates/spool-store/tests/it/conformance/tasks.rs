@@ -766,6 +766,75 @@ pub async fn finish_and_claim_hands_the_slot_on(store: Store) {
     assert_eq!(none, None);
 }
 
+/// A script's result file and error are recorded whatever they hold, and both backends give
+/// back the same text: PostgreSQL's `text` cannot hold a NUL, so the store keeps one as U+FFFD.
+/// Before that, `printf 'a\0b' > "$SPOOLD_RESULT_FILE"` failed the attempt's record on
+/// PostgreSQL: the task stayed `running` with its lock, and the next task never started.
+pub async fn task_results_are_kept_whatever_they_hold(store: Store) {
+    let given = || Some("a\0b".to_owned());
+    let kept = Some("a\u{FFFD}b");
+    submit(&store, locked(1, &["db:1"])).await;
+    submit(&store, locked(2, &["db:1"])).await;
+    let first = claim_one(&store).await;
+    let (status, next) = store
+        .finish_and_claim(
+            TaskAttemptEnd {
+                error: given(),
+                result_summary: given(),
+                ..end(&first, TaskStatus::Succeeded, None)
+            },
+            vec!["backup".into()],
+            60_000,
+            "host:1".into(),
+        )
+        .await
+        .expect("an attempt is recorded whatever its text");
+    assert_eq!(status, Some(TaskStatus::Succeeded));
+    let next = next.expect("the lock is free: the next task starts in the same commit");
+    assert_eq!(next.id, id(2));
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.error.as_deref(), t.result_summary.as_deref()),
+        (kept, kept)
+    );
+    let attempts = store
+        .task_attempts(id(1))
+        .await
+        .expect("attempts")
+        .expect("known");
+    assert_eq!(attempts[0].error.as_deref(), kept);
+
+    // The same through `finish_task`, for a failure whose error holds one; then a person's
+    // note.
+    assert_eq!(
+        store
+            .finish_task(TaskAttemptEnd {
+                error: given(),
+                result_summary: given(),
+                ..end(&next, TaskStatus::Failed, None)
+            })
+            .await
+            .expect("an attempt is recorded whatever its text"),
+        Some(TaskStatus::Failed)
+    );
+    let t = task(&store, 2).await;
+    assert_eq!(
+        (t.error.as_deref(), t.result_summary.as_deref()),
+        (kept, kept)
+    );
+    let decided = store
+        .decide_task(id(2), TaskStatus::ManualReview, "partial".into(), given())
+        .await
+        .expect("a decision is recorded whatever its note");
+    assert!(matches!(decided, TaskAction::Done(_)), "{decided:?}");
+    let log = store
+        .task_transitions(id(2))
+        .await
+        .expect("log")
+        .expect("known");
+    assert_eq!(log.last().and_then(|t| t.note.as_deref()), kept);
+}
+
 fn locked(n: u32, locks: &[&str]) -> NewTask {
     NewTask {
         locks: locks.iter().map(|l| (*l).to_owned()).collect(),

@@ -158,6 +158,7 @@ mod tests {
             write_by: started + Duration::from_millis(300),
             max_redirects: None,
             tls: None,
+            fresh_connection: false,
         });
         let receiving = async {
             tokio::time::sleep(Duration::from_millis(500)).await;

@@ -3,8 +3,14 @@
 //! Every connection goes through [`policy`]: host names are resolved by our resolver, which
 //! refuses the attempt if *any* resolved address is denied and hands reqwest only the vetted
 //! addresses (no second lookup, so DNS rebinding cannot slip in); IP-literal hosts, which
-//! bypass resolvers, are checked explicitly. Environment proxies are ignored and redirects are
-//! not followed.
+//! bypass resolvers, are checked explicitly. Environment proxies are ignored and the client
+//! follows no redirect: [`Outbound::send`] follows them hop by hop, judging each, and sends no
+//! hop twice in one attempt (a loop ends the attempt as `redirect_loop`).
+//!
+//! A request that must not be sent twice (at most once) goes out on a connection of its own
+//! ([`Request::fresh_connection`]), never on a kept-alive one: a server closing an idle
+//! connection (its keep-alive timeout) just as the request is written would leave it unknown
+//! whether the request was read, although it never was.
 
 mod errors;
 mod gate;
@@ -38,12 +44,15 @@ const ANSWER_GRACE: Duration = Duration::from_millis(50);
 #[derive(Clone)]
 pub struct Outbound {
     client: reqwest::Client,
+    /// The same, but every request on a connection of its own ([`Request::fresh_connection`]).
+    fresh: reqwest::Client,
     policy: Arc<AddressPolicy>,
     max_redirects: u32,
     config: OutboundConfig,
-    /// Clients for targets with TLS settings of their own, by [`TlsSettings::key`]: built at
-    /// the first request that needs one, kept while the settings are unchanged.
-    tls_clients: Arc<std::sync::Mutex<std::collections::HashMap<String, reqwest::Client>>>,
+    /// Clients for targets with TLS settings of their own, by [`TlsSettings::key`] and whether
+    /// they keep connections: built at the first request that needs one, kept while the
+    /// settings are unchanged.
+    tls_clients: Arc<std::sync::Mutex<std::collections::HashMap<(String, bool), reqwest::Client>>>,
 }
 
 /// TLS settings of the targets a `[[targets]]` rule matches: extra trust roots (a private CA),
@@ -124,15 +133,21 @@ impl TlsSettings {
             min,
         };
         // Whatever the TLS library refuses is found now, not at the first request.
-        client_builder(&OutboundConfig::probe(), Some(&settings))
+        client_builder(&OutboundConfig::probe(), Some(&settings), false)
             .build()
             .map_err(|e| format!("TLS settings: {e}"))?;
         Ok(settings)
     }
 }
 
-/// The client builder every outbound client starts from, with `tls` applied if given.
-fn client_builder(config: &OutboundConfig, tls: Option<&TlsSettings>) -> reqwest::ClientBuilder {
+/// The client builder every outbound client starts from, with `tls` applied if given; with
+/// `fresh`, one that keeps no connection for a next request.
+fn client_builder(
+    config: &OutboundConfig,
+    tls: Option<&TlsSettings>,
+    fresh: bool,
+) -> reqwest::ClientBuilder {
+    let idle_per_host = if fresh { 0 } else { config.per_target as usize };
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         // Redirects are followed by `send`, hop by hop, so the policy sees every one.
@@ -141,7 +156,7 @@ fn client_builder(config: &OutboundConfig, tls: Option<&TlsSettings>) -> reqwest
             policy: Arc::new(config.policy.clone()),
         }))
         .connect_timeout(config.connect_timeout)
-        .pool_max_idle_per_host(config.per_target as usize)
+        .pool_max_idle_per_host(idle_per_host)
         .pool_idle_timeout(Duration::from_secs(60))
         .tcp_keepalive(Duration::from_secs(30));
     if let Some(tls) = tls {
@@ -204,6 +219,14 @@ pub struct Request<'a> {
     pub max_redirects: Option<u32>,
     /// The target's own TLS settings (its `[[targets]]` rule's), for every hop.
     pub tls: Option<Arc<TlsSettings>>,
+    /// Send every hop on a new connection (and ask the server to close it after answering)
+    /// instead of one kept alive from an earlier request: a kept-alive connection the server
+    /// closes (its idle timeout) as the request is written fails the request without it being
+    /// read, and the client cannot tell that from a request read and then cut off. At most
+    /// once that is an `unknown` outcome of a request that never arrived. A new connection
+    /// costs a TCP (and TLS) handshake per request; at least once, where such a request is
+    /// simply sent again, connections are reused.
+    pub fresh_connection: bool,
 }
 
 /// A response: the status and the start of its body (at most the request's `keep_body` bytes).
@@ -246,6 +269,8 @@ pub enum SendErrorCode {
     InvalidRequest,
     /// A redirect pointed somewhere we will not go (not http/https, unparsable).
     RedirectRefused,
+    /// A redirect pointed to a method and URL already sent in this attempt.
+    RedirectLoop,
     RequestFailed,
     /// Not sent: the claim's lease was too near its end to begin (the host was paused, or a
     /// write stalled).
@@ -262,6 +287,7 @@ impl SendErrorCode {
             SendErrorCode::Timeout => "timeout",
             SendErrorCode::InvalidRequest => "invalid_request",
             SendErrorCode::RedirectRefused => "redirect_refused",
+            SendErrorCode::RedirectLoop => "redirect_loop",
             SendErrorCode::RequestFailed => "request_failed",
             SendErrorCode::LeaseSpent => "lease_expired",
         }
@@ -274,6 +300,7 @@ impl SendErrorCode {
             SendErrorCode::TargetBlocked
                 | SendErrorCode::InvalidRequest
                 | SendErrorCode::RedirectRefused
+                | SendErrorCode::RedirectLoop
         )
     }
 }
@@ -286,9 +313,11 @@ pub struct BuildError(#[from] reqwest::Error);
 impl Outbound {
     pub fn new(config: OutboundConfig) -> Result<Outbound, BuildError> {
         let policy = Arc::new(config.policy.clone());
-        let client = client_builder(&config, None).build()?;
+        let client = client_builder(&config, None, false).build()?;
+        let fresh = client_builder(&config, None, true).build()?;
         Ok(Outbound {
             client,
+            fresh,
             policy,
             max_redirects: config.max_redirects,
             config,
@@ -296,16 +325,22 @@ impl Outbound {
         })
     }
 
-    /// The client for a request with `tls` settings (the shared one without).
-    fn client_for(&self, tls: Option<&TlsSettings>) -> Result<reqwest::Client, SendError> {
+    /// The client for a request with `tls` settings (the shared one without), keeping
+    /// connections unless `fresh`.
+    fn client_for(
+        &self,
+        tls: Option<&TlsSettings>,
+        fresh: bool,
+    ) -> Result<reqwest::Client, SendError> {
         let Some(tls) = tls else {
-            return Ok(self.client.clone());
+            return Ok(if fresh { &self.fresh } else { &self.client }.clone());
         };
         let mut clients = self.tls_clients.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(client) = clients.get(&tls.key) {
+        let key = (tls.key.clone(), fresh);
+        if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let client = client_builder(&self.config, Some(tls))
+        let client = client_builder(&self.config, Some(tls), fresh)
             .build()
             .map_err(|e| SendError {
                 code: SendErrorCode::TlsFailed,
@@ -313,7 +348,7 @@ impl Outbound {
                 may_have_arrived: false,
                 answered: None,
             })?;
-        clients.insert(tls.key.clone(), client.clone());
+        clients.insert(key, client.clone());
         Ok(client)
     }
 
@@ -324,8 +359,8 @@ impl Outbound {
     }
 
     /// Send one request, following up to `max_redirects` redirects (each hop judged by the
-    /// address policy again), and read at most [`MAX_RESPONSE_EXCERPT`] bytes of the final
-    /// response body.
+    /// address policy again, none sent twice), and read at most [`MAX_RESPONSE_EXCERPT`] bytes
+    /// of the final response body.
     pub async fn send(&self, req: Request<'_>) -> Result<Response, SendError> {
         let invalid = |message: String| SendError {
             code: SendErrorCode::InvalidRequest,
@@ -336,8 +371,16 @@ impl Outbound {
         let mut url = Url::parse(req.url).map_err(|e| invalid(format!("parse target URL: {e}")))?;
         let mut method = reqwest::Method::from_bytes(req.method.as_bytes())
             .map_err(|e| invalid(format!("method: {e}")))?;
-        let client = self.client_for(req.tls.as_deref())?;
+        let client = self.client_for(req.tls.as_deref(), req.fresh_connection)?;
         let mut headers = req.headers;
+        if req.fresh_connection {
+            // The server closes it after answering: neither side keeps it, and the server, not
+            // this host, holds the closed socket's TIME_WAIT.
+            headers.insert(
+                reqwest::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
+        }
         let mut body = req.body;
         let max_redirects = req.max_redirects.unwrap_or(self.max_redirects);
         let write_by = req.write_by;
@@ -346,6 +389,8 @@ impl Outbound {
         let first_answer = AtomicU16::new(0);
         let work = async {
             let mut redirects = 0;
+            // The hops sent in this attempt: a redirect back to one of them is a loop.
+            let mut sent: Vec<(reqwest::Method, Url)> = Vec::new();
             loop {
                 self.check_literal(&url)
                     .map_err(|denied| errors::blocked(None, &denied))?;
@@ -354,6 +399,7 @@ impl Outbound {
                         "the claim's lease was too near its end to begin the request",
                     ));
                 }
+                sent.push((method.clone(), url.clone()));
                 let resp = client
                     .request(method.clone(), url.clone())
                     .headers(headers.clone())
@@ -388,11 +434,29 @@ impl Outbound {
                             // Credentials are for the origin they were given for.
                             drop_secret_headers(&mut headers);
                         }
-                        if !matches!(status, 307 | 308) {
-                            // 301/302/303: the next request is a GET without the body.
-                            if method != reqwest::Method::HEAD {
-                                method = reqwest::Method::GET;
-                            }
+                        let keeps_method = matches!(status, 307 | 308);
+                        // 301/302/303: the next request is a GET without the body.
+                        let next_method = if keeps_method || method == reqwest::Method::HEAD {
+                            method.clone()
+                        } else {
+                            reqwest::Method::GET
+                        };
+                        if sent
+                            .iter()
+                            .any(|(m, u)| *m == next_method && same_request(u, &next))
+                        {
+                            return Err(SendError {
+                                code: SendErrorCode::RedirectLoop,
+                                message: format!(
+                                    "redirect loop: HTTP {status} to {next_method} {next}, which \
+                                     this attempt already sent; not sent again"
+                                ),
+                                may_have_arrived: true,
+                                answered: None,
+                            });
+                        }
+                        if !keeps_method {
+                            method = next_method;
                             body = Bytes::new();
                             headers.remove(reqwest::header::CONTENT_TYPE);
                         }
@@ -424,8 +488,7 @@ impl Outbound {
             0 => e,
             first => SendError {
                 message: format!(
-                    "{} (after the target answered HTTP {first} and the redirect was followed: \
-                     the request reached it)",
+                    "{} (after the target answered HTTP {first}: the request reached it)",
                     e.message
                 ),
                 may_have_arrived: true,
@@ -488,6 +551,16 @@ fn drop_secret_headers(headers: &mut HeaderMap) {
     for name in secret {
         headers.remove(name);
     }
+}
+
+/// Whether two hops are the same request target: the same URL but for a fragment (which is
+/// not sent).
+fn same_request(a: &Url, b: &Url) -> bool {
+    let mut a = a.clone();
+    let mut b = b.clone();
+    a.set_fragment(None);
+    b.set_fragment(None);
+    a == b
 }
 
 fn same_origin(a: &Url, b: &Url) -> bool {

@@ -258,6 +258,17 @@ fn accepted(new: &NewDelivery, rules: &Rules) -> Result<(), TestCaseError> {
             !key.is_empty() && key.trim() == key && key.len() <= spool_proto::MAX_KEY_BYTES
         );
     }
+    // What the store keeps as it is holds no NUL (PostgreSQL's text cannot).
+    for kept in [
+        &new.idempotency_key,
+        &new.fingerprint,
+        &new.remote_id_pointer,
+    ] {
+        prop_assert!(
+            !kept.as_deref().unwrap_or_default().contains('\0'),
+            "{kept:?}"
+        );
+    }
     if let (Some(nb), Some(exp)) = (new.not_before, new.expires_at) {
         prop_assert!(nb < exp);
     }

@@ -13,6 +13,7 @@ mod argv;
 mod create;
 mod headers;
 mod journal;
+mod params;
 mod redactor;
 
 use std::path::{Path, PathBuf};
