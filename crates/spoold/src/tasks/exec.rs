@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{AttemptCgroup, CgroupRoot};
-use super::output::{OutputLog, Stream};
+use super::output::OutputLog;
 use super::processes::{self, Child};
 use super::supervision::{self, Record, Spec, StopReason};
 
@@ -610,7 +610,7 @@ fn pump(
                     let written = l
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .write(Stream::Stdout, &buf[..n]);
+                        .write(&buf[..n]);
                     if let Err(e) = written {
                         tracing::warn!(error = %e, "cannot write a task attempt's output log");
                         log = None;

@@ -1,13 +1,13 @@
-//! Capture of one task attempt's output: stdout and stderr, redacted, into one bounded log file.
+//! Capture of one task attempt's output — stdout and stderr, which are one pipe — redacted,
+//! into one bounded log file.
 //!
 //! **Invariants.** Secrets never reach disk nor a live follower: every byte passes through the
-//! literal secrets' search (in the two streams merged in arrival order) and then its stream's
-//! [`Redactor`] (patterns) before it is written or broadcast. Memory is bounded independent of
-//! output size: after each read, what is held back is at most a secret's start (the longest
-//! secret less one byte), or [`LINE_CAP`] of one stream's output behind the start of a secret the
-//! other left unfinished, plus with patterns an unfinished line of up to [`LINE_CAP`] per stream
-//! ([`OutputLog::held_back`]) — whatever the output, a chain of overlapping copies of a secret
-//! that never ends (`aba` in `ababab…`) included; and the tail of a long output lives in a ring
+//! [`Redactor`] (the literal secrets' search and the patterns, in the same bytes) before it is
+//! written or broadcast. Memory is bounded independent of output size: after each read, what
+//! is held back ([`OutputLog::held_back`]) is at most a secret's start (the longest secret less
+//! one byte) or, with patterns, an unfinished line of up to [`LINE_CAP`] (or a secret's start,
+//! if a secret is longer) — whatever the output, a chain of overlapping copies of a secret that
+//! never ends (`aba` in `ababab…`) included; and the tail of a long output lives in a ring
 //! *file* written with positioned writes, not in memory.
 //!
 //! The stored file is the first `limit / 2` bytes of the (redacted) output, then — only if
@@ -15,29 +15,26 @@
 //! `limit - limit / 2` bytes. While the attempt runs the file holds the head only; the tail is
 //! appended by [`OutputLog::finish`].
 //!
-//! Order: stdout and stderr are kept in the order they arrive, as a terminal shows them — except
+//! Order: the output is kept in the order it was read, which is the order the program wrote it
+//! (one pipe for stdout and stderr, as a terminal shows `2>&1`) — released as it comes, except
 //! what is held back. A literal secret may be arriving in pieces: the start of one is held until
-//! the rest comes (or does not). With `redact` patterns, which are matched within a line, each
-//! stream's unfinished line is held until it ends: lines of the two streams then never mix, and
-//! are interleaved in the order they end. At the end, what the streams still hold is released
-//! in the order it began.
+//! the rest comes (or does not). With `redact` patterns, which are matched within a line, an
+//! unfinished line is held until it ends (or reaches [`LINE_CAP`]). At the end, what is held is
+//! released.
 //!
 //! Cuts: a secret found is not held whole. What goes is redacted up to the cut, and the last
-//! bytes released (as many as the longest secret less one, in the merged bytes and in each
-//! stream's own) are kept as context and searched again with what follows: the rest of a secret
-//! that straddles the cut is found, and redacted under the marker written for its start: no
-//! piece of it gets out, and one stream's literal secrets are redacted the same wherever its
-//! reads fell. One [`REDACTED`] (one redaction counted) replaces overlapping secrets, however
-//! long the chain.
+//! bytes released (as many as the longest secret less one) are kept as context and searched
+//! again with what follows: the rest of a secret that straddles the cut is found, and redacted
+//! under the marker written for its start, so no piece of it gets out and literal secrets are
+//! redacted the same wherever the reads fell. One [`REDACTED`] (one redaction counted) replaces
+//! overlapping matches, however long the chain.
 //!
-//! Matching rules: literal secrets are searched for first, in the two streams merged in the
-//! order their bytes arrived — so a secret split across any number of reads is found, also one
-//! printed partly to stdout and partly to stderr — and in each stream's own bytes (a secret
-//! printed in two writes with the other stream's output between them; one marker replaces it
-//! where it begins). A regex is then matched against each stream's whole lines (blocks of
-//! complete lines, in fact), so it is only guaranteed to see a match that lies within one line
-//! of up to [`LINE_CAP`] bytes; use `(?m)` for `^`/`$` to mean line starts and ends. Regexes run
-//! in Unicode mode (the `regex` crate's default), where `\S` does not match bytes that are not
+//! Matching rules: literal secrets are found wherever they appear, split across any number of
+//! reads — in the order the program wrote its bytes: a secret printed in pieces with other
+//! output between them is not one. A regex is matched against whole lines (blocks of complete
+//! lines, in fact), so it is only guaranteed to see a match that lies within one line of up to
+//! [`LINE_CAP`] bytes; use `(?m)` for `^`/`$` to mean line starts and ends. Regexes run in
+//! Unicode mode (the `regex` crate's default), where `\S` does not match bytes that are not
 //! UTF-8: write `(?-u:\S)` to match any non-space byte.
 
 use std::fmt::{self, Write as _};
@@ -57,12 +54,6 @@ use tokio::sync::broadcast;
 /// A line longer than this is redacted in pieces: literals are still caught across the cut,
 /// regexes may miss a match that crosses it.
 pub const LINE_CAP: usize = 64 * 1024;
-
-/// How much of the other stream's output is held back behind the start of a secret one stream
-/// left unfinished, waiting for that stream to finish it. Past that the start goes as it is; the
-/// rest of the secret, if it comes, is still found (from the stream's context) and redacted,
-/// under a marker of its own.
-const CROSS_HOLD: usize = LINE_CAP;
 
 /// What a redacted match is replaced by.
 pub const REDACTED: &str = "[REDACTED]";
@@ -105,9 +96,9 @@ pub enum RuleError {
 /// Redacts one stream of bytes that arrives in arbitrary pieces.
 ///
 /// With patterns, input is held until a line is complete (or [`LINE_CAP`] is exceeded): a
-/// pattern is matched within a line, and lines of two streams written to one place do not mix.
-/// With literal secrets only, no more is held than the start of a secret that may still be
-/// arriving. Either way a secret split across two reads is still found.
+/// pattern is matched within a line. With literal secrets only, no more is held than the start
+/// of a secret that may still be arriving. Either way a secret split across reads is still
+/// found.
 ///
 /// A literal secret that straddles a cut — one of a chain of overlapping secrets (`aba` in
 /// `ababab…`), which never ends — is redacted up to the cut, and the rest of it after: the last
@@ -115,11 +106,8 @@ pub enum RuleError {
 /// marker stands for it (for a whole chain), as if there had been no cut.
 pub struct Redactor {
     rules: RedactRules,
-    /// Input not yet redacted: the start of an incomplete line.
+    /// Input not yet redacted: the start of an incomplete line, or of a secret.
     pending: Vec<u8>,
-    /// When (in pushes to the log) `pending` began, so unfinished lines of two streams are
-    /// released in the order they began.
-    pending_since: u64,
     /// The last bytes released, as they came in (at most the longest secret less one).
     context: Vec<u8>,
     /// The last byte released lay in a match, for which a marker was written.
@@ -139,15 +127,8 @@ struct Helper {
     out: Vec<u8>,
 }
 
-/// Which pipe a chunk of output came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
-    Stdout,
-    Stderr,
-}
-
-/// The output log of one attempt: both streams, redacted, interleaved in arrival order, bounded
-/// to the type's output limit.
+/// The output log of one attempt: its one output stream (stdout and stderr are one pipe),
+/// redacted, bounded to the type's output limit.
 ///
 /// The file I/O is blocking (plain `std::fs`); drive it from a blocking thread.
 pub struct OutputLog {
@@ -162,373 +143,11 @@ pub struct OutputLog {
     tail_len: u64,
     /// The tail, created on first use and unlinked at once: nothing is left behind on a crash.
     ring: Option<File>,
-    redactors: [Redactor; 2],
-    /// Both streams in arrival order, redacted for literal secrets (across the streams, and
-    /// within each) before each goes on to its own redactor.
-    merged: Merged,
-    /// Scratch: what `merged` released.
-    released: Released,
-    /// Pushes so far (orders the streams' unfinished lines).
-    pushes: u64,
+    /// Literal secrets and patterns, searched in the same bytes.
+    redactor: Redactor,
     /// Scratch for redacted output, reused across writes.
     buf: Vec<u8>,
     live: broadcast::Sender<Bytes>,
-}
-
-/// The two streams merged in the order their bytes arrive, redacted for literal secrets: a
-/// secret is found in the merged bytes (split across the two streams) and in each stream's own
-/// bytes (split by the other stream's output in between). Holds back only what could be the
-/// start of a secret still arriving, in either view: at most the longest secret less one byte,
-/// or [`CROSS_HOLD`] bytes behind a start one stream left unfinished ([`Merged::held`]).
-///
-/// A secret found is not held whole, so a chain of overlapping ones (`aba` in `ababab…`, which
-/// never ends while the task prints) costs no memory: what goes is redacted up to the cut, and
-/// the last bytes released (the longest secret less one, in the merged bytes and in each
-/// stream's own) stay as context, searched again with what follows. A secret that began before
-/// the cut is then found again, and the rest of it redacted without a second marker — so the
-/// output does not depend on where the cuts fell. What it releases goes on to each stream's own
-/// redactor (for patterns), in the order it arrived.
-struct Merged {
-    rules: RedactRules,
-    /// The context, then the bytes held back. `pending[..context]` went out already (it is
-    /// never released again): the last bytes released, kept so that a secret that began in
-    /// them is recognised when its rest arrives.
-    pending: Vec<u8>,
-    /// Which stream each pending byte came from.
-    origin: Vec<u8>,
-    context: usize,
-    /// Each stream's last bytes released (as many as the context): the context of the search
-    /// in that stream's own bytes.
-    own_context: [Vec<u8>; 2],
-    /// The last byte released lay in a secret and a marker stands for it: the rest of a secret
-    /// found across the cut needs none.
-    tail_marked: bool,
-    /// The last byte released of each stream lay in a secret: if not, a secret found across
-    /// that stream's cut began in bytes that went out as they were (a start held no longer, see
-    /// [`CROSS_HOLD`]), and its rest gets a marker of its own.
-    own_tail_covered: [bool; 2],
-    scratch: Scratch,
-    /// Scratch: which pending bytes lie in a secret.
-    covered: Vec<bool>,
-    /// Scratch: one stream's context and pending bytes, and where each pending one is in
-    /// `pending`.
-    own: Vec<u8>,
-    places: Vec<usize>,
-    /// Scratch: the secrets found, as (first byte, last byte + 1) in `pending`.
-    found: Vec<(usize, usize)>,
-    /// Markers written.
-    redactions: u64,
-}
-
-/// What [`Merged`] released: bytes, in runs of one stream each, in the order they arrived.
-#[derive(Default)]
-struct Released {
-    bytes: Vec<u8>,
-    runs: Vec<(Stream, usize)>,
-}
-
-impl Released {
-    fn clear(&mut self) {
-        self.bytes.clear();
-        self.runs.clear();
-    }
-
-    fn push(&mut self, stream: Stream, bytes: &[u8]) {
-        if bytes.is_empty() {
-            return;
-        }
-        self.bytes.extend_from_slice(bytes);
-        match self.runs.last_mut() {
-            Some((s, len)) if *s == stream => *len += bytes.len(),
-            _ => self.runs.push((stream, bytes.len())),
-        }
-    }
-
-    /// Each run: its stream and its bytes.
-    fn runs(&self) -> impl Iterator<Item = (Stream, &[u8])> {
-        let mut at = 0;
-        self.runs.iter().map(move |&(stream, len)| {
-            let run = &self.bytes[at..at + len];
-            at += len;
-            (stream, run)
-        })
-    }
-}
-
-impl Merged {
-    fn new(rules: &RedactRules) -> Self {
-        let rules = rules.literals_only();
-        Merged {
-            scratch: Scratch::new(&rules.0),
-            rules,
-            pending: Vec::new(),
-            origin: Vec::new(),
-            context: 0,
-            own_context: [Vec::new(), Vec::new()],
-            tail_marked: false,
-            own_tail_covered: [false; 2],
-            covered: Vec::new(),
-            own: Vec::new(),
-            places: Vec::new(),
-            found: Vec::new(),
-            redactions: 0,
-        }
-    }
-
-    fn push(&mut self, stream: Stream, input: &[u8], out: &mut Released) {
-        if self.rules.is_empty() {
-            out.push(stream, input);
-            return;
-        }
-        self.pending.extend_from_slice(input);
-        self.origin.resize(self.pending.len(), stream.index() as u8);
-        self.release(false, out);
-    }
-
-    /// The end of both streams: everything goes.
-    fn finish(&mut self, out: &mut Released) {
-        self.release(true, out);
-    }
-
-    /// Bytes held back (the context aside): after each push, at most the longest secret less
-    /// one, or [`CROSS_HOLD`] if that is more.
-    fn held(&self) -> usize {
-        self.pending.len() - self.context
-    }
-
-    /// Appends what can go now to `out`: everything up to the start of a secret that may still
-    /// be arriving (in either view), each run of secret bytes replaced by one [`REDACTED`]
-    /// where it begins (in the stream its first byte came from).
-    fn release(&mut self, end: bool, out: &mut Released) {
-        let (len, context) = (self.pending.len(), self.context);
-        if len == context {
-            return;
-        }
-        // One stream held: the merged bytes are its own, the spans its secrets — unless its
-        // own context (where the other stream's output did not come between) goes on into
-        // them differently from the merged one.
-        let first = self.origin[context];
-        let one_stream = self.origin[context..].iter().all(|&o| o == first)
-            && (self.origin[..context].iter().all(|&o| o == first)
-                || !self.own_context_goes_on(first));
-        self.rules.0.find_spans(&self.pending, &mut self.scratch);
-        // Whether a secret starts before this can no longer change: it may go.
-        let hold = if end {
-            len
-        } else {
-            (len - self.rules.0.pending_start(&self.pending)).max(context)
-        };
-        let cut = if one_stream {
-            self.release_one_stream(stream_of(first), hold, out);
-            hold
-        } else {
-            self.release_streams(end, hold, out)
-        };
-        let keep = cut.min(self.rules.0.longest_literal.saturating_sub(1));
-        self.pending.drain(..cut - keep);
-        self.origin.drain(..cut - keep);
-        self.context = keep;
-    }
-
-    /// Whether a secret (or the start of one) that began in `stream`'s own context goes on into
-    /// the bytes held, which are all that stream's.
-    fn own_context_goes_on(&mut self, stream: u8) -> bool {
-        let own_context = &self.own_context[usize::from(stream)];
-        let from_context = own_context.len();
-        if from_context == 0 {
-            return false;
-        }
-        let rules = &self.rules.0;
-        let held = &self.pending[self.context..];
-        // A secret begun in the context ends within its length of it.
-        let near = held.len().min(rules.longest_literal.saturating_sub(1));
-        self.own.clear();
-        self.own.extend_from_slice(own_context);
-        self.own.extend_from_slice(&held[..near]);
-        rules.find_spans(&self.own, &mut self.scratch);
-        self.scratch
-            .spans
-            .iter()
-            .any(|&(start, stop)| start < from_context && from_context < stop)
-            || rules.pending_start(&self.own) > near
-    }
-
-    /// Releases `pending[context..cut]`, all of `stream`: a marker where each secret begins.
-    fn release_one_stream(&mut self, stream: Stream, cut: usize, out: &mut Released) {
-        let context = self.context;
-        let mut done = context;
-        let mut tail_covered = false;
-        for &(start, stop) in self.scratch.spans.iter().take_while(|&&(s, _)| s < cut) {
-            if stop <= context {
-                continue;
-            }
-            // A secret begun in the context goes on under the marker written for its start.
-            if start >= context || !self.tail_marked {
-                out.push(stream, &self.pending[done..start.max(context)]);
-                out.push(stream, REDACTED.as_bytes());
-                self.redactions += 1;
-            }
-            done = stop.min(cut);
-            tail_covered = stop >= cut;
-        }
-        out.push(stream, &self.pending[done..cut]);
-        if cut > context {
-            self.tail_marked = tail_covered;
-            self.own_tail_covered[stream.index()] = tail_covered;
-            let keep = self.rules.0.longest_literal.saturating_sub(1);
-            extend_context(
-                &mut self.own_context[stream.index()],
-                &self.pending[context..cut],
-                keep,
-            );
-        }
-    }
-
-    /// Releases what both streams let go, from `context` up to `hold` or the start of a secret
-    /// one stream left unfinished, whichever is first, and returns that cut.
-    fn release_streams(&mut self, end: bool, mut hold: usize, out: &mut Released) -> usize {
-        let rules = Arc::clone(&self.rules.0);
-        let (len, context) = (self.pending.len(), self.context);
-        self.covered.clear();
-        self.covered.resize(len, false);
-        self.found.clear();
-        for &(start, stop) in &self.scratch.spans {
-            if stop <= context {
-                continue;
-            }
-            self.covered[start.max(context)..stop].fill(true);
-            // A secret begun in the context is no new one (the rest of one cut through).
-            if start >= context || !self.tail_marked {
-                self.found.push((start.max(context), stop));
-            }
-        }
-        for stream in [0u8, 1] {
-            let own_context = &self.own_context[usize::from(stream)];
-            let from_context = own_context.len();
-            self.own.clear();
-            self.places.clear();
-            self.own.extend_from_slice(own_context);
-            for (i, (&b, _)) in self
-                .pending
-                .iter()
-                .zip(&self.origin)
-                .enumerate()
-                .skip(context)
-                .filter(|(_, (_, &o))| o == stream)
-            {
-                self.own.push(b);
-                self.places.push(i);
-            }
-            if self.places.is_empty() {
-                continue;
-            }
-            rules.find_spans(&self.own, &mut self.scratch);
-            for &(start, stop) in &self.scratch.spans {
-                if stop <= from_context {
-                    continue;
-                }
-                let (first, last) = (start.max(from_context) - from_context, stop - from_context);
-                for &p in &self.places[first..last] {
-                    self.covered[p] = true;
-                }
-                // The rest of a secret begun in this stream's context: a new one only if that
-                // start went out unredacted.
-                if start >= from_context || !self.own_tail_covered[usize::from(stream)] {
-                    self.found
-                        .push((self.places[first], self.places[last - 1] + 1));
-                }
-            }
-            // A start of a secret at the end of one stream's bytes is held for the rest of it,
-            // while the other stream's output after it stays under [`CROSS_HOLD`]: past that,
-            // it goes as it is (a secret so far apart is not one piece of output any more).
-            let tail = rules.pending_start(&self.own);
-            if !end && tail > 0 {
-                let first = (self.own.len() - tail).max(from_context) - from_context;
-                let at = self.places[first];
-                if len - at <= CROSS_HOLD {
-                    hold = hold.min(at);
-                }
-            }
-        }
-        self.found.sort_unstable();
-        self.found.dedup();
-        // Secrets are cut through: the context finds their rest again.
-        let cut = hold;
-        let mut i = context;
-        // The secrets, by where they begin, walked along with the runs.
-        let mut next_secret = 0;
-        // Whether the run of secret bytes being walked has its marker: the first continues the
-        // last one released, if that ended in a secret.
-        let mut marked = self.tail_marked;
-        while i < cut {
-            let (run, o) = (self.covered[i], self.origin[i]);
-            let next = (i..cut)
-                .find(|&j| self.covered[j] != run || (!run && self.origin[j] != o))
-                .unwrap_or(cut);
-            if run {
-                // One marker a run, where a secret in it begins: the later pieces of a secret
-                // split by the other stream's output go without one.
-                marked &= i == context;
-                while self.found.get(next_secret).is_some_and(|&(s, _)| s < i) {
-                    next_secret += 1;
-                }
-                if !marked && self.found.get(next_secret).is_some_and(|&(s, _)| s < next) {
-                    out.push(stream_of(o), REDACTED.as_bytes());
-                    self.redactions += 1;
-                    marked = true;
-                }
-            } else {
-                out.push(stream_of(o), &self.pending[i..next]);
-            }
-            i = next;
-        }
-        if cut > context {
-            self.tail_marked = self.covered[cut - 1] && marked;
-        }
-        // Each stream's context: its last bytes released.
-        let keep = rules.longest_literal.saturating_sub(1);
-        for stream in [0u8, 1] {
-            self.own.clear();
-            let mut last_covered = None;
-            for i in (context..cut).rev() {
-                if self.origin[i] != stream {
-                    continue;
-                }
-                last_covered.get_or_insert(self.covered[i]);
-                if self.own.len() == keep {
-                    break;
-                }
-                self.own.push(self.pending[i]);
-            }
-            if let Some(covered) = last_covered {
-                self.own_tail_covered[usize::from(stream)] = covered;
-                self.own.reverse();
-                extend_context(&mut self.own_context[usize::from(stream)], &self.own, keep);
-            }
-        }
-        cut
-    }
-}
-
-/// Appends `bytes` to `context` and keeps its last `keep` bytes.
-fn extend_context(context: &mut Vec<u8>, bytes: &[u8], keep: usize) {
-    if bytes.len() >= keep {
-        context.clear();
-        context.extend_from_slice(&bytes[bytes.len() - keep..]);
-    } else {
-        context.extend_from_slice(bytes);
-        let excess = context.len().saturating_sub(keep);
-        context.drain(..excess);
-    }
-}
-
-/// The stream of an origin tag (0: stdout, 1: stderr).
-fn stream_of(origin: u8) -> Stream {
-    if origin == 0 {
-        Stream::Stdout
-    } else {
-        Stream::Stderr
-    }
 }
 
 /// A live follower's view of a running attempt's output.
@@ -682,37 +301,6 @@ impl RedactRules {
     pub fn is_empty(&self) -> bool {
         self.0.literals.is_none() && self.0.regexes.is_empty()
     }
-
-    /// The patterns alone: what each stream's redactor matches within its lines.
-    fn patterns_only(&self) -> RedactRules {
-        let c = &self.0;
-        if c.regexes.is_empty() {
-            return RedactRules::default();
-        }
-        RedactRules(Arc::new(Compiled {
-            literals: None,
-            literal_bytes: Vec::new(),
-            literal_count: 0,
-            regexes: c.regexes.clone(),
-            longest_literal: 0,
-            longest_multiline_literal: 0,
-            parallel: c.parallel,
-        }))
-    }
-
-    /// The literal secrets alone: what the merged streams are searched for.
-    fn literals_only(&self) -> RedactRules {
-        let c = &self.0;
-        RedactRules(Arc::new(Compiled {
-            literals: c.literals.clone(),
-            literal_bytes: c.literal_bytes.clone(),
-            literal_count: c.literal_count,
-            regexes: Vec::new(),
-            longest_literal: c.longest_literal,
-            longest_multiline_literal: c.longest_multiline_literal,
-            parallel: false,
-        }))
-    }
 }
 
 impl fmt::Debug for RedactRules {
@@ -865,7 +453,6 @@ impl Redactor {
         Redactor {
             rules: rules.clone(),
             pending: Vec::new(),
-            pending_since: 0,
             context: Vec::new(),
             tail_marked: false,
             near: Vec::new(),
@@ -1037,6 +624,18 @@ impl Redactor {
     }
 }
 
+/// Appends `bytes` to `context` and keeps its last `keep` bytes.
+fn extend_context(context: &mut Vec<u8>, bytes: &[u8], keep: usize) {
+    if bytes.len() >= keep {
+        context.clear();
+        context.extend_from_slice(&bytes[bytes.len() - keep..]);
+    } else {
+        context.extend_from_slice(bytes);
+        let excess = context.len().saturating_sub(keep);
+        context.drain(..excess);
+    }
+}
+
 /// What [`redact_block`] does with a match that straddles its cut.
 #[derive(Clone, Copy)]
 enum Straddle {
@@ -1138,22 +737,12 @@ fn escape_literal(literal: &[u8]) -> String {
     pattern
 }
 
-impl Stream {
-    fn index(self) -> usize {
-        match self {
-            Stream::Stdout => 0,
-            Stream::Stderr => 1,
-        }
-    }
-}
-
 impl OutputLog {
     /// The log of one attempt, at `path`: the file (mode 0600) is created with the first byte
     /// of output, and that fails if it exists, so an attempt's log is never appended to or
     /// replaced. No output, no file. `limit` bounds the stored output (plus the marker line).
     pub fn create(path: &Path, limit: u64, rules: &RedactRules) -> io::Result<Self> {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
-        let per_stream = rules.patterns_only();
         Ok(OutputLog {
             path: path.to_path_buf(),
             file: None,
@@ -1162,45 +751,19 @@ impl OutputLog {
             head_len: 0,
             tail_len: 0,
             ring: None,
-            // Literal secrets are found in the merged bytes, in the order they arrived; a
-            // stream's own redactor then matches patterns within its lines.
-            redactors: [Redactor::new(&per_stream), Redactor::new(&per_stream)],
-            merged: Merged::new(rules),
-            released: Released::default(),
-            pushes: 0,
+            redactor: Redactor::new(rules),
             buf: Vec::new(),
             live,
         })
     }
 
-    /// Takes a chunk read from `stream`: redacts it, sends what is released to live followers
-    /// and stores it (head in the file, the rest in the tail ring).
-    pub fn write(&mut self, stream: Stream, chunk: &[u8]) -> io::Result<()> {
-        self.pushes += 1;
-        let mut released = mem::take(&mut self.released);
-        released.clear();
-        self.merged.push(stream, chunk, &mut released);
-        let stored = self.through_streams(&released);
-        self.released = released;
-        stored
-    }
-
-    /// Passes what the merged redactor released through each stream's redactor, and on.
-    fn through_streams(&mut self, released: &Released) -> io::Result<()> {
+    /// Takes the next chunk of output, as read: redacts it, sends what is released to live
+    /// followers and stores it (head in the file, the rest in the tail ring).
+    pub fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
         let mut buf = mem::take(&mut self.buf);
-        let mut stored = Ok(());
-        for (stream, bytes) in released.runs() {
-            let redactor = &mut self.redactors[stream.index()];
-            if redactor.pending.is_empty() {
-                redactor.pending_since = self.pushes;
-            }
-            buf.clear();
-            redactor.push(bytes, &mut buf);
-            stored = self.accept(&buf);
-            if stored.is_err() {
-                break;
-            }
-        }
+        buf.clear();
+        self.redactor.push(chunk, &mut buf);
+        let stored = self.accept(&buf);
         self.buf = buf;
         stored
     }
@@ -1229,36 +792,21 @@ impl OutputLog {
     }
 
     /// Output taken but not yet passed on, held back for a secret or a line that may still be
-    /// completing. After each write, however the output goes on: for the literal secrets, the
-    /// start of one (the longest secret less one byte), or up to [`LINE_CAP`] of one stream's
-    /// output behind the start of one the other stream left unfinished; with patterns, besides,
-    /// an unfinished line of up to [`LINE_CAP`] per stream. The last bytes passed on (the longest
-    /// secret less one, for each stream too) are kept besides, as context.
+    /// completing. After each write, however the output goes on: with literal secrets only,
+    /// at most the start of one (the longest secret less one byte); with patterns, an
+    /// unfinished line of up to [`LINE_CAP`] (or a secret's start, if a secret is longer).
+    /// The last bytes passed on (the longest secret less one) are kept besides, as context.
     pub fn held_back(&self) -> usize {
-        self.merged.held()
-            + self
-                .redactors
-                .iter()
-                .map(|r| r.pending.len())
-                .sum::<usize>()
+        self.redactor.pending.len()
     }
 
-    /// Ends the output: releases what the redactors still hold, then appends the marker (if
+    /// Ends the output: releases what the redactor still holds, then appends the marker (if
     /// anything was dropped) and the tail to the file, and syncs it.
     pub fn finish(mut self) -> io::Result<OutputSummary> {
-        let mut released = mem::take(&mut self.released);
-        released.clear();
-        self.merged.finish(&mut released);
-        self.through_streams(&released)?;
-        // The streams' unfinished lines, in the order they began.
         let mut buf = mem::take(&mut self.buf);
-        let mut order = [Stream::Stdout, Stream::Stderr];
-        order.sort_by_key(|s| self.redactors[s.index()].pending_since);
-        for stream in order {
-            buf.clear();
-            self.redactors[stream.index()].finish(&mut buf);
-            self.accept(&buf)?;
-        }
+        buf.clear();
+        self.redactor.finish(&mut buf);
+        self.accept(&buf)?;
         let omitted = self.tail_len.saturating_sub(self.tail_cap);
         if let Some(file) = self.file.as_mut() {
             if omitted > 0 {
@@ -1279,8 +827,7 @@ impl OutputLog {
         Ok(OutputSummary {
             bytes: self.bytes(),
             truncated_bytes: omitted,
-            redactions: self.redactors.iter().map(Redactor::redactions).sum::<u64>()
-                + self.merged.redactions,
+            redactions: self.redactor.redactions(),
         })
     }
 
@@ -1592,16 +1139,12 @@ mod tests {
             .collect()
     }
 
-    fn log_of(
-        limit: u64,
-        rules: &RedactRules,
-        writes: &[(Stream, &[u8])],
-    ) -> (Vec<u8>, OutputSummary) {
+    fn log_of(limit: u64, rules: &RedactRules, writes: &[&[u8]]) -> (Vec<u8>, OutputSummary) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("attempt.log");
         let mut log = OutputLog::create(&path, limit, rules).expect("create");
-        for (stream, chunk) in writes {
-            log.write(*stream, chunk).expect("write");
+        for chunk in writes {
+            log.write(chunk).expect("write");
         }
         let summary = log.finish().expect("finish");
         let names: Vec<_> = fs::read_dir(dir.path())
@@ -1627,7 +1170,7 @@ mod tests {
             (1001, 4096),
             (4, 100_000),
         ] {
-            let writes: Vec<_> = output.chunks(size).map(|c| (Stream::Stdout, c)).collect();
+            let writes: Vec<_> = output.chunks(size).collect();
             let (stored, summary) = log_of(limit, &RedactRules::default(), &writes);
             let head = (limit / 2) as usize;
             let tail = limit as usize - head;
@@ -1653,7 +1196,7 @@ mod tests {
     fn no_truncation_up_to_the_limit() {
         let output = numbered(100);
         for limit in [output.len() as u64, output.len() as u64 + 1, 1 << 20] {
-            let writes: Vec<_> = output.chunks(100).map(|c| (Stream::Stdout, c)).collect();
+            let writes: Vec<_> = output.chunks(100).collect();
             let (stored, summary) = log_of(limit, &RedactRules::default(), &writes);
             assert!(stored == output, "limit {limit}");
             assert_eq!(summary.truncated_bytes, 0);
@@ -1667,7 +1210,7 @@ mod tests {
     fn redacted_before_truncation() {
         let rules = rules(&["s3cr3t"], &[]);
         let output = b"aaaa s3cr3t bbbb s3cr3t cccc\n".repeat(50);
-        let writes: Vec<_> = output.chunks(3).map(|c| (Stream::Stderr, c)).collect();
+        let writes: Vec<_> = output.chunks(3).collect();
         let (stored, summary) = log_of(200, &rules, &writes);
         assert!(!stored.windows(6).any(|w| w == b"s3cr3t"));
         assert_eq!(summary.redactions, 100);
@@ -1677,100 +1220,63 @@ mod tests {
         );
     }
 
+    /// A secret cut into three writes at every pair of positions (the middle one empty, too):
+    /// stored as in one write, counted once — with literal secrets only, and with a pattern
+    /// too (which holds the line).
     #[test]
-    fn streams_keep_arrival_order_and_secrets_are_found_in_each_and_across() {
-        let rules = rules(&["s3cr3t"], &[]);
-        // Each stream's secret is split by the other stream's output: one marker where it
-        // begins.
-        let writes: [(Stream, &[u8]); 5] = [
-            (Stream::Stdout, b"out s3c"),
-            (Stream::Stderr, b"err s3"),
-            (Stream::Stdout, b"r3t done\nout 2"),
-            (Stream::Stderr, b"cr3t done\n"),
-            (Stream::Stdout, b" end"),
-        ];
-        let (stored, summary) = log_of(1 << 20, &rules, &writes);
-        assert_eq!(
-            String::from_utf8(stored).expect("utf-8"),
-            "out [REDACTED]err [REDACTED] done\nout 2 done\n end"
-        );
-        assert_eq!(summary.redactions, 2);
-        // One secret, its first part on stdout, the rest on stderr.
-        let writes: [(Stream, &[u8]); 3] = [
-            (Stream::Stdout, b"token=s3c"),
-            (Stream::Stderr, b"r3t"),
-            (Stream::Stdout, b" ok\n"),
-        ];
-        let (stored, summary) = log_of(1 << 20, &rules, &writes);
-        assert_eq!(
-            String::from_utf8(stored).expect("utf-8"),
-            "token=[REDACTED] ok\n"
-        );
-        assert_eq!(summary.redactions, 1);
-        // With a pattern, each stream's lines are kept whole, interleaved as they end.
-        let rules = super::RedactRules::new(vec![b"s3cr3t".to_vec()], &["pw=\\S+".to_owned()])
-            .expect("rules");
-        let writes: [(Stream, &[u8]); 4] = [
-            (Stream::Stdout, b"out pw=a"),
-            (Stream::Stderr, b"err s3"),
-            (Stream::Stdout, b"bc done\n"),
-            (Stream::Stderr, b"cr3t done\n"),
-        ];
-        let (stored, _) = log_of(1 << 20, &rules, &writes);
-        assert_eq!(
-            String::from_utf8(stored).expect("utf-8"),
-            "out [REDACTED] done\nerr [REDACTED] done\n"
-        );
-    }
-
-    /// A secret cut at every position into two writes, on either stream each, with or without
-    /// the other stream's output (or a line end) between the two: never stored whole, and
-    /// counted once — with literal secrets only, and with a pattern too.
-    #[test]
-    fn a_secret_split_across_writes_and_streams_is_never_stored() {
+    fn a_secret_split_across_writes_is_never_stored() {
         const SECRET: &[u8] = b"s3cr3t-XYZ";
         let literal = rules(&["s3cr3t-XYZ"], &[]);
-        let patterned =
-            super::RedactRules::new(vec![SECRET.to_vec()], &["pw=\\S+".to_owned()]).expect("rules");
+        let patterned = rules(&["s3cr3t-XYZ"], &["pw=\\S+"]);
         for rules in [&literal, &patterned] {
-            for k in 1..SECRET.len() {
-                let (first, rest) = SECRET.split_at(k);
-                for (a, b) in [
-                    (Stream::Stdout, Stream::Stdout),
-                    (Stream::Stdout, Stream::Stderr),
-                    (Stream::Stderr, Stream::Stdout),
-                    (Stream::Stderr, Stream::Stderr),
-                ] {
-                    let other = if a == Stream::Stdout {
-                        Stream::Stderr
-                    } else {
-                        Stream::Stdout
-                    };
-                    let between: [&[(Stream, &[u8])]; 2] = [&[], &[(other, b"noise\n")]];
-                    for middle in between {
-                        // Between the parts of one stream's secret, the other's output is fine;
-                        // between parts on two streams, only adjacency makes one secret.
-                        if a != b && !middle.is_empty() {
-                            continue;
-                        }
-                        let mut writes = vec![(Stream::Stdout, &b"start "[..]), (a, first)];
-                        writes.extend_from_slice(middle);
-                        writes.extend([(b, rest), (Stream::Stdout, &b" end\n"[..])]);
-                        let (stored, summary) = log_of(1 << 20, rules, &writes);
-                        assert!(
-                            !stored.windows(SECRET.len()).any(|w| w == SECRET),
-                            "k={k} {a:?}/{b:?} middle={}: {:?}",
-                            middle.len(),
-                            String::from_utf8_lossy(&stored)
-                        );
-                        assert_eq!(
-                            summary.redactions,
-                            1,
-                            "{:?}",
-                            String::from_utf8_lossy(&stored)
-                        );
-                    }
+            for i in 1..SECRET.len() {
+                for j in i..SECRET.len() {
+                    let writes = [
+                        &b"start "[..],
+                        &SECRET[..i],
+                        &SECRET[i..j],
+                        &SECRET[j..],
+                        b" end\n",
+                    ];
+                    let (stored, summary) = log_of(1 << 20, rules, &writes);
+                    assert_eq!(
+                        String::from_utf8_lossy(&stored),
+                        "start [REDACTED] end\n",
+                        "cut at {i}, {j}"
+                    );
+                    assert_eq!(summary.redactions, 1, "cut at {i}, {j}");
                 }
+            }
+        }
+    }
+
+    /// Literal secrets and patterns are searched in the same bytes: a secret inside a pattern's
+    /// match, or overlapping one, goes under one marker with it and is counted once (as in
+    /// [`redact_all`]), wherever the writes were cut.
+    #[test]
+    fn a_secret_in_a_pattern_match_is_one_redaction() {
+        for (literal, pattern, output, expected) in [
+            (
+                "s3cr3t",
+                "pw=\\S+",
+                "out pw=s3cr3t done\n",
+                "out [REDACTED] done\n",
+            ),
+            (
+                "cdef",
+                "pw=[a-c]+",
+                "out pw=abcdef done\n",
+                "out [REDACTED] done\n",
+            ),
+        ] {
+            let rules = rules(&[literal], &[pattern]);
+            assert_eq!(redact_all(&rules, output), expected);
+            let bytes = output.as_bytes();
+            for cut in 0..=bytes.len() {
+                let (head, tail) = bytes.split_at(cut);
+                let (stored, summary) = log_of(1 << 20, &rules, &[head, tail]);
+                assert_eq!(String::from_utf8_lossy(&stored), expected, "cut at {cut}");
+                assert_eq!(summary.redactions, 1, "{output:?} cut at {cut}");
             }
         }
     }
@@ -1779,22 +1285,22 @@ mod tests {
     /// bytes are held back (and that the context is shorter than the longest secret, `longest`).
     fn bounded_log(
         rules: &RedactRules,
-        writes: &[(Stream, &[u8])],
+        writes: &[&[u8]],
         bound: usize,
         longest: usize,
     ) -> (Vec<u8>, OutputSummary) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("attempt.log");
         let mut log = OutputLog::create(&path, 1 << 20, rules).expect("create");
-        for (n, (stream, chunk)) in writes.iter().enumerate() {
-            log.write(*stream, chunk).expect("write");
+        for (n, chunk) in writes.iter().enumerate() {
+            log.write(chunk).expect("write");
             assert!(
                 log.held_back() <= bound,
                 "{} bytes held back after write {n} (of {} bytes), bound {bound}",
                 log.held_back(),
                 chunk.len()
             );
-            assert!(log.merged.context < longest.max(1));
+            assert!(log.redactor.context.len() < longest.max(1));
         }
         let summary = log.finish().expect("finish");
         (fs::read(&path).unwrap_or_default(), summary)
@@ -1825,15 +1331,11 @@ mod tests {
         out
     }
 
-    /// What is left of stored output without its markers and without `noise`.
-    fn stripped(stored: &[u8], noise: &str) -> String {
-        let text = String::from_utf8(stored.to_vec()).expect("utf-8");
-        let text = text.replace(REDACTED, "");
-        if noise.is_empty() {
-            text
-        } else {
-            text.replace(noise, "")
-        }
+    /// What is left of stored output without its markers.
+    fn stripped(stored: &[u8]) -> String {
+        String::from_utf8(stored.to_vec())
+            .expect("utf-8")
+            .replace(REDACTED, "")
     }
 
     /// A task printing a secret that overlaps itself (`aba`, `abab`) over and over with no line
@@ -1854,18 +1356,14 @@ mod tests {
             for (rules, bound) in [
                 // Literals only: a secret's start at most.
                 (&literal, secret.len() - 1),
-                // With a pattern, each stream's unfinished line (here a marker) besides.
-                (&patterned, secret.len() - 1 + LINE_CAP),
+                // With a pattern, an unfinished line (of up to LINE_CAP) instead.
+                (&patterned, LINE_CAP),
             ] {
-                let (whole, summary) =
-                    bounded_log(rules, &[(Stream::Stdout, &output)], bound, secret.len());
+                let (whole, summary) = bounded_log(rules, &[&output], bound, secret.len());
                 assert_eq!(String::from_utf8_lossy(&whole), expected);
                 assert_eq!(summary.redactions, 1, "one chain, one redaction");
                 for sizes in WRITE_SIZES {
-                    let writes: Vec<_> = pieces(&output, sizes)
-                        .into_iter()
-                        .map(|c| (Stream::Stdout, c))
-                        .collect();
+                    let writes = pieces(&output, sizes);
                     let (stored, cut_summary) = bounded_log(rules, &writes, bound, secret.len());
                     assert!(
                         stored == whole,
@@ -1874,55 +1372,6 @@ mod tests {
                     );
                     assert_eq!(cut_summary, summary, "{secret}, writes of {sizes:?}");
                 }
-            }
-        }
-    }
-
-    /// The chain on stdout with the other stream's output between its pieces, or split between
-    /// the two streams: bounded the same, and nothing of it stored — without the markers and
-    /// the other stream's lines, only the bytes that lie in no copy of the secret are left.
-    #[test]
-    fn a_chain_interleaved_with_the_other_stream_is_redacted_in_bounded_memory() {
-        let output = chain();
-        let (start, body) = output.split_at(6);
-        let (body, end) = body.split_at(body.len() - 5);
-        for (secret, left) in [("aba", "start b end\n"), ("abab", "start  end\n")] {
-            let rules = rules(&[secret], &[]);
-            // Every write goes the slower way of two streams: pieces of 7 are left out to keep
-            // the test quick (pieces of 1 to 8 cover them).
-            for sizes in WRITE_SIZES.into_iter().filter(|s| *s != [7]) {
-                // Each piece of stdout's chain followed by a line on stderr; then the chain's
-                // pieces on either stream in turn.
-                let mut noisy = vec![(Stream::Stdout, start)];
-                let mut split = noisy.clone();
-                for (i, piece) in pieces(body, sizes).into_iter().enumerate() {
-                    noisy.extend([(Stream::Stdout, piece), (Stream::Stderr, &b"x\n"[..])]);
-                    let stream = if i % 2 == 0 {
-                        Stream::Stdout
-                    } else {
-                        Stream::Stderr
-                    };
-                    split.push((stream, piece));
-                }
-                noisy.push((Stream::Stdout, end));
-                split.push((Stream::Stdout, end));
-                // A secret's start, with the other stream's lines between its pieces.
-                let (stored, summary) = bounded_log(&rules, &noisy, 3 * secret.len(), secret.len());
-                assert_eq!(
-                    stripped(&stored, "x\n"),
-                    left,
-                    "{secret}, stdout in pieces of {sizes:?} between lines on stderr"
-                );
-                assert!(summary.redactions >= 1);
-                // A start of a secret on one stream holds the other's output behind it, up to
-                // CROSS_HOLD.
-                let (stored, summary) = bounded_log(&rules, &split, CROSS_HOLD, secret.len());
-                assert_eq!(
-                    stripped(&stored, ""),
-                    left,
-                    "{secret}, pieces of {sizes:?} on either stream"
-                );
-                assert!(summary.redactions >= 1);
             }
         }
     }
@@ -1949,7 +1398,7 @@ mod tests {
                         assert!(r.pending.len() <= bound, "{secret}, {sizes:?}");
                     }
                     r.finish(&mut out);
-                    let left = stripped(&out, "");
+                    let left = stripped(&out);
                     assert!(
                         String::from_utf8_lossy(&out) == expected,
                         "{secret}, writes of {sizes:?}: {:?}",
@@ -1969,38 +1418,14 @@ mod tests {
         let output = chain();
         let rules = rules(&[], &["(?:ab)+"]);
         for size in [7, 4096, LINE_CAP + 3] {
-            let writes: Vec<_> = output.chunks(size).map(|c| (Stream::Stdout, c)).collect();
+            let writes: Vec<_> = output.chunks(size).collect();
             let (stored, _) = bounded_log(&rules, &writes, LINE_CAP, 0);
-            let left = stripped(&stored, "");
+            let left = stripped(&stored);
             assert!(
                 left.starts_with("start ") && left.ends_with(" end\n") && left.len() < 32,
                 "writes of {size}: {left:?}"
             );
         }
-    }
-
-    /// A secret's start on one stream, then more than [`CROSS_HOLD`] of the other's output: the
-    /// start goes as it is, but the rest of the secret, when it comes, is still found (from the
-    /// stream's context) and redacted, with a marker of its own.
-    #[test]
-    fn the_rest_of_a_secret_whose_start_went_out_is_redacted() {
-        let rules = rules(&["s3cr3t"], &[]);
-        let noise = vec![b'x'; CROSS_HOLD + 10];
-        let writes: [(Stream, &[u8]); 3] = [
-            (Stream::Stdout, b"token=s3c"),
-            (Stream::Stderr, &noise),
-            (Stream::Stdout, b"r3t done\n"),
-        ];
-        let (stored, summary) = bounded_log(&rules, &writes, CROSS_HOLD, 6);
-        let mut expected = b"token=s3c".to_vec();
-        expected.extend_from_slice(&noise);
-        expected.extend_from_slice(b"[REDACTED] done\n");
-        assert!(
-            stored == expected,
-            "{:?}",
-            String::from_utf8_lossy(&stored[stored.len() - 30..])
-        );
-        assert_eq!(summary.redactions, 1);
     }
 
     #[test]
@@ -2010,18 +1435,18 @@ mod tests {
         let rules = rules(&["s3cr3t"], &[]);
         let mut log = OutputLog::create(&path, 10, &rules).expect("create");
         assert!(!path.exists(), "no file before the first byte of output");
-        log.write(Stream::Stdout, b"before\n").expect("write");
+        log.write(b"before\n").expect("write");
         let mode = fs::metadata(&path).expect("stat").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         let mut follow = log.subscribe();
         assert_eq!(follow.from, 7);
-        log.write(Stream::Stdout, b"a s3cr3t").expect("write");
-        log.write(Stream::Stdout, b" b\n").expect("write");
+        log.write(b"a s3cr3t").expect("write");
+        log.write(b" b\n").expect("write");
         assert_eq!(log.bytes_written_to_head(), 5);
         assert_eq!(log.path(), path);
         let mut clobber = OutputLog::create(&path, 10, &rules).expect("create");
         assert!(
-            clobber.write(Stream::Stdout, b"x\n").is_err(),
+            clobber.write(b"x\n").is_err(),
             "an existing log is never appended to"
         );
         log.finish().expect("finish");
