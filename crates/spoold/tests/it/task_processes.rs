@@ -30,6 +30,31 @@ pub(crate) fn zombie_children(parent: u32) -> Vec<i32> {
         .collect()
 }
 
+/// The `stubborn` type, with `timeout` and `kill_grace`: its leader, a member of its group and
+/// an escapee (it calls `setsid`) each trap SIGTERM, write it down (`term PID` in `terms`) and
+/// stay; their pids are in `pids`. It ignores SIGPIPE, so a crash of the daemon does not end it.
+fn stubborn(setup: &Setup, timeout: &str, grace: &str) -> String {
+    setup.script(
+        "stubborn.sh",
+        r#"trap '' PIPE
+trap 'echo "term $$" >> "$TERMS"' TERM
+sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
+setsid sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
+echo $$ >> "$PIDS"
+while :; do sleep 0.05; done"#,
+    );
+    config_with(
+        setup,
+        &format!(
+            "\n[tasks.stubborn]\ncommand = [\"{}\"]\ntimeout = \"{timeout}\"\n\
+             kill_grace = \"{grace}\"\nenv = {{ TERMS = \"{}\", PIDS = \"{}\" }}\n",
+            setup.path("stubborn.sh"),
+            setup.path("terms"),
+            setup.path("pids"),
+        ),
+    )
+}
+
 /// A timeout stops an attempt whose leader, a member of its group and an escapee (it called
 /// `setsid`) all trap SIGTERM and stay: each gets SIGTERM exactly once — the group's members
 /// through the group, the escapee on its own — and SIGKILL after the grace. Tools that take a
@@ -38,24 +63,7 @@ pub(crate) fn zombie_children(parent: u32) -> Vec<i32> {
 async fn each_process_gets_sigterm_once() {
     let dir = TempDir::new().expect("temp dir");
     let setup = Setup::new(dir.path());
-    setup.script(
-        "stubborn.sh",
-        r#"trap 'echo "term $$" >> "$TERMS"' TERM
-sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
-setsid sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
-echo $$ >> "$PIDS"
-while :; do sleep 0.05; done"#,
-    );
-    let config = config_with(
-        &setup,
-        &format!(
-            "\n[tasks.stubborn]\ncommand = [\"{}\"]\ntimeout = \"1s\"\nkill_grace = \"1s\"\n\
-             env = {{ TERMS = \"{}\", PIDS = \"{}\" }}\n",
-            setup.path("stubborn.sh"),
-            setup.path("terms"),
-            setup.path("pids"),
-        ),
-    );
+    let config = stubborn(&setup, "1s", "1s");
     let daemon = crate::InProcess::boot_in(
         TempDir::new().expect("temp dir"),
         crate::Targets::Loopback,
@@ -368,25 +376,7 @@ async fn a_type_with_a_user_needs_the_privilege_to_switch() {
 async fn each_process_gets_sigterm_once_across_two_crashes() {
     let dir = TempDir::new().expect("temp dir");
     let setup = Setup::new(dir.path());
-    setup.script(
-        "stubborn.sh",
-        r#"trap '' PIPE
-trap 'echo "term $$" >> "$TERMS"' TERM
-sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
-setsid sh -c 'trap "echo \"term \$\$\" >> \"$TERMS\"" TERM; echo $$ >> "$PIDS"; while :; do sleep 0.05; done' &
-echo $$ >> "$PIDS"
-while :; do sleep 0.05; done"#,
-    );
-    let config = config_with(
-        &setup,
-        &format!(
-            "\n[tasks.stubborn]\ncommand = [\"{}\"]\ntimeout = \"600s\"\nkill_grace = \"3s\"\n\
-             env = {{ TERMS = \"{}\", PIDS = \"{}\" }}\n",
-            setup.path("stubborn.sh"),
-            setup.path("terms"),
-            setup.path("pids"),
-        ),
-    );
+    let config = stubborn(&setup, "600s", "3s");
     let data = TempDir::new().expect("data dir");
     let opts =
         || crate::process_opts(&data).args(["--config", config.as_str(), "--task-cgroup", "off"]);

@@ -250,6 +250,41 @@ fn pg_host(url: &str, data: &TempDir, config: &str) -> DaemonOptions {
     ])
 }
 
+/// Two hosts on one database, each running [`DEPLOY`]: A's deploy holds the lock (it has
+/// started), B's waits for it.
+struct TwoHosts {
+    a: DaemonProcess,
+    b: DaemonProcess,
+    api_b: Api,
+    /// A's deploy and B's.
+    x: serde_json::Value,
+    y: serde_json::Value,
+}
+
+/// Start host A (`a`), submit a deploy to it and wait until it runs; then start host B (`b`)
+/// and submit a second deploy to the same environment there.
+async fn deploys_on_two_hosts(setup: &Setup, a: DaemonOptions, b: DaemonOptions) -> TwoHosts {
+    let a = DaemonProcess::start(a).await.expect("host A");
+    let api_a = Api::new(a.base_url());
+    let (_, x) = submit(
+        &api_a,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
+    )
+    .await;
+    wait_for("A's deploy to start", crate::WAIT, || {
+        !logged(setup, "start").is_empty()
+    })
+    .await;
+    let b = DaemonProcess::start(b).await.expect("host B");
+    let api_b = Api::new(b.base_url());
+    let (_, y) = submit(
+        &api_b,
+        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+    )
+    .await;
+    TwoHosts { a, b, api_b, x, y }
+}
+
 /// PostgreSQL, two hosts: A runs a deploy holding a lock and then loses its database (its
 /// connections stay open, nothing answers); B's deploy waits for the lock. A cannot renew, so
 /// it stops its attempt before its lease runs out; B, which cannot see A's processes (A runs
@@ -269,28 +304,16 @@ async fn a_host_that_loses_its_database_stops_its_attempt_first() {
     let config = deploy_types(&setup, "2s", "review");
     let proxy = Proxy::start(server_of(db.url())).await.expect("proxy");
     let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
-    let mut a = DaemonProcess::start(
+    let TwoHosts {
+        mut a,
+        mut b,
+        api_b,
+        x,
+        y,
+    } = deploys_on_two_hosts(
+        &setup,
         pg_host(&through(db.url(), proxy.addr()), &data_a, &config).wrapper(AS_PID_1),
-    )
-    .await
-    .expect("host A");
-    let api_a = Api::new(a.base_url());
-    let (_, x) = submit(
-        &api_a,
-        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
-    )
-    .await;
-    wait_for("A's deploy to start", crate::WAIT, || {
-        !logged(&setup, "start").is_empty()
-    })
-    .await;
-    let mut b = DaemonProcess::start(pg_host(db.url(), &data_b, &config))
-        .await
-        .expect("host B");
-    let api_b = Api::new(b.base_url());
-    let (_, y) = submit(
-        &api_b,
-        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+        pg_host(db.url(), &data_b, &config),
     )
     .await;
     proxy.pause();
@@ -880,26 +903,12 @@ async fn a_paused_host_never_overlaps_the_lock(what: Pause, pause: Duration) {
     let setup = Setup::new(dir.path());
     let config = deploy_types(&setup, "4s", "review");
     let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
-    let a = DaemonProcess::start(pg_host(db.url(), &data_a, &config))
-        .await
-        .expect("host A");
-    let api_a = Api::new(a.base_url());
-    let (_, x) = submit(
-        &api_a,
-        json!({"type": "deploy", "params": {"env": "prod", "n": "1"}}),
-    )
-    .await;
-    wait_for("A's deploy to start", crate::WAIT, || {
-        !logged(&setup, "start").is_empty()
-    })
-    .await;
-    let b = DaemonProcess::start(pg_host(db.url(), &data_b, &config))
-        .await
-        .expect("host B");
-    let api_b = Api::new(b.base_url());
-    let (_, y) = submit(
-        &api_b,
-        json!({"type": "deploy", "params": {"env": "prod", "n": "2"}}),
+    let TwoHosts {
+        a, b, api_b, x, y, ..
+    } = deploys_on_two_hosts(
+        &setup,
+        pg_host(db.url(), &data_a, &config),
+        pg_host(db.url(), &data_b, &config),
     )
     .await;
     let paused = match what {
