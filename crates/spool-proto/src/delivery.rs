@@ -141,7 +141,7 @@ pub struct Reconcile {
         required = true,
         nullable = false,
         max_length = 4096,
-        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\s@:{}]",
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\\s@:{}]",
         example = "https://api.example.com/orders?ref={fingerprint}"
     )]
     pub url: Option<String>,

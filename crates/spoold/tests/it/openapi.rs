@@ -102,3 +102,28 @@ fn the_document_states_the_rules() {
         (&serde_json::json!(1), &serde_json::json!(500))
     );
 }
+
+/// A URL whose host begins with whitespace (a no-break space, which the daemon refuses: "must
+/// include a host") does not match the document's patterns for `targetUrl` and
+/// `reconcile.url`, so a client generated from the document does not send one either (the API
+/// fuzzing found `reconcile.url` missing the `\s` its pattern meant to have).
+#[test]
+fn url_patterns_refuse_a_blank_host() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&spoold::api::openapi::document()).expect("json");
+    let schemas = &doc["components"]["schemas"];
+    for (schema, field) in [
+        (
+            &schemas["CreateDelivery"]["properties"]["targetUrl"],
+            "targetUrl",
+        ),
+        (&schemas["Reconcile"]["properties"]["url"], "reconcile.url"),
+    ] {
+        let pattern = schema["pattern"].as_str().expect("a pattern");
+        let re = regex::Regex::new(pattern).expect("the pattern compiles");
+        assert!(re.is_match("https://example.test/x"), "{field}: {pattern}");
+        for blank in ["hTTPs://\u{a0}", "https:// x", "https://\tx", "https://\\x"] {
+            assert!(!re.is_match(blank), "{field} {blank:?}: {pattern}");
+        }
+    }
+}
