@@ -231,6 +231,27 @@ fn send_usage_errors_exit_2_before_any_request() {
             &["send", "hooks.example.com/x"],
             "target URL needs http:// or https://, as in http://hooks.example.com/x",
         ),
+        // A scheme with a slash short is mended, not doubled.
+        (
+            &["send", "http:/127.0.0.1:9000/x"],
+            "target URL needs http:// or https://, as in http://127.0.0.1:9000/x",
+        ),
+        (
+            &["send", "HTTPS:hooks.example.com/x"],
+            "target URL needs http:// or https://, as in https://hooks.example.com/x",
+        ),
+        (
+            &["send", "http//hooks.example.com/x"],
+            "target URL needs http:// or https://, as in http://hooks.example.com/x",
+        ),
+        (
+            &["send", "httpbin.example.com/x"],
+            "target URL needs http:// or https://, as in http://httpbin.example.com/x",
+        ),
+        (
+            &["send", url, "-d", "@"],
+            "--data @ needs a file name: -d @body.json (or -d @- for stdin)",
+        ),
         (
             &["send", "ftp://files.example.com/x"],
             "target URL has the scheme ftp://: spoold sends HTTP requests only (http:// or \
@@ -367,6 +388,61 @@ fn json_from_stdin_is_validated() {
         "request body must be valid JSON: EOF while parsing a value at line 1 column 5; for a \
          body that is not JSON, use --data-binary FILE (or - for stdin)",
     );
+}
+
+/// curl's habits with a body file: `-d FILE` (the name where its JSON was meant) and
+/// `--data-binary @FILE` each say what the flag takes.
+#[test]
+fn a_body_file_named_the_curl_way_says_what_the_flag_takes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("body.json"), "{}").expect("write file");
+    let server = refusing_server();
+    let in_dir = |args: &[&str]| {
+        spoolctl()
+            .args(args)
+            .args(["--server", &server])
+            .current_dir(dir.path())
+            .output()
+            .expect("spoolctl runs")
+    };
+    check_error(
+        &in_dir(&["send", "http://127.0.0.1:9/", "-d", "body.json"]),
+        2,
+        "-d takes the JSON itself, and body.json is a file: -d @body.json (or --data-file \
+         body.json) sends the JSON it holds",
+    );
+    check_error(
+        &in_dir(&["send", "http://127.0.0.1:9/", "--data-binary", "@body.json"]),
+        1,
+        "open data file @body.json: no such file (--data-binary takes the file name itself, \
+         without curl's @: --data-binary body.json)",
+    );
+    check_error(
+        &in_dir(&["send", "http://127.0.0.1:9/", "--data-file", "@body.json"]),
+        1,
+        "open data file @body.json: no such file (--data-file takes the file name itself, \
+         without curl's @: --data-file body.json)",
+    );
+}
+
+/// `list` shows the newest first (the work still to be sent oldest first), and its help, and
+/// the command list's, say so.
+#[test]
+fn list_help_says_the_order_it_lists_in() {
+    for (args, line) in [
+        (
+            &["--help"][..],
+            "list         List deliveries, newest first (oldest first for --status",
+        ),
+        (
+            &["list", "--help"][..],
+            "List deliveries, newest first (oldest first for --status pending|in_flight)",
+        ),
+    ] {
+        let help = stdout(&run(args));
+        assert!(help.contains(line), "{args:?}: {help}");
+        assert!(!help.contains("List deliveries, oldest first"), "{help}");
+    }
 }
 
 #[test]
