@@ -29,6 +29,7 @@ mod redirects;
 mod reload;
 mod reservations;
 mod retention;
+mod scripts;
 mod security;
 mod shared_db;
 mod signing;
