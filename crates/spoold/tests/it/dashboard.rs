@@ -31,7 +31,11 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
         Some(dir) => return Some((PathBuf::from(dir), chromium)),
     };
     assert!(!required, "the dashboard test needs its browser: {missing}");
-    eprintln!("dashboard test skipped: {missing}");
+    spool_testkit::skip::skipped(
+        &format!("no browser for the dashboard: {missing}"),
+        "Chromium (Debian package chromium) and npm, under scripts/test; \
+         SPOOLD_REQUIRE_TOOLS=1 makes this a failure",
+    );
     None
 }
 
