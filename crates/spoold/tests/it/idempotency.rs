@@ -5,7 +5,7 @@ use serde_json::json;
 use spool_testkit::{Api, DaemonProcess, Receiver};
 use tempfile::TempDir;
 
-use crate::{id_of, process_opts, InProcess, Targets};
+use crate::{id_of, process_opts, InProcess};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn duplicate_returns_original_even_after_restart() {
@@ -98,13 +98,7 @@ async fn every_field_takes_part_in_the_comparison_on_postgres() {
 /// both values where they are short and hold no secret) and which delivery the key names: a
 /// job run again with one flag changed sees what it changed.
 async fn every_field_compared(pg: Option<&spool_testkit::TestDatabase>) {
-    let d = InProcess::boot_on(
-        TempDir::new().expect("temp dir"),
-        Targets::Loopback,
-        &[],
-        pg,
-    )
-    .await;
+    let d = InProcess::boot_either(pg).await;
     let base = json!({"targetUrl": "http://127.0.0.1:9/a", "idempotencyKey": "k",
                       "body": {"a": 1}, "maxAttempts": 3, "notBefore": "2099-01-01T00:00:00Z"});
     let (status, created) = d.api.create(base.clone()).await.expect("create");

@@ -87,6 +87,18 @@ impl InProcess {
         Self::boot_configured(dir, targets, extra, |_| ()).await
     }
 
+    /// Like [`Self::boot`], on the PostgreSQL database `pg` if one is given (a test run on both
+    /// backends).
+    pub async fn boot_either(pg: Option<&spool_testkit::TestDatabase>) -> InProcess {
+        Self::boot_on(
+            TempDir::new().expect("temp dir"),
+            Targets::Loopback,
+            &[],
+            pg,
+        )
+        .await
+    }
+
     /// Like [`Self::boot_in`], on the PostgreSQL database `pg` if one is given (a test run on
     /// both backends).
     pub async fn boot_on(

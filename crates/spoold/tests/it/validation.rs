@@ -2,9 +2,8 @@
 
 use serde_json::{json, Value};
 use spool_testkit::Api;
-use tempfile::TempDir;
 
-use crate::{id_of, InProcess, Targets, WAIT};
+use crate::{id_of, InProcess, WAIT};
 
 fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no code>")
@@ -286,13 +285,7 @@ async fn transitions_follow_the_state_machine_on_postgres() {
 /// Cancel and retry from the statuses they apply to, and a refusal that says where the
 /// delivery is and what the action is for from the others.
 async fn transitions(pg: Option<&spool_testkit::TestDatabase>) {
-    let d = InProcess::boot_on(
-        TempDir::new().expect("temp dir"),
-        Targets::Loopback,
-        &[],
-        pg,
-    )
-    .await;
+    let d = InProcess::boot_either(pg).await;
     let refused = |err: &Value, message: &str| {
         assert_eq!(code(err), "invalid_transition", "{err}");
         assert_eq!(err["error"]["message"], message, "{err}");
