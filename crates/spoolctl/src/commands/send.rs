@@ -44,7 +44,10 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
                     .join(", ")
             )
         }
-        e => e.into(),
+        e => e.said_whether_stored(
+            "send it again with the same --idempotency-key, which returns it if it was (without \
+             a key, it may be queued twice)",
+        ),
     })?;
     let action = if created.is_new { "queued" } else { "existing" };
 

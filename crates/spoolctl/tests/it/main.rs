@@ -530,11 +530,14 @@ fn refused_connection_exits_1() {
         let err = stderr(&o);
         let prefix = format!("spoolctl: contact spoold at {server}: connect: ");
         assert!(err.starts_with(&prefix), "{args:?}: {err}");
+        // A write says what a job must know: nothing was stored.
+        let writes = args[0] == "send" || args.starts_with(&["task", "submit"]);
         assert!(
-            err.ends_with(
+            err.ends_with(&format!(
                 ": is spoold running there? (it listens on --listen, 127.0.0.1:8080 by default; \
-                 spoolctl asks --server or SPOOLD_URL)\n"
-            ),
+                 spoolctl asks --server or SPOOLD_URL){}\n",
+                if writes { "; nothing was queued" } else { "" }
+            )),
             "{args:?}: {err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -548,6 +551,55 @@ fn refused_connection_exits_1() {
         .expect("spoolctl runs");
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).starts_with(&format!("spoolctl: contact spoold at {server}: ")));
+}
+
+/// A server that takes the request and closes the connection without an answer: spoold may
+/// have stored it, so `send` and `task submit` say how to repeat it safely.
+#[test]
+fn a_write_without_an_answer_may_have_been_queued() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let server = format!("http://{}", listener.local_addr().expect("address"));
+    let taker = std::thread::spawn(move || {
+        use std::io::Read as _;
+        for _ in 0..2 {
+            let (mut conn, _) = listener.accept().expect("a connection");
+            conn.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("read timeout");
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            // Dropped: closed without a word.
+        }
+    });
+    for (args, again) in [
+        (
+            &["send", "http://127.0.0.1:9/", "--idempotency-key", "k"][..],
+            "send it again with the same --idempotency-key, which returns it if it was (without \
+             a key, it may be queued twice)",
+        ),
+        (
+            &["task", "submit", "backup"][..],
+            "submit it again with the same parameters and key, which returns it if it was (a \
+             type with an idempotency_key derives the key; without one, it may run twice)",
+        ),
+    ] {
+        let o = spoolctl()
+            .args(args)
+            .args(["--server", &server])
+            .output()
+            .expect("spoolctl runs");
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        assert!(
+            err.starts_with(&format!("spoolctl: contact spoold at {server}: ")),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(&format!("; it may have been queued: {again}\n")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    taker.join().expect("the server thread");
 }
 
 #[test]
