@@ -47,7 +47,9 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
         std::env::var_os("SPOOLD_TEST_CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()),
     );
     let missing = match std::env::var_os("SPOOLD_TEST_UITOOLS") {
-        None => "SPOOLD_TEST_UITOOLS is not set (scripts/test sets it)".to_owned(),
+        None => "SPOOLD_TEST_UITOOLS is not set (scripts/test sets it when npm is there to \
+                 install playwright-core)"
+            .to_owned(),
         Some(_) if !chromium.exists() => format!("{} is missing", chromium.display()),
         Some(dir) => return Some((PathBuf::from(dir), chromium)),
     };
