@@ -30,7 +30,7 @@ complete -c spoolctl -n "__fish_spoolctl_needs_command" -l json -d 'Print the AP
 complete -c spoolctl -n "__fish_spoolctl_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_needs_command" -s V -l version -d 'Print version'
 complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "send" -d 'Persist and enqueue an HTTP delivery'
-complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "list" -d 'List deliveries, oldest first'
+complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "list" -d 'List deliveries, newest first (oldest first for --status pending|in_flight)'
 complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "get" -d 'Inspect one delivery'
 complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "attempts" -d 'Show the attempt history of a delivery'
 complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "transitions" -d 'Show every status change of a delivery, with its reason'
@@ -54,13 +54,14 @@ complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "man" -d 'Print th
 complete -c spoolctl -n "__fish_spoolctl_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -s X -l method -d 'HTTP method of the delivery' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -s H -l header -d 'Add a header to the delivery, as \'Name: value\' (repeatable)' -r
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -s d -l data -d 'JSON body, inline; sent byte for byte' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -s d -l data -d 'JSON body, inline, sent byte for byte; or, as curl takes it, @FILE for the JSON in FILE (@- for stdin)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l data-file -d 'JSON body read from FILE, or from stdin with \'-\'' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l data-binary -d 'Raw body bytes read from FILE, or from stdin with \'-\' (sent as bodyBase64)' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l idempotency-key -d 'Reusing a key with the same request returns the existing delivery' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l max-attempts -d 'Attempts per retry cycle (spoold\'s default when absent)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l not-before -d 'Make no attempt before this time: RFC 3339 (2026-07-18T12:00:00Z) or a duration from now (10m, 1d)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l expires-in -d 'Fail the delivery as expired if no attempt has started within DURATION (e.g. 10m)' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l expires-at -d 'Fail the delivery as expired if no attempt has started by TIME (RFC 3339): the same deadline on every run, so a job run again with the same --idempotency-key repeats its request (--expires-in counts from each run)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l remote-id-pointer -d 'JSON pointer to the target\'s id in a 2xx response body (e.g. /id), kept as its remote id' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l sign -d 'Sign every attempt (Standard Webhooks) with the daemon\'s [secrets] entry NAME, in place of its [[targets]] rule\'s' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l fingerprint -d 'The business key the target can be searched by (default: the idempotency key)' -r
@@ -391,7 +392,7 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand man" -l token-file -d 
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand man" -l json -d 'Print the API\'s JSON (one compact line) instead of a table'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand man" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "send" -d 'Persist and enqueue an HTTP delivery'
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "list" -d 'List deliveries, oldest first'
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "list" -d 'List deliveries, newest first (oldest first for --status pending|in_flight)'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "get" -d 'Inspect one delivery'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "attempts" -d 'Show the attempt history of a delivery'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "transitions" -d 'Show every status change of a delivery, with its reason'

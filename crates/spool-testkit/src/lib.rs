@@ -27,6 +27,8 @@
 //! - [`privileged`]: for tests that need root (network namespaces, mounts): a root check, a
 //!   command runner, and the rule that skips such a test where it cannot run unless an
 //!   environment variable requires it.
+//! - [`skip`]: how a test that skips itself says so, where `scripts/test` finds it to report
+//!   what a run did not cover.
 //!
 //! # Example
 //! ```no_run
@@ -64,6 +66,7 @@ pub mod privileged;
 pub mod proxy;
 pub mod receiver;
 pub mod remote;
+pub mod skip;
 pub mod tls;
 
 pub use api::Api;

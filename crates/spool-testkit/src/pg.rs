@@ -31,7 +31,13 @@ impl TestDatabase {
     /// configured.
     pub async fn create() -> anyhow::Result<Option<TestDatabase>> {
         let Ok(admin_url) = std::env::var(PG_URL_VAR) else {
-            eprintln!("skipped: {PG_URL_VAR} is not set (no PostgreSQL server to test against)");
+            crate::skip::skipped(
+                &format!("{PG_URL_VAR} is not set (no PostgreSQL server to test against)"),
+                &format!(
+                    "{PG_URL_VAR}=postgres://USER@HOST:PORT/DB names one: any database on it; \
+                     each test creates and drops its own"
+                ),
+            );
             return Ok(None);
         };
         static SEQ: AtomicU32 = AtomicU32::new(0);

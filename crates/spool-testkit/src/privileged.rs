@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context as _};
 
 /// The result of a privileged test's set-up, or `None` when the set-up could not be done and
-/// the test should return at once (after a line on stderr saying why).
+/// the test should return at once (after saying why: [`crate::skip::skipped`]).
 ///
 /// # Panics
 /// When the set-up failed and the environment variable `require_var` is `1`.
@@ -18,15 +18,15 @@ pub fn available<T>(require_var: &str, setup: anyhow::Result<T>) -> Option<T> {
         Ok(value) => return Some(value),
         Err(problem) => problem,
     };
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("this test")
-        .to_owned();
     assert!(
         std::env::var(require_var).map_or(true, |v| v != "1"),
-        "{test} cannot run and {require_var}=1 requires it: {problem:#}"
+        "{} cannot run and {require_var}=1 requires it: {problem:#}",
+        crate::skip::test_name()
     );
-    eprintln!("{test} was not run: {problem:#} (set {require_var}=1 to make this a failure)");
+    crate::skip::skipped(
+        &format!("{problem:#}"),
+        &format!("set {require_var}=1 to make this a failure"),
+    );
     None
 }
 

@@ -100,7 +100,7 @@ pub enum Command {
     /// Persist and enqueue an HTTP delivery
     // Boxed: its many flags would make every command as large as this one.
     Send(Box<SendArgs>),
-    /// List deliveries, oldest first
+    /// List deliveries, newest first (oldest first for --status pending|in_flight)
     List(ListArgs),
     /// Inspect one delivery
     Get(GetArgs),
@@ -356,8 +356,9 @@ pub struct RequestArgs {
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
     pub headers: Vec<String>,
 
-    /// JSON body, inline; sent byte for byte
-    #[arg(short = 'd', long, value_name = "JSON")]
+    /// JSON body, inline, sent byte for byte; or, as curl takes it, @FILE for the JSON in FILE
+    /// (@- for stdin)
+    #[arg(short = 'd', long, value_name = "JSON|@FILE")]
     pub data: Option<String>,
 
     /// JSON body read from FILE, or from stdin with '-'
@@ -384,6 +385,12 @@ pub struct RequestArgs {
     /// Fail the delivery as expired if no attempt has started within DURATION (e.g. 10m)
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
     pub expires_in: Option<Duration>,
+
+    /// Fail the delivery as expired if no attempt has started by TIME (RFC 3339): the same
+    /// deadline on every run, so a job run again with the same --idempotency-key repeats its
+    /// request (--expires-in counts from each run)
+    #[arg(long, value_name = "TIME", conflicts_with = "expires_in")]
+    pub expires_at: Option<String>,
 
     /// JSON pointer to the target's id in a 2xx response body (e.g. /id), kept as its remote id
     #[arg(long, value_name = "POINTER")]

@@ -68,7 +68,12 @@ pub enum ServerUrlError {
 pub enum ClientError {
     /// No HTTP response: connect, send or receive failed, or the time ran out.
     #[error("contact spoold at {server}: {reason}")]
-    Unreachable { server: String, reason: String },
+    Unreachable {
+        server: String,
+        reason: String,
+        /// Whether a connection was made (so the request may have reached spoold).
+        connected: bool,
+    },
     /// spoold answered with its JSON error envelope.
     #[error("spoold returned HTTP {status} ({code}): {message}")]
     Api {
@@ -99,6 +104,22 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// For a write that got no answer (a `send`, a `task submit`), whether anything was stored:
+    /// the one fact a job must know to decide what to do. A connection never made stored
+    /// nothing; a failure after the request went out may have come after spoold stored it, and
+    /// only the same idempotency key finds it again. `again` says how to repeat it safely.
+    pub fn said_whether_stored(self, again: &str) -> anyhow::Error {
+        match &self {
+            ClientError::Unreachable {
+                connected: false, ..
+            } => anyhow::anyhow!("{self}; nothing was queued"),
+            ClientError::Unreachable { .. } => {
+                anyhow::anyhow!("{self}; it may have been queued: {again}")
+            }
+            _ => self.into(),
+        }
+    }
+
     /// The HTTP status of spoold's (or another server's) answer, if there was one.
     pub fn status(&self) -> Option<u16> {
         match self {
@@ -808,13 +829,13 @@ impl Client {
             Endpoint::Tcp { host, port, .. } => {
                 let stream = TcpStream::connect((host.as_str(), *port))
                     .await
-                    .map_err(|e| self.unreachable(format!("connect: {e}")))?;
+                    .map_err(|e| self.not_connected(format!("connect: {e}")))?;
                 self.handshake(TokioIo::new(stream), req).await
             }
             Endpoint::Unix { path } => {
                 let stream = UnixStream::connect(path)
                     .await
-                    .map_err(|e| self.unreachable(format!("connect: {e}")))?;
+                    .map_err(|e| self.not_connected(format!("connect: {e}")))?;
                 self.handshake(TokioIo::new(stream), req).await
             }
         }
@@ -884,7 +905,17 @@ impl Client {
         ))
     }
 
-    fn unreachable(&self, mut reason: String) -> ClientError {
+    /// No connection could be made: nothing reached spoold.
+    fn not_connected(&self, reason: String) -> ClientError {
+        self.no_answer(reason, false)
+    }
+
+    /// A connection was made, and no answer came.
+    fn unreachable(&self, reason: String) -> ClientError {
+        self.no_answer(reason, true)
+    }
+
+    fn no_answer(&self, mut reason: String, connected: bool) -> ClientError {
         if reason.to_ascii_lowercase().contains("refused") || reason.contains("No such file") {
             reason.push_str(
                 ": is spoold running there? (it listens on --listen, 127.0.0.1:8080 by default; \
@@ -894,6 +925,7 @@ impl Client {
         ClientError::Unreachable {
             server: self.server.given.clone(),
             reason,
+            connected,
         }
     }
 }

@@ -859,8 +859,8 @@ fn closest_setting(command: &clap::Command, long: &str) -> Option<String> {
         .map(|(_, name)| name.replace('-', "_"))
 }
 
-/// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance, by characters (for a "did you mean").
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use spool_proto::{units, CreateDelivery, DeliveryMode, Reconcile, MAX_BODY_BYTES};
 
 use crate::cli::{AtMostOnceArgs, RequestArgs, SendArgs, UsageError};
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::commands::{wait, Exit};
 use crate::output::Output;
 
@@ -22,8 +22,33 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
     if args.wait {
         wait::check_poll(&poll)?;
     }
+    let relative = relative_times(&args.request);
     let request = build_request(args.request, &mut io::stdin().lock())?;
-    let created = client.create(&request).await?;
+    let created = client.create(&request).await.map_err(|e| match e {
+        // A time counted from now differs at every run: the usual reason a job's rerun with
+        // its key is refused.
+        ClientError::Api { ref code, .. }
+            if code == "idempotency_conflict" && !relative.is_empty() =>
+        {
+            anyhow::anyhow!(
+                "{e}; {} counts from each run, so a run with the same --idempotency-key asks for \
+                 another time: give a fixed one ({})",
+                relative.join(" and "),
+                relative
+                    .iter()
+                    .map(|flag| match *flag {
+                        "--expires-in" => "--expires-at TIME",
+                        _ => "--not-before TIME",
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+        e => e.said_whether_stored(
+            "send it again with the same --idempotency-key, which returns it if it was (without \
+             a key, it may be queued twice)",
+        ),
+    })?;
     let action = if created.is_new { "queued" } else { "existing" };
 
     if !args.wait {
@@ -40,6 +65,23 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
     }
     let waited = wait::wait(client, &created.delivery.id, &poll).await?;
     Ok(wait::report(out, &waited)?)
+}
+
+/// The flags of `args` that give a time as a duration from now (`--expires-in`, a
+/// `--not-before` such as `10m`).
+fn relative_times(args: &RequestArgs) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    if args
+        .not_before
+        .as_deref()
+        .is_some_and(|t| units::parse_time(t).is_err())
+    {
+        flags.push("--not-before");
+    }
+    if args.expires_in.is_some() {
+        flags.push("--expires-in");
+    }
+    flags
 }
 
 /// Where the body comes from. At most one source may be given.
@@ -82,7 +124,15 @@ pub fn build_request(args: RequestArgs, stdin: &mut dyn Read) -> anyhow::Result<
     let headers = parse_headers(&args.headers)?;
     let source = body_source(args.data, args.data_file, args.data_binary)?;
     let not_before = args.not_before.as_deref().map(not_before).transpose()?;
-    let expires_at = args.expires_in.map(expires_at).transpose()?;
+    let expires_at = match (args.expires_in, args.expires_at.as_deref()) {
+        (Some(d), _) => Some(expires_at(d)?),
+        (None, Some(t)) => Some(
+            units::parse_time(t)
+                .map(units::format_time)
+                .map_err(|e| UsageError::new(format!("--expires-at: {e}")))?,
+        ),
+        (None, None) => None,
+    };
     let at_most_once = AtMostOnce::from_args(args.at_most_once)?;
     let body = source.map(|s| load_body(s, stdin)).transpose()?;
 
@@ -231,7 +281,14 @@ pub fn body_source(
 ) -> Result<Option<BodySource>, UsageError> {
     match (data, data_file, data_binary) {
         (None, None, None) => Ok(None),
-        (Some(text), None, None) => Ok(Some(BodySource::Inline(text))),
+        // curl's `-d @FILE`: JSON never starts with `@`, so this cannot be a body.
+        (Some(text), None, None) => match text.strip_prefix('@') {
+            Some("") => Err(UsageError::new(
+                "--data @ needs a file name: -d @body.json (or -d @- for stdin)",
+            )),
+            Some(path) => Ok(Some(BodySource::JsonFile(Input::from_arg(path.into())))),
+            None => Ok(Some(BodySource::Inline(text))),
+        },
         (None, Some(path), None) => Ok(Some(BodySource::JsonFile(Input::from_arg(path)))),
         (None, None, Some(path)) => Ok(Some(BodySource::Binary(Input::from_arg(path)))),
         _ => Err(UsageError::new(
@@ -244,9 +301,22 @@ pub fn body_source(
 /// is a runtime error.
 pub fn load_body(source: BodySource, stdin: &mut dyn Read) -> anyhow::Result<Body> {
     match source {
-        BodySource::Inline(text) => Ok(Body::Json(json_body(text.as_bytes())?)),
-        BodySource::JsonFile(input) => Ok(Body::Json(json_body(&read_input(&input, stdin)?)?)),
-        BodySource::Binary(input) => Ok(Body::Binary(read_input(&input, stdin)?)),
+        BodySource::Inline(text) => match json_body(text.as_bytes()) {
+            Ok(json) => Ok(Body::Json(json)),
+            // `-d body.json`: a file's name where its JSON was meant.
+            Err(_) if Path::new(text.trim()).is_file() => Err(UsageError::new(format!(
+                "-d takes the JSON itself, and {text} is a file: -d @{text} (or --data-file \
+                 {text}) sends the JSON it holds"
+            ))
+            .into()),
+            Err(e) => Err(e.into()),
+        },
+        BodySource::JsonFile(input) => Ok(Body::Json(json_body(&read_input(
+            &input,
+            stdin,
+            "--data-file",
+        )?)?)),
+        BodySource::Binary(input) => Ok(Body::Binary(read_input(&input, stdin, "--data-binary")?)),
     }
 }
 
@@ -280,8 +350,25 @@ fn check_target(url: &str) -> Result<(), UsageError> {
         )));
     }
     Err(UsageError::new(format!(
-        "target URL needs http:// or https://, as in http://{url}"
+        "target URL needs http:// or https://, as in {}",
+        with_scheme(url)
     )))
+}
+
+/// `url` as it was probably meant, with `http://` (or its own `https`) in front: a scheme
+/// written with one slash or none (`http:/host`, `https:host`) is mended, not doubled.
+fn with_scheme(url: &str) -> String {
+    let lower = url.to_ascii_lowercase();
+    for scheme in ["https", "http"] {
+        if lower.starts_with(scheme) {
+            let rest = &url[scheme.len()..];
+            let host = rest.trim_start_matches([':', '/']);
+            if host.len() < rest.len() {
+                return format!("{scheme}://{host}");
+            }
+        }
+    }
+    format!("http://{url}")
 }
 
 /// Names that resolve to this machine, which spoold's default address policy refuses.
@@ -290,8 +377,9 @@ fn loopback_name(url: &str) -> Option<String> {
     (host == "localhost" || host.ends_with(".localhost")).then_some(host)
 }
 
-/// The whole input, refusing more than spoold accepts as a body.
-fn read_input(input: &Input, stdin: &mut dyn Read) -> anyhow::Result<Vec<u8>> {
+/// The whole input, refusing more than spoold accepts as a body; `flag` is the one that named
+/// it, for a message.
+fn read_input(input: &Input, stdin: &mut dyn Read, flag: &str) -> anyhow::Result<Vec<u8>> {
     let limit = u64::try_from(MAX_BODY_BYTES).unwrap_or(u64::MAX);
     let mut buf = Vec::new();
     match input {
@@ -299,9 +387,20 @@ fn read_input(input: &Input, stdin: &mut dyn Read) -> anyhow::Result<Vec<u8>> {
             .take(limit + 1)
             .read_to_end(&mut buf)
             .context("read stdin")?,
-        Input::File(path) => std::fs::File::open(path)
-            .and_then(|f| f.take(limit + 1).read_to_end(&mut buf))
-            .with_context(|| format!("open data file {}", path.display()))?,
+        Input::File(path) => {
+            let read =
+                std::fs::File::open(path).and_then(|f| f.take(limit + 1).read_to_end(&mut buf));
+            // curl's habit, `--data-binary @body.bin`: say what the flag takes.
+            let curl = path.to_str().and_then(|p| p.strip_prefix('@'));
+            match (read, curl) {
+                (Err(e), Some(name)) if e.kind() == io::ErrorKind::NotFound => anyhow::bail!(
+                    "open data file {}: no such file ({flag} takes the file name itself, \
+                     without curl's @: {flag} {name})",
+                    path.display()
+                ),
+                (read, _) => read.with_context(|| format!("open data file {}", path.display()))?,
+            }
+        }
     };
     if buf.len() > MAX_BODY_BYTES {
         anyhow::bail!("request body exceeds {MAX_BODY_BYTES} bytes");

@@ -95,6 +95,11 @@ pub fn progress(d: &DeliveryView, now: i64) -> String {
         DeliveryStatus::Pending => {
             let next = when(d.next_attempt_at.as_deref(), now);
             match d.last_error.as_deref().filter(|e| !e.is_empty()) {
+                // Due now: the `queued` row has said all there is (a line would only repeat
+                // it). A first attempt put off (--not-before) is worth its countdown.
+                _ if d.attempts == 0 && !is_ahead(d.next_attempt_at.as_deref(), now) => {
+                    String::new()
+                }
                 _ if d.attempts == 0 => format!("pending; first attempt {next}"),
                 Some(err) => format!(
                     "{attempt} failed: {}; next attempt {next}",
@@ -107,8 +112,15 @@ pub fn progress(d: &DeliveryView, now: i64) -> String {
     }
 }
 
-/// `at 2026-12-03T15:50:01Z`, with `(in 4s)` while that is more than half a second ahead;
-/// `now` when no time is set.
+/// Whether `at` is more than half a second after `now` (both in milliseconds): something to
+/// wait for, rather than due.
+pub fn is_ahead(at: Option<&str>, now: i64) -> bool {
+    at.and_then(|text| units::parse_time(text).ok())
+        .is_some_and(|at| at > now + 500)
+}
+
+/// `at 2026-12-03T15:50:01Z`, with `(in 4s)` while that is ahead ([`is_ahead`]); `now` when
+/// no time is set.
 pub fn when(at: Option<&str>, now: i64) -> String {
     match at.map(|text| (text, units::parse_time(text))) {
         Some((_, Ok(at))) if at > now + 500 => format!(

@@ -125,8 +125,9 @@ async fn send_at_most_once_shapes_the_delivery() {
     assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
     assert_eq!(
         stderr(&o),
-        "spoolctl: spoold returned HTTP 409 (invalid_transition): \
-         invalid delivery state transition from pending\n"
+        "spoolctl: spoold returned HTTP 409 (invalid_transition): this delivery is still \
+         pending (its next attempt is scheduled); resolve applies only to unknown and \
+         manual_review deliveries (and a failed at-most-once one that may have arrived)\n"
     );
     assert_eq!(stdout(&o), "");
 
@@ -260,7 +261,8 @@ async fn an_operator_resolves_an_unknown_outcome() {
     assert!(
         stderr(&o).starts_with(
             "spoolctl: spoold returned HTTP 409 (invalid_transition): \
-             invalid delivery state transition from in_flight: "
+             this at-most-once delivery is in_flight: its request may already have reached \
+             the target, so it cannot be canceled"
         ),
         "{}",
         stderr(&o)
@@ -366,8 +368,9 @@ async fn an_operator_resolves_an_unknown_outcome() {
     assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
     assert_eq!(
         stderr(&o),
-        "spoolctl: spoold returned HTTP 409 (invalid_transition): \
-         invalid delivery state transition from succeeded\n"
+        "spoolctl: spoold returned HTTP 409 (invalid_transition): this delivery already \
+         succeeded; resolve applies only to unknown and manual_review deliveries (and a failed \
+         at-most-once one that may have arrived)\n"
     );
     assert_eq!(remote.creates(), 1, "never sent again");
 }

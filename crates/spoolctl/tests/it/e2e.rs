@@ -54,14 +54,92 @@ async fn idempotency_key_returns_the_existing_delivery_or_conflicts() {
     assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
     assert_eq!(
         stderr(&o),
-        "spoolctl: spoold returned HTTP 409 (idempotency_conflict): \
-         idempotency key was already used for a different request\n"
+        format!(
+            "spoolctl: spoold returned HTTP 409 (idempotency_conflict): idempotency key was \
+             already used for a different request (delivery {id}): this one differs in body; \
+             repeat that request exactly to get the delivery back, or use another key\n"
+        )
     );
     assert_eq!(stdout(&o), "");
 
     let seen = s.receiver.requests();
     assert_eq!(seen.len(), 1, "one delivery, delivered once");
     assert_eq!(seen[0].body.as_ref(), body.as_bytes());
+}
+
+/// `-d @FILE` as curl takes it: the JSON in FILE (and `-d @-` from stdin), sent as it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_style_data_at_file_sends_the_json_it_holds() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/at");
+    let path = s.dir.path().join("body.json");
+    std::fs::write(&path, "{ \"from\": \"a file\" }\n").expect("write body file");
+    let at_file = format!("@{}", path.to_str().expect("utf-8 path"));
+    row_id(&check_ok(&s.ctl(&["send", &url, "-d", &at_file]).await));
+    row_id(&check_ok(
+        &s.ctl_stdin(&["send", &url, "--data", "@-"], b"[1, 2]")
+            .await,
+    ));
+    let seen = s
+        .receiver
+        .wait_for_requests(2, WAIT)
+        .await
+        .expect("delivered");
+    let mut bodies: Vec<&[u8]> = seen.iter().map(|r| r.body.as_ref()).collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, [&b"[1, 2]"[..], b"{ \"from\": \"a file\" }"]);
+    assert!(seen
+        .iter()
+        .all(|r| r.header("content-type") == Some("application/json")));
+}
+
+/// A job run again with the same key and `--expires-in` asks for another deadline: the
+/// refusal names the field and the delivery, and says which flag gives a fixed one;
+/// `--expires-at` repeats its request exactly.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rerun_with_expires_in_is_told_about_expires_at() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/nightly");
+    let send = |key: &'static str, deadline: &'static [&'static str]| {
+        let mut args = vec!["send", url.as_str(), "--idempotency-key", key];
+        args.extend_from_slice(deadline);
+        args
+    };
+    let first = check_ok(&s.ctl(&send("nightly-1", &["--expires-in", "1h"])).await);
+    let id = row_id(&first);
+    let o = s.ctl(&send("nightly-1", &["--expires-in", "1h"])).await;
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    let said = stderr(&o);
+    let prefix = format!(
+        "spoolctl: spoold returned HTTP 409 (idempotency_conflict): idempotency key was already \
+         used for a different request (delivery {id}): this one differs in expiresAt ("
+    );
+    assert!(said.starts_with(&prefix), "{said}");
+    assert!(
+        said.ends_with(
+            "; repeat that request exactly to get the delivery back, or use another key; \
+             --expires-in counts from each run, so a run with the same --idempotency-key asks \
+             for another time: give a fixed one (--expires-at TIME)\n"
+        ),
+        "{said}"
+    );
+    assert_eq!(stdout(&o), "");
+
+    let deadline = &[
+        "--not-before",
+        FAR_FUTURE,
+        "--expires-at",
+        "2099-01-02T00:00:00Z",
+    ];
+    let first = check_ok(&s.ctl(&send("nightly-2", deadline)).await);
+    let id = row_id(&first);
+    let again = check_ok(&s.ctl(&send("nightly-2", deadline)).await);
+    assert_eq!(
+        again,
+        row("existing", &id, "pending", "0/100", "POST", &url)
+    );
+    let (_, d) = s.api().get(&id).await.expect("get");
+    assert_eq!(d["expiresAt"], "2099-01-02T00:00:00.000Z", "{d}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -456,8 +534,8 @@ async fn retry_starts_a_new_cycle_only_for_failed_deliveries() {
     assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
     assert_eq!(
         stderr(&o),
-        "spoolctl: spoold returned HTTP 409 (invalid_transition): \
-         invalid delivery state transition from pending\n"
+        "spoolctl: spoold returned HTTP 409 (invalid_transition): this delivery is still \
+         pending (its next attempt is scheduled); retry applies only to failed deliveries\n"
     );
     assert_eq!(stdout(&o), "");
 }
@@ -730,6 +808,32 @@ async fn send_wait_on_a_terminal_says_each_attempt_as_it_happens() {
     assert!(out.contains("wait  "), "the closing row: {out}");
 }
 
+/// On a terminal, a delivery sent and delivered at once shows the README's two rows and no
+/// line that only repeats them; a first attempt put off shows its countdown.
+#[tokio::test(flavor = "multi_thread")]
+async fn send_wait_on_a_terminal_adds_a_line_only_when_there_is_news() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/hook");
+    let (code, out) = on_a_terminal(&s, &format!("send {url} --wait"), &[]).await;
+    assert_eq!(code, Some(0), "{out}");
+    // An attempt seen in flight by a poll is news; nothing else is.
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.ends_with("is being sent"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].starts_with("queued  "), "{out}");
+    assert!(lines[1].starts_with("wait  "), "{out}");
+
+    let (code, out) = on_a_terminal(&s, &format!("send {url} --not-before 2s --wait"), &[]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("spoolctl: pending; first attempt at ") && l.contains(" (in ")),
+        "{out}"
+    );
+}
+
 /// A `list` table with each row's cells separated by one space, and ages (`now`, `3s ago`) as
 /// `<age>`.
 pub fn ages(table: &str) -> String {
@@ -963,8 +1067,9 @@ async fn retry_and_cancel_by_filter_count_first_and_ask() {
     assert_eq!(
         stderr(&o),
         format!(
-            "spoolctl: {}: spoold returned HTTP 409 (invalid_transition): invalid delivery \
-             state transition from succeeded\nspoolctl: 1 of 3 deliveries could not cancel\n",
+            "spoolctl: {}: spoold returned HTTP 409 (invalid_transition): this delivery already \
+             succeeded; cancel applies only to pending and in_flight deliveries\nspoolctl: 1 of \
+             3 deliveries could not cancel\n",
             failed[0]
         )
     );

@@ -231,6 +231,27 @@ fn send_usage_errors_exit_2_before_any_request() {
             &["send", "hooks.example.com/x"],
             "target URL needs http:// or https://, as in http://hooks.example.com/x",
         ),
+        // A scheme with a slash short is mended, not doubled.
+        (
+            &["send", "http:/127.0.0.1:9000/x"],
+            "target URL needs http:// or https://, as in http://127.0.0.1:9000/x",
+        ),
+        (
+            &["send", "HTTPS:hooks.example.com/x"],
+            "target URL needs http:// or https://, as in https://hooks.example.com/x",
+        ),
+        (
+            &["send", "http//hooks.example.com/x"],
+            "target URL needs http:// or https://, as in http://hooks.example.com/x",
+        ),
+        (
+            &["send", "httpbin.example.com/x"],
+            "target URL needs http:// or https://, as in http://httpbin.example.com/x",
+        ),
+        (
+            &["send", url, "-d", "@"],
+            "--data @ needs a file name: -d @body.json (or -d @- for stdin)",
+        ),
         (
             &["send", "ftp://files.example.com/x"],
             "target URL has the scheme ftp://: spoold sends HTTP requests only (http:// or \
@@ -369,6 +390,61 @@ fn json_from_stdin_is_validated() {
     );
 }
 
+/// curl's habits with a body file: `-d FILE` (the name where its JSON was meant) and
+/// `--data-binary @FILE` each say what the flag takes.
+#[test]
+fn a_body_file_named_the_curl_way_says_what_the_flag_takes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("body.json"), "{}").expect("write file");
+    let server = refusing_server();
+    let in_dir = |args: &[&str]| {
+        spoolctl()
+            .args(args)
+            .args(["--server", &server])
+            .current_dir(dir.path())
+            .output()
+            .expect("spoolctl runs")
+    };
+    check_error(
+        &in_dir(&["send", "http://127.0.0.1:9/", "-d", "body.json"]),
+        2,
+        "-d takes the JSON itself, and body.json is a file: -d @body.json (or --data-file \
+         body.json) sends the JSON it holds",
+    );
+    check_error(
+        &in_dir(&["send", "http://127.0.0.1:9/", "--data-binary", "@body.json"]),
+        1,
+        "open data file @body.json: no such file (--data-binary takes the file name itself, \
+         without curl's @: --data-binary body.json)",
+    );
+    check_error(
+        &in_dir(&["send", "http://127.0.0.1:9/", "--data-file", "@body.json"]),
+        1,
+        "open data file @body.json: no such file (--data-file takes the file name itself, \
+         without curl's @: --data-file body.json)",
+    );
+}
+
+/// `list` shows the newest first (the work still to be sent oldest first), and its help, and
+/// the command list's, say so.
+#[test]
+fn list_help_says_the_order_it_lists_in() {
+    for (args, line) in [
+        (
+            &["--help"][..],
+            "list         List deliveries, newest first (oldest first for --status",
+        ),
+        (
+            &["list", "--help"][..],
+            "List deliveries, newest first (oldest first for --status pending|in_flight)",
+        ),
+    ] {
+        let help = stdout(&run(args));
+        assert!(help.contains(line), "{args:?}: {help}");
+        assert!(!help.contains("List deliveries, oldest first"), "{help}");
+    }
+}
+
 #[test]
 fn oversized_data_file_exits_1() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -454,11 +530,14 @@ fn refused_connection_exits_1() {
         let err = stderr(&o);
         let prefix = format!("spoolctl: contact spoold at {server}: connect: ");
         assert!(err.starts_with(&prefix), "{args:?}: {err}");
+        // A write says what a job must know: nothing was stored.
+        let writes = args[0] == "send" || args.starts_with(&["task", "submit"]);
         assert!(
-            err.ends_with(
+            err.ends_with(&format!(
                 ": is spoold running there? (it listens on --listen, 127.0.0.1:8080 by default; \
-                 spoolctl asks --server or SPOOLD_URL)\n"
-            ),
+                 spoolctl asks --server or SPOOLD_URL){}\n",
+                if writes { "; nothing was queued" } else { "" }
+            )),
             "{args:?}: {err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -472,6 +551,55 @@ fn refused_connection_exits_1() {
         .expect("spoolctl runs");
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).starts_with(&format!("spoolctl: contact spoold at {server}: ")));
+}
+
+/// A server that takes the request and closes the connection without an answer: spoold may
+/// have stored it, so `send` and `task submit` say how to repeat it safely.
+#[test]
+fn a_write_without_an_answer_may_have_been_queued() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let server = format!("http://{}", listener.local_addr().expect("address"));
+    let taker = std::thread::spawn(move || {
+        use std::io::Read as _;
+        for _ in 0..2 {
+            let (mut conn, _) = listener.accept().expect("a connection");
+            conn.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("read timeout");
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            // Dropped: closed without a word.
+        }
+    });
+    for (args, again) in [
+        (
+            &["send", "http://127.0.0.1:9/", "--idempotency-key", "k"][..],
+            "send it again with the same --idempotency-key, which returns it if it was (without \
+             a key, it may be queued twice)",
+        ),
+        (
+            &["task", "submit", "backup"][..],
+            "submit it again with the same parameters and key, which returns it if it was (a \
+             type with an idempotency_key derives the key; without one, it may run twice)",
+        ),
+    ] {
+        let o = spoolctl()
+            .args(args)
+            .args(["--server", &server])
+            .output()
+            .expect("spoolctl runs");
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        assert!(
+            err.starts_with(&format!("spoolctl: contact spoold at {server}: ")),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(&format!("; it may have been queued: {again}\n")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    taker.join().expect("the server thread");
 }
 
 #[test]

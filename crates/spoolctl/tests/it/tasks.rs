@@ -278,8 +278,8 @@ async fn submit_wait_succeeds_and_every_view_shows_the_task() {
     check_error(
         &t.ctl(&["task", "cancel", &id]).await,
         1,
-        "spoold returned HTTP 409 (invalid_transition): invalid task state transition from \
-         succeeded",
+        "spoold returned HTTP 409 (invalid_transition): this task already succeeded; cancel \
+         applies only to pending, running and manual_review tasks",
     );
 }
 
@@ -337,8 +337,8 @@ async fn refused_submissions_are_one_line_errors() {
         ),
         (
             &["nope"],
-            "spoold returned HTTP 400 (unknown_task_type): task type \"nope\" is not declared \
-             (GET /v1/task-types)",
+            "spoold returned HTTP 400 (unknown_task_type): task type \"nope\" is not declared; \
+             declared: fail, hang, ok, slow (spoolctl task types, GET /v1/task-types)",
         ),
     ];
     for (args, message) in cases {
@@ -563,7 +563,8 @@ async fn an_interrupted_task_waits_in_manual_review() {
         .await;
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("invalid task state transition from succeeded: only a task in manual_review is resolved"),
+        stderr(&o)
+            .contains("this task already succeeded; resolve applies only to manual_review tasks"),
         "{}",
         stderr(&o)
     );
@@ -664,4 +665,42 @@ async fn task_retry_and_cancel_take_several_ids_or_a_filter() {
         let o = t.ctl(args).await;
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
     }
+}
+
+/// The refusals a first `task submit` may meet, as spoolctl prints them: a type that derives its
+/// key names its template and the flag to leave out; an unknown type lists the declared ones
+/// (a close one first) and `spoolctl task types`.
+#[tokio::test(flavor = "multi_thread")]
+async fn submit_refusals_name_the_flag_and_the_declared_types() {
+    let dir = TempDir::new().expect("temp dir");
+    let config = dir.path().join("spoold.toml");
+    std::fs::write(
+        &config,
+        "[tasks.backup]\ncommand = [\"/bin/true\", \"{db}\"]\nparams.db = { pattern = \"[a-z]{1,10}\" }\nidempotency_key = \"backup:{db}\"\n",
+    )
+    .expect("write the config");
+    let s = Spoold::start_args(&["--config", path_str(&config)]).await;
+    check_error(
+        &s.ctl(&[
+            "task",
+            "submit",
+            "backup",
+            "-p",
+            "db=orders",
+            "--idempotency-key",
+            "nightly",
+        ])
+        .await,
+        1,
+        "spoold returned HTTP 400 (invalid_request): task type backup derives its idempotency \
+         key from its parameters (idempotency_key = \"backup:{db}\" in its declaration), so a \
+         submission with the same parameters is already the same task: leave out \
+         idempotencyKey (spoolctl task submit: --idempotency-key)",
+    );
+    check_error(
+        &s.ctl(&["task", "submit", "bakup", "-p", "db=orders"]).await,
+        1,
+        "spoold returned HTTP 400 (unknown_task_type): task type \"bakup\" is not declared (did \
+         you mean \"backup\"?); declared: backup (spoolctl task types, GET /v1/task-types)",
+    );
 }

@@ -85,13 +85,9 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
                 state.metrics.duplicates.inc();
                 (StatusCode::OK, d)
             }
-            Ok(InsertOutcome::Conflict { .. }) => {
+            Ok(InsertOutcome::Conflict { existing_id }) => {
                 state.metrics.conflicts.inc();
-                return ApiError::new(
-                    ErrorCode::IdempotencyConflict,
-                    "idempotency key was already used for a different request",
-                )
-                .into_response();
+                return conflict(&state, &bytes, existing_id).await.into_response();
             }
             Ok(InsertOutcome::AlreadyExpired) => {
                 return ApiError::new(
@@ -126,6 +122,35 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
         };
     let path = format!("/v1/deliveries/{}", delivery.id);
     super::at_location(status, &path, &view(delivery, false))
+}
+
+/// The 409 for an idempotency key already used for another request: it names the delivery
+/// the key belongs to and what this request changes of it ([`submission::differences`]), so a
+/// client that meant to repeat a request sees what it did not repeat. Only this rare answer
+/// pays for reading the delivery and checking the request once more (the create itself was
+/// moved into the store).
+async fn conflict(state: &SharedState, bytes: &[u8], existing_id: String) -> ApiError {
+    let again = submission::decode(bytes)
+        .and_then(|req| submission::validate(req, &state.rules))
+        .ok();
+    let existing = state.store.get(existing_id.clone()).await.ok().flatten();
+    let changed = match (again, existing) {
+        (Some(new), Some(existing)) => submission::differences(&new, &existing),
+        _ => Vec::new(),
+    };
+    let what = match changed.as_slice() {
+        [] => String::new(),
+        [one] => format!(": this one differs in {one}"),
+        [first @ .., last] => format!(": this one differs in {} and {last}", first.join(", ")),
+    };
+    ApiError::new(
+        ErrorCode::IdempotencyConflict,
+        format!(
+            "idempotency key was already used for a different request (delivery \
+             {existing_id}){what}; repeat that request exactly to get the delivery back, or use \
+             another key"
+        ),
+    )
 }
 
 #[utoipa::path(
@@ -356,7 +381,7 @@ pub async fn resolve(
         tracing::info!(delivery_id = %d.id, status = %d.status, note,
                        "delivery resolved by an operator");
     }
-    transition_response(outcome)
+    transition_response(model::OperatorAction::Resolve, outcome)
 }
 
 #[utoipa::path(
@@ -372,7 +397,7 @@ pub async fn cancel(
     State(state): State<SharedState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    transition_response(state.store.cancel(id).await?)
+    transition_response(model::OperatorAction::Cancel, state.store.cancel(id).await?)
 }
 
 #[utoipa::path(
@@ -388,41 +413,68 @@ pub async fn retry(
     State(state): State<SharedState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    transition_response(state.store.retry(id).await?)
+    transition_response(model::OperatorAction::Retry, state.store.retry(id).await?)
 }
 
-fn transition_response(outcome: TransitionOutcome) -> Result<Response, ApiError> {
+fn transition_response(
+    action: model::OperatorAction,
+    outcome: TransitionOutcome,
+) -> Result<Response, ApiError> {
     match outcome {
         TransitionOutcome::Done(d) => Ok(json(StatusCode::OK, &view(d, false))),
         TransitionOutcome::NotFound => Err(not_found()),
         TransitionOutcome::Invalid(status) => Err(ApiError::new(
             ErrorCode::InvalidTransition,
-            match status {
-                // Only a person settles these: say how.
-                model::DeliveryStatus::Unknown | model::DeliveryStatus::ManualReview => format!(
-                    "invalid delivery state transition from {status}: whether this at-most-once \
-                     request arrived is not known; settle it with resolve (POST \
-                     /v1/deliveries/{{id}}/resolve, spoolctl resolve) as succeeded, failed or resend"
-                ),
-                _ => format!("invalid delivery state transition from {status}"),
-            },
+            refused(action, status),
         )),
         TransitionOutcome::InvalidForMode(status) => Err(ApiError::new(
             ErrorCode::InvalidTransition,
             match status {
-                model::DeliveryStatus::Failed => format!(
-                    "invalid delivery state transition from {status}: this at-most-once request \
-                     reached the target or may have (the target answered it, or it was \
-                     unknown), so retry does not send it; if it must be sent, resolve it with \
-                     outcome resend and a note"
-                ),
+                model::DeliveryStatus::Failed => "this at-most-once delivery failed after its \
+                    request reached the target or may have (the target answered it, or it was \
+                    unknown), so retry does not send it again; if it must be sent, resolve it \
+                    with outcome resend and a note"
+                    .to_owned(),
                 _ => format!(
-                    "invalid delivery state transition from {status}: an at-most-once request \
-                     in flight may already have reached the target; wait for its outcome"
+                    "this at-most-once delivery is {status}: its request may already have \
+                     reached the target, so it cannot be canceled; wait for its outcome"
                 ),
             },
         )),
     }
+}
+
+/// Why an operator's `action` does not apply to a delivery in `status`, said the way a person
+/// reads it: where the delivery is, and which statuses the action is for (the refusal rules
+/// are `model::Delivery::refusal`'s).
+fn refused(action: model::OperatorAction, status: model::DeliveryStatus) -> String {
+    use model::DeliveryStatus as S;
+    use model::OperatorAction as A;
+    let (verb, applies_to) = match action {
+        A::Cancel => ("cancel", "pending and in_flight deliveries"),
+        A::Retry => ("retry", "failed deliveries"),
+        A::Resolve => (
+            "resolve",
+            "unknown and manual_review deliveries (and a failed at-most-once one that may have \
+             arrived)",
+        ),
+    };
+    let where_it_is = match status {
+        S::Pending => "is still pending (its next attempt is scheduled)",
+        S::InFlight => "is being attempted right now",
+        S::Succeeded => "already succeeded",
+        S::Failed => "already failed",
+        S::Canceled => "was canceled",
+        // Only a person settles these: say how.
+        S::Unknown | S::ManualReview => {
+            return format!(
+                "this delivery is {status}: whether this at-most-once request arrived is not \
+                 known, so {verb} does not apply; settle it with resolve (POST \
+                 /v1/deliveries/{{id}}/resolve, spoolctl resolve) as succeeded, failed or resend"
+            )
+        }
+    };
+    format!("this delivery {where_it_is}; {verb} applies only to {applies_to}")
 }
 
 /// The listing filter a query asks for: `status`, `target`, `createdAfter`, `createdBefore`,

@@ -234,7 +234,7 @@ pub async fn cancel(
     if let TaskAction::CancelRequested(_) = &action {
         state.running_tasks.cancel(&id);
     }
-    action_response(action)
+    action_response(Operator::Cancel, action)
 }
 
 #[utoipa::path(
@@ -266,7 +266,7 @@ pub async fn retry(
         ));
     }
     let extra = kind.map_or(1, |k| k.max_attempts);
-    action_response(state.store.retry_task(id, extra).await?)
+    action_response(Operator::Retry, state.store.retry_task(id, extra).await?)
 }
 
 #[utoipa::path(
@@ -412,11 +412,7 @@ pub async fn resolve(
         if task.status != model::TaskStatus::ManualReview {
             return Err(ApiError::new(
                 ErrorCode::InvalidTransition,
-                format!(
-                    "invalid task state transition from {}: only a task in manual_review is \
-                     resolved",
-                    task.status
-                ),
+                refused(Operator::Resolve, task.status),
             ));
         }
     }
@@ -427,18 +423,52 @@ pub async fn resolve(
     if let TaskAction::Done(t) = &action {
         tracing::info!(task_id = %t.id, status = %t.status, note, "task resolved by an operator");
     }
-    action_response(action)
+    action_response(Operator::Resolve, action)
 }
 
-fn action_response(action: TaskAction) -> Result<Response, ApiError> {
+/// An operator's action on one task, for what a refusal says.
+#[derive(Debug, Clone, Copy)]
+enum Operator {
+    Cancel,
+    Retry,
+    Resolve,
+}
+
+fn action_response(operator: Operator, action: TaskAction) -> Result<Response, ApiError> {
     match action {
         TaskAction::Done(t) | TaskAction::CancelRequested(t) => Ok(json(StatusCode::OK, &view(t))),
         TaskAction::NotFound => Err(not_found()),
         TaskAction::Invalid(status) => Err(ApiError::new(
             ErrorCode::InvalidTransition,
-            format!("invalid task state transition from {status}"),
+            refused(operator, status),
         )),
     }
+}
+
+/// Why an operator's action does not apply to a task in `status`: where the task is, and
+/// which statuses the action is for (the store's `CancelOf::decide`, `TaskStatus::retryable`
+/// and the resolve check above).
+fn refused(operator: Operator, status: model::TaskStatus) -> String {
+    use model::TaskStatus as S;
+    let (verb, applies_to) = match operator {
+        Operator::Cancel => ("cancel", "pending, running and manual_review tasks"),
+        Operator::Retry => (
+            "retry",
+            "failed, timed_out, interrupted and manual_review tasks",
+        ),
+        Operator::Resolve => ("resolve", "manual_review tasks"),
+    };
+    let where_it_is = match status {
+        S::Pending => "is still pending (waiting to run)",
+        S::Running => "is running",
+        S::Succeeded => "already succeeded",
+        S::Failed => "already failed",
+        S::TimedOut => "already timed out",
+        S::Interrupted => "was interrupted",
+        S::Canceled => "was canceled",
+        S::ManualReview => "is in manual_review",
+    };
+    format!("this task {where_it_is}; {verb} applies only to {applies_to}")
 }
 
 fn not_found() -> ApiError {

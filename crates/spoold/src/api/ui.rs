@@ -46,3 +46,30 @@ pub async fn app() -> Response {
 pub async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{APP, INDEX, STYLE};
+
+    /// The content security policy allows no inline style: a table's column widths are classes
+    /// (`col.w30`), and each one `app.js` names has its rule in `style.css`.
+    #[test]
+    fn every_column_width_has_its_rule_and_nothing_is_styled_inline() {
+        let column = regex::Regex::new(r#"\["[^"\]]*", (\d+)(?:, true)?\]"#).expect("regex");
+        let widths: Vec<&str> = column
+            .captures_iter(APP)
+            .filter_map(|c| c.get(1))
+            .map(|m| m.as_str())
+            .collect();
+        assert!(widths.len() > 20, "{widths:?}");
+        for w in widths {
+            assert!(
+                STYLE.contains(&format!("col.w{w} {{ width: {w}%; }}")),
+                "style.css has no rule for col.w{w}"
+            );
+        }
+        for (file, text) in [("index.html", INDEX), ("app.js", APP)] {
+            assert!(!text.contains("style="), "{file} styles inline");
+        }
+    }
+}

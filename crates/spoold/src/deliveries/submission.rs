@@ -585,6 +585,93 @@ fn normalize_headers(
     Ok(out.into_iter().collect())
 }
 
+/// What a create request `new` changes of `existing`, the delivery its idempotency key
+/// already names: the fields of the digest ([`digest`]) that differ, by their wire names, each
+/// with both values where they are short and hold no secret (`expiresAt (2026-12-07T03:00:00Z
+/// there, 2026-12-07T04:00:00Z here)`); the URL, headers and body are only named. Empty when
+/// nothing differs that can be seen here (a retry cleared a past `expiresAt`, say).
+pub fn differences(new: &NewDelivery, existing: &model::Delivery) -> Vec<String> {
+    fn both<T: PartialEq>(
+        out: &mut Vec<String>,
+        name: &str,
+        ours: T,
+        theirs: T,
+        show: impl Fn(T) -> String,
+    ) {
+        if ours != theirs {
+            out.push(format!(
+                "{name} ({} there, {} here)",
+                show(theirs),
+                show(ours)
+            ));
+        }
+    }
+    let time = |t: Option<Millis>| t.map_or_else(|| "none".to_owned(), units::format_time);
+    let text = |t: Option<&str>| t.map_or_else(|| "none".to_owned(), |t| format!("{t:?}"));
+    let mut out = Vec::new();
+    both(&mut out, "method", &new.method, &existing.method, |m| {
+        m.clone()
+    });
+    if new.target_url != existing.target_url {
+        out.push("targetUrl".to_owned());
+    }
+    if existing.headers.as_ref().is_some_and(|h| *h != new.headers) {
+        out.push("headers".to_owned());
+    }
+    if existing.body.as_ref().is_some_and(|b| *b != new.body) {
+        out.push("body".to_owned());
+    }
+    both(
+        &mut out,
+        "maxAttempts",
+        new.max_attempts,
+        existing.max_attempts,
+        |n| n.to_string(),
+    );
+    both(
+        &mut out,
+        "notBefore",
+        new.not_before,
+        existing.not_before,
+        time,
+    );
+    // Without its own, a delivery's expiresAt is the store's (created + the retry window): not
+    // something the request asked for.
+    if new.retry_window_ms.is_none() {
+        both(
+            &mut out,
+            "expiresAt",
+            new.expires_at,
+            existing.expires_at,
+            time,
+        );
+    }
+    both(&mut out, "mode", new.mode, existing.mode, |m| {
+        m.as_str().to_owned()
+    });
+    for (name, ours, theirs) in [
+        ("fingerprint", &new.fingerprint, &existing.fingerprint),
+        ("reconcile", &new.reconcile, &existing.reconcile),
+        (
+            "remoteIdPointer",
+            &new.remote_id_pointer,
+            &existing.remote_id_pointer,
+        ),
+    ] {
+        if ours != theirs {
+            out.push(name.to_owned());
+        }
+    }
+    both(
+        &mut out,
+        "sign.secretRef",
+        new.sign_secret.as_deref(),
+        existing.sign_secret.as_deref(),
+        text,
+    );
+    out
+}
+
 /// Digest of every field that makes two requests the same for idempotency (all but the key).
 /// Each field is length-prefixed so no two different requests can share an encoding. Fields
 /// added later are appended only when set, so that keys stored before them still match.

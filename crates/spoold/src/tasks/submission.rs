@@ -65,11 +65,7 @@ pub fn validate(req: SubmitTask, declared: &TaskTypes) -> Result<NewTask, Reject
     let Some(kind) = declared.get(&name) else {
         return Err(Rejection {
             code: ErrorCode::UnknownTaskType,
-            message: if name.is_empty() {
-                "type is required: one of the declared task types (GET /v1/task-types)".to_owned()
-            } else {
-                format!("task type {name:?} is not declared (GET /v1/task-types)")
-            },
+            message: unknown_type(&name, declared),
         });
     };
     let params = kind
@@ -84,10 +80,12 @@ pub fn validate(req: SubmitTask, declared: &TaskTypes) -> Result<NewTask, Reject
         })?;
     let given_key = req.idempotency_key.map(given_key).transpose()?;
     let key = match (&kind.idempotency_key, given_key) {
-        (Some(_), Some(_)) => {
+        (Some(template), Some(_)) => {
             return Err(invalid(format!(
-                "task type {name} derives its idempotency key from its parameters; do not give \
-                 idempotencyKey"
+                "task type {name} derives its idempotency key from its parameters \
+                 (idempotency_key = {template:?} in its declaration), so a submission with the \
+                 same parameters is already the same task: leave out idempotencyKey \
+                 (spoolctl task submit: --idempotency-key)"
             )))
         }
         (Some(template), None) => Some(render(template, &params)),
@@ -120,6 +118,43 @@ pub fn validate(req: SubmitTask, declared: &TaskTypes) -> Result<NewTask, Reject
         locks: kind.locks(&params),
         task_type: name,
     })
+}
+
+/// Why `name` is not a type this daemon runs: the types it declares (a close one first, for a
+/// typo), and where to see them.
+fn unknown_type(name: &str, declared: &TaskTypes) -> String {
+    let names = declared.names();
+    if names.is_empty() {
+        return "no task types are declared: a task type is a [tasks.NAME] table in the \
+                configuration file spoold runs with (--config)"
+            .to_owned();
+    }
+    // A long list is cut: the message is one line; the listing has them all.
+    const SHOWN: usize = 20;
+    let more = names.len().saturating_sub(SHOWN);
+    let listed = format!(
+        "declared: {}{} (spoolctl task types, GET /v1/task-types)",
+        names[..names.len().min(SHOWN)].join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
+    if name.is_empty() {
+        return format!("type is required; {listed}");
+    }
+    let close = names
+        .iter()
+        .map(|n| (crate::config::edit_distance(n, name), n))
+        .filter(|(d, n)| *d <= 2.max(n.len() / 4))
+        .min();
+    match close {
+        Some((_, n)) => {
+            format!("task type {name:?} is not declared (did you mean {n:?}?); {listed}")
+        }
+        None => format!("task type {name:?} is not declared; {listed}"),
+    }
 }
 
 /// A key as given, checked and trimmed: a key is a name a person reads back and compares, so

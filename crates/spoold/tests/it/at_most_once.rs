@@ -397,7 +397,7 @@ async fn resolve_only_from_unknown_or_manual_review_and_with_a_note() {
         assert_eq!(status, 409, "{err}");
         let message = err["error"]["message"].as_str().unwrap_or_default();
         assert!(
-            message.starts_with("invalid delivery state transition from unknown: whether this")
+            message.starts_with("this delivery is unknown: whether this at-most-once request")
                 && message.contains("settle it with resolve"),
             "{err}"
         );

@@ -1,23 +1,44 @@
-//! The dashboard (`/ui`) in a real headless Chromium: `tests/ui/dashboard.cjs` drives Debian's
-//! Chromium with playwright-core against a real spoold that asks for a bearer token and holds
-//! failed and waiting deliveries and tasks for later — the pages load, the numbers match the
-//! API, the buttons change state (bulk actions after counting), an export downloads what the
-//! API exports, the keyboard works, and each page is photographed into
-//! `target/ui-screenshots/`. Needs `SPOOLD_TEST_UITOOLS` (a directory with playwright-core in
-//! its node_modules, which `scripts/test` installs) and Chromium; `SPOOLD_REQUIRE_TOOLS` makes
-//! their absence a failure, as CI does.
+//! The dashboard (`/ui`) in a real headless Chromium at 1280×800: `tests/ui/dashboard.cjs`
+//! drives Debian's Chromium with playwright-core against a real spoold that asks for a bearer
+//! token and holds failed and waiting deliveries, an at-most-once delivery in manual review
+//! (its target reconciled by fingerprint) and tasks — the pages load and fit the width, what
+//! needs a person comes first, the numbers match the API, an at-most-once delivery shows its
+//! fingerprint, query and checks, a task its result, an unknown address is "not found", the
+//! buttons change state (bulk actions after counting), an export downloads what the API
+//! exports, the keyboard works, and each page is photographed into `target/ui-screenshots/`
+//! (with `UPDATE_SNAPSHOTS=1`, into `docs/ui/` too: the README's pictures). Needs
+//! `SPOOLD_TEST_UITOOLS` (a directory with playwright-core in its node_modules, which
+//! `scripts/test` installs) and Chromium; `SPOOLD_REQUIRE_TOOLS` makes their absence a
+//! failure, as CI does.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use spool_testkit::{Api, DaemonProcess, Receiver, Reply};
+use spool_testkit::{
+    Api, CreateBehavior, DaemonProcess, Receiver, RemoteApi, Reply, SearchBehavior,
+};
 use tempfile::TempDir;
 
 use crate::{id_of, process_opts, WAIT};
 
 const TOKEN: &str = "dashboard-token-0123456789abcdef";
+
+/// The pages photographed, by the name of their file.
+const PAGES: [&str; 11] = [
+    "sign-in",
+    "overview",
+    "deliveries",
+    "delivery",
+    "at-most-once",
+    "bulk",
+    "targets",
+    "tasks",
+    "task",
+    "locks",
+    "not-found",
+];
 
 /// The browser tools, or `None` (with the reason said) when they are not there.
 fn tools() -> Option<(PathBuf, PathBuf)> {
@@ -26,12 +47,18 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
         std::env::var_os("SPOOLD_TEST_CHROMIUM").unwrap_or_else(|| "/usr/bin/chromium".into()),
     );
     let missing = match std::env::var_os("SPOOLD_TEST_UITOOLS") {
-        None => "SPOOLD_TEST_UITOOLS is not set (scripts/test sets it)".to_owned(),
+        None => "SPOOLD_TEST_UITOOLS is not set (scripts/test sets it when npm is there to \
+                 install playwright-core)"
+            .to_owned(),
         Some(_) if !chromium.exists() => format!("{} is missing", chromium.display()),
         Some(dir) => return Some((PathBuf::from(dir), chromium)),
     };
     assert!(!required, "the dashboard test needs its browser: {missing}");
-    eprintln!("dashboard test skipped: {missing}");
+    spool_testkit::skip::skipped(
+        &format!("no browser for the dashboard: {missing}"),
+        "Chromium (Debian package chromium) and npm, under scripts/test; \
+         SPOOLD_REQUIRE_TOOLS=1 makes this a failure",
+    );
     None
 }
 
@@ -53,14 +80,15 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write token");
     std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    // A task that says one line, waits for the test to say go, and says two more.
+    // A task that says one line, waits for the test to say go, says two more and leaves its
+    // result.
     let go = dir.path().join("go");
     let _release = Release(go.clone());
     let config = dir.path().join("spoold.toml");
     std::fs::write(
         &config,
         format!(
-            "[tasks.talk]\ncommand = [\"/bin/sh\", \"-c\", \"echo line 1; i=0; while [ ! -e \\\"$GO\\\" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo line 2; echo line 3\"]\ntimeout = \"60s\"\nenv = {{ GO = {go:?} }}\n"
+            "[tasks.talk]\ncommand = [\"/bin/sh\", \"-c\", \"echo line 1; i=0; while [ ! -e \\\"$GO\\\" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo line 2; echo line 3; printf 'said 3 lines' > \\\"$SPOOLD_RESULT_FILE\\\"\"]\ntimeout = \"60s\"\nlocks = [\"mailbox\"]\nenv = {{ GO = {go:?} }}\n"
         ),
     )
     .expect("write config");
@@ -69,17 +97,24 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
         token_file.display().to_string(),
         "--config".to_owned(),
         config.display().to_string(),
+        // The at-most-once delivery's target is asked at once.
+        "--reconcile-base".to_owned(),
+        "100ms".to_owned(),
     ]);
     let daemon = DaemonProcess::start(opts).await.expect("daemon");
     let api = Api::with_token(daemon.base_url(), TOKEN);
     let r = Receiver::start().await.expect("receiver");
-    r.push_replies((0..3).map(|_| Reply::status(404)));
+    // The last with a long URL and a long error, which the listing cuts to fit.
+    let long = format!("?q={}", "long-value-".repeat(30));
+    r.push_replies([
+        Reply::status(404),
+        Reply::status(404),
+        Reply::status(404).body("no such record ".repeat(40)),
+    ]);
     for n in 0..3 {
+        let path = format!("/rejected/{n}{}", if n == 2 { long.as_str() } else { "" });
         let (_, d) = api
-            .create(
-                json!({"targetUrl": r.url(&format!("/rejected/{n}")), "maxAttempts": 1,
-                           "body": {"n": n}}),
-            )
+            .create(json!({"targetUrl": r.url(&path), "maxAttempts": 1, "body": {"n": n}}))
             .await
             .expect("create");
         api.wait_status(&id_of(&d), &["failed"], WAIT)
@@ -91,6 +126,27 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
         .await
         .expect("create");
     assert_eq!(status, 201);
+    // An order the remote took but never answered, and listed twice when asked: a person
+    // decides.
+    let remote = RemoteApi::start().await;
+    remote.set_create(CreateBehavior::Reset);
+    remote.set_search(SearchBehavior::Duplicate);
+    let (status, order) = api
+        .create(json!({
+            "targetUrl": remote.url("/records"),
+            "mode": "at_most_once",
+            "fingerprint": "order-4711",
+            "body": {"fingerprint": "order-4711", "amount": 42},
+            "reconcile": {"url": remote.url("/records?fingerprint={fingerprint}"),
+                          "matchesPointer": "/data", "observationWindow": "1h"},
+        }))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{order}");
+    let order = id_of(&order);
+    api.wait_status(&order, &["manual_review"], WAIT)
+        .await
+        .expect("in manual review");
 
     let (status, _, task) = api
         .request(
@@ -129,6 +185,11 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
         .env("TARGET", r.url("/").trim_end_matches('/'))
         .env("SHOTS", &shots)
         .env("TASK", &task)
+        .env("ORDER", &order)
+        .env(
+            "RECONCILE",
+            remote.url("/records?fingerprint={fingerprint}"),
+        )
         .env("GO", &go)
         .env("CHROMIUM", &chromium);
     let out = spool_testkit::run_in_group(node, Duration::from_secs(120))
@@ -141,16 +202,18 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
     );
     assert!(out.status.success(), "{said}");
     assert!(said.contains("dashboard: every check held"), "{said}");
-    for page in [
-        "sign-in",
-        "overview",
-        "deliveries",
-        "delivery",
-        "bulk",
-        "targets",
-        "tasks",
-        "locks",
-    ] {
-        assert!(shots.join(format!("{page}.png")).is_file(), "{page}.png");
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/ui");
+    let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some();
+    for page in PAGES {
+        let file = format!("{page}.png");
+        assert!(shots.join(&file).is_file(), "{file}");
+        if update {
+            std::fs::copy(shots.join(&file), docs.join(&file)).expect("update docs/ui");
+        }
+        // The README's pictures: one for each page.
+        assert!(
+            docs.join(&file).is_file(),
+            "docs/ui/{file} is missing: UPDATE_SNAPSHOTS=1 cargo nextest run -p spoold dashboard"
+        );
     }
 }

@@ -80,27 +80,72 @@ async fn concurrent_identical_creates_make_one_delivery() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_field_takes_part_in_the_comparison() {
-    let d = InProcess::boot(&[]).await;
+    every_field_compared(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_field_takes_part_in_the_comparison_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    every_field_compared(Some(&db)).await;
+}
+
+/// Each field of a request takes part in the comparison, and the 409 says which differ (with
+/// both values where they are short and hold no secret) and which delivery the key names: a
+/// job run again with one flag changed sees what it changed.
+async fn every_field_compared(pg: Option<&spool_testkit::TestDatabase>) {
+    let d = InProcess::boot_either(pg).await;
     let base = json!({"targetUrl": "http://127.0.0.1:9/a", "idempotencyKey": "k",
                       "body": {"a": 1}, "maxAttempts": 3, "notBefore": "2099-01-01T00:00:00Z"});
-    let (status, _) = d.api.create(base.clone()).await.expect("create");
+    let (status, created) = d.api.create(base.clone()).await.expect("create");
     assert_eq!(status, 201);
-    for (field, value) in [
-        ("targetUrl", json!("http://127.0.0.1:9/b")),
-        ("method", json!("PUT")),
-        ("maxAttempts", json!(4)),
-        ("headers", json!({"X-A": "1"})),
-        ("body", json!({"a": 2})),
-        ("notBefore", json!("2099-01-02T00:00:00Z")),
-        ("expiresAt", json!("2099-06-01T00:00:00Z")),
+    let id = id_of(&created);
+    let refused = |what: &str| {
+        format!(
+            "idempotency key was already used for a different request (delivery {id}): this one \
+             differs in {what}; repeat that request exactly to get the delivery back, or use \
+             another key"
+        )
+    };
+    for (field, value, what) in [
+        ("targetUrl", json!("http://127.0.0.1:9/b"), "targetUrl"),
+        ("method", json!("PUT"), "method (POST there, PUT here)"),
+        ("maxAttempts", json!(4), "maxAttempts (3 there, 4 here)"),
+        ("headers", json!({"X-A": "1"}), "headers"),
+        ("body", json!({"a": 2}), "body"),
+        (
+            "notBefore",
+            json!("2099-01-02T00:00:00Z"),
+            "notBefore (2099-01-01T00:00:00.000Z there, 2099-01-02T00:00:00.000Z here)",
+        ),
+        (
+            "expiresAt",
+            json!("2099-06-01T00:00:00Z"),
+            "expiresAt (none there, 2099-06-01T00:00:00.000Z here)",
+        ),
     ] {
         let mut changed = base.clone();
         changed[field] = value;
         let (status, err) = d.api.create(changed).await.expect("create");
         assert_eq!(status, 409, "{field}: {err}");
+        assert_eq!(err["error"]["code"], "idempotency_conflict", "{err}");
+        assert_eq!(err["error"]["message"], refused(what).as_str(), "{field}");
     }
+    // Two at once, in one line.
+    let mut changed = base.clone();
+    changed["method"] = json!("PUT");
+    changed["body"] = json!({"a": 2});
+    let (_, err) = d.api.create(changed).await.expect("create");
+    assert_eq!(
+        err["error"]["message"],
+        refused("method (POST there, PUT here) and body").as_str()
+    );
     // The body is compared byte for byte: the same JSON value spelled differently conflicts.
-    let (status, _) = d
+    let (status, err) = d
         .api
         .create_raw(
             r#"{"targetUrl":"http://127.0.0.1:9/a","idempotencyKey":"k","body":{ "a": 1 },
@@ -109,6 +154,7 @@ async fn every_field_takes_part_in_the_comparison() {
         .await
         .expect("create");
     assert_eq!(status, 409);
+    assert_eq!(err["error"]["message"], refused("body").as_str());
     // Whitespace around the key is not part of the key.
     let mut padded = base.clone();
     padded["idempotencyKey"] = json!("  k  ");

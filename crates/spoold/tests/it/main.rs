@@ -29,6 +29,7 @@ mod redirects;
 mod reload;
 mod reservations;
 mod retention;
+mod scripts;
 mod security;
 mod shared_db;
 mod signing;
@@ -84,6 +85,18 @@ impl InProcess {
 
     pub async fn boot_in(dir: TempDir, targets: Targets, extra: &[&str]) -> InProcess {
         Self::boot_configured(dir, targets, extra, |_| ()).await
+    }
+
+    /// Like [`Self::boot`], on the PostgreSQL database `pg` if one is given (a test run on both
+    /// backends).
+    pub async fn boot_either(pg: Option<&spool_testkit::TestDatabase>) -> InProcess {
+        Self::boot_on(
+            TempDir::new().expect("temp dir"),
+            Targets::Loopback,
+            &[],
+            pg,
+        )
+        .await
     }
 
     /// Like [`Self::boot_in`], on the PostgreSQL database `pg` if one is given (a test run on

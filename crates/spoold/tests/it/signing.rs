@@ -53,7 +53,11 @@ fn verify_with_python(dir: &Path, key: &str, requests: &[Recorded]) -> Option<St
             std::env::var_os("SPOOLD_REQUIRE_TOOLS").is_none(),
             "SPOOLD_TEST_PYTHON must name a Python with standardwebhooks (scripts/test sets it)"
         );
-        eprintln!("SPOOLD_TEST_PYTHON not set: the independent verification did not run");
+        spool_testkit::skip::skipped(
+            "SPOOLD_TEST_PYTHON is not set: signatures were not verified independently \
+             (PyPI's standardwebhooks)",
+            "scripts/test sets it; SPOOLD_REQUIRE_TOOLS=1 makes this a failure",
+        );
         return None;
     };
     let cases: Vec<_> = requests

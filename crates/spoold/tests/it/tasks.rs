@@ -399,6 +399,76 @@ async fn parameters_reach_argv_literally_and_never_a_shell() {
     assert_eq!(record["idempotencyKey"], "record:{database}");
 }
 
+/// The refusals a newcomer meets first say what to do: an unknown type lists the declared ones
+/// (a close one first) and where to see them; a key given to a type that derives its own names
+/// the template and the flag; retry and cancel of a task that ended say what they apply to.
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_name_the_declared_types_the_key_template_and_what_applies() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let daemon = boot(&setup, &[]).await;
+    let api = &daemon.api;
+    let declared = "declared: exit, flaky, hang, record (spoolctl task types, GET /v1/task-types)";
+    for (body, code, message) in [
+        (
+            json!({"type": "recrod"}),
+            "unknown_task_type",
+            format!("task type \"recrod\" is not declared (did you mean \"record\"?); {declared}"),
+        ),
+        (
+            json!({"type": "backup"}),
+            "unknown_task_type",
+            format!("task type \"backup\" is not declared; {declared}"),
+        ),
+        (
+            json!({"params": {}}),
+            "unknown_task_type",
+            format!("type is required; {declared}"),
+        ),
+        (
+            json!({"type": "record", "params": {"database": "a"}, "idempotencyKey": "k"}),
+            "invalid_request",
+            "task type record derives its idempotency key from its parameters \
+             (idempotency_key = \"record:{database}\" in its declaration), so a submission with \
+             the same parameters is already the same task: leave out idempotencyKey (spoolctl \
+             task submit: --idempotency-key)"
+                .to_owned(),
+        ),
+    ] {
+        let (status, err) = submit(api, body.clone()).await;
+        assert_eq!(status, 400, "{body}: {err}");
+        assert_eq!(err["error"]["code"], code, "{body}: {err}");
+        assert_eq!(err["error"]["message"], message.as_str(), "{body}");
+    }
+
+    let (status, task) = submit(
+        api,
+        json!({"type": "record", "params": {"database": "done"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{task}");
+    let task = id(&task);
+    wait_task(api, &task, &["succeeded"]).await;
+    for (action, applies_to) in [
+        (
+            "retry",
+            "failed, timed_out, interrupted and manual_review tasks",
+        ),
+        ("cancel", "pending, running and manual_review tasks"),
+    ] {
+        let (status, err) = post(api, &format!("/v1/tasks/{task}/{action}")).await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (409, Some("invalid_transition")),
+            "{action}: {err}"
+        );
+        assert_eq!(
+            err["error"]["message"],
+            format!("this task already succeeded; {action} applies only to {applies_to}").as_str()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn transient_failures_are_retried_until_success() {
     let dir = TempDir::new().expect("temp dir");

@@ -268,7 +268,28 @@ async fn routing_and_lookup_errors_are_json() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn transitions_follow_the_state_machine() {
-    let d = InProcess::boot(&[]).await;
+    transitions(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transitions_follow_the_state_machine_on_postgres() {
+    let Some(db) = spool_testkit::TestDatabase::create()
+        .await
+        .expect("test database")
+    else {
+        return;
+    };
+    transitions(Some(&db)).await;
+}
+
+/// Cancel and retry from the statuses they apply to, and a refusal that says where the
+/// delivery is and what the action is for from the others.
+async fn transitions(pg: Option<&spool_testkit::TestDatabase>) {
+    let d = InProcess::boot_either(pg).await;
+    let refused = |err: &Value, message: &str| {
+        assert_eq!(code(err), "invalid_transition", "{err}");
+        assert_eq!(err["error"]["message"], message, "{err}");
+    };
     let receiver = spool_testkit::Receiver::start().await.expect("receiver");
     receiver.respond_with(spool_testkit::Reply::status(400));
     let far = json!({"targetUrl": receiver.url("/x"), "notBefore": "2099-01-01T00:00:00Z"});
@@ -280,9 +301,29 @@ async fn transitions_follow_the_state_machine() {
         (200, Some("canceled"))
     );
     let (status, err) = d.api.cancel(&pending).await.expect("cancel again");
-    assert_eq!((status, code(&err)), (409, "invalid_transition"));
+    assert_eq!(status, 409);
+    refused(
+        &err,
+        "this delivery was canceled; cancel applies only to pending and in_flight deliveries",
+    );
     let (status, err) = d.api.retry(&pending).await.expect("retry canceled");
-    assert_eq!((status, code(&err)), (409, "invalid_transition"));
+    assert_eq!(status, 409);
+    refused(
+        &err,
+        "this delivery was canceled; retry applies only to failed deliveries",
+    );
+    let (_, waiting) = d
+        .api
+        .create(json!({"targetUrl": receiver.url("/z"), "notBefore": "2099-01-01T00:00:00Z"}))
+        .await
+        .expect("create");
+    let (status, err) = d.api.retry(&id_of(&waiting)).await.expect("retry pending");
+    assert_eq!(status, 409);
+    refused(
+        &err,
+        "this delivery is still pending (its next attempt is scheduled); retry applies only to \
+         failed deliveries",
+    );
 
     // failed → retry → a new cycle, history kept.
     let (_, failing) = d
@@ -323,7 +364,18 @@ async fn transitions_follow_the_state_machine() {
         .collect();
     assert_eq!(cycles, vec![(1, 1, "failed"), (2, 1, "succeeded")]);
     let (status, err) = d.api.cancel(&failing).await.expect("cancel succeeded");
-    assert_eq!((status, code(&err)), (409, "invalid_transition"));
+    assert_eq!(status, 409);
+    refused(
+        &err,
+        "this delivery already succeeded; cancel applies only to pending and in_flight \
+         deliveries",
+    );
+    let (status, err) = d.api.retry(&failing).await.expect("retry succeeded");
+    assert_eq!(status, 409);
+    refused(
+        &err,
+        "this delivery already succeeded; retry applies only to failed deliveries",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,9 +1,14 @@
-// The dashboard in a real headless Chromium (Debian's, driven by playwright-core): the pages
-// load, the numbers match the API, the buttons change state, the keyboard reaches everything,
-// bulk actions count before they act, an export downloads what the API exports, and a screenshot
-// of each page is written. Run by tests/it/dashboard.rs with BASE_URL (a
-// spoold with a bearer token and some deliveries), TOKEN, TARGET (an origin with deliveries)
-// and SHOTS (a directory). Exit status 0 when every check held.
+// The dashboard in a real headless Chromium (Debian's, driven by playwright-core) at 1280×800:
+// the pages load and nothing on them is wider than the window, what needs a person comes
+// first, the numbers match the API, times read as "3 min ago" with the exact time on hover,
+// an at-most-once delivery in review shows its fingerprint, reconcile query and checks, a
+// task its result, an unknown address is "not found", the buttons change state, the keyboard
+// reaches everything, bulk actions count before they act, an export downloads what the API
+// exports, and a screenshot of each page is written. Run by tests/it/dashboard.rs with
+// BASE_URL (a spoold with a bearer token and some deliveries), TOKEN, TARGET (an origin with
+// deliveries), TASK (a task that runs until GO exists), ORDER (an at-most-once delivery in
+// manual review, reconciled by RECONCILE) and SHOTS (a directory). Exit status 0 when every
+// check held.
 
 const { chromium } = require("playwright-core");
 const assert = require("node:assert/strict");
@@ -35,10 +40,27 @@ async function eventually(what, check) {
     args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
       "--disable-background-networking", "--disable-component-update", "--disable-sync"],
   });
-  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   const errors = [];
   page.on("pageerror", (e) => errors.push(e.message));
-  const shot = (name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+  // Nothing on the page is wider than the window: no scrolling sideways, no element past
+  // the right edge (long values are cut, whole on hover).
+  const fits = async (name) => {
+    const wide = await page.evaluate(() => {
+      const width = document.documentElement.clientWidth;
+      const out = [...document.querySelectorAll("body *")]
+        .filter((e) => e.getBoundingClientRect().right > width + 0.5)
+        .map((e) => `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ""}${e.className ? `.${String(e.className).split(" ").join(".")}` : ""} to ${Math.round(e.getBoundingClientRect().right)}`);
+      if (document.documentElement.scrollWidth > width) out.unshift(`the page is ${document.documentElement.scrollWidth} px wide`);
+      return out;
+    });
+    assert.deepEqual(wide, [], `${name}: wider than 1280 px`);
+  };
+  // The window as an operator first sees it, 1280×800.
+  const shot = async (name) => {
+    await fits(name);
+    await page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+  };
 
   // Without the token: asked for it, nothing shown. With it: the overview.
   await page.goto(`${BASE_URL}/ui`);
@@ -60,6 +82,13 @@ async function eventually(what, check) {
   for (const [status, count] of Object.entries(stats.tasks)) {
     assert.equal(await page.textContent(`[data-task-count="${status}"]`), String(count), `tasks ${status}`);
   }
+  // What needs a person comes first, and says how many: the order in review.
+  assert.equal(await page.evaluate(() => document.querySelector("main h1").nextElementSibling.id), "needs-a-person");
+  const person = stats.deliveries.unknown + stats.deliveries.manual_review + stats.tasks.manual_review;
+  assert.equal(stats.deliveries.manual_review, 1, "the order in review");
+  assert.equal(await page.getAttribute("#needs-a-person", "data-count"), String(person));
+  const order = await page.$$eval("[data-count]:not(#needs-a-person)", (cells) => cells.map((c) => c.dataset.count));
+  assert.deepEqual(order.slice(0, 3), ["unknown", "manual_review", "failed"], "those needing a person first");
   // The chart's bars add up to the hour's attempts.
   assert.equal(stats.byMinute.length, 60);
   assert.equal(await page.getAttribute("#chart", "data-total"), String(stats.lastHour.attempts));
@@ -73,6 +102,17 @@ async function eventually(what, check) {
   assert.ok(failed.count > 0, "some failed deliveries to show");
   const shown = await page.$$eval("tbody tr td:first-child a", (links) => links.map((a) => a.textContent));
   assert.deepEqual(shown, failed.deliveries.map((d) => d.id));
+  // A URL is whole on hover; a time reads "… ago", exact on hover.
+  const rows = await page.$$eval("tbody tr", (trs) => trs.map((tr) => ({
+    url: tr.querySelector("td.url .cut").title,
+    when: tr.querySelector("time").textContent,
+    exact: tr.querySelector("time").title,
+    code: tr.querySelector("td.error .code").textContent,
+  })));
+  assert.deepEqual(rows.map((r) => r.url), failed.deliveries.map((d) => d.targetUrl));
+  assert.deepEqual(rows.map((r) => r.exact), failed.deliveries.map((d) => `${d.updatedAt} (UTC)`));
+  for (const r of rows) assert.match(r.when, /^(now|\d+ s ago)$/);
+  assert.deepEqual(rows.map((r) => r.code), failed.deliveries.map(() => "http_status"));
   await shot("deliveries");
 
   // One delivery: its fields, attempts and transitions; Retry makes it pending again.
@@ -115,7 +155,7 @@ async function eventually(what, check) {
   await page.waitForSelector("button[data-bulk=retry]");
   assert.equal(await page.evaluate(() => location.hash), "#/deliveries?status=failed&lastErrorCode=http_status");
   const stillFailed = await api("GET", "/v1/deliveries?status=failed&lastErrorCode=http_status&limit=500");
-  const shownFailed = await page.$$eval("tbody tr td:last-child", (cells) => cells.map((c) => c.textContent));
+  const shownFailed = await page.$$eval("tbody tr td.error .code", (cells) => cells.map((c) => c.textContent));
   assert.deepEqual(shownFailed, stillFailed.deliveries.map(() => "http_status"));
   assert.ok(stillFailed.count > 0, "failed deliveries left to retry in bulk");
   await page.click("button[data-bulk=retry]");
@@ -186,6 +226,14 @@ async function eventually(what, check) {
 
   // A running task's output is followed live: the first line, then the rest once the script
   // is let go; then the page shows how it ended.
+  // While it runs, it holds its lock.
+  await page.goto(`${BASE_URL}/ui#/locks`);
+  await page.waitForSelector("h1:text('Locks')");
+  assert.deepEqual(
+    await page.$$eval("tbody tr", (trs) => trs.map((tr) => [tr.cells[0].textContent, tr.querySelector("a.id").textContent])),
+    [["mailbox", process.env.TASK]],
+  );
+  await shot("locks");
   await page.goto(`${BASE_URL}/ui#/task/${process.env.TASK}`);
   await page.waitForSelector("#task-status");
   await eventually("the first line", async () => {
@@ -195,15 +243,48 @@ async function eventually(what, check) {
   await eventually("the rest, live", async () => {
     assert.match(await page.textContent("#task-output"), /line 1\nline 2\nline 3/);
   });
-  await page.waitForSelector("#task-status .status-succeeded");
+  await page.waitForSelector("#task-status .s-succeeded");
+  // Its result, as the script left it.
+  const ended = await api("GET", `/v1/tasks/${process.env.TASK}`);
+  assert.equal(ended.resultSummary, "said 3 lines");
+  assert.equal(await page.textContent("#task-result"), ended.resultSummary);
   await shot("task");
 
-  // Tasks and locks load.
-  for (const [name, heading] of [["tasks", "Tasks"], ["locks", "Locks"]]) {
-    await page.goto(`${BASE_URL}/ui#/${name}`);
-    await page.waitForSelector(`h1:text('${heading}')`);
-    await shot(name);
+  // The order in review: what the person deciding needs — its fingerprint, the query that
+  // asks the target, the checks so far — and the decision, first.
+  await page.goto(`${BASE_URL}/ui#/delivery/${process.env.ORDER}`);
+  await page.waitForSelector("#at-most-once");
+  assert.equal((await page.textContent("#delivery-status")).trim(), "manual_review");
+  assert.equal(await page.textContent("#fingerprint"), "order-4711");
+  assert.equal(await page.textContent("#reconcile-query code"), `GET ${process.env.RECONCILE}`);
+  const checks = (await api("GET", `/v1/deliveries/${process.env.ORDER}/checks`)).checks;
+  assert.ok(checks.length > 0 && checks[0].matches === 2, JSON.stringify(checks));
+  assert.equal((await page.$$("#at-most-once tbody tr")).length, checks.length);
+  assert.ok(await page.$("#at-most-once #resolve"), "the decision is there");
+  assert.match(await page.textContent("#why"), /^multiple_matches: the target shows 2 matches/);
+  assert.ok(await page.evaluate(() => document.querySelector("#at-most-once").getBoundingClientRect().top < 800), "on the first screen");
+  await shot("at-most-once");
+
+  // An address that is no page, or a record that is not there: "not found", not a listing.
+  for (const [hash, said] of [
+    ["#/deliveries/abc", "There is no page at #/deliveries/abc."],
+    ["#/delivery/", "There is no page at #/delivery/."],
+    [`#/delivery/${"0".repeat(32)}`, `There is no delivery with the id ${"0".repeat(32)} here`],
+    [`#/task/${"0".repeat(32)}`, `There is no task with the id ${"0".repeat(32)} here`],
+    ["#/nowhere", "There is no page at #/nowhere."],
+  ]) {
+    await page.goto(`${BASE_URL}/ui${hash}`);
+    await page.waitForSelector("h1:text('Not found')");
+    assert.ok((await page.textContent("#not-found")).startsWith(said), `${hash}: ${await page.textContent("#not-found")}`);
   }
+  await shot("not-found");
+
+  // The tasks load, the one that ended with its result.
+  await page.goto(`${BASE_URL}/ui#/tasks`);
+  await page.waitForSelector("h1:text('Tasks')");
+  const first = await page.$$eval("tbody tr:first-child td", (tds) => [tds[0].textContent, tds[5].textContent]);
+  assert.deepEqual(first, [process.env.TASK, "said 3 lines"], "the oldest task, with its result");
+  await shot("tasks");
 
   // The keyboard: from the top, Tab reaches the skip link, Enter moves focus to the content
   // (and stays on the page); Tab then walks the page's links.

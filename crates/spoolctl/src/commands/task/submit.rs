@@ -33,7 +33,12 @@ pub async fn run(
     // --follow waits too; given both, it is the one that applies.
     let follow_after = args.follow.then(|| args.follow_args());
     let request = build_request(args)?;
-    let submitted = client.submit_task(&request).await?;
+    let submitted = client.submit_task(&request).await.map_err(|e| {
+        e.said_whether_stored(
+            "submit it again with the same parameters and key, which returns it if it was (a type \
+             with an idempotency_key derives the key; without one, it may run twice)",
+        )
+    })?;
     let action = if submitted.is_new {
         "submitted"
     } else {

@@ -69,6 +69,13 @@ fn progress(t: &TaskView, now: i64) -> String {
     match t.status {
         TaskStatus::Running => format!("{attempt} is running"),
         TaskStatus::Interrupted => format!("{attempt} was interrupted"),
+        // Due now: the `submitted` row has said so already.
+        TaskStatus::Pending
+            if t.attempt == 0
+                && !crate::commands::wait::is_ahead(t.next_run_at.as_deref(), now) =>
+        {
+            String::new()
+        }
         TaskStatus::Pending if t.attempt == 0 => format!("pending; first attempt {}", next()),
         TaskStatus::Pending => match t.error.as_deref().filter(|e| !e.is_empty()) {
             Some(err) => format!(

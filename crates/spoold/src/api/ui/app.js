@@ -21,6 +21,15 @@ function say(text, error = false) {
 
 class Unauthorized extends Error {}
 
+// An answer of the API's that is not a success: its HTTP status, and its error's code and
+// message (or the status alone).
+class ApiError extends Error {
+  constructor(status, json) {
+    super(json?.error ? `${json.error.code}: ${json.error.message}` : `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
 async function api(method, path, body) {
   const headers = {};
   const token = sessionStorage.getItem(TOKEN_KEY);
@@ -34,26 +43,54 @@ async function api(method, path, body) {
   if (response.status === 401) throw new Unauthorized();
   const text = await response.text();
   const json = text && response.headers.get("content-type")?.includes("json") ? JSON.parse(text) : text;
-  if (!response.ok) {
-    const message = json?.error ? `${json.error.code}: ${json.error.message}` : `HTTP ${response.status}`;
-    throw new Error(message);
-  }
+  if (!response.ok) throw new ApiError(response.status, json);
   return json;
 }
 
-const statusCell = (s) => `<span class="status-${esc(s)}">${esc(s)}</span>`;
-const idLink = (kind, id) => `<a class="id" href="#/${kind}/${esc(id)}">${esc(id)}</a>`;
+// A time as an operator reads it at a glance ("3 min ago", "in 2 h"), the exact UTC time on
+// hover; refreshed while the page is open (see `tick`).
+function ago(iso) {
+  const at = Date.parse(iso);
+  if (Number.isNaN(at)) return String(iso ?? "");
+  const seconds = Math.round((Date.now() - at) / 1000);
+  const size = Math.abs(seconds);
+  if (size < 5) return "now";
+  const [n, unit] = size < 60 ? [size, "s"] : size < 3600 ? [Math.floor(size / 60), "min"]
+    : size < 86400 ? [Math.floor(size / 3600), "h"] : [Math.floor(size / 86400), "d"];
+  return seconds > 0 ? `${n} ${unit} ago` : `in ${n} ${unit}`;
+}
+const time = (iso) => iso ? `<time datetime="${esc(iso)}" title="${esc(iso)} (UTC)">${esc(ago(iso))}</time>` : `<span class="muted">–</span>`;
+setInterval(() => {
+  for (const t of main.querySelectorAll("time[datetime]")) t.textContent = ago(t.getAttribute("datetime"));
+}, 15000);
 
+const badge = (s) => `<span class="badge s-${esc(s)}">${esc(s)}</span>`;
+const idLink = (kind, id) => `<a class="id" href="#/${kind}/${esc(id)}" title="${esc(id)}">${esc(id)}</a>`;
+// A value that may be long, cut with an ellipsis where it does not fit; whole on hover.
+const cut = (text, cls = "") => `<span class="cut ${cls}" title="${esc(text)}">${esc(text)}</span>`;
+const errorCell = (code, message) => code || message
+  ? `<span class="cut" title="${esc([code, message].filter(Boolean).join(": "))}">${code ? `<span class="code">${esc(code)}</span>` : ""}${esc(message ?? "")}</span>`
+  : "";
+
+// A table whose columns take the given shares of its width (so it fits whatever is in it);
+// `head` is [[label, width, numeric?], …].
 function table(caption, head, rows, empty = "None.") {
-  if (rows.length === 0) return `<p><strong>${esc(caption)}</strong>: ${esc(empty)}</p>`;
-  return `<table><caption>${esc(caption)}</caption><thead><tr>${head
-    .map((h) => `<th scope="col">${esc(h)}</th>`)
-    .join("")}</tr></thead><tbody>${rows.map((r) => `<tr>${r.join("")}</tr>`).join("")}</tbody></table>`;
+  if (rows.length === 0) return `<p class="empty"><strong>${esc(caption)}</strong>: ${esc(empty)}</p>`;
+  return `<table><caption>${esc(caption)}</caption><colgroup>${head.map(([, w]) => `<col class="w${w}">`).join("")}</colgroup>
+    <thead><tr>${head.map(([h, , num]) => `<th scope="col"${num ? ' class="num"' : ""}>${esc(h)}</th>`).join("")}</tr></thead>
+    <tbody>${rows.map((r) => `<tr>${r.join("")}</tr>`).join("")}</tbody></table>`;
 }
 
-const td = (html, num = false) => `<td${num ? ' class="num"' : ""}>${html}</td>`;
+const td = (html, cls = "") => `<td${cls ? ` class="${cls}"` : ""}>${html}</td>`;
+const num = (html) => td(html, "num");
 
-// Attempts per minute over the last hour as bars: succeeded below, failed on top.
+// Field names and values of a record; `wide` for long ones, one to a row.
+const fields = (pairs, wide = false) => `<dl class="fields${wide ? " wide" : ""}">${pairs
+  .filter(([, v]) => v !== undefined && v !== null && v !== "")
+  .map(([k, v, id]) => `<dt>${esc(k)}</dt><dd${id ? ` id="${id}"` : ""}>${v}</dd>`).join("")}</dl>`;
+
+// Attempts per minute over the last hour as bars: succeeded below, failed on top. Drawn to the
+// width of its box.
 function chart(minutes) {
   const width = 600, height = 80, slot = width / Math.max(minutes.length, 1);
   const peak = Math.max(1, ...minutes.map((m) => m.attempts));
@@ -66,8 +103,23 @@ function chart(minutes) {
       `<rect class="bad" x="${x}" y="${(height - ok - bad).toFixed(1)}" width="${w}" height="${bad.toFixed(1)}"></rect>`;
   }).join("");
   const label = `Attempts per minute over the last hour: ${total} in all, at most ${peak === 1 && total === 0 ? 0 : peak} in a minute`;
-  return `<figure id="chart" data-total="${total}"><svg role="img" aria-label="${esc(label)}" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}"><title>${esc(label)}</title>${bars}</svg>
+  return `<figure id="chart" data-total="${total}"><svg class="chart" role="img" aria-label="${esc(label)}" viewBox="0 0 ${width} ${height}" preserveAspectRatio="none"><title>${esc(label)}</title>${bars}</svg>
     <figcaption>Attempts per minute, the last hour (the right end is now): succeeded, and failed on top.</figcaption></figure>`;
+}
+
+// Counts by status as cards, each a link to its listing; those that need a person (`needs`)
+// or went wrong (`hurts`) first.
+const DELIVERY_ORDER = ["unknown", "manual_review", "failed", "in_flight", "pending", "succeeded", "canceled"];
+const TASK_ORDER = ["manual_review", "interrupted", "failed", "timed_out", "running", "pending", "succeeded", "canceled"];
+const NEEDS = ["unknown", "manual_review", "interrupted"];
+const HURTS = ["failed", "timed_out"];
+function cards(counts, order, kind, attr) {
+  const statuses = [...order.filter((s) => s in counts), ...Object.keys(counts).filter((s) => !order.includes(s))];
+  return `<div class="cards">${statuses.map((s) => {
+    const n = counts[s];
+    const cls = [`card`, `s-${s}`, n === 0 ? "zero" : "", NEEDS.includes(s) ? "needs" : "", HURTS.includes(s) ? "hurts" : ""].filter(Boolean).join(" ");
+    return `<a class="${esc(cls)}" href="#/${kind}?status=${esc(s)}"><span class="count" ${attr}="${esc(s)}">${esc(n)}</span><span class="label">${esc(s)}</span></a>`;
+  }).join("")}</div>`;
 }
 
 // ---- pages ---------------------------------------------------------------------------------
@@ -76,37 +128,47 @@ async function overview() {
   const [stats, targets] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/targets?limit=100")]);
   const d = stats.deliveries;
   const t = stats.tasks ?? {};
-  const person = (d.unknown ?? 0) + (d.manual_review ?? 0);
-  const rows = Object.entries(d).map(([s, n]) => [
-    td(`<a href="#/deliveries?status=${esc(s)}">${statusCell(s)}</a>`),
-    td(`<span data-count="${esc(s)}">${esc(n)}</span>`, true),
-  ]);
-  const taskRows = Object.entries(t).map(([s, n]) => [
-    td(`<a href="#/tasks?status=${esc(s)}">${statusCell(s)}</a>`),
-    td(`<span data-task-count="${esc(s)}">${esc(n)}</span>`, true),
-  ]);
+  const unknown = d.unknown ?? 0, review = d.manual_review ?? 0, taskReview = t.manual_review ?? 0;
+  const waiting = [
+    unknown > 0 && `<a href="#/deliveries?status=unknown"><strong>${esc(unknown)}</strong> ${unknown === 1 ? "delivery" : "deliveries"} unknown</a> (may have arrived: reconciliation or a person settles it)`,
+    review > 0 && `<a href="#/deliveries?status=manual_review"><strong>${esc(review)}</strong> ${review === 1 ? "delivery" : "deliveries"} in manual review</a>`,
+    taskReview > 0 && `<a href="#/tasks?status=manual_review"><strong>${esc(taskReview)}</strong> ${taskReview === 1 ? "task" : "tasks"} in manual review</a>`,
+  ].filter(Boolean);
+  const attention = waiting.length > 0
+    ? `<section class="attention" id="needs-a-person" data-count="${unknown + review + taskReview}"><h2>Needs a person</h2><ul>${waiting.map((w) => `<li>${w}</li>`).join("")}</ul></section>`
+    : `<p class="calm" id="needs-a-person" data-count="0">Nothing needs a person.</p>`;
   const window = (name, w) => [
-    td(esc(name)), td(esc(w.attempts), true), td(esc(w.succeeded), true),
-    td(esc(w.retryableFailures), true), td(esc(w.terminalFailures), true), td(esc(w.unknown), true),
+    td(esc(name)), num(esc(w.attempts)), num(esc(w.succeeded)),
+    num(esc(w.retryableFailures)), num(esc(w.terminalFailures)), num(esc(w.unknown)),
   ];
-  const trouble = targets.targets.filter((t) => t.paused || t.failedLastHour > 0);
+  const trouble = targets.targets.filter((x) => x.paused || x.failedLastHour > 0);
+  const size = `${(stats.databaseBytes / 1048576).toFixed(1)} MiB${stats.maxDatabaseBytes ? ` of ${(stats.maxDatabaseBytes / 1048576).toFixed(0)} MiB` : ""}`;
   return `<h1>Overview</h1>
-    ${person > 0 ? `<p class="attention" id="needs-a-person"><strong>${esc(person)}</strong> deliveries need a person: ${esc(d.unknown ?? 0)} unknown, ${esc(d.manual_review ?? 0)} in manual review. <a href="#/deliveries?status=manual_review">Review them</a>.</p>` : ""}
-    ${t.manual_review > 0 ? `<p class="attention" id="tasks-need-a-person"><strong>${esc(t.manual_review)}</strong> tasks are in manual review. <a href="#/tasks?status=manual_review">Review them</a>.</p>` : ""}
-    ${table("Deliveries by status", ["Status", "Count"], rows)}
-    ${taskRows.length > 0 ? table("Tasks by status", ["Status", "Count"], taskRows) : ""}
-    <dl>
-      <dt>Oldest due</dt><dd>${stats.oldestDueAt ? `${esc(stats.oldestDueAt)} (${esc(stats.oldestDueAge)} ago)` : "nothing is waiting"}</dd>
-      <dt>Paused targets</dt><dd id="paused-targets">${esc(stats.pausedTargets)}</dd>
-      <dt>Database</dt><dd>${esc((stats.databaseBytes / 1048576).toFixed(1))} MiB</dd>
-    </dl>
-    ${chart(stats.byMinute ?? [])}
-    ${table("Attempts", ["Window", "Attempts", "Succeeded", "Failed, retried", "Failed for good", "Unknown"], [window("last 5 minutes", stats.lastFiveMinutes), window("last hour", stats.lastHour)])}
-    ${table("Paused or failing targets", ["Target", "Pending", "Failed last hour", "Paused"], trouble.map((t) => [
-      td(`<a href="#/deliveries?target=${encodeURIComponent(t.origin)}">${esc(t.origin)}</a>`),
-      td(esc(t.pending), true), td(esc(t.failedLastHour), true),
-      td(t.paused ? esc(t.pauseReason ?? "paused") : "no"),
-    ]))}`;
+    ${attention}
+    <h2>Deliveries</h2>
+    ${cards(d, DELIVERY_ORDER, "deliveries", "data-count")}
+    ${Object.keys(t).length > 0 ? `<h2>Tasks</h2>${cards(t, TASK_ORDER, "tasks", "data-task-count")}` : ""}
+    <div class="columns">
+      <div>
+        <h2>Attempts</h2>
+        ${chart(stats.byMinute ?? [])}
+        ${table("By outcome (retried: failed, to be tried again; failed: for good)", [["Window", 22], ["Attempts", 14, true], ["Succeeded", 16, true], ["Retried", 16, true], ["Failed", 16, true], ["Unknown", 16, true]],
+          [window("last 5 minutes", stats.lastFiveMinutes), window("last hour", stats.lastHour)])}
+      </div>
+      <div>
+        <h2>The queue</h2>
+        <section class="panel">${fields([
+          ["Oldest due", stats.oldestDueAt ? `${time(stats.oldestDueAt)} <span class="muted">(waiting ${esc(stats.oldestDueAge)})</span>` : "nothing is waiting"],
+          ["Paused targets", `<span id="paused-targets">${esc(stats.pausedTargets)}</span>`],
+          ["Database", esc(size)],
+        ], true)}</section>
+        ${table("Paused or failing targets", [["Target", 46], ["Pending", 16, true], ["Failed (1 h)", 20, true], ["Paused", 18]], trouble.map((x) => [
+          td(`<a class="cut" href="#/deliveries?target=${encodeURIComponent(x.origin)}" title="${esc(x.origin)}">${esc(x.origin)}</a>`),
+          num(esc(x.pending)), num(esc(x.failedLastHour)),
+          td(x.paused ? cut(x.pauseReason ?? "paused") : `<span class="muted">no</span>`),
+        ]), "No target is paused or failing.")}
+      </div>
+    </div>`;
 }
 
 // The deliveries listing's filter: the query of its page, of `/v1/deliveries` and `/v1/export`.
@@ -150,7 +212,7 @@ function bulkPanel(kind, query, extra = "") {
   const bulk = BULK[kind];
   const filtered = Object.keys(bulk.filter(query)).length > 0;
   const buttons = filtered ? bulk.actions.map(([action, label]) => `<button type="button" data-bulk="${action}">${esc(label)}…</button>`) : [];
-  return `<section aria-labelledby="bulk-heading">
+  return `<section class="panel" aria-labelledby="bulk-heading">
     <h2 id="bulk-heading">Everything that matches</h2>
     <p class="muted">${filtered
       ? `Acts on every one of the ${bulk.noun} this filter matches, not only this page: counted first, done when you confirm.`
@@ -164,7 +226,7 @@ async function deliveries(query) {
   const params = new URLSearchParams({ limit: "50", order: "desc" });
   for (const key of [...DELIVERY_FILTER, "cursor"]) if (query.get(key)) params.set(key, query.get(key));
   const list = await api("GET", `/v1/deliveries?${params}`);
-  const statuses = ["", "pending", "in_flight", "succeeded", "failed", "canceled", "unknown", "manual_review"];
+  const statuses = ["", ...DELIVERY_ORDER];
   return `<h1>Deliveries</h1>
     <form class="inline" id="filter">
       <label>Status ${select("status", statuses, query.get("status") ?? "")}</label>
@@ -172,53 +234,117 @@ async function deliveries(query) {
       <label>Last error code <input name="lastErrorCode" value="${esc(query.get("lastErrorCode") ?? "")}" placeholder="connect_failed" pattern="[a-z_]{1,64}"></label>
       <button type="submit">Show</button>
     </form>
-    ${table("Newest first", ["Delivery", "Status", "Attempts", "Method", "URL", "Updated", "Last error"], list.deliveries.map((d) => [
-      td(idLink("delivery", d.id)), td(statusCell(d.status)), td(`${esc(d.attempts)}/${esc(d.maxAttempts)}`, true),
-      td(esc(d.method)), td(`<code>${esc(d.targetUrl)}</code>`), td(esc(d.updatedAt)),
-      td(esc(d.lastErrorCode ?? "")),
+    ${table("Newest first", [["Delivery", 14], ["Status", 10], ["Attempts", 7, true], ["Method", 6], ["URL", 30], ["Updated", 8], ["Last error", 25]], list.deliveries.map((d) => [
+      td(idLink("delivery", d.id)), td(badge(d.status)), num(`${esc(d.attempts)}/${esc(d.maxAttempts)}`),
+      td(esc(d.method)), td(cut(d.targetUrl, "mono"), "url"), td(time(d.updatedAt)),
+      td(errorCell(d.lastErrorCode, d.lastError), "error"),
     ]), "No deliveries match.")}
     ${nextPage("deliveries", query, list.nextCursor)}
     ${bulkPanel("deliveries", query, `<button type="button" id="export">Export as NDJSON</button>`)}`;
 }
 
+// What the person settling an at-most-once delivery needs: how the target can be asked
+// (fingerprint, reconcile query), what it answered (checks), and the decision itself.
+function atMostOnce(d, checks, transitions) {
+  const r = d.reconcile;
+  const open = ["unknown", "manual_review"].includes(d.status);
+  // Why it is where it is: the change that brought it there.
+  const last = [...transitions].reverse().find((t) => t.to === d.status);
+  const query = r ? fields([
+    ["Query", `<code>${esc(r.method ?? "GET")} ${esc(r.url)}</code>`, "reconcile-query"],
+    ["Matches at", r.matchesPointer ? `<code>${esc(r.matchesPointer)}</code>` : "the whole answer"],
+    ["Remote id at", `<code>${esc(r.remoteIdPointer ?? "/id")}</code>`],
+    ["Headers", r.headers && Object.keys(r.headers).length > 0 ? Object.entries(r.headers).map(([n, v]) => `<code>${esc(n)}: ${esc(v)}</code>`).join("<br>") : ""],
+    ["Observation window", esc(r.observationWindow ?? "1h")],
+  ], true) : `<p class="muted">No reconcile query: nothing asks the target; a person decides.</p>`;
+  const resolve = open ? `
+    <form id="resolve" class="inline">
+      <label>Outcome <select name="outcome"><option value="succeeded">it arrived (succeeded)</option><option value="failed">it did not arrive (failed)</option><option value="resend">send it again</option></select></label>
+      <label>Note <input name="note" required placeholder="why, for the transition log" size="40"></label>
+      <button type="submit" class="primary">Resolve</button>
+    </form>` : "";
+  return `<section class="${open ? "attention" : "panel"}" id="at-most-once">
+    <h2>${open ? "Needs a person: did it arrive?" : "At most once"}</h2>
+    ${open ? `<p>This request may have reached the target and is never sent again by itself. Ask the target by the fingerprint, then resolve it.</p>` : ""}
+    ${fields([
+      ["Fingerprint", d.fingerprint ? `<code id="fingerprint">${esc(d.fingerprint)}</code>` : `<span class="muted">none</span>`],
+      ["Why here", open && last && `<span id="why">${esc(last.reason)}${last.note ? `: ${esc(last.note)}` : ""}</span>`],
+      ["Unknown since", d.unknownSince && time(d.unknownSince)],
+      ["Window closes", d.reviewAt && time(d.reviewAt)],
+      ["Next check", d.nextCheckAt && time(d.nextCheckAt)],
+      ["Checks", d.checks !== undefined && esc(d.checks)],
+      ["Remote id", d.remoteId && `<code>${esc(d.remoteId)}</code>`],
+    ])}
+    ${query}
+    ${table("Checks of the target", [["At", 18], ["HTTP", 10, true], ["Matches", 10, true], ["Error", 50], ["Took", 12, true]], checks.map((c) => [
+      td(time(c.at)), num(esc(c.httpStatus ?? "")), num(esc(c.matches ?? "")),
+      td(errorCell(c.errorCode, c.error)), num(`${esc(c.durationMs)} ms`),
+    ]), r ? "The target has not been asked yet." : "None: there is no query to ask with.")}
+    ${resolve}
+  </section>`;
+}
+
 async function delivery(id) {
-  const [d, attempts, transitions] = await Promise.all([
-    api("GET", `/v1/deliveries/${id}`),
-    api("GET", `/v1/deliveries/${id}/attempts`),
-    api("GET", `/v1/deliveries/${id}/transitions`),
+  const path = `/v1/deliveries/${encodeURIComponent(id)}`;
+  const d = await api("GET", path).catch(missing("delivery", id));
+  const [attempts, transitions, checks] = await Promise.all([
+    api("GET", `${path}/attempts`),
+    api("GET", `${path}/transitions`),
+    d.mode === "at_most_once" ? api("GET", `${path}/checks`) : { checks: [] },
   ]);
-  const fields = ["status", "attempts", "maxAttempts", "mode", "lastError", "lastErrorCode", "lastResponseCode", "createdAt", "updatedAt", "nextAttemptAt", "expiresAt", "idempotencyKey", "remoteId"];
   const body = d.body !== undefined ? JSON.stringify(d.body, null, 2) : d.bodyBase64 ? `base64: ${d.bodyBase64}` : "(none)";
   const buttons = [];
   if (d.status === "failed") buttons.push(`<button type="button" data-action="retry">Retry</button>`);
   if (d.status === "pending" || (d.status === "in_flight" && d.mode !== "at_most_once")) buttons.push(`<button type="button" data-action="cancel">Cancel</button>`);
-  const resolve = ["unknown", "manual_review"].includes(d.status) ? `
-    <form id="resolve" class="inline">
-      <label>Outcome <select name="outcome"><option value="succeeded">it arrived (succeeded)</option><option value="failed">it did not arrive (failed)</option><option value="resend">send it again</option></select></label>
-      <label>Note <input name="note" required placeholder="why, for the transition log"></label>
-      <button type="submit">Resolve</button>
-    </form>` : "";
-  return `<h1>Delivery <span class="id">${esc(d.id)}</span></h1>
-    <p><code>${esc(d.method)} ${esc(d.targetUrl)}</code></p>
-    <div class="actions" id="actions">${buttons.join("")}</div>${resolve}
-    <dl>${fields.filter((f) => d[f] !== undefined).map((f) => `<dt>${esc(f)}</dt><dd${f === "status" ? ' id="delivery-status"' : ""}>${f === "status" ? statusCell(d.status) : esc(d[f])}</dd>`).join("")}</dl>
-    ${table("Headers (secret values masked)", ["Name", "Value"], Object.entries(d.headers ?? {}).map(([n, v]) => [td(esc(n)), td(`<code>${esc(v)}</code>`)]))}
+  return `<p class="crumbs"><a href="#/deliveries">Deliveries</a> /</p>
+    <h1>Delivery <span class="id">${esc(d.id)}</span> <span id="delivery-status">${badge(d.status)}</span></h1>
+    <p><code class="cut" title="${esc(d.method)} ${esc(d.targetUrl)}">${esc(d.method)} ${esc(d.targetUrl)}</code></p>
+    ${buttons.length > 0 ? `<div class="actions" id="actions">${buttons.join("")}</div>` : ""}
+    ${d.lastError ? `<p>Last error: ${errorCell(d.lastErrorCode, d.lastError)}</p>` : ""}
+    ${d.mode === "at_most_once" ? atMostOnce(d, checks.checks, transitions.transitions) : ""}
+    <section class="panel"><h2>The delivery</h2>
+    ${fields([
+      ["Attempts", `${esc(d.attempts)}/${esc(d.maxAttempts)}${d.interruptedAttempts ? ` <span class="muted">(${esc(d.interruptedAttempts)} interrupted)</span>` : ""}`],
+      ["Mode", esc(d.mode ?? "at_least_once")],
+      ["Created", time(d.createdAt)],
+      ["Updated", time(d.updatedAt)],
+      ["Next attempt", d.nextAttemptAt && time(d.nextAttemptAt)],
+      ["Not before", d.notBefore && time(d.notBefore)],
+      ["Expires", d.expiresAt && time(d.expiresAt)],
+      ["Last HTTP status", d.lastResponseCode && esc(d.lastResponseCode)],
+      ["Idempotency key", d.idempotencyKey && `<code>${esc(d.idempotencyKey)}</code>`],
+      ["Signed with", d.sign?.secretRef && `<code>${esc(d.sign.secretRef)}</code>`],
+      ["Remote id", d.mode !== "at_most_once" && d.remoteId && `<code>${esc(d.remoteId)}</code>`],
+    ])}</section>
+    ${table("Headers (secret values masked)", [["Name", 30], ["Value", 70]], Object.entries(d.headers ?? {}).map(([n, v]) => [td(esc(n)), td(cut(v, "mono"))]))}
     <h2>Body</h2><pre>${esc(body)}</pre>
-    ${table("Attempts", ["Cycle", "#", "Started", "Outcome", "HTTP", "Error"], attempts.attempts.map((a) => [
-      td(esc(a.cycle), true), td(esc(a.number), true), td(esc(a.startedAt)), td(statusCell(a.outcome ?? "running")),
-      td(esc(a.httpStatus ?? ""), true), td(esc(a.error ?? "")),
+    <h2>Attempts</h2>
+    ${table("Every attempt of every cycle", [["Cycle", 8, true], ["#", 6, true], ["Started", 14], ["Outcome", 14], ["HTTP", 8, true], ["Error", 50]], attempts.attempts.map((a) => [
+      num(esc(a.cycle)), num(esc(a.number)), td(time(a.startedAt)), td(badge(a.outcome ?? "running")),
+      num(esc(a.httpStatus ?? "")), td(errorCell(a.errorCode, a.error)),
     ]))}
     <h2>Transitions</h2>
-    <ol class="timeline">${transitions.transitions.map((t) => `<li><time>${esc(t.at)}</time> ${esc(t.from ?? "·")} → ${statusCell(t.to)} <span class="muted">(${esc(t.reason)}${t.note ? `: ${esc(t.note)}` : ""})</span></li>`).join("")}</ol>`;
+    ${timeline(transitions.transitions)}`;
 }
+
+// A status log, oldest first: when, from → to, and why.
+const timeline = (entries) => `<ol class="timeline">${entries.map((t) => `<li>${time(t.at)} ${esc(t.from ?? "·")} → ${badge(t.to)} <span class="muted">(${esc(t.reason)}${t.note ? `: ${esc(t.note)}` : ""})</span></li>`).join("")}</ol>`;
+
+// For `.catch`: a 404 of the record a page shows becomes the "not found" page.
+const missing = (kind, id) => (e) => {
+  if (e instanceof ApiError && e.status === 404) throw new NotFound(`There is no ${kind} with the id ${id} here (it may have been purged, or belong to another spoold).`);
+  throw e;
+};
+class NotFound extends Error {}
 
 async function targets() {
   const list = await api("GET", "/v1/targets?limit=500");
   return `<h1>Targets</h1>
-    ${table("Targets with work, recent failures or a pause", ["Target", "Pending", "In flight", "Failed last hour", "Paused", ""], list.targets.map((t) => [
-      td(`<a href="#/deliveries?target=${encodeURIComponent(t.origin)}">${esc(t.origin)}</a>`),
-      td(esc(t.pending), true), td(esc(t.inFlight), true), td(esc(t.failedLastHour), true),
-      td(t.paused ? `${esc(t.pauseReason ?? "paused")}${t.pausedUntil ? ` until ${esc(t.pausedUntil)}` : ""}` : "no"),
+    ${table("Targets with work, recent failures or a pause", [["Target", 30], ["Pending", 9, true], ["In flight", 9, true], ["Failed, last hour", 12, true], ["Last error", 14], ["Paused", 16], ["", 10]], list.targets.map((t) => [
+      td(`<a class="cut" href="#/deliveries?target=${encodeURIComponent(t.origin)}" title="${esc(t.origin)}">${esc(t.origin)}</a>`),
+      num(esc(t.pending)), num(esc(t.inFlight)), num(esc(t.failedLastHour)),
+      td(errorCell(t.lastErrorCode, "")),
+      td(t.paused ? cut(`${t.pauseReason ?? "paused"}${t.pausedUntil ? ` until ${t.pausedUntil}` : ""}`) : `<span class="muted">no</span>`),
       td(`<button type="button" data-target="${esc(t.origin)}" data-pause="${t.paused ? "resume" : "pause"}">${t.paused ? "Resume" : "Pause"}</button>`),
     ]), "No target has work waiting, recent failures or a pause.")}`;
 }
@@ -227,7 +353,7 @@ async function tasks(query) {
   const params = new URLSearchParams({ limit: "50" });
   for (const key of ["status", "type", "cursor"]) if (query.get(key)) params.set(key, query.get(key));
   const [list, declared] = await Promise.all([api("GET", `/v1/tasks?${params}`), api("GET", "/v1/task-types")]);
-  const statuses = ["", "pending", "running", "succeeded", "failed", "timed_out", "interrupted", "canceled", "manual_review"];
+  const statuses = ["", ...TASK_ORDER];
   // Tasks of a type removed since may still be listed by name.
   const types = ["", ...declared.types.map((t) => t.name)];
   if (query.get("type") && !types.includes(query.get("type"))) types.push(query.get("type"));
@@ -237,49 +363,73 @@ async function tasks(query) {
       <label>Type ${select("type", types, query.get("type") ?? "")}</label>
       <button type="submit">Show</button>
     </form>
-    ${table("Oldest first", ["Task", "Type", "Status", "Attempt", "Created", "Error"], list.tasks.map((t) => [
-      td(idLink("task", t.id)), td(esc(t.type)), td(statusCell(t.status)), td(`${esc(t.attempt)}/${esc(t.maxAttempts)}`, true),
-      td(esc(t.createdAt)), td(esc(t.errorCode ?? "")),
+    ${table("Oldest first", [["Task", 16], ["Type", 14], ["Status", 12], ["Attempt", 8, true], ["Created", 10], ["Result or error", 40]], list.tasks.map((t) => [
+      td(idLink("task", t.id)), td(cut(t.type)), td(badge(t.status)), num(`${esc(t.attempt)}/${esc(t.maxAttempts)}`),
+      td(time(t.createdAt)), td(t.errorCode || t.error ? errorCell(t.errorCode, t.error) : cut(t.resultSummary ?? "")),
     ]), "No tasks match.")}
     ${nextPage("tasks", query, list.nextCursor)}
     ${bulkPanel("tasks", query)}`;
 }
 
 async function task(id) {
-  const [t, attempts, transitions, steps] = await Promise.all([
-    api("GET", `/v1/tasks/${id}`),
-    api("GET", `/v1/tasks/${id}/attempts`),
-    api("GET", `/v1/tasks/${id}/transitions`),
-    api("GET", `/v1/tasks/${id}/steps`),
+  const path = `/v1/tasks/${encodeURIComponent(id)}`;
+  const t = await api("GET", path).catch(missing("task", id));
+  const [attempts, transitions, steps] = await Promise.all([
+    api("GET", `${path}/attempts`),
+    api("GET", `${path}/transitions`),
+    api("GET", `${path}/steps`),
   ]);
   let output = "";
   if (attempts.attempts.length > 0 && t.status !== "running") {
-    output = await api("GET", `/v1/tasks/${id}/output`).catch((e) => `(${e.message})`);
+    output = await api("GET", `${path}/output`).catch((e) => `(${e.message})`);
   }
   const buttons = [];
   if (["pending", "running", "manual_review"].includes(t.status)) buttons.push(`<button type="button" data-task-action="cancel">Cancel</button>`);
   if (["failed", "timed_out", "interrupted", "manual_review"].includes(t.status)) buttons.push(`<button type="button" data-task-action="retry">Retry</button>`);
-  return `<h1>Task <span class="id">${esc(t.id)}</span> <span class="muted">${esc(t.type)}</span></h1>
-    <div class="actions">${buttons.join("")}</div>
-    <dl><dt>Status</dt><dd id="task-status">${statusCell(t.status)}${t.cancelRequested ? " (cancel requested)" : ""}</dd>
-      <dt>Attempt</dt><dd>${esc(t.attempt)}/${esc(t.maxAttempts)}</dd>
-      <dt>Parameters</dt><dd><code>${esc(JSON.stringify(t.params))}</code></dd>
-      ${t.error ? `<dt>Error</dt><dd>${esc(t.error)}</dd>` : ""}</dl>
-    ${table("Attempts", ["#", "Started", "Outcome", "Exit", "Error"], attempts.attempts.map((a) => [
-      td(esc(a.number), true), td(esc(a.startedAt)), td(statusCell(a.outcome ?? "running")), td(esc(a.exitCode ?? a.signal ?? ""), true), td(esc(a.error ?? "")),
+  return `<p class="crumbs"><a href="#/tasks">Tasks</a> /</p>
+    <h1>Task <span class="id">${esc(t.id)}</span> <span class="muted">${esc(t.type)}</span> <span id="task-status">${badge(t.status)}${t.cancelRequested ? ` <span class="muted">(cancel requested)</span>` : ""}</span></h1>
+    ${buttons.length > 0 ? `<div class="actions">${buttons.join("")}</div>` : ""}
+    ${t.status === "manual_review" ? `<p class="attention">This task waits for a person: retry it, cancel it, or resolve it (<code>spoolctl task resolve ${esc(t.id)} --succeeded | --failed --note …</code>).</p>` : ""}
+    ${t.resultSummary !== undefined ? `<h2>Result</h2><pre id="task-result">${esc(t.resultSummary)}</pre>` : ""}
+    ${t.error ? `<h2>Error</h2><p>${errorCell(t.errorCode, t.error)}</p>` : ""}
+    <section class="panel"><h2>The task</h2>
+    ${fields([
+      ["Attempt", `${esc(t.attempt)}/${esc(t.maxAttempts)}`],
+      ["Exit", t.exitCode !== undefined ? esc(t.exitCode) : t.signal !== undefined ? `signal ${esc(t.signal)}` : ""],
+      ["Created", time(t.createdAt)],
+      ["Started", t.startedAt && time(t.startedAt)],
+      ["Finished", t.finishedAt && time(t.finishedAt)],
+      ["Next run", t.nextRunAt && time(t.nextRunAt)],
+      ["Queue deadline", t.queueDeadline && time(t.queueDeadline)],
+      ["Retry deadline", t.retryDeadline && time(t.retryDeadline)],
+      ["Idempotency key", t.idempotencyKey && `<code>${esc(t.idempotencyKey)}</code>`],
+      ["Scope", `<code>${esc(t.scope)}</code>`],
+      ["Locks", t.locks?.length ? t.locks.map((l) => `<code>${esc(l)}</code>`).join(", ") : ""],
+      ["Ending", t.ending && esc(t.ending)],
+    ])}</section>
+    ${table("Parameters", [["Name", 30], ["Value", 70]], Object.entries(t.params ?? {}).map(([n, v]) => [td(`<code>${esc(n)}</code>`), td(cut(v, "mono"))]), "No parameters.")}
+    <h2>Attempts</h2>
+    ${table("Every attempt", [["#", 6, true], ["Started", 14], ["Outcome", 14], ["Exit", 8, true], ["Error", 58]], attempts.attempts.map((a) => [
+      num(esc(a.number)), td(time(a.startedAt)), td(badge(a.outcome ?? "running")), num(esc(a.exitCode ?? a.signal ?? "")), td(errorCell(a.errorCode, a.error)),
     ]))}
-    ${table("Steps done", ["Step", "Attempt", "At"], steps.steps.map((s) => [td(`<code>${esc(s.name)}</code>`), td(esc(s.attempt), true), td(esc(s.at))]), "No steps reported.")}
+    ${table("Steps done", [["Step", 50], ["Attempt", 15, true], ["At", 35]], steps.steps.map((s) => [td(cut(s.name, "mono")), num(esc(s.attempt)), td(time(s.at))]), "No steps reported.")}
     <h2>Output of the latest attempt${t.status === "running" ? " (live)" : ""}</h2><pre id="task-output" aria-live="off">${t.status === "running" ? "" : esc(output || "(none)")}</pre>
     <h2>Transitions</h2>
-    <ol class="timeline">${transitions.transitions.map((x) => `<li><time>${esc(x.at)}</time> ${esc(x.from ?? "·")} → ${statusCell(x.to)} <span class="muted">(${esc(x.reason)}${x.note ? `: ${esc(x.note)}` : ""})</span></li>`).join("")}</ol>`;
+    ${timeline(transitions.transitions)}`;
 }
 
 async function locks() {
   const list = await api("GET", "/v1/locks");
   return `<h1>Locks</h1>
-    ${table("Held locks", ["Lock", "Held by", "Type", "Since", "Waiting"], list.locks.map((l) => [
-      td(`<code>${esc(l.name)}</code>`), td(idLink("task", l.taskId)), td(esc(l.taskType)), td(esc(l.since)), td(esc(l.waiting.length), true),
+    ${table("Held locks", [["Lock", 30], ["Held by", 22], ["Type", 16], ["Since", 14], ["Waiting", 18, true]], list.locks.map((l) => [
+      td(cut(l.name, "mono")), td(idLink("task", l.taskId)), td(cut(l.taskType)), td(time(l.since)), num(esc(l.waiting.length)),
     ]), "No lock is held.")}`;
+}
+
+function notFound(what) {
+  return `<h1>Not found</h1>
+    <p id="not-found">${esc(what)}</p>
+    <p><a href="#/">Overview</a> · <a href="#/deliveries">Deliveries</a> · <a href="#/tasks">Tasks</a></p>`;
 }
 
 function login(message) {
@@ -288,7 +438,7 @@ function login(message) {
     <p>${esc(message)}</p>
     <form id="login" class="inline">
       <label>Bearer token <input name="token" type="password" autocomplete="current-password" required></label>
-      <button type="submit">Use this token</button>
+      <button type="submit" class="primary">Use this token</button>
     </form>
     <p class="muted">Kept in this tab only (session storage), sent as <code>Authorization: Bearer …</code>.</p>`;
 }
@@ -340,31 +490,38 @@ async function render() {
     if (a.hasAttribute("aria-current")) a.setAttribute("aria-current", "page");
   }
   try {
+    // Each page has one shape of address; anything else is not a page.
+    const [page, id, ...rest] = parts;
+    const one = id === undefined;
+    const record = id !== undefined && id !== "" && rest.length === 0;
     let html;
-    switch (parts[0] ?? "") {
-      case "": html = await overview(); break;
-      case "deliveries": html = await deliveries(query); break;
-      case "delivery": html = await delivery(parts[1]); break;
-      case "targets": html = await targets(); break;
-      case "tasks": html = await tasks(query); break;
-      case "task": html = await task(parts[1]); break;
-      case "locks": html = await locks(); break;
-      default: html = "<h1>Not found</h1>";
-    }
+    if (page === undefined) html = await overview();
+    else if (page === "deliveries" && one) html = await deliveries(query);
+    else if (page === "delivery" && record) html = await delivery(id);
+    else if (page === "targets" && one) html = await targets();
+    else if (page === "tasks" && one) html = await tasks(query);
+    else if (page === "task" && record) html = await task(id);
+    else if (page === "locks" && one) html = await locks();
+    else html = notFound(`There is no page at ${location.hash}.`);
     main.innerHTML = html;
     forget.hidden = !sessionStorage.getItem(TOKEN_KEY);
-    if (parts[0] === "task" && document.querySelector("#task-status .status-running")) follow(parts[1]);
+    if (parts[0] === "task" && document.querySelector("#task-status .s-running")) follow(parts[1]);
   } catch (e) {
-    if (e instanceof Unauthorized) {
+    if (e instanceof NotFound) {
+      main.innerHTML = notFound(e.message);
+    } else if (e instanceof Unauthorized) {
       main.innerHTML = login(sessionStorage.getItem(TOKEN_KEY) ? "That token was refused." : "This spoold asks for a bearer token.");
     } else {
       say(e.message, true);
       main.innerHTML = `<h1>Could not load this page</h1><p>${esc(e.message)}</p>`;
     }
   }
-  // After the first page, a new page takes the focus (a screen reader starts reading it); the
-  // first leaves it at the top, where Tab finds the skip link.
-  if (rendered) main.focus();
+  // After the first page, a new page takes the focus (a screen reader starts reading it) and
+  // starts at the top; the first leaves the focus at the top, where Tab finds the skip link.
+  if (rendered) {
+    main.focus({ preventScroll: true });
+    window.scrollTo(0, 0);
+  }
   rendered = true;
 }
 
@@ -389,7 +546,7 @@ async function bulkCount(action) {
     box.innerHTML = r.changed === 0
       ? `<p id="bulk-count">${esc(action)}: none of the ${esc(r.matched)} matching ${bulk.noun} is in a status it applies to.</p>`
       : `<p id="bulk-count" data-changed="${esc(r.changed)}"><strong>${esc(action)}</strong> would change ${esc(r.changed)} of the ${esc(r.matched)} matching ${bulk.noun} (${esc(r.skipped)} left as they are). What matches when you confirm is what changes.</p>
-        <div class="actions"><button type="button" data-bulk-confirm="${esc(action)}">${esc(action[0].toUpperCase() + action.slice(1))} ${esc(r.changed)} ${bulk.noun}</button><button type="button" data-bulk-dismiss>Do nothing</button></div>`;
+        <div class="actions"><button type="button" class="primary" data-bulk-confirm="${esc(action)}">${esc(action[0].toUpperCase() + action.slice(1))} ${esc(r.changed)} ${bulk.noun}</button><button type="button" data-bulk-dismiss>Do nothing</button></div>`;
     box.querySelector("button")?.focus();
     say("");
   } catch (e) {
