@@ -849,32 +849,11 @@ fn misplaced_setting(e: &toml::de::Error, text: &str) -> Option<String> {
 
 /// The daemon setting whose name is nearest `long` (a typo), if one is near.
 fn closest_setting(command: &clap::Command, long: &str) -> Option<String> {
-    command
+    let names = command
         .get_arguments()
         .filter_map(|a| a.get_long())
-        .filter(|name| *name != "config")
-        .map(|name| (edit_distance(name, long), name))
-        .filter(|(d, name)| *d <= 2.max(name.len() / 4))
-        .min()
-        .map(|(_, name)| name.replace('-', "_"))
-}
-
-/// Levenshtein distance, by characters (for a "did you mean").
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(above + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
+        .filter(|name| *name != "config");
+    crate::spelling::nearest(names, long).map(|name| name.replace('-', "_"))
 }
 
 /// The task types and the target rules (with their secrets read) declared in `path`.

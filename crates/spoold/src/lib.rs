@@ -28,6 +28,7 @@ pub mod deliveries;
 pub mod logging;
 pub mod metrics;
 mod schema_watch;
+mod spelling;
 pub mod systemd;
 pub mod tasks;
 mod unix_socket;

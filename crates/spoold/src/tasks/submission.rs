@@ -144,13 +144,8 @@ fn unknown_type(name: &str, declared: &TaskTypes) -> String {
     if name.is_empty() {
         return format!("type is required; {listed}");
     }
-    let close = names
-        .iter()
-        .map(|n| (crate::config::edit_distance(n, name), n))
-        .filter(|(d, n)| *d <= 2.max(n.len() / 4))
-        .min();
-    match close {
-        Some((_, n)) => {
+    match crate::spelling::nearest(names.iter().map(|n| n.as_ref()), name) {
+        Some(n) => {
             format!("task type {name:?} is not declared (did you mean {n:?}?); {listed}")
         }
         None => format!("task type {name:?} is not declared; {listed}"),
