@@ -308,10 +308,13 @@ pub struct Config {
     pub task_concurrency: u32,
     pub task_lease: Duration,
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
-    /// The program that supervises each task attempt: `spoold` itself, re-executed (no flag;
-    /// `None` is `/proc/self/exe`). A program that embeds the daemon (the tests) names the
-    /// `spoold` binary here.
-    pub task_supervisor: Option<PathBuf>,
+    /// The command that supervises each task attempt (a program and the arguments before the
+    /// supervisor's own): `spoold` itself, re-executed. `None` is `/proc/self/exe`; no flag, but
+    /// the environment variable `SPOOLD_TASK_SUPERVISOR` (words split at white space) names
+    /// another: a `spoold` run by an emulator without binfmt registration, as in
+    /// `qemu-aarch64-static ./spoold`, must name both (`/proc/self/exe` is the emulator
+    /// there). A program that embeds the daemon (the tests) names the `spoold` binary here.
+    pub task_supervisor: Option<Vec<PathBuf>>,
     /// `--log-format` (the binary sets logging up from it; kept to be printed).
     pub log_format: LogFormat,
 }
@@ -715,7 +718,14 @@ impl Args {
             task_concurrency: self.task_concurrency,
             task_lease: self.task_lease,
             task_cgroup: self.task_cgroup,
-            task_supervisor: None,
+            task_supervisor: std::env::var_os("SPOOLD_TASK_SUPERVISOR").and_then(|words| {
+                let words: Vec<PathBuf> = words
+                    .to_string_lossy()
+                    .split_whitespace()
+                    .map(PathBuf::from)
+                    .collect();
+                (!words.is_empty()).then_some(words)
+            }),
             log_format: self.log_format,
         })
     }

@@ -481,10 +481,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         cgroup: task_cgroup,
         spoolctl: spoolctl_next_to_daemon(),
         supervisor: tasks::exec::Supervisor {
-            program: config
+            command: config
                 .task_supervisor
                 .clone()
-                .unwrap_or_else(|| "/proc/self/exe".into()),
+                .unwrap_or_else(|| vec!["/proc/self/exe".into()]),
             records: data_dir.join("task-attempts"),
         },
     });

@@ -51,9 +51,11 @@ const FIRST_READ: usize = 64 * 1024;
 /// Which program supervises attempts: `spoold` itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supervisor {
-    /// `/proc/self/exe` (this very binary, even once its file was replaced by an upgrade), or
-    /// the `spoold` binary when the daemon runs inside another program (the tests).
-    pub program: PathBuf,
+    /// The program and the arguments before [`supervision::ARG`]: `/proc/self/exe` (this very
+    /// binary, even once its file was replaced by an upgrade), the `spoold` binary when the
+    /// daemon runs inside another program (the tests), or an emulator and the `spoold` it
+    /// runs (`Config::task_supervisor`).
+    pub command: Vec<PathBuf>,
     /// Where supervisors keep their record files (the data directory's `task-attempts`).
     pub records: PathBuf,
 }
@@ -156,7 +158,7 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         cgroup: cgroup.as_ref().map(|cg| cg.path().to_path_buf()),
         record: record.clone(),
     };
-    let started_supervisor = start_supervisor(&spawn.supervisor.program, &spec);
+    let started_supervisor = start_supervisor(&spawn.supervisor.command, &spec);
     drop(spec);
     let (mut sup, control, read) = match started_supervisor {
         Ok(started) => started,
@@ -316,7 +318,13 @@ fn describe_exit(exit: processes::Exit) -> String {
 
 /// Start a supervisor for `spec` and hand it the spec and the output pipe: the supervisor, the
 /// daemon's end of its control socket, and the read end of the output pipe.
-fn start_supervisor(program: &Path, spec: &Spec) -> Result<(Child, OwnedFd, OwnedFd), String> {
+fn start_supervisor(
+    supervisor: &[PathBuf],
+    spec: &Spec,
+) -> Result<(Child, OwnedFd, OwnedFd), String> {
+    let Some((program, leading)) = supervisor.split_first() else {
+        return Err("cannot start the attempt's supervisor: no command".to_owned());
+    };
     let cannot = |what: &str, e: &dyn std::fmt::Display| format!("cannot {what}: {e}");
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| cannot("create the attempt's output pipe", &e))?;
@@ -329,6 +337,7 @@ fn start_supervisor(program: &Path, spec: &Spec) -> Result<(Child, OwnedFd, Owne
     .map_err(|e| cannot("create the control socket of the attempt's supervisor", &e))?;
     let mut command = Command::new(program);
     command
+        .args(leading)
         .arg(supervision::ARG)
         .env_clear()
         .stdin(Stdio::from(theirs))

@@ -12,6 +12,7 @@ mod connections;
 mod crash;
 mod dashboard;
 mod disk_full;
+mod emulated;
 mod fairness;
 mod fuzz;
 mod idempotency;
@@ -142,7 +143,7 @@ impl InProcess {
             .into_config()
             .expect("test flags are valid");
         // Task attempts are supervised by the spoold binary (this process is the test's).
-        config.task_supervisor = Some(env!("CARGO_BIN_EXE_spoold").into());
+        config.task_supervisor = Some(vec![env!("CARGO_BIN_EXE_spoold").into()]);
         change(&mut config);
         // A daemon stopped just before on the same database may still be letting go of it:
         // `Running::wait` returns once the daemon dropped its store handle, but a connection

@@ -185,7 +185,7 @@ fn received(argv: &[String]) -> Result<Vec<Vec<u8>>, TestCaseError> {
         cgroup: None,
         output: Some(Arc::clone(&log)),
         supervisor: &exec::Supervisor {
-            program: env!("CARGO_BIN_EXE_spoold").into(),
+            command: vec![env!("CARGO_BIN_EXE_spoold").into()],
             records: dir.path().to_path_buf(),
         },
     }));
