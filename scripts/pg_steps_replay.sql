@@ -4,7 +4,7 @@
 -- through `slots` slots, one `spoold_steps` call (one transaction) per round of every slot's
 -- step, each recording a success. Without `take`, a slot's step starts the delivery it reserved
 -- in the last step and reserves the next (schema 2 on); with it, the step takes the next
--- (schema 6 on). Used by scripts/pg-steps-callgrind; see docs/BENCHMARKS.md.
+-- (schema 6 on). Used by scripts/pg-steps-callgrind; see docs/src/lab-notes.md.
 
 CREATE PROCEDURE spoold_replay_create(n INT) LANGUAGE plpgsql AS $$
 DECLARE

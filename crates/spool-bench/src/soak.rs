@@ -8,7 +8,7 @@
 //!
 //! It writes `soak.json` (every sample) and `soak.svg` (a chart of them) into `--out`, and
 //! fails if anything is stuck or the daemon logged an error. Not part of the test suite: run it
-//! by hand (`spool-soak --help`) and commit the chart to docs/.
+//! by hand (`spool-soak --help`) and commit the chart to docs/src/soak/.
 //!
 //! Deliveries are kept `--terminal-retention 5m` after they finish, so the database's size
 //! levels off after five minutes instead of growing with the run's length.
@@ -573,7 +573,7 @@ pub fn problems(report: &SoakReport) -> Vec<String> {
     found
 }
 
-/// A short account of the run, for the terminal and for BENCHMARKS.md: the first and last
+/// A short account of the run, for the terminal and for the book's benchmarks: the first and last
 /// quarter of the load compared.
 pub fn summary(report: &SoakReport) -> String {
     let during: Vec<&Sample> = report

@@ -377,7 +377,7 @@ pub fn answer_proves_arrival(status: u16) -> bool {
 /// has room looks for the earliest due time at least this often (spoold's sweep), so it finds
 /// such a delivery before it is due. A burst of deliveries created for later (`notBefore`)
 /// then costs no claims: without this rule, each create batch woke every host's scheduler into
-/// a claim that found nothing (docs/BENCHMARKS.md, "Creates for later wake nobody").
+/// a claim that found nothing (docs/src/lab-notes.md, "Creates for later wake nobody").
 pub const WAKE_WITHIN_MS: Millis = 5_000;
 
 /// The result of an idempotent insert.

@@ -383,6 +383,27 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     });
     let router = api::router(state);
 
+    // The task directories, before the API is bound: a daemon that cannot run its task types
+    // (a user who cannot reach the result files) refuses to start before it says `listening`.
+    // Records of supervisors that no orphan waits for: attempts whose end was recorded just
+    // before a crash. One still locked belongs to a supervisor still running: it stays.
+    let (results_dir, output_dir, records_dir) = (
+        data_dir.join("task-results"),
+        data_dir.join("task-output"),
+        data_dir.join("task-attempts"),
+    );
+    remove_unlocked_records(&records_dir, &orphans);
+    if !config.task_types.is_empty() {
+        for dir in [&results_dir, &output_dir, &records_dir] {
+            if let Err(e) = create_private_dir(dir) {
+                warn!(error = %e, dir = %dir.display(), "cannot create a task directory");
+            }
+        }
+        // Result files a previous process left (they may hold secrets): nothing runs here yet.
+        remove_files_in(&results_dir);
+        open_results_to_task_users(&results_dir, &config.task_types)?;
+    }
+
     let stop = CancellationToken::new();
     let (bound, server) = match &config.listen {
         Listen::Tcp(addr) => {
@@ -468,8 +489,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         concurrency: config.task_concurrency,
         executor,
         lease: config.task_lease,
-        results_dir: data_dir.join("task-results"),
-        output_dir: data_dir.join("task-output"),
+        results_dir,
+        output_dir,
         api_url: match &bound {
             Bound::Tcp(addr) => format!("http://{addr}"),
             Bound::Unix(path) => format!("unix://{}", path.display()),
@@ -485,26 +506,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 .task_supervisor
                 .clone()
                 .unwrap_or_else(|| vec!["/proc/self/exe".into()]),
-            records: data_dir.join("task-attempts"),
+            records: records_dir,
         },
     });
-    // Records of supervisors that no orphan waits for: attempts whose end was recorded just
-    // before a crash. One still locked belongs to a supervisor still running: it stays.
-    remove_unlocked_records(&runner.supervisor.records, &orphans);
-    if !config.task_types.is_empty() {
-        for dir in [
-            &runner.results_dir,
-            &runner.output_dir,
-            &runner.supervisor.records,
-        ] {
-            if let Err(e) = create_private_dir(dir) {
-                warn!(error = %e, dir = %dir.display(), "cannot create a task directory");
-            }
-        }
-        // Result files a previous process left (they may hold secrets): nothing runs here yet.
-        remove_files_in(&runner.results_dir);
-        open_results_to_task_users(&runner.results_dir, &config.task_types)?;
-    }
     // In the background: the orphaned tasks keep their locks and slots until what is left of
     // their attempts is gone, which may take a type's kill_grace.
     runner.adopt(orphans, tokio::time::Instant::now(), &task_attempts);
@@ -688,11 +692,12 @@ fn open_results_to_task_users(
                 || user.uid == 0;
             if !through {
                 return Err(StartError::TaskUser(format!(
-                    "[tasks.{}] user = {:?}: that user cannot reach its result file, since {} \
-                     does not let it through (chmod o+x {0}, or use a --data-dir it can reach)",
-                    kind(user),
-                    user.name,
-                    dir.display()
+                    "[tasks.{kind}] user = {name:?}: that user cannot reach its result file, \
+                     since {dir} does not let it through (chmod o+x {dir}, or use a --data-dir \
+                     it can reach)",
+                    kind = kind(user),
+                    name = user.name,
+                    dir = dir.display()
                 )));
             }
         }

@@ -1,5 +1,6 @@
 //! `spool-soak`: the long run under a misbehaving receiver (see `spool_bench::soak`). Writes
-//! `soak.json` and `soak.svg` into `--out` and prints a summary table for docs/BENCHMARKS.md.
+//! `soak.json` and `soak.svg` into `--out` and prints a summary table for the book's benchmarks
+//! (docs/src/benchmarks.md).
 //!
 //! Exit codes: 0 when nothing was stuck and the daemon logged no error, 1 otherwise (or when the
 //! run could not be made), 2 for invalid flags.

@@ -24,7 +24,7 @@ const MAX_BATCH: usize = 64;
 /// Batches being written at once: one. While it commits, the next gathers; more writers only
 /// make the batches smaller — a call and its commit cost the server much the same for one step
 /// as for several — without a step returning sooner. At the default per-target limit, 8
-/// writers wrote 1.2 steps a commit and 2 wrote 1.9 (docs/BENCHMARKS.md, "fewer step
+/// writers wrote 1.2 steps a commit and 2 wrote 1.9 (docs/src/lab-notes.md, "fewer step
 /// writers"); since slots start their attempts ahead (spoold's `deliver.rs`), the steps of
 /// the slots overlap enough that one writer takes ~7 a commit (two took ~4): 15 % less server
 /// CPU than two, at the same rate or better ("Starting attempts ahead").

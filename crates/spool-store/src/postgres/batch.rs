@@ -71,7 +71,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
 /// batch instead of waiting for the next), then take what else is queued, up to `max_batch`;
 /// `None` once the queue is closed. That one yield took PostgreSQL's commits per delivery end
 /// to end from 0.22 to 0.16 and its CPU by 14–19 %, and enqueue at c=64 from 6,845 and 8,715/s
-/// to 8,577 and 11,203/s (docs/BENCHMARKS.md, "Taking the next delivery").
+/// to 8,577 and 11,203/s (docs/src/lab-notes.md, "Taking the next delivery").
 async fn next_batch<T, R>(
     queue: &Mutex<mpsc::UnboundedReceiver<Job<T, R>>>,
     max_batch: usize,

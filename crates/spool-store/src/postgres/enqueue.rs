@@ -25,7 +25,7 @@ const MAX_BATCH: usize = 256;
 /// with several hosts on one database every host has its own writers, and a third each made
 /// the batches smaller and the commits more without a create returning sooner (with schema 7,
 /// two hosts at the default limit went from 0.77–0.95 × one host to 0.91–1.19 ×;
-/// docs/BENCHMARKS.md, "Taking the next delivery").
+/// docs/src/lab-notes.md, "Taking the next delivery").
 pub(super) const WRITERS: usize = 2;
 
 /// The queue creates wait in.

@@ -33,7 +33,7 @@ use crate::output::Output;
 
 /// How a successful run ends. Errors end with 1 (runtime) or 2 (usage) instead; see `main`.
 /// The exception is `step check`, whose errors end as [`Exit::StepUnknown`] because 1 means
-/// "not done" there. The codes are documented in `cli` (help texts) and the README; scripts
+/// "not done" there. The codes are documented in `cli` (help texts) and the book (`docs/src/cli.md`); scripts
 /// depend on them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {

@@ -778,14 +778,15 @@ fn row(action: &str, id: &str, status: &str, attempts: &str, method: &str, url: 
     format!("{action}  {id}  {status}  {attempts}  {method}  {url}\n")
 }
 
-/// Every subcommand of `spoolctl --help` appears in the README's command table.
+/// Every subcommand of `spoolctl --help` appears in the book's command table
+/// (`docs/src/cli.md`).
 #[test]
-fn every_command_is_in_the_readme() {
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+fn every_command_is_in_the_books_command_table() {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/cli.md"),
     )
-    .expect("README.md");
-    let table: String = readme
+    .expect("docs/src/cli.md");
+    let table: String = page
         .lines()
         .skip_while(|l| !l.starts_with("| command | what it does |"))
         .take_while(|l| l.starts_with('|'))
@@ -800,7 +801,7 @@ fn every_command_is_in_the_readme() {
         .collect();
     assert!(
         missing.is_empty(),
-        "commands missing from README's table: {missing:?}"
+        "commands missing from the table of docs/src/cli.md: {missing:?}"
     );
 
     // The `task` group: every subcommand has its own `task NAME` entry.
@@ -813,7 +814,7 @@ fn every_command_is_in_the_readme() {
         .collect();
     assert!(
         missing.is_empty(),
-        "task commands missing from README's table: {missing:?}"
+        "task commands missing from the table of docs/src/cli.md: {missing:?}"
     );
 }
 

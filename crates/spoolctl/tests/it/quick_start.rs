@@ -1,7 +1,10 @@
-//! The README's quick start, run as it is written there: the three commands of its second
-//! block, taken from the README, in a shell each, from an empty directory. Only the ports are
-//! the test's own (two run at once otherwise): `SPOOLD_LISTEN` and `SPOOLD_URL` point the daemon
-//! and `spoolctl` at a free one, and the receiver's `127.0.0.1:9000` becomes another.
+//! The README's runnable sections, run as they are written there, each from an empty
+//! directory: the quick start (the three commands of its second block, in a shell each), the
+//! first task (its configuration file and its three commands), and the crontab line (under
+//! cron's environment: its `PATH=` line, and nothing else). Only the ports are the test's own
+//! (two run at once otherwise): `SPOOLD_LISTEN` and `SPOOLD_URL` point the daemon and `spoolctl`
+//! at a free one, and a receiver's address becomes another; the crontab's target is that
+//! receiver, and its `/home/you/.cargo/bin` the directory of the binaries under test.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -36,22 +39,90 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-/// The commands of the README's quick start block.
-fn readme_commands() -> Vec<String> {
+/// The lines (blank ones left out) of the first fenced block of kind `lang` after `marker` in
+/// the README.
+fn readme_block(marker: &str, lang: &str) -> Vec<String> {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
             .expect("README.md");
-    let at = readme
-        .find("Then three commands")
-        .expect("the quick start's commands");
+    let at = readme.find(marker).expect(marker);
     let block = &readme[at..];
-    let start = block.find("```sh\n").expect("a sh block") + "```sh\n".len();
+    let fence = format!("```{lang}\n");
+    let start = block.find(&fence).expect("the block") + fence.len();
     let end = start + block[start..].find("```").expect("its end");
     block[start..end]
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// The commands of the README's quick start block.
+fn readme_commands() -> Vec<String> {
+    readme_block("Then three commands", "sh")
+}
+
+/// The directory of the binaries under test, and a `PATH` that finds them first.
+fn binaries() -> (std::path::PathBuf, String) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_spoolctl"))
+        .parent()
+        .expect("the binaries' directory")
+        .to_path_buf();
+    spool_testkit::cargo_bin("spoold");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (bin, path)
+}
+
+/// `sh -c COMMAND` in `dir`, in a process group of its own, its output into the file `out`
+/// there, with the daemon's and `spoolctl`'s address the test's port `api`.
+fn shell(dir: &Path, path: &str, api: u16, command: &str, out: &str) -> Command {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(dir.join(out)).expect("log file");
+    let mut sh = Command::new("sh");
+    sh.args(["-c", command])
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("SPOOLD_LISTEN", format!("127.0.0.1:{api}"))
+        .env("SPOOLD_URL", format!("http://127.0.0.1:{api}"))
+        .env_remove("SPOOLD_TOKEN_FILE")
+        .env_remove("SPOOLD_DB")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .process_group(0);
+    sh
+}
+
+/// Wait (at most `secs`) until the file `name` in `dir` holds `text`.
+fn wait_for(dir: &Path, name: &str, text: &str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let log = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        if log.contains(text) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never said {text:?}:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait (at most `secs`) for a running command's exit.
+fn exit_of(running: &mut Running, secs: u64) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = running.0.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the command never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -69,45 +140,12 @@ fn the_readme_quick_start_delivers() {
             )
     };
     let dir = TempDir::new().expect("temp dir");
-    let bin = Path::new(env!("CARGO_BIN_EXE_spoolctl"))
-        .parent()
-        .expect("the binaries' directory")
-        .to_path_buf();
-    spool_testkit::cargo_bin("spoold");
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let shell = |command: &str, out: &str| {
-        use std::os::unix::process::CommandExt;
-        let log = std::fs::File::create(dir.path().join(out)).expect("log file");
-        let mut sh = Command::new("sh");
-        sh.args(["-c", &ours(command)])
-            .current_dir(dir.path())
-            .env("PATH", &path)
-            .env("SPOOLD_LISTEN", format!("127.0.0.1:{api}"))
-            .env("SPOOLD_URL", format!("http://127.0.0.1:{api}"))
-            .env_remove("SPOOLD_TOKEN_FILE")
-            .env_remove("SPOOLD_DB")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .process_group(0);
-        sh
-    };
+    let (_, path) = binaries();
+    let shell = |command: &str, out: &str| shell(dir.path(), &path, api, &ours(command), out);
     let _receive = Running(shell(&commands[0], "receive.log").spawn().expect("receive"));
     let _daemon = Running(shell(&commands[1], "spoold.log").spawn().expect("spoold"));
     let log = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !log("spoold.log").contains("\"listening\"") {
-        assert!(
-            Instant::now() < deadline,
-            "spoold never listened:\n{}",
-            log("spoold.log")
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(dir.path(), "spoold.log", "\"listening\"", 30);
 
     let mut send = Running(shell(&commands[2], "send.log").spawn().expect("send"));
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -154,4 +192,172 @@ fn the_readme_quick_start_delivers() {
     );
     // The daemon keeps its queue where the README says.
     assert!(dir.path().join("data/spoold.db").is_file());
+}
+
+/// The README's first task: its configuration file, the daemon started with it, a task
+/// submitted and waited for, and its output read back — each command as it is written there
+/// (`ID` becomes the id `submit` printed).
+#[test]
+fn the_readme_first_task_runs() {
+    let config = readme_block("## A first task", "toml");
+    let commands = readme_block("## A first task", "sh");
+    assert_eq!(commands.len(), 3, "{commands:?}");
+    let api = free_port();
+    let dir = TempDir::new().expect("temp dir");
+    std::fs::write(dir.path().join("hello.toml"), config.join("\n") + "\n").expect("hello.toml");
+    let (_, path) = binaries();
+    let log = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    let _daemon = Running(
+        shell(dir.path(), &path, api, &commands[0], "spoold.log")
+            .spawn()
+            .expect("spoold"),
+    );
+    wait_for(dir.path(), "spoold.log", "\"listening\"", 30);
+
+    let mut submit = Running(
+        shell(dir.path(), &path, api, &commands[1], "submit.log")
+            .spawn()
+            .expect("submit"),
+    );
+    let status = exit_of(&mut submit, 60);
+    let said = log("submit.log");
+    assert!(
+        status.success(),
+        "{status:?}\n{said}\n{}",
+        log("spoold.log")
+    );
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 2, "{said}");
+    let id = lines[0].split_whitespace().nth(1).expect("the task id");
+    assert_eq!(
+        lines[0],
+        format!("submitted  {id}  pending  0/1  hello"),
+        "{said}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("wait  {id}  succeeded  1/1  hello"),
+        "{said}"
+    );
+
+    assert!(commands[2].contains(" ID"), "{}", commands[2]);
+    let logs = commands[2].replacen(" ID", &format!(" {id}"), 1);
+    let mut read = Running(
+        shell(dir.path(), &path, api, &logs, "logs.log")
+            .spawn()
+            .expect("logs"),
+    );
+    let status = exit_of(&mut read, 30);
+    assert!(status.success(), "{status:?}\n{}", log("logs.log"));
+    assert_eq!(log("logs.log"), "hello, cron\n");
+}
+
+/// The README's crontab line, run as cron runs it: `sh -c` with the line's command (`\\%`
+/// made `%`, as cron does), an environment of nothing but the crontab's `PATH=` line and what
+/// cron itself sets (`HOME`, `LOGNAME`, `SHELL`). It queues once however often it runs (its
+/// idempotency key), prints nothing on success (cron would mail it), and a job without the
+/// `PATH=` line fails with exit 127; with the daemon stopped, it exits 1 saying that nothing was
+/// queued.
+#[test]
+fn the_readme_crontab_line_works_under_crons_environment() {
+    let crontab = readme_block("## From cron", "crontab");
+    assert_eq!(crontab.len(), 2, "{crontab:?}");
+    let (bin, path) = binaries();
+    let cron_path = crontab[0]
+        .strip_prefix("PATH=")
+        .expect("a PATH= line first")
+        .replace("/home/you/.cargo/bin", &bin.display().to_string());
+    // Five time fields, then the command, in which cron turns `\\%` into `%` (and a bare `%`
+    // into a new line: the README has none).
+    let job = crontab[1]
+        .splitn(6, ' ')
+        .nth(5)
+        .expect("a command")
+        .to_owned();
+    assert!(!job.replace("\\%", "").contains('%'), "a bare % in {job}");
+    let job = job.replace("\\%", "%");
+    let (api, receiver) = (free_port(), free_port());
+    let job = job.replacen("backup-all", "true", 1).replace(
+        "https://hooks.example.com/",
+        &format!("http://127.0.0.1:{receiver}/"),
+    );
+
+    let dir = TempDir::new().expect("temp dir");
+    let log = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    let _receive = Running(
+        shell(
+            dir.path(),
+            &path,
+            api,
+            &format!("spoolctl receive --listen 127.0.0.1:{receiver}"),
+            "receive.log",
+        )
+        .spawn()
+        .expect("receive"),
+    );
+    let daemon = Running(
+        shell(
+            dir.path(),
+            &path,
+            api,
+            "spoold --allow-target 127.0.0.1/32",
+            "spoold.log",
+        )
+        .spawn()
+        .expect("spoold"),
+    );
+    wait_for(dir.path(), "spoold.log", "\"listening\"", 30);
+    let cron = |path: &str| {
+        Command::new("/bin/sh")
+            .args(["-c", &job])
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", dir.path())
+            .env("LOGNAME", "root")
+            .env("SHELL", "/bin/sh")
+            // The test's port in place of the default 127.0.0.1:8080.
+            .env("SPOOLD_URL", format!("http://127.0.0.1:{api}"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("sh")
+    };
+    for run in 1..=2 {
+        let out = cron(&cron_path);
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "run {run}: {out:?}\n{}",
+            log("spoold.log")
+        );
+    }
+    wait_for(dir.path(), "receive.log", "POST /backup", 30);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        log("receive.log").matches("POST /backup").count(),
+        1,
+        "{}",
+        log("receive.log")
+    );
+
+    // Without the PATH= line: cron's own PATH, where no spoolctl is (unless a package put one
+    // in /usr/bin).
+    if !Path::new("/usr/bin/spoolctl").exists() && !Path::new("/bin/spoolctl").exists() {
+        let out = cron("/usr/bin:/bin");
+        assert_eq!(out.status.code(), Some(127), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("spoolctl: not found"),
+            "{out:?}"
+        );
+    }
+
+    // The daemon stopped: nothing was queued, and the job says so.
+    drop(daemon);
+    let out = cron(&cron_path);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .trim_end()
+            .ends_with("; nothing was queued"),
+        "{out:?}"
+    );
 }

@@ -174,7 +174,7 @@ impl Started {
 /// of a commit instead of both, and with the slots' steps overlapping, the store writes more of
 /// them per commit. At the default per-target limit, two attempts ahead took end-to-end
 /// deliveries from 1,473–2,003 to 2,012–2,351 a second on PostgreSQL and from 2,147–2,452 to
-/// 3,028–4,062 on SQLite (docs/BENCHMARKS.md, "Starting attempts ahead"). The attempts ahead
+/// 3,028–4,062 on SQLite (docs/src/lab-notes.md, "Starting attempts ahead"). The attempts ahead
 /// are taken ([`Store::take_next`]), each claimed and started in one change of its row, rather
 /// than reserved in one step and started in the next. With only two ahead, a slot still waited
 /// for its takes rather than for its target; up to eight took PostgreSQL from ~2,850 to ~3,350

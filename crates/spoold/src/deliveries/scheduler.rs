@@ -54,7 +54,7 @@ const EXPIRE_BATCH: u32 = 500;
 /// left room, and the spacing is cut short).
 /// 50 ms rather than 10: at the default limit end to end, PostgreSQL's commits a delivery went
 /// from 0.161 to 0.137 with two hosts and from 0.092 to 0.083 with one, and the rate up 2–22 %
-/// (docs/BENCHMARKS.md, "Creates for later wake nobody").
+/// (docs/src/lab-notes.md, "Creates for later wake nobody").
 const FRUITLESS_SPACING: Duration = Duration::from_millis(50);
 
 pub struct Scheduler {

@@ -1,4 +1,5 @@
-//! Backups of the embedded database while the daemon runs, the two ways the README gives:
+//! Backups of the embedded database while the daemon runs, the two ways the book gives
+//! (docs/src/production.md, "Backups"):
 //! `sqlite3 spoold.db ".backup FILE"` and `VACUUM INTO`. Taken under a stream of creates, each
 //! backup is a whole database (integrity check ok) that holds every delivery acknowledged before
 //! it began, and a daemon starts on it and serves them.

@@ -1,5 +1,5 @@
-//! Durability across kill -9: the drill from the README, and acknowledged creates surviving a
-//! crash under concurrent load.
+//! Durability across kill -9 (the book's Semantics: "Durable before acknowledged"), and
+//! acknowledged creates surviving a crash under concurrent load.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,10 +6,10 @@
 //! fingerprint, query and checks, a task its result, an unknown address is "not found", the
 //! buttons change state (bulk actions after counting), an export downloads what the API
 //! exports, the keyboard works, and each page is photographed into `target/ui-screenshots/`
-//! (with `UPDATE_SNAPSHOTS=1`, into `docs/ui/` too: the README's pictures). Needs
-//! `SPOOLD_TEST_UITOOLS` (a directory with playwright-core in its node_modules, which
-//! `scripts/test` installs) and Chromium; `SPOOLD_REQUIRE_TOOLS` makes their absence a
-//! failure, as CI does.
+//! (with `UPDATE_SNAPSHOTS=1`, into `docs/src/ui/` too: the book's pictures, one for each page,
+//! shown on its dashboard page). Needs `SPOOLD_TEST_UITOOLS` (a directory with playwright-core
+//! in its node_modules, which `scripts/test` installs) and Chromium; `SPOOLD_REQUIRE_TOOLS`
+//! makes their absence a failure, as CI does.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -202,18 +202,18 @@ async fn the_dashboard_shows_the_api_and_its_buttons_act() {
     );
     assert!(out.status.success(), "{said}");
     assert!(said.contains("dashboard: every check held"), "{said}");
-    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/ui");
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/ui");
     let update = std::env::var_os("UPDATE_SNAPSHOTS").is_some();
     for page in PAGES {
         let file = format!("{page}.png");
         assert!(shots.join(&file).is_file(), "{file}");
         if update {
-            std::fs::copy(shots.join(&file), docs.join(&file)).expect("update docs/ui");
+            std::fs::copy(shots.join(&file), docs.join(&file)).expect("update docs/src/ui");
         }
-        // The README's pictures: one for each page.
+        // The book's pictures (docs/src/dashboard.md): one for each page.
         assert!(
             docs.join(&file).is_file(),
-            "docs/ui/{file} is missing: UPDATE_SNAPSHOTS=1 cargo nextest run -p spoold dashboard"
+            "docs/src/ui/{file} is missing: UPDATE_SNAPSHOTS=1 cargo nextest run -p spoold dashboard"
         );
     }
 }

@@ -4,6 +4,7 @@
 
 mod at_most_once;
 mod backup;
+mod book;
 mod breaker;
 mod bulk;
 mod bytes;

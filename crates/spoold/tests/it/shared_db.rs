@@ -761,7 +761,8 @@ async fn a_paused_host_writes_nothing_after_its_claim_was_taken_back() {
         let url = receiver.url("/orders");
         async move {
             // With a body, as at-most-once POSTs have: the body is what holds a late request
-            // back (a bodyless one has only the check before its connection: see README).
+            // back (a bodyless one has only the check before its connection: see the book,
+            // docs/src/at-most-once.md).
             while let Ok((201, _)) = api
                 .create(json!({"targetUrl": url, "mode": "at_most_once", "body": {"order": 1}}))
                 .await

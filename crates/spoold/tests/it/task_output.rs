@@ -288,7 +288,7 @@ secret_env.TOKEN = {{ file = "{token}" }}
     assert_eq!(done["mode"]["resultSummary"], "mode 600");
 }
 
-/// What the README says of output, true: what a script prints during its kill grace (its
+/// What the book says of output (docs/src/tasks.md), true: what a script prints during its kill grace (its
 /// SIGTERM handler's clean-up) is kept; an attempt that printed nothing has an empty output
 /// (200), an attempt that does not exist has none (404 `output_not_found`).
 #[tokio::test(flavor = "multi_thread")]

@@ -324,6 +324,43 @@ async fn a_type_runs_as_the_user_it_names() {
     assert_eq!(done["resultSummary"], json!(nobody), "{done}");
 }
 
+/// A type whose user cannot reach the result files (the data directory is in a private
+/// directory, as on a fresh machine) stops the start before the daemon binds its API or logs
+/// `listening`, in one line naming the type, the user and the directory in the way (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_who_cannot_reach_the_result_files_stops_the_start_before_listening() {
+    if privileged::available("SPOOLD_REQUIRE_TOOLS", privileged::require_root()).is_none() {
+        return;
+    }
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = config_with(
+        &setup,
+        &format!(
+            "\n[tasks.backup]\ncommand = [\"{}\", \"0\"]\nuser = \"nobody\"\n",
+            setup.path("exit.sh")
+        ),
+    );
+    // The data directory spoold creates is 0700 and root's: nobody cannot pass it.
+    let data = TempDir::new().expect("data dir");
+    let (status, stderr) =
+        DaemonProcess::run_to_exit(crate::process_opts(&data).args(["--config", config.as_str()]))
+            .await
+            .expect("the daemon runs");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let private = data.path().join("data");
+    let private = private.display();
+    assert!(
+        stderr.contains(&format!(
+            "[tasks.backup] user = \"nobody\": that user cannot reach its result file, since \
+             {private} does not let it through (chmod o+x {private}, or use a --data-dir it can \
+             reach)"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening"), "{stderr}");
+}
+
 /// Without the privilege to switch users, a daemon whose configuration has a type with `user`
 /// refuses to start, in one line naming the type, the user and what it needs (exit 1).
 #[tokio::test(flavor = "multi_thread")]

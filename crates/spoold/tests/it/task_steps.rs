@@ -201,22 +201,22 @@ while :; do sleep 0.05; done"#,
     assert!(log.contains("step done: 0"), "{log}");
 }
 
-/// The README's checkpoint script, taken from the README and run as it is written (with a
+/// The book's checkpoint script, taken from its tasks page and run as it is written (with a
 /// stand-in `pg_dump` on the type's `PATH`): it finds `spoolctl` through `SPOOLD_CTL`, which
 /// the daemon sets to the `spoolctl` beside it. Its first attempt dumps and records the step,
 /// then fails (the type's command fails after the script while a marker exists), and goes to
 /// review; the operator's retry skips the dump.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_readme_checkpoint_script_runs_as_written() {
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+async fn the_books_checkpoint_script_runs_as_written() {
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/tasks.md"),
     )
-    .expect("README.md");
+    .expect("docs/src/tasks.md");
     let marker = "# A task's script: steps done by an earlier attempt are not done again.";
-    let at = readme.find(marker).expect("the checkpoint example");
-    let start = readme[..at].rfind("#!/bin/sh").expect("its first line");
-    let end = at + readme[at..].find("```").expect("its end");
-    let script = &readme[start..end];
+    let at = page.find(marker).expect("the checkpoint example");
+    let start = page[..at].rfind("#!/bin/sh").expect("its first line");
+    let end = at + page[at..].find("```").expect("its end");
+    let script = &page[start..end];
 
     let dir = TempDir::new().expect("temp dir");
     let path = |name: &str| dir.path().join(name).display().to_string();

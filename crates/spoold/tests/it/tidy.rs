@@ -135,15 +135,16 @@ fn no_unwrap_in_library_code() {
     );
 }
 
-/// Every flag of `spoold --help` appears in the README's configuration table, so the two
-/// cannot drift apart silently.
+/// Every flag of `spoold --help` appears in the book's configuration table
+/// (`docs/src/configuration.md`), so the two cannot drift apart silently.
 #[test]
-fn every_flag_is_in_the_readme() {
+fn every_flag_is_in_the_books_configuration_table() {
     use clap::CommandFactory as _;
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .expect("README.md");
-    let table: String = readme
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/configuration.md"),
+    )
+    .expect("docs/src/configuration.md");
+    let table: String = page
         .lines()
         .filter(|l| l.starts_with("| `--"))
         .collect::<Vec<_>>()
@@ -157,7 +158,7 @@ fn every_flag_is_in_the_readme() {
         .collect();
     assert!(
         missing.is_empty(),
-        "flags missing from README's table: {missing:?}"
+        "flags missing from the table of docs/src/configuration.md: {missing:?}"
     );
 }
 
