@@ -324,6 +324,17 @@ async fn a_type_runs_as_the_user_it_names() {
     assert_eq!(done["resultSummary"], json!(nobody), "{done}");
 }
 
+/// The test types and one more, `name`, that exits 0 as `user`; the configuration's path.
+fn type_run_as(setup: &Setup, name: &str, user: &str) -> String {
+    config_with(
+        setup,
+        &format!(
+            "\n[tasks.{name}]\ncommand = [\"{}\", \"0\"]\nuser = \"{user}\"\n",
+            setup.path("exit.sh")
+        ),
+    )
+}
+
 /// A type whose user cannot reach the result files (the data directory is in a private
 /// directory, as on a fresh machine) stops the start before the daemon binds its API or logs
 /// `listening`, in one line naming the type, the user and the directory in the way (exit 1).
@@ -333,14 +344,7 @@ async fn a_user_who_cannot_reach_the_result_files_stops_the_start_before_listeni
         return;
     }
     let dir = TempDir::new().expect("temp dir");
-    let setup = Setup::new(dir.path());
-    let config = config_with(
-        &setup,
-        &format!(
-            "\n[tasks.backup]\ncommand = [\"{}\", \"0\"]\nuser = \"nobody\"\n",
-            setup.path("exit.sh")
-        ),
-    );
+    let config = type_run_as(&Setup::new(dir.path()), "backup", "nobody");
     // The data directory spoold creates is 0700 and root's: nobody cannot pass it.
     let data = TempDir::new().expect("data dir");
     let (status, stderr) =
@@ -369,14 +373,7 @@ async fn a_type_with_a_user_needs_the_privilege_to_switch() {
         return;
     }
     let dir = TempDir::new().expect("temp dir");
-    let setup = Setup::new(dir.path());
-    let config = config_with(
-        &setup,
-        &format!(
-            "\n[tasks.as_root]\ncommand = [\"{}\", \"0\"]\nuser = \"root\"\n",
-            setup.path("exit.sh")
-        ),
-    );
+    let config = type_run_as(&Setup::new(dir.path()), "as_root", "root");
     // The daemon runs as nobody, in a directory of its own; nobody reads the configuration.
     use std::os::unix::fs::PermissionsExt;
     let data = TempDir::new().expect("data dir");
