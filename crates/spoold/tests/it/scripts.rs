@@ -184,6 +184,11 @@ exit 0
     // Nothing is fetched: npm does nothing, and the Python the signing tests use is there.
     c.tool("npm", "echo \"npm $*\" >>\"$CALLS\"\n");
     stand_in(&c.path("target/pytools/bin/python"), "exit 0\n");
+    // The book's builder, as scripts/test installs it (its version is asked first).
+    stand_in(
+        &c.path("target/tools/bin/mdbook"),
+        "echo \"mdbook $*\" >>\"$CALLS\"\n[ \"$1\" = --version ] && echo 'mdbook v0.5.4'\nexit 0\n",
+    );
     for step in ["api-fuzz", "package-test"] {
         stand_in(
             &c.path("scripts").join(step),
