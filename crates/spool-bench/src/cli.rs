@@ -133,6 +133,11 @@ pub struct Options {
     #[arg(long, global = true, default_value_t = 0, value_name = "N")]
     pub body_bytes: usize,
 
+    /// Skip the floors: enqueue, e2e and tasks then measure the daemon only, without the bare
+    /// axum, reqwest and spawn loops each run is otherwise compared with (`× floor`).
+    #[arg(long, global = true)]
+    pub no_floors: bool,
+
     /// Keep the databases and daemon logs' summaries after the run.
     #[arg(long, global = true)]
     pub keep_data: bool,
@@ -170,6 +175,11 @@ pub struct SizeOverrides {
     /// HTTP ceiling and enqueue: requests per run.
     #[arg(long, global = true, value_name = "N")]
     pub requests: Option<u64>,
+    /// HTTP ceiling and enqueue: the client concurrencies measured (comma-separated; default
+    /// 1,16,64).
+    #[arg(long, global = true, value_name = "N,…", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: Vec<u32>,
     /// End-to-end: deliveries per run.
     #[arg(long, global = true, value_name = "N")]
     pub e2e_deliveries: Option<u64>,

@@ -215,17 +215,13 @@ impl Daemon {
 
     /// User plus system CPU time used so far, from `/proc/<pid>/stat`.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .context("read /proc/<pid>/stat")?;
-        cpu_time_of(&stat, rustix::param::clock_ticks_per_second())
+        cpu_time(self.pid)
     }
 
     /// User plus system CPU time of the children it has reaped so far (a task attempt's
     /// supervisor and, through it, the attempt's processes), from `/proc/<pid>/stat`.
     pub fn children_cpu_time(&self) -> anyhow::Result<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .context("read /proc/<pid>/stat")?;
-        fields_time_of(&stat, rustix::param::clock_ticks_per_second(), (16, 17))
+        children_cpu_time(self.pid)
     }
 
     /// Log lines and bytes written so far.
@@ -419,6 +415,22 @@ pub fn listening_addr(line: &str) -> Option<SocketAddr> {
         return None;
     }
     field("addr")?.parse().ok()
+}
+
+/// User plus system CPU time process `pid` has used so far, all its threads
+/// (`utime + stime` of `/proc/<pid>/stat`): how the daemon's CPU is counted, and its floors'.
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).context("read /proc/<pid>/stat")?;
+    cpu_time_of(&stat, rustix::param::clock_ticks_per_second())
+}
+
+/// User plus system CPU time of the children process `pid` has reaped so far
+/// (`cutime + cstime` of `/proc/<pid>/stat`).
+pub fn children_cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).context("read /proc/<pid>/stat")?;
+    fields_time_of(&stat, rustix::param::clock_ticks_per_second(), (16, 17))
 }
 
 /// `utime + stime` of a `/proc/<pid>/stat` line.

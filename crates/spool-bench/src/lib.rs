@@ -10,6 +10,8 @@
 //! - [`scenario`]: one file per scenario, and the [`scenario::Bench`] they share.
 //! - [`daemon`]: the `spoold` child process and what is observed of it (`/proc`, `/metrics`).
 //! - [`load`]: the closed- and open-loop load generator, on [`connection`]s.
+//! - [`floor`]: each operation's floor (bare axum, bare reqwest, bare spawn), a process of
+//!   its own whose CPU is counted as the daemon's is.
 //! - [`receiver`]: the delivery target; [`seed`]: large backlogs written straight to SQLite.
 //! - [`postgres`]: a fresh PostgreSQL database per run, with `--db`.
 //! - [`soak`]: the long run under a misbehaving receiver (the `spool-soak` binary), with its
@@ -25,6 +27,7 @@
 pub mod cli;
 pub mod connection;
 pub mod daemon;
+pub mod floor;
 pub mod load;
 pub mod machine;
 pub mod plan;

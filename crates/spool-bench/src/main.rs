@@ -8,6 +8,15 @@ use clap::{CommandFactory as _, Parser};
 use spool_bench::cli::Cli;
 
 fn main() -> ExitCode {
+    // The floors run as processes of this binary (`spool-bench floor-process …`): started by
+    // the benchmark itself, not a command for people, so not among the subcommands.
+    let mut args = std::env::args_os();
+    if args
+        .nth(1)
+        .is_some_and(|a| a == spool_bench::floor::SUBCOMMAND)
+    {
+        return spool_bench::floor::process_main(args.collect());
+    }
     let cli = Cli::parse();
     if let Err(message) = cli.check() {
         Cli::command()

@@ -66,6 +66,8 @@ pub struct Plan {
     pub handoff_deliveries: u64,
     /// Hand-off: enqueues per second (open loop).
     pub handoff_rate: u32,
+    /// `enqueue`, `e2e` and `tasks`: measure each run's floors after it (see [`crate::floor`]).
+    pub floors: bool,
 }
 
 impl Plan {
@@ -97,6 +99,7 @@ impl Plan {
             latency_duration: Duration::from_secs(20),
             handoff_deliveries: 200,
             handoff_rate: 10,
+            floors: true,
         }
     }
 
@@ -128,6 +131,7 @@ impl Plan {
             latency_duration: Duration::from_secs(2),
             handoff_deliveries: 10,
             handoff_rate: 10,
+            floors: true,
         }
     }
 
@@ -146,6 +150,10 @@ impl Plan {
         set(&mut plan.requests, o.requests);
         set(&mut plan.e2e_deliveries, o.e2e_deliveries);
         set(&mut plan.tasks, o.tasks);
+        if !o.concurrency.is_empty() {
+            plan.concurrencies = o.concurrency.iter().map(|&n| n as usize).collect();
+        }
+        plan.floors = !options.no_floors;
         if !o.task_concurrency.is_empty() {
             plan.task_concurrency.clone_from(&o.task_concurrency);
         }
@@ -208,6 +216,23 @@ mod tests {
     fn plan(args: &[&str]) -> Plan {
         let cli = Cli::try_parse_from(args).expect("the arguments parse");
         Plan::from_options(&cli.options)
+    }
+
+    #[test]
+    fn concurrency_selects_the_client_concurrencies_and_floors_are_on_unless_refused() {
+        let default = plan(&["spool-bench", "enqueue"]);
+        assert_eq!(default.concurrencies, [1, 16, 64]);
+        assert!(default.floors);
+        let chosen = plan(&[
+            "spool-bench",
+            "enqueue",
+            "--concurrency",
+            "32",
+            "--no-floors",
+        ]);
+        assert_eq!(chosen.concurrencies, [32]);
+        assert!(!chosen.floors);
+        assert!(Cli::try_parse_from(["spool-bench", "enqueue", "--concurrency", "0"]).is_err());
     }
 
     #[test]

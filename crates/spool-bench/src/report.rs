@@ -18,6 +18,8 @@ pub struct Results {
     entries: Vec<Entry>,
     /// The store backend and daemon count of each scenario that runs daemons.
     backends: Vec<Backend>,
+    /// Measurements shown as a multiple of their floor.
+    floors: Vec<FloorLink>,
     notes: Vec<String>,
     errors: Vec<String>,
 }
@@ -28,6 +30,16 @@ struct Backend {
     scenario: String,
     kind: &'static str,
     hosts: usize,
+}
+
+/// A measurement and the measurement of its floor (same scenario and case): the table and
+/// the JSON document show the one's median as a multiple of the other's.
+#[derive(Debug, Clone)]
+struct FloorLink {
+    scenario: String,
+    case: String,
+    metric: String,
+    floor_metric: String,
 }
 
 /// One measurement (scenario, case, metric) and its value in each run.
@@ -56,6 +68,12 @@ pub struct EntryJson<'a> {
     #[serde(flatten)]
     pub summary: Option<Spread>,
     pub runs: &'a [f64],
+    /// The median as a multiple of the floor's median (the same scenario and case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub x_floor: Option<f64>,
+    /// The metric holding that floor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_metric: Option<&'a str>,
 }
 
 /// Everything besides the numbers that the JSON document carries.
@@ -131,6 +149,41 @@ impl Results {
         });
     }
 
+    /// Show `metric` of `scenario`/`case` as a multiple of `floor_metric` of the same scenario
+    /// and case (by medians), in the table's `× floor` column and as `x_floor` in JSON.
+    pub fn compare_to_floor(
+        &mut self,
+        scenario: &str,
+        case: &str,
+        metric: &str,
+        floor_metric: &str,
+    ) {
+        let known = self
+            .floors
+            .iter()
+            .any(|f| f.scenario == scenario && f.case == case && f.metric == metric);
+        if !known {
+            self.floors.push(FloorLink {
+                scenario: scenario.to_owned(),
+                case: case.to_owned(),
+                metric: metric.to_owned(),
+                floor_metric: floor_metric.to_owned(),
+            });
+        }
+    }
+
+    /// `e`'s median as a multiple of its floor's, and the floor's metric; `None` without a
+    /// floor, or with a floor of zero (too little CPU for the clock ticks to show).
+    fn x_floor(&self, e: &Entry) -> Option<(f64, &str)> {
+        let link = self
+            .floors
+            .iter()
+            .find(|f| f.scenario == e.scenario && f.case == e.case && f.metric == e.metric)?;
+        let floor = Spread::of(self.runs(&e.scenario, &e.case, &link.floor_metric)?)?.median;
+        let own = Spread::of(&e.runs)?.median;
+        (floor > 0.0).then(|| (own / floor, link.floor_metric.as_str()))
+    }
+
     /// A remark printed under the table and kept in the JSON document.
     pub fn note(&mut self, note: impl Into<String>) {
         let note = note.into();
@@ -161,6 +214,7 @@ impl Results {
         let mut table = Table::new();
         table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
             "scenario", "case", "metric", "unit", "median", "min", "max", "spread", "runs",
+            "× floor",
         ]);
         for e in &self.entries {
             let Some(s) = Spread::of(&e.runs) else {
@@ -176,9 +230,11 @@ impl Results {
                 format_value(s.max),
                 format!("{:.1}%", s.spread_pct),
                 e.runs.len().to_string(),
+                self.x_floor(e)
+                    .map_or_else(String::new, |(x, _)| format!("{x:.2}×")),
             ]);
         }
-        for col in 4..=8 {
+        for col in 4..=9 {
             if let Some(c) = table.column_mut(col) {
                 c.set_cell_alignment(CellAlignment::Right);
             }
@@ -219,6 +275,8 @@ impl Results {
                         unit: &e.unit,
                         summary: Spread::of(&e.runs),
                         runs: &e.runs,
+                        x_floor: self.x_floor(e).map(|(x, _)| x),
+                        floor_metric: self.x_floor(e).map(|(_, m)| m),
                     }
                 })
                 .collect(),
@@ -266,6 +324,33 @@ mod tests {
         let table = r.table();
         assert!(table.contains("c=16"), "{table}");
         assert!(table.contains("11.0"), "{table}");
+    }
+
+    #[test]
+    fn a_measurement_is_shown_as_a_multiple_of_its_floor() {
+        let mut r = Results::default();
+        for (cpu, floor) in [(60.0, 20.0), (90.0, 30.0), (75.0, 25.0)] {
+            r.record("enqueue", "c=64", "daemon CPU per request", "µs", cpu);
+            r.record("enqueue", "c=64", "HTTP floor", "µs", floor);
+        }
+        r.record("enqueue", "c=1", "daemon CPU per request", "µs", 80.0);
+        r.record("enqueue", "c=1", "HTTP floor", "µs", 0.0);
+        r.compare_to_floor("enqueue", "c=64", "daemon CPU per request", "HTTP floor");
+        r.compare_to_floor("enqueue", "c=1", "daemon CPU per request", "HTTP floor");
+        let entry = |case: &str| {
+            r.entries
+                .iter()
+                .find(|e| e.case == case && e.metric == "daemon CPU per request")
+                .expect("recorded")
+                .clone()
+        };
+        // Medians 75 and 25.
+        assert_eq!(r.x_floor(&entry("c=64")), Some((3.0, "HTTP floor")));
+        // A floor too small for the clock ticks: no multiple.
+        assert_eq!(r.x_floor(&entry("c=1")), None);
+        let table = r.table();
+        assert!(table.contains("× floor"), "{table}");
+        assert!(table.contains("3.00×"), "{table}");
     }
 
     #[test]

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use http::StatusCode;
 
-use super::{ms, time_limit, Bench, DaemonCosts};
+use super::{cpu, cpu_of, ms, time_limit, Bench, DaemonCosts};
 use crate::daemon::{metrics_of, Daemon, Metrics};
+use crate::floor::{per_op_us, sending_floor, Sending};
 use crate::load::{closed_loop, ClosedLoop, ClosedLoopReport};
 use crate::plan::DAEMON_PER_TARGET;
 use crate::receiver::Receiver;
@@ -50,6 +51,9 @@ pub struct BatchReport {
     pub after: Metrics,
     /// Attempts each daemon made during the batch, in host order.
     pub attempts_by_host: Vec<f64>,
+    /// The daemons' CPU (`utime + stime`, all threads, summed) from just before the first
+    /// enqueue until done.
+    pub cpu: Duration,
 }
 
 impl BatchReport {
@@ -80,6 +84,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             ""
         }
     ));
+    bench.note_floors();
     let host_count = bench.backend().hosts();
     if host_count > 1 {
         bench.results.note(format!(
@@ -117,8 +122,9 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             let label = format!("{SCENARIO}-pt{}", per_target.unwrap_or(DAEMON_PER_TARGET));
             let hosts = bench.start_hosts(&label, &args).await?;
             let report = deliver_batch(&hosts.daemons, &receiver, batch).await?;
+            let cpu = per_op_us(report.cpu, batch.deliveries);
             eprintln!(
-                "{} {} deliveries in {:.2} s: {:.0}/s (enqueue {:.0} req/s){}",
+                "{} {} deliveries in {:.2} s: {:.0}/s (enqueue {:.0} req/s), daemon CPU {cpu:.1} µs a delivery{}",
                 bench.label(&scenario, &case, run),
                 batch.deliveries,
                 report.total.as_secs_f64(),
@@ -143,11 +149,79 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
                 &report,
                 batch.deliveries,
             );
+            bench
+                .results
+                .record(&scenario, &case, cpu::PER_DELIVERY, "µs", cpu);
+            let servers = hosts.daemons.len();
             bench.stop_hosts(hosts).await?;
+            if bench.plan.floors {
+                let per_target = per_target.unwrap_or(DAEMON_PER_TARGET) as usize;
+                floors(
+                    bench, &scenario, &case, run, &receiver, batch, per_target, servers,
+                )
+                .await?;
+            }
             receiver.stop().await;
         }
     }
     Ok(())
+}
+
+/// A delivery's floors, after its daemon run: the batch's creates against bare axum (the HTTP
+/// floor) and its requests sent by a bare reqwest loop to the same receiver at the per-target
+/// concurrency (the sending floor); the daemon's CPU a delivery is shown as a multiple of their
+/// sum.
+#[allow(clippy::too_many_arguments)]
+async fn floors(
+    bench: &mut Bench,
+    scenario: &str,
+    case: &str,
+    run: usize,
+    receiver: &Receiver,
+    batch: Batch,
+    per_target: usize,
+    servers: usize,
+) -> anyhow::Result<()> {
+    let load = create_load(Vec::new(), receiver, batch);
+    let http = bench
+        .http_floor(scenario, case, run, &load, servers)
+        .await?;
+    let sending = sending_floor(&Sending {
+        url: receiver.url("/hook"),
+        requests: batch.deliveries,
+        concurrency: per_target,
+        body_bytes: batch.body_bytes,
+        time_limit: time_limit(batch.deliveries),
+    })
+    .await?;
+    let send = sending.own_us();
+    eprintln!(
+        "{} sending floor at concurrency {per_target}: {send:.1} µs CPU a request",
+        bench.label(scenario, case, run),
+    );
+    let r = &mut bench.results;
+    r.record(scenario, case, cpu::SENDING_FLOOR, "µs", send);
+    r.record(scenario, case, cpu::DELIVERY_FLOOR, "µs", http + send);
+    r.compare_to_floor(scenario, case, cpu::PER_DELIVERY, cpu::DELIVERY_FLOOR);
+    Ok(())
+}
+
+/// The batch's creates, due at once, to `receiver`, sent to `addrs` in turn.
+fn create_load(addrs: Vec<std::net::SocketAddr>, receiver: &Receiver, batch: Batch) -> ClosedLoop {
+    let n = batch.deliveries;
+    ClosedLoop {
+        addrs,
+        path: "/v1/deliveries".into(),
+        concurrency: batch.concurrency,
+        requests: n,
+        expect: StatusCode::CREATED,
+        time_limit: time_limit(n),
+        body: super::padded_body(
+            receiver.url("/hook"),
+            batch.at_most_once.then_some("at_most_once"),
+            batch.body_bytes,
+        ),
+    }
 }
 
 /// Record a delivered batch's numbers under `scenario`/`case`.
@@ -250,19 +324,8 @@ pub async fn deliver_batch(
     let seen_before = receiver.unique();
     let requests_before = receiver.requests();
     let limit = time_limit(n);
-    let load = ClosedLoop {
-        addrs: daemons.iter().map(Daemon::addr).collect(),
-        path: "/v1/deliveries".into(),
-        concurrency: batch.concurrency,
-        requests: n,
-        expect: StatusCode::CREATED,
-        time_limit: limit,
-        body: super::padded_body(
-            receiver.url("/hook"),
-            batch.at_most_once.then_some("at_most_once"),
-            batch.body_bytes,
-        ),
-    };
+    let load = create_load(daemons.iter().map(Daemon::addr).collect(), receiver, batch);
+    let cpu_before = cpu_of(daemons)?;
     let enqueue = closed_loop(&load).await?;
     let started = enqueue.started;
     let deadline = started + limit;
@@ -301,6 +364,7 @@ pub async fn deliver_batch(
         tokio::time::sleep(DONE_POLL).await;
     }
     let total = started.elapsed();
+    let cpu = cpu_of(daemons)?.saturating_sub(cpu_before);
     let (after_each, after) = metrics_of(daemons).await?;
     let requests = receiver.requests() - requests_before;
     let attempts_by_host = before_each
@@ -316,5 +380,6 @@ pub async fn deliver_batch(
         before,
         after,
         attempts_by_host,
+        cpu,
     })
 }

@@ -12,8 +12,9 @@
 
 use http::StatusCode;
 
-use super::{create_body, record_load, time_limit, Bench, DaemonCosts};
+use super::{cpu, cpu_of, create_body, record_load, time_limit, Bench, DaemonCosts};
 use crate::daemon::metrics_of;
+use crate::floor::per_op_us;
 use crate::load::{closed_loop, ClosedLoop};
 use crate::receiver::Receiver;
 
@@ -26,6 +27,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
         "enqueue: deliveries carry notBefore in 2100, so the daemon only accepts them (the \
          scheduler still wakes on each); e2e measures accepting and delivering together",
     );
+    bench.note_floors();
     // Only named as the target; nothing is delivered to it in this scenario.
     let receiver = Receiver::start().await?;
     let outcome = measure(bench, &receiver).await;
@@ -43,6 +45,7 @@ async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
                 .start_hosts(&format!("{SCENARIO}-c{concurrency}"), &[])
                 .await?;
             let (_, before) = metrics_of(&hosts.daemons).await?;
+            let cpu_before = cpu_of(&hosts.daemons)?;
             let load = ClosedLoop {
                 addrs: hosts.addrs(),
                 path: "/v1/deliveries".into(),
@@ -53,9 +56,17 @@ async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
                 body: create_body(receiver.url("/hook"), Some(FAR_FUTURE), None),
             };
             let report = closed_loop(&load).await?;
+            let cpu_after = cpu_of(&hosts.daemons)?;
             let (_, after) = metrics_of(&hosts.daemons).await?;
             let line = record_load(&mut bench.results, &scenario, &case, &report);
-            eprintln!("{} {line}", bench.label(&scenario, &case, run));
+            let cpu = per_op_us(cpu_after.saturating_sub(cpu_before), requests);
+            eprintln!(
+                "{} {line}; daemon CPU {cpu:.1} µs a request",
+                bench.label(&scenario, &case, run)
+            );
+            bench
+                .results
+                .record(&scenario, &case, cpu::PER_REQUEST, "µs", cpu);
             bench.record_daemon_costs(
                 &scenario,
                 &case,
@@ -67,7 +78,16 @@ async fn measure(bench: &mut Bench, receiver: &Receiver) -> anyhow::Result<()> {
                     unit: "request",
                 },
             );
+            let servers = hosts.daemons.len();
             bench.stop_hosts(hosts).await?;
+            if bench.plan.floors {
+                bench
+                    .http_floor(&scenario, &case, run, &load, servers)
+                    .await?;
+                bench
+                    .results
+                    .compare_to_floor(&scenario, &case, cpu::PER_REQUEST, cpu::HTTP_FLOOR);
+            }
         }
     }
     Ok(())

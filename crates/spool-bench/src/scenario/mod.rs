@@ -28,10 +28,31 @@ use anyhow::Context as _;
 use bytes::Bytes;
 
 use crate::daemon::{Daemon, DaemonSpec, Metrics};
-use crate::load::{BodyFn, ClosedLoopReport};
+use crate::load::{BodyFn, ClosedLoop, ClosedLoopReport};
 use crate::plan::Plan;
 use crate::postgres::{PgDatabase, PgServer};
 use crate::report::Results;
+
+/// The daemon's CPU a create (`enqueue`), a delivery (`e2e`) and a task (`tasks`), and the
+/// floors each is shown as a multiple of (see [`crate::floor`]).
+pub mod cpu {
+    pub const PER_REQUEST: &str = "daemon CPU per request (utime + stime, all threads)";
+    pub const PER_DELIVERY: &str = "daemon CPU per delivery (utime + stime, all threads)";
+    pub const PER_TASK: &str = "daemon CPU per task (utime + stime, all threads)";
+    pub const CHILDREN_PER_TASK: &str =
+        "reaped children's CPU per task (each attempt's supervisor and /bin/true)";
+    pub const HTTP_FLOOR: &str =
+        "HTTP floor: CPU per request (bare axum handler, reads the body, answers 201)";
+    pub const SENDING_FLOOR: &str = "sending floor: CPU per request (bare reqwest loop)";
+    pub const SPAWNING_FLOOR: &str =
+        "spawning floor: CPU per spawn (posix_spawn + pidfd_open + waitid)";
+    pub const SPAWNING_FLOOR_CHILDREN: &str =
+        "spawning floor: reaped children's CPU per spawn (/bin/true)";
+    /// A delivery's floor: its create received and its request sent.
+    pub const DELIVERY_FLOOR: &str = "floor per delivery (HTTP floor + sending floor)";
+    /// A task's floor: its submission received and its process spawned and reaped.
+    pub const TASK_FLOOR: &str = "floor per task (HTTP floor + spawning floor)";
+}
 
 /// Where the SQLite file lives inside a run's directory.
 pub const DB_FILE: &str = "spoold.db";
@@ -270,6 +291,46 @@ impl Bench {
         outcome
     }
 
+    /// What the floors are and how they are counted, for the notes (once).
+    pub fn note_floors(&mut self) {
+        if !self.plan.floors {
+            return;
+        }
+        self.results.note(
+            "floors: after each daemon run of enqueue, e2e and tasks, the same work is done by \
+             a bare process of this binary, its CPU (utime + stime, all threads; cutime + cstime \
+             for its reaped children) read from /proc/<pid>/stat as the daemon's is: the HTTP \
+             floor (the same creates or submissions, same client and concurrency, against a \
+             bare axum handler that reads the body and answers 201), the sending floor (a bare \
+             reqwest loop sending spoold's requests to the receiver at the per-target \
+             concurrency), the spawning floor (std::process::Command, i.e. glibc posix_spawn, + \
+             pidfd_open + waitid of /bin/true at the task concurrency); a delivery's floor is \
+             HTTP + sending, a task's HTTP + spawning; × floor = median / the floor's median",
+        );
+    }
+
+    /// Run the HTTP floor with `load` (the daemon run's load, sent to `servers` bare axum
+    /// processes instead) and record its CPU a request as [`cpu::HTTP_FLOOR`]; returns it (µs).
+    pub async fn http_floor(
+        &mut self,
+        scenario: &str,
+        case: &str,
+        run: usize,
+        load: &ClosedLoop,
+        servers: usize,
+    ) -> anyhow::Result<f64> {
+        let (floor, report) = crate::floor::http_floor(load, servers).await?;
+        eprintln!(
+            "{} HTTP floor: {:.1} µs CPU a request ({:.0} req/s)",
+            self.label(scenario, case, run),
+            floor.own_us(),
+            report.throughput(),
+        );
+        self.results
+            .record(scenario, case, cpu::HTTP_FLOOR, "µs", floor.own_us());
+        Ok(floor.own_us())
+    }
+
     /// `[scenario case run i/n]`, for progress lines.
     pub fn label(&self, scenario: &str, case: &str, run: usize) -> String {
         format!("[{scenario} {case} run {}/{}]", run + 1, self.plan.runs)
@@ -339,6 +400,15 @@ pub struct DaemonCosts<'a> {
     pub daemons: &'a [Daemon],
     pub units: u64,
     pub unit: &'a str,
+}
+
+/// The daemons' CPU time so far (`utime + stime`, all threads), summed.
+pub fn cpu_of(daemons: &[Daemon]) -> anyhow::Result<Duration> {
+    let mut sum = Duration::ZERO;
+    for daemon in daemons {
+        sum += daemon.cpu_time()?;
+    }
+    Ok(sum)
 }
 
 /// The body of `POST /v1/deliveries` for delivery number `i` to `target_url`, optionally not

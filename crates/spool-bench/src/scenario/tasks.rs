@@ -12,7 +12,8 @@ use anyhow::{bail, Context as _};
 use bytes::Bytes;
 use http::StatusCode;
 
-use super::{time_limit, Bench, DaemonCosts};
+use super::{cpu, time_limit, Bench, DaemonCosts};
+use crate::floor::spawning_floor;
 use crate::load::{closed_loop, ClosedLoop};
 
 const SCENARIO: &str = "tasks";
@@ -20,6 +21,9 @@ const SCENARIO: &str = "tasks";
 const DONE_POLL: Duration = Duration::from_millis(10);
 /// Client concurrency of the submissions.
 const SUBMIT_CONCURRENCY: usize = 64;
+
+/// What every task runs, and the spawning floor too.
+const PROGRAM: &str = "/bin/true";
 
 /// One type running `/bin/true`, no locks.
 const LOCK_FREE: &str = "[tasks.t0]\ncommand = [\"/bin/true\"]\n";
@@ -38,6 +42,7 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
          to the daemon reporting the last success. 4-types-2-locks: the same spread over four \
          types, two holding lock a and two lock b (at most two run at once)"
     ));
+    bench.note_floors();
     let highest = bench
         .plan
         .task_concurrency
@@ -123,14 +128,14 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             r.record(
                 SCENARIO,
                 &case,
-                "daemon CPU per task (utime + stime, all threads)",
+                cpu::PER_TASK,
                 "µs",
                 per_task(cpu_after.0.saturating_sub(cpu_before.0)),
             );
             r.record(
                 SCENARIO,
                 &case,
-                "reaped children's CPU per task (each attempt's supervisor and /bin/true)",
+                cpu::CHILDREN_PER_TASK,
                 "µs",
                 per_task(cpu_after.1.saturating_sub(cpu_before.1)),
             );
@@ -154,9 +159,58 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             );
             daemon.stop().await?;
             bench.discard(&dir);
+            // The locked case's concurrency is the locks', not the flag's: no floor for it.
+            if bench.plan.floors && type_count == 1 {
+                floors(bench, &case, run, &load, concurrency as usize).await?;
+            }
         }
     }
     output(bench).await
+}
+
+/// A task's floors, after its daemon run: the submissions against bare axum (the HTTP floor)
+/// and `/bin/true` spawned and reaped as many times at the task concurrency (the spawning
+/// floor). The daemon's CPU a task is shown as a multiple of their sum, its reaped children's
+/// as a multiple of the spawning floor's children.
+async fn floors(
+    bench: &mut Bench,
+    case: &str,
+    run: usize,
+    load: &ClosedLoop,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let http = bench.http_floor(SCENARIO, case, run, load, 1).await?;
+    let spawning = spawning_floor(PROGRAM, load.requests, concurrency, load.time_limit).await?;
+    eprintln!(
+        "{} spawning floor at concurrency {concurrency}: {:.1} µs CPU a spawn, children {:.1} µs",
+        bench.label(SCENARIO, case, run),
+        spawning.own_us(),
+        spawning.children_us(),
+    );
+    let r = &mut bench.results;
+    r.record(SCENARIO, case, cpu::SPAWNING_FLOOR, "µs", spawning.own_us());
+    r.record(
+        SCENARIO,
+        case,
+        cpu::SPAWNING_FLOOR_CHILDREN,
+        "µs",
+        spawning.children_us(),
+    );
+    r.record(
+        SCENARIO,
+        case,
+        cpu::TASK_FLOOR,
+        "µs",
+        http + spawning.own_us(),
+    );
+    r.compare_to_floor(SCENARIO, case, cpu::PER_TASK, cpu::TASK_FLOOR);
+    r.compare_to_floor(
+        SCENARIO,
+        case,
+        cpu::CHILDREN_PER_TASK,
+        cpu::SPAWNING_FLOOR_CHILDREN,
+    );
+    Ok(())
 }
 
 /// One task prints `task_output_bytes` of log-like lines (with secrets and passwords in them)

@@ -89,6 +89,58 @@ fn smoke_suite_runs_every_scenario() {
         assert_eq!(median("e2e", case, "attempts per delivery"), 1.0, "{case}");
     }
     assert!(median("idle", "500 pending, target refuses", "CPU use") >= 0.0);
+    // Each operation's CPU and its floor, measured in the same run (tiny counts: the clock
+    // ticks may well show zero, so only their presence is checked).
+    let cpu = [
+        (
+            "enqueue",
+            "c=64",
+            "daemon CPU per request (utime + stime, all threads)",
+        ),
+        (
+            "enqueue",
+            "c=64",
+            "HTTP floor: CPU per request (bare axum handler, reads the body, answers 201)",
+        ),
+        (
+            "e2e",
+            "per-target=8 (default)",
+            "daemon CPU per delivery (utime + stime, all threads)",
+        ),
+        (
+            "e2e",
+            "per-target=8 (default)",
+            "sending floor: CPU per request (bare reqwest loop)",
+        ),
+        (
+            "e2e",
+            "per-target=1",
+            "floor per delivery (HTTP floor + sending floor)",
+        ),
+        (
+            "tasks",
+            "task-concurrency=16",
+            "spawning floor: CPU per spawn (posix_spawn + pidfd_open + waitid)",
+        ),
+        (
+            "tasks",
+            "task-concurrency=2",
+            "spawning floor: reaped children's CPU per spawn (/bin/true)",
+        ),
+        (
+            "tasks",
+            "task-concurrency=2",
+            "floor per task (HTTP floor + spawning floor)",
+        ),
+    ];
+    for (scenario, case, metric) in cpu {
+        let v = median(scenario, case, metric);
+        assert!(
+            v >= 0.0 && v.is_finite(),
+            "{scenario} / {case} / {metric} = {v}"
+        );
+    }
+    assert!(stdout.contains("× floor"), "no × floor column:\n{stdout}");
     // 100/s with a burst of 1: about 100 a second, never much more.
     let rate = median("rate", "100/s, 1000 pending", "delivered rate");
     assert!(
