@@ -919,12 +919,23 @@ async fn a_paused_host_never_overlaps_the_lock(what: Pause, pause: Duration) {
     let stopped_at = tokio::time::Instant::now();
     tokio::time::sleep(pause).await;
     signal_all(&paused, rustix::process::Signal::CONT);
-    wait_for(
-        "the waiting deploy to start on B",
-        Duration::from_secs(30),
-        || logged(&setup, "start").len() >= 2,
-    )
-    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while logged(&setup, "start").len() < 2 {
+        // What both hosts said, to tell why B never took the lock over.
+        let tail = |log: String| {
+            let from = (log.len().saturating_sub(6000)..log.len())
+                .find(|i| log.is_char_boundary(*i))
+                .unwrap_or(log.len());
+            log[from..].to_owned()
+        };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for the waiting deploy to start on B\n--- A:\n{}\n--- B:\n{}",
+            tail(a.stderr()),
+            tail(b.stderr())
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(overlaps(&setup), "", "two holders of one lock at once");
     let waited = stopped_at.elapsed();
     // A's attempt was stopped once: its clean-up ran at most once (a second SIGTERM would run
