@@ -907,7 +907,11 @@ async fn a_paused_host_never_overlaps_the_lock(what: Pause, pause: Duration) {
         a, b, api_b, x, y, ..
     } = deploys_on_two_hosts(
         &setup,
-        pg_host(db.url(), &data_a, &config),
+        // One attempt at a time on A: B's deploy is B's to claim. (Claimed by A beside its own,
+        // it waited on A, paused with A, and B took it over only once A resumed — to review,
+        // never started: the test then timed out under load. That claim is issue 45's to
+        // look into, not this test's subject.)
+        pg_host(db.url(), &data_a, &config).args(["--task-concurrency", "1"]),
         pg_host(db.url(), &data_b, &config),
     )
     .await;
