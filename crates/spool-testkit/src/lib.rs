@@ -74,7 +74,7 @@ pub use bin_path::cargo_bin;
 pub use closing::ClosingReceiver;
 pub use daemon::{parse_listening_line, DaemonOptions, DaemonProcess};
 pub use group::run_in_group;
-pub use pg::{HeldConnections, PrivateServer, TestDatabase};
+pub use pg::{HeldConnections, HeldTransaction, PrivateServer, TestDatabase};
 pub use powerfs::PowerFs;
 pub use proxy::Proxy;
 pub use receiver::{Receiver, Recorded, Reply};

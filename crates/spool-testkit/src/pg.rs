@@ -96,6 +96,29 @@ impl TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// Begin a transaction on this database, run `sql` in it (e.g. `SELECT … FOR UPDATE` to hold
+    /// a row lock others wait for) and keep it open until [`HeldTransaction::commit`] or drop.
+    pub async fn hold(&self, sql: &str) -> anyhow::Result<HeldTransaction> {
+        let client = connect(&self.url).await?;
+        client.batch_execute(&format!("BEGIN; {sql}")).await?;
+        Ok(HeldTransaction { client })
+    }
+}
+
+/// A transaction [`TestDatabase::hold`] keeps open.
+pub struct HeldTransaction {
+    client: tokio_postgres::Client,
+}
+
+impl HeldTransaction {
+    /// Commit it, releasing what it held.
+    pub async fn commit(self) -> anyhow::Result<()> {
+        self.client.batch_execute("COMMIT").await?;
+        Ok(())
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let admin_url = self.admin_url.clone();

@@ -762,6 +762,10 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
             pg.notify = config.db_notify == crate::config::DbNotify::On;
             pg.poll_interval = config.db_poll_interval;
             pg.clock = config.clock.clone();
+            // A host paused inside a transaction must not hold its row locks (the claim gate, a
+            // task's row) until the leases it blocks run out: its session ends well before.
+            pg.stalled_transaction = (config.lease.min(config.task_lease) / 3)
+                .clamp(Duration::from_secs(1), Duration::from_secs(10));
             Ok(Store::Postgres(PgStore::open(&pg).await?))
         }
     }

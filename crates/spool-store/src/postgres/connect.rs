@@ -43,7 +43,10 @@ impl Target {
     /// Parse `url`. `sslmode=require`, `verify-ca` and `verify-full` connect with TLS and verify
     /// the server's certificate against the system's roots (rustls has no unverified mode);
     /// without `sslmode`, or with `disable`/`prefer`, the connection is not encrypted.
-    pub(crate) fn parse(url: &str) -> Result<Target> {
+    ///
+    /// `stalled`: the session's `idle_in_transaction_session_timeout` (see
+    /// [`super::PgConfig::stalled_transaction`]); zero leaves the server's.
+    pub(crate) fn parse(url: &str, stalled: Duration) -> Result<Target> {
         let (url, verify) = strip_verify_mode(url);
         let mut config = tokio_postgres::Config::from_str(&url).map_err(|e| {
             StoreError::Database(format!(
@@ -67,6 +70,12 @@ impl Target {
             options.push(' ');
         }
         options.push_str(SESSION_OPTIONS);
+        if !stalled.is_zero() {
+            options.push_str(&format!(
+                " -c idle_in_transaction_session_timeout={}",
+                stalled.as_millis().max(1)
+            ));
+        }
         config.options(&options);
         if config.get_application_name().is_none() {
             config.application_name("spoold");
@@ -234,12 +243,21 @@ mod tests {
 
     #[test]
     fn tls_only_when_asked() {
-        let plain = Target::parse("postgres://postgres@127.0.0.1:5432/test").expect("parse");
+        let url = "postgres://postgres@127.0.0.1:5432/test";
+        let plain = Target::parse(url, Duration::ZERO).expect("parse");
         assert!(plain.tls.is_none());
         assert_eq!(plain.config.get_ssl_mode(), SslMode::Disable);
         assert_eq!(
             plain.config.get_options(),
             Some("-c synchronous_commit=on -c default_transaction_isolation=read\\ committed")
+        );
+        let bounded = Target::parse(url, Duration::from_millis(1500)).expect("parse");
+        assert_eq!(
+            bounded.config.get_options(),
+            Some(
+                "-c synchronous_commit=on -c default_transaction_isolation=read\\ committed \
+                 -c idle_in_transaction_session_timeout=1500"
+            )
         );
         let (url, verify) = strip_verify_mode("postgres://127.0.0.1/db?sslmode=verify-full");
         assert!(verify);

@@ -71,6 +71,10 @@ pub const DEFAULT_CONNECTIONS: usize = 9;
 /// How often waiters look for other hosts' work without being told, under LISTEN/NOTIFY.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long a session may sit inside a transaction without a word before the server ends it
+/// ([`PgConfig::stalled_transaction`]): a third of the default task lease (30 s).
+pub const DEFAULT_STALLED_TRANSACTION: Duration = Duration::from_secs(10);
+
 /// As [`DEFAULT_POLL_INTERVAL`], without LISTEN/NOTIFY (`PgConfig::notify` off), where the poll
 /// is the only news of other hosts' work: it bounds how long that work waits for a host with
 /// room (half of it on average), at two idle transactions a second per host.
@@ -107,6 +111,13 @@ pub struct PgConfig {
     /// Carries the estimate of the database clock between readings ([`Clock::steady_micros`]:
     /// a step of this host's wall clock changes nothing).
     pub clock: Clock,
+    /// The server ends a session of this host that stays this long inside a transaction without
+    /// saying anything (`idle_in_transaction_session_timeout`): a host paused (SIGSTOP, a
+    /// frozen VM) in the middle of a transaction would otherwise keep its row locks — the task
+    /// claim gate, a task or delivery row — and every other host waiting behind them, until it
+    /// resumes and then commits what it decided before the pause. Give it well under the
+    /// shortest lease: spoold uses a third of it, from 1 s to 10 s. Zero: the server's setting.
+    pub stalled_transaction: Duration,
 }
 
 impl PgConfig {
@@ -118,6 +129,7 @@ impl PgConfig {
             notify: true,
             poll_interval: DEFAULT_POLL_INTERVAL,
             clock: Clock::system(),
+            stalled_transaction: DEFAULT_STALLED_TRANSACTION,
         }
     }
 }
@@ -219,7 +231,7 @@ impl PgStore {
     /// Connect, check that commits are durable, and migrate the schema (under an advisory
     /// lock: two hosts starting together apply each migration once).
     pub async fn open(config: &PgConfig) -> Result<PgStore> {
-        let target = connect::Target::parse(&config.url)?;
+        let target = connect::Target::parse(&config.url, config.stalled_transaction)?;
         let listening = usize::from(config.notify);
         let pool = target.pool(
             config

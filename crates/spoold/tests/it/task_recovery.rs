@@ -907,11 +907,11 @@ async fn a_paused_host_never_overlaps_the_lock(what: Pause, pause: Duration) {
         a, b, api_b, x, y, ..
     } = deploys_on_two_hosts(
         &setup,
-        // One attempt at a time on A: B's deploy is B's to claim. (Claimed by A beside its own,
-        // it waited on A, paused with A, and B took it over only once A resumed — to review,
-        // never started: the test then timed out under load. That claim is issue 45's to
-        // look into, not this test's subject.)
-        pg_host(db.url(), &data_a, &config).args(["--task-concurrency", "1"]),
+        // A may claim B's deploy too once the lock is free. (Paused inside its claim's
+        // transaction, A used to hold every other host's claims up until it resumed, and then
+        // took B's deploy with a lease already over: see
+        // a_host_paused_inside_a_transaction_holds_no_other_host_up_on_postgres.)
+        pg_host(db.url(), &data_a, &config),
         pg_host(db.url(), &data_b, &config),
     )
     .await;
@@ -958,6 +958,98 @@ async fn a_paused_host_never_overlaps_the_lock(what: Pause, pause: Duration) {
     // B freed the lock only past A's lease and kill grace (from the last renewal, up to a
     // second before the pause).
     assert!(waited >= Duration::from_secs(6), "{waited:?}");
+    cancel_all(&api_b, &[id(&y)]).await;
+    drop((a, b));
+}
+
+/// PostgreSQL, two hosts: A runs a deploy holding the lock, B's deploy waits for it, and A is
+/// paused inside a transaction that holds the task claim gate (the test held the gate until
+/// A's claim waited for it, stopped A, then let go: A's session got the gate and went quiet,
+/// as a host stopped between two statements does). The server ends that session after a third
+/// of the lease (`idle_in_transaction_session_timeout`), so B is held up by nothing: it takes
+/// A's deploy over, frees the lock at its time and starts its own deploy while A is still
+/// stopped. (Before, B's claims waited for A's gate until A resumed; A's claim then went on
+/// with what it read before the pause, took B's deploy with a lease already over, and B sent
+/// that deploy to review although it never started.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_paused_inside_a_transaction_holds_no_other_host_up_on_postgres() {
+    let Some(db) = TestDatabase::create().await.expect("test database") else {
+        return;
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = deploy_types(&setup, "4s", "review");
+    let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
+    let sep = if db.url().contains('?') { '&' } else { '?' };
+    let url_a = format!("{}{sep}application_name=spoold-host-a", db.url());
+    let TwoHosts {
+        a, b, api_b, x, y, ..
+    } = deploys_on_two_hosts(
+        &setup,
+        pg_host(&url_a, &data_a, &config),
+        pg_host(db.url(), &data_b, &config),
+    )
+    .await;
+    // While B's deploy waits for the lock, both hosts look for due tasks every 250 ms.
+    let gate = db
+        .hold("SELECT name FROM task_claim_gate WHERE name = 'claim' FOR UPDATE")
+        .await
+        .expect("hold the claim gate");
+    let a_waits = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name = 'spoold-host-a' AND wait_event_type = 'Lock'";
+    let deadline = tokio::time::Instant::now() + crate::WAIT;
+    while db
+        .scalar(a_waits)
+        .await
+        .expect("pg_stat_activity")
+        .as_deref()
+        != Some("1")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A's claim never waited for the gate"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal_all(&[a.pid() as i32], rustix::process::Signal::STOP);
+    let stopped_at = tokio::time::Instant::now();
+    gate.commit().await.expect("let go of the gate");
+    // B's deploy starts while A is still stopped: after A's lease, kill grace and margin
+    // (3 + 4 + 2 s from A's last renewal), not after A resumes.
+    let started = loop {
+        if logged(&setup, "start").len() >= 2 {
+            break Some(stopped_at.elapsed());
+        }
+        if stopped_at.elapsed() > Duration::from_secs(25) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    signal_all(&[a.pid() as i32], rustix::process::Signal::CONT);
+    let Some(started) = started else {
+        panic!(
+            "B's deploy did not start in 25 s while A was stopped\n--- A:\n{}\n--- B:\n{}",
+            a.stderr(),
+            b.stderr()
+        );
+    };
+    assert!(started >= Duration::from_secs(6), "{started:?}");
+    assert_eq!(overlaps(&setup), "", "two holders of one lock at once");
+    assert!(
+        logged(&setup, "start")[1].contains(&id(&y)),
+        "{:?}",
+        logged(&setup, "start")
+    );
+    // A, resumed, decides nothing on what it read before the pause: B's deploy stays B's.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let t = get(&api_b, &format!("/v1/tasks/{}", id(&y))).await;
+    assert_eq!(
+        (&t["status"], &t["attempt"]),
+        (&json!("running"), &json!(1)),
+        "{t}"
+    );
+    let t = get(&api_b, &format!("/v1/tasks/{}", id(&x))).await;
+    assert_eq!(t["status"], "manual_review", "{t}");
     cancel_all(&api_b, &[id(&y)]).await;
     drop((a, b));
 }
