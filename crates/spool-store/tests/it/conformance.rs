@@ -92,6 +92,7 @@ macro_rules! conformance_suite {
             task_submission_is_idempotent_by_scope_and_key,
             concurrent_task_submissions_create_one,
             task_attempts_retry_then_succeed,
+            an_unstarted_attempt_is_given_back,
             task_deadlines_end_waiting_tasks,
             task_cancel_pending_and_running,
             recover_takes_running_tasks_over_until_settled,

@@ -116,6 +116,10 @@ pub struct Finished {
     pub output_bytes: u64,
     /// The process could not be started (no such program, not executable, bad directory).
     pub spawn_error: Option<String>,
+    /// Nothing was started: the task's lease (shared stores) had already run out, or all but
+    /// [`super::supervision::LEASE_SAFETY`] of it, when the attempt was to begin — the host
+    /// was paused or starved between the claim and the start.
+    pub lease_over_before_start: bool,
     /// Its supervisor died before the attempt was over (someone killed it): how the attempt
     /// ended is not known.
     pub supervisor_lost: Option<String>,

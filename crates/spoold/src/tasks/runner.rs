@@ -774,6 +774,21 @@ impl Runner {
                 .get_or_create(&label)
                 .observe(waited);
         }
+        if self.store.is_shared()
+            && (tokens.lease_lost.is_cancelled()
+                || Instant::now() + LEASE_SAFETY >= *tokens.lease_until.borrow())
+        {
+            // Another host may be taking the task over already: nothing is started, and the
+            // task is given back (fenced by the claim) to run again at once if it is not.
+            let finished = Finished {
+                lease_over_before_start: true,
+                ..Finished::default()
+            };
+            let rules = RedactRules::default();
+            return self
+                .record(kind, &task, finished, NO_OUTPUT, &rules, label)
+                .await;
+        }
         let params: BTreeMap<String, String> =
             serde_json::from_str(&task.params).unwrap_or_default();
         let argv = kind.argv(&params);
@@ -1031,6 +1046,20 @@ impl Runner {
             ""
         };
         let retried = match (finished.stopped, &finished.spawn_error) {
+            _ if finished.lease_over_before_start => {
+                end.outcome = TaskStatus::Interrupted;
+                end.error_code = Some("lease_lost".into());
+                end.error = Some(
+                    "not started: its lease ran out between the claim and the start (this host \
+                     was paused or starved); nothing ran"
+                        .into(),
+                );
+                if task.attempt < task.max_attempts {
+                    // Nothing ran, so nothing is to be reviewed: pending again at once.
+                    end.retry_at = Some(self.store.now_ms());
+                }
+                false
+            }
             _ if finished.supervisor_lost.is_some() => {
                 end.outcome = TaskStatus::Interrupted;
                 end.error_code = Some("supervisor_lost".into());

@@ -265,6 +265,66 @@ pub async fn task_attempts_retry_then_succeed(store: Store) {
     );
 }
 
+/// An attempt its host never started (its lease was over before it could: `lease_lost`) is
+/// recorded `interrupted` and given back, pending at once, if its claim is still current; a
+/// host that took the task over meanwhile keeps it.
+pub async fn an_unstarted_attempt_is_given_back(store: Store) {
+    submit(&store, new_task(1, None, "{}")).await;
+    let first = claim_one(&store).await;
+    let unstarted = |claimed: &ClaimedTask, at| TaskAttemptEnd {
+        error_code: Some("lease_lost".into()),
+        error: Some("not started".into()),
+        exit_code: None,
+        output_bytes: 0,
+        ..end(claimed, TaskStatus::Interrupted, Some(at))
+    };
+    let now = store.now_ms();
+    assert_eq!(
+        store
+            .finish_task(unstarted(&first, now))
+            .await
+            .expect("finish"),
+        Some(TaskStatus::Pending)
+    );
+    let t = task(&store, 1).await;
+    assert_eq!((t.status, t.next_run_at), (TaskStatus::Pending, Some(now)));
+    use TaskStatus::*;
+    assert_eq!(
+        log_of(&store, 1).await[2..],
+        [
+            (Some(Running), Interrupted, "lease_lost".to_owned()),
+            (Some(Interrupted), Pending, "retry".to_owned()),
+        ]
+    );
+    // Taken over by another host before the late report: the report changes nothing, and the
+    // task stays with the host that took it over.
+    let second = store
+        .claim_tasks(1, vec!["backup".into()], 1, "host:1".into())
+        .await
+        .expect("claim")
+        .tasks
+        .remove(0);
+    assert_eq!(second.attempt, 2);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let taken = store
+        .expire_task_leases("host:2".into(), 60_000)
+        .await
+        .expect("expire");
+    assert_eq!(taken.len(), 1);
+    assert_eq!(
+        store
+            .finish_task(unstarted(&second, store.now_ms()))
+            .await
+            .expect("finish"),
+        None
+    );
+    let t = task(&store, 1).await;
+    assert_eq!(
+        (t.status, t.executor_id.as_deref()),
+        (Running, Some("host:2"))
+    );
+}
+
 pub async fn task_deadlines_end_waiting_tasks(store: Store) {
     let mut queued = new_task(1, None, "{}");
     queued.queue_timeout_ms = Some(0);
