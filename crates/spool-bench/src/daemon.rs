@@ -69,6 +69,9 @@ pub struct Memory {
     pub rss_bytes: u64,
     /// `VmHWM`: the peak so far.
     pub peak_bytes: u64,
+    /// `RssAnon`: the resident part that is the process's own memory (heap, stacks), not
+    /// pages of files it maps (its executable's code, which the kernel shares and can drop).
+    pub anon_bytes: u64,
 }
 
 /// The daemon's `/metrics`, as `name{labels}` → value.
@@ -210,6 +213,7 @@ impl Daemon {
         Ok(Memory {
             rss_bytes: kib("VmRSS:")?,
             peak_bytes: kib("VmHWM:")?,
+            anon_bytes: kib("RssAnon:")?,
         })
     }
 

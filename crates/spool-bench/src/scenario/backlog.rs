@@ -117,6 +117,13 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
             "MiB",
             at_ready.rss_bytes as f64 / MIB,
         );
+        r.record(
+            SCENARIO,
+            case,
+            "RSS at ready, anonymous (RssAnon)",
+            "MiB",
+            at_ready.anon_bytes as f64 / MIB,
+        );
         r.record(SCENARIO, case, "database size", "MiB", size as f64 / MIB);
         r.record(
             SCENARIO,
@@ -141,6 +148,13 @@ async fn measure(bench: &mut Bench, template: &std::path::Path, case: &str) -> a
             "RSS after batch",
             "MiB",
             at_end.rss_bytes as f64 / MIB,
+        );
+        r.record(
+            SCENARIO,
+            &batch_case,
+            "RSS after batch, anonymous (RssAnon)",
+            "MiB",
+            at_end.anon_bytes as f64 / MIB,
         );
         r.record(
             SCENARIO,

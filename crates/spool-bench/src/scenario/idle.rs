@@ -86,6 +86,13 @@ pub async fn run(bench: &mut Bench) -> anyhow::Result<()> {
             "MiB",
             memory.rss_bytes as f64 / (1024.0 * 1024.0),
         );
+        r.record(
+            SCENARIO,
+            &case,
+            "RSS at end, anonymous (RssAnon)",
+            "MiB",
+            memory.anon_bytes as f64 / (1024.0 * 1024.0),
+        );
     }
     Ok(())
 }
