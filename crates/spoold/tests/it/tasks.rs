@@ -650,12 +650,15 @@ async fn the_queue_timeout_ends_a_task_that_never_started() {
     let setup = Setup::new(dir.path());
     let daemon = boot(&setup, &["--task-concurrency", "1"]).await;
     let api = &daemon.api;
+    // One slot, each attempt holding it for its 1 s timeout and the group's end; queue_timeout
+    // is 2 s. Submitted back to back (not once the first runs: under load that wait ate the
+    // margin, and the third started 1.997 s after its submission), the second starts about 1 s
+    // after its submission and the third could start no sooner than 2 s after the first did,
+    // later than its own submission: it times out in the queue.
     let (_, first) = submit(api, json!({"type": "hang", "idempotencyKey": "a"})).await;
-    wait_task(api, &id(&first), &["running"]).await;
-    // The slot is held for 1 s (the timeout) plus the grace; queue_timeout is 2 s, so the
-    // second one starts in time; a third behind it waits 1 s more and times out in the queue.
     let (_, second) = submit(api, json!({"type": "hang", "idempotencyKey": "b"})).await;
     let (_, third) = submit(api, json!({"type": "hang", "idempotencyKey": "c"})).await;
+    wait_task(api, &id(&first), &["timed_out"]).await;
     let t = wait_task(api, &id(&third), &["timed_out"]).await;
     assert_eq!(t["errorCode"], "queue_timeout", "{t}");
     assert_eq!(t["attempt"], 0, "{t}");
