@@ -1285,6 +1285,9 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> StoreError {
             || *code == SqlState::CRASH_SHUTDOWN
             || *code == SqlState::CANNOT_CONNECT_NOW
             || *code == SqlState::TOO_MANY_CONNECTIONS
+            // The server ended a session that sat inside a transaction (this host was paused:
+            // `PgConfig::stalled_transaction`): the connection is gone, as in a restart.
+            || *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
         {
             StoreError::Unavailable(message)
         } else if *code == SqlState::IO_ERROR || *code == SqlState::OUT_OF_MEMORY {
