@@ -36,18 +36,10 @@ fn main() -> ExitCode {
         }
     };
     if args.man {
-        return match spoold::config::man_page() {
-            Ok(page) => {
-                use std::io::Write as _;
-                match std::io::stdout().write_all(&page) {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(_) => ExitCode::from(1),
-                }
-            }
-            Err(e) => {
-                eprintln!("spoold: {e}");
-                ExitCode::from(1)
-            }
+        use std::io::Write as _;
+        return match std::io::stdout().write_all(spoold::config::MAN_PAGE.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::from(1),
         };
     }
     let log = spoold::logging::init(args.log_format);
