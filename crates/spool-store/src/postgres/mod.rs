@@ -1303,3 +1303,48 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> StoreError {
         StoreError::Database(text)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session the server ends for sitting in a transaction (SQLSTATE 25P03: this host was
+    /// stopped between two statements, [`PgConfig::stalled_transaction`]) is `Unavailable`, as
+    /// a lost connection is: whoever gets the server's last word, the connection or the next
+    /// statement, is told to try again, not that the database failed.
+    #[tokio::test]
+    async fn a_session_ended_for_idling_in_a_transaction_is_unavailable() {
+        let Some(db) = spool_testkit::pg::TestDatabase::create()
+            .await
+            .expect("test database")
+        else {
+            return;
+        };
+        let (client, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        let connection = tokio::spawn(connection);
+        client
+            .batch_execute("SET idle_in_transaction_session_timeout = '200ms'; BEGIN")
+            .await
+            .expect("begin");
+        // Nothing more is sent: the server ends the session 200 ms in, and says why.
+        let ended = tokio::time::timeout(Duration::from_secs(10), connection)
+            .await
+            .expect("the server ended the session within 10 s")
+            .expect("the connection's task");
+        let e = ended.expect_err("the server ended the session");
+        assert_eq!(
+            e.code(),
+            Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT),
+            "{e}"
+        );
+        assert!(matches!(map_err(e), StoreError::Unavailable(_)));
+        // The statement the resumed host sends next finds the connection closed.
+        let next = client
+            .simple_query("SELECT 1")
+            .await
+            .expect_err("a closed connection");
+        assert!(matches!(map_err(next), StoreError::Unavailable(_)));
+    }
+}
