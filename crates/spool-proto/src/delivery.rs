@@ -409,7 +409,12 @@ pub struct ResolveRequest {
     pub outcome: Option<ResolveOutcome>,
     /// Why; kept in the transition log. Required, at most 4096 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(required = true, nullable = false, pattern = r"\S", max_length = 4096)]
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
+        max_length = 4096
+    )]
     pub note: Option<String>,
     /// With `succeeded`: the target's id for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

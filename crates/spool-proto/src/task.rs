@@ -18,7 +18,12 @@ pub struct ResolveTask {
     pub outcome: Option<TaskResolveOutcome>,
     /// Why; kept in the transition log. Required, at most 4096 bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(required = true, nullable = false, pattern = r"\S", max_length = 4096)]
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
+        max_length = 4096
+    )]
     pub note: Option<String>,
 }
 
@@ -53,7 +58,7 @@ pub struct SubmitTask {
     /// separator). The same key with the same parameters returns the existing task (200); with
     /// other parameters, 409 `idempotency_conflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = r"\S")]
+    #[schema(pattern = r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")]
     pub idempotency_key: Option<String>,
     /// RFC 3339: do not start before this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]

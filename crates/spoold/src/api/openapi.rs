@@ -220,7 +220,7 @@ fn add_rules(doc: &mut Value) {
             "description": "a `fingerprint` (not blank) needs `mode` `at_most_once`",
             "if": {
                 "required": ["fingerprint"],
-                "properties": {"fingerprint": {"type": "string", "pattern": r"\S"}},
+                "properties": {"fingerprint": {"type": "string", "pattern": r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"}},
             },
             "then": at_most_once,
         },
@@ -232,7 +232,7 @@ fn add_rules(doc: &mut Value) {
         "description": "`remoteId` (not blank) goes only with `outcome` `succeeded`",
         "if": {
             "required": ["remoteId"],
-            "properties": {"remoteId": {"type": "string", "pattern": r"\S"}},
+            "properties": {"remoteId": {"type": "string", "pattern": r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"}},
         },
         "then": {"properties": {"outcome": {"const": "succeeded"}}},
     }]);
