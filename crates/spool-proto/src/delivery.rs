@@ -84,7 +84,11 @@ pub struct CreateDelivery {
     /// key). At most 256 bytes; no control character, and no invisible one (a Unicode format
     /// character such as U+200B or U+202E, a line or paragraph separator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_length = 256)]
+    #[schema(
+        max_length = 256,
+        // Unicode's Cc, and its Cf, Zl and Zp of the basic plane (what the daemon refuses).
+        pattern = r"^[^\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]*$"
+    )]
     pub fingerprint: Option<String>,
     /// At most once: how to ask the target whether an `unknown` request arrived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
