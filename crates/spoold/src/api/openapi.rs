@@ -162,6 +162,11 @@ pub fn document() -> String {
 /// Header names a create may use: a token, optionally padded with spaces (trimmed), and not one
 /// of the names spoold manages itself (any case).
 const HEADER_NAME: &str = r"^ *[!#$%&'*+.^_`|~0-9A-Za-z-]+ *$";
+/// A string that is not blank: it holds a character outside Unicode's White_Space, which the
+/// daemon trims (ECMAScript's `\S` differs: it counts U+0085 as a character, U+FEFF as space).
+/// The wire types' `note` fields say the same in their own attributes.
+const NOT_BLANK: &str = r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]";
+
 /// Header values: no control characters but tab.
 const HEADER_VALUE: &str = r"^[^\u0000-\u0008\u000a-\u001f\u007f]*$";
 
@@ -220,7 +225,7 @@ fn add_rules(doc: &mut Value) {
             "description": "a `fingerprint` (not blank) needs `mode` `at_most_once`",
             "if": {
                 "required": ["fingerprint"],
-                "properties": {"fingerprint": {"type": "string", "pattern": r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"}},
+                "properties": {"fingerprint": {"type": "string", "pattern": NOT_BLANK}},
             },
             "then": at_most_once,
         },
@@ -232,7 +237,7 @@ fn add_rules(doc: &mut Value) {
         "description": "`remoteId` (not blank) goes only with `outcome` `succeeded`",
         "if": {
             "required": ["remoteId"],
-            "properties": {"remoteId": {"type": "string", "pattern": r"[^\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"}},
+            "properties": {"remoteId": {"type": "string", "pattern": NOT_BLANK}},
         },
         "then": {"properties": {"outcome": {"const": "succeeded"}}},
     }]);
