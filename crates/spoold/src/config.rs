@@ -314,8 +314,8 @@ pub struct Config {
     pub task_lease: Duration,
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
     /// The command that supervises each task attempt (a program and the arguments before the
-    /// supervisor's own): `spoold` itself, re-executed. `None` is `/proc/self/exe`; no flag, but
-    /// the environment variable `SPOOLD_TASK_SUPERVISOR` (words split at white space) names
+    /// supervisor's own). `None`: the `spoold-attempt` beside the daemon, else `/proc/self/exe`
+    /// (`tasks::exec::Supervisor::beside_daemon`); no flag, but the environment variable `SPOOLD_TASK_SUPERVISOR` (words split at white space) names
     /// another: a `spoold` run by an emulator without binfmt registration, as in
     /// `qemu-aarch64-static ./spoold`, must name both (`/proc/self/exe` is the emulator
     /// there). A program that embeds the daemon (the tests) names the `spoold` binary here.

@@ -501,13 +501,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics: Arc::clone(&deliverer_metrics),
         cgroup: task_cgroup,
         spoolctl: spoolctl_next_to_daemon(),
-        supervisor: tasks::exec::Supervisor {
-            command: config
-                .task_supervisor
-                .clone()
-                .unwrap_or_else(|| vec!["/proc/self/exe".into()]),
-            records: records_dir,
-        },
+        supervisor: supervisor(config.task_supervisor.clone(), records_dir),
     });
     // In the background: the orphaned tasks keep their locks and slots until what is left of
     // their attempts is gone, which may take a type's kill_grace.
@@ -703,6 +697,46 @@ fn open_results_to_task_users(
         }
     }
     Ok(())
+}
+
+/// What supervises task attempts: the command `SPOOLD_TASK_SUPERVISOR` names
+/// (`Config::task_supervisor`), else `spoold-attempt` installed beside this daemon, else the
+/// daemon's own binary re-executed (the same code, costlier to start: the reason is logged).
+fn supervisor(
+    named: Option<Vec<std::path::PathBuf>>,
+    records: std::path::PathBuf,
+) -> tasks::exec::Supervisor {
+    use tasks::exec::Supervisor;
+    if let Some(command) = named {
+        info!(command = ?command, "task attempts are supervised by SPOOLD_TASK_SUPERVISOR");
+        return Supervisor::command(command, records);
+    }
+    let own = || Supervisor::command(vec!["/proc/self/exe".into()], records.clone());
+    match Supervisor::beside_daemon(records.clone()) {
+        Ok(Some(found)) => {
+            info!(
+                program = tasks::supervision::PROGRAM,
+                "task attempts are supervised by the {} beside this spoold",
+                tasks::supervision::PROGRAM
+            );
+            found
+        }
+        Ok(None) => {
+            info!(
+                program = tasks::supervision::PROGRAM,
+                "task attempts are supervised by this spoold re-executed: no {} beside it \
+                 (the same supervisor, started at several times the CPU)",
+                tasks::supervision::PROGRAM
+            );
+            own()
+        }
+        Err(why) => {
+            warn!(program = tasks::supervision::PROGRAM, %why,
+                  "task attempts are supervised by this spoold re-executed: the {} beside it \
+                   cannot be used", tasks::supervision::PROGRAM);
+            own()
+        }
+    }
 }
 
 /// The `spoolctl` installed beside this daemon's executable (the same build, or the same

@@ -2,7 +2,8 @@
 //! the daemon spawns an attempt's supervisor ([`run`]), the supervisor spawns the attempt's
 //! program ([`spawn_program`]).
 //!
-//! Each attempt has a supervisor of its own ([`super::supervisor`]): `spoold` re-executed, a child
+//! Each attempt has a supervisor of its own ([`super::supervisor`], started from the program
+//! [`Supervisor`] names: `spoold-attempt` beside the daemon, or `spoold` re-executed), a child
 //! subreaper that spawns the program in a process group of its own (stdin `/dev/null`, a clean
 //! environment, as another user if its type says so), ends it — timeout, cancel, shutdown, a
 //! lease this host could not renew — with SIGTERM to each of its processes, then, after the
@@ -48,16 +49,134 @@ const PIPE_SIZE: usize = 1 << 20;
 /// The pump's buffer until a read fills it.
 const FIRST_READ: usize = 64 * 1024;
 
-/// Which program supervises attempts: `spoold` itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which program supervises attempts: [`supervision::PROGRAM`] installed beside the daemon
+/// ([`Supervisor::beside_daemon`]), or else `spoold` itself, re-executed.
+#[derive(Debug, Clone)]
 pub struct Supervisor {
-    /// The program and the arguments before [`supervision::ARG`]: `/proc/self/exe` (this very
-    /// binary, even once its file was replaced by an upgrade), the `spoold` binary when the
-    /// daemon runs inside another program (the tests), or an emulator and the `spoold` it
-    /// runs (`Config::task_supervisor`).
+    /// The program and the arguments before [`supervision::ARG`]: the held
+    /// [`supervision::PROGRAM`] (`/proc/self/fd/N`), `/proc/self/exe` (this very binary, even
+    /// once its file was replaced by an upgrade), the `spoold` binary when the daemon runs
+    /// inside another program (the tests), or an emulator and the `spoold` it runs
+    /// (`Config::task_supervisor`).
     pub command: Vec<PathBuf>,
+    /// The file of `command`'s program when it is a descriptor's path: open for as long as
+    /// supervisors may be started from it.
+    pub held: Option<Arc<OwnedFd>>,
     /// Where supervisors keep their record files (the data directory's `task-attempts`).
     pub records: PathBuf,
+}
+
+/// How long `spoold-attempt --version` may take to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Supervisor {
+    /// `command` as it is, no file held.
+    pub fn command(command: Vec<PathBuf>, records: PathBuf) -> Supervisor {
+        Supervisor {
+            command,
+            held: None,
+            records,
+        }
+    }
+
+    /// [`supervision::PROGRAM`] installed beside this process's executable, if it is there and
+    /// speaks this daemon's protocol (`--version` answers [`supervision::version_line`]). Its
+    /// file is held open from here on and every supervisor is started from that descriptor: an
+    /// upgrade that replaces the file meanwhile changes nothing for this daemon, as
+    /// `/proc/self/exe` is always the daemon's own binary. `Ok(None)`: there is none; `Err`:
+    /// there is one this daemon cannot use, and why.
+    pub fn beside_daemon(records: PathBuf) -> Result<Option<Supervisor>, String> {
+        let Some(path) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join(supervision::PROGRAM)))
+        else {
+            return Ok(None);
+        };
+        Supervisor::held_program(&path, records)
+    }
+
+    /// [`Supervisor::beside_daemon`] for the program at `path`.
+    pub fn held_program(path: &Path, records: PathBuf) -> Result<Option<Supervisor>, String> {
+        use rustix::fs::{Mode, OFlags};
+        use std::os::fd::AsRawFd as _;
+        let file = match rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(file) => file,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
+        };
+        let by_descriptor = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let says = version_of(&by_descriptor).map_err(|e| format!("{}: {e}", path.display()))?;
+        let wanted = supervision::version_line();
+        if says != wanted {
+            return Err(format!(
+                "{}: --version says {says:?}, this daemon needs {wanted:?} (a {} from another \
+                 build; install the one that came with this spoold)",
+                path.display(),
+                supervision::PROGRAM
+            ));
+        }
+        Ok(Some(Supervisor {
+            command: vec![by_descriptor],
+            held: Some(Arc::new(file)),
+            records,
+        }))
+    }
+}
+
+/// The first line `PROGRAM --version` prints, within [`PROBE_TIMEOUT`].
+fn version_of(program: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut command = Command::new(program);
+    command
+        .arg0(supervision::PROGRAM)
+        .arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut stdout = None;
+    let mut child = processes::spawn_held(|| {
+        command.spawn().map(|mut c| {
+            stdout = c.stdout.take();
+            c.id()
+        })
+    })
+    .map_err(|e| format!("cannot run it: {e}"))?;
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    while child.poll_exit().is_none() {
+        if Instant::now() >= deadline {
+            child.signal(rustix::process::Signal::KILL, false);
+            while child.poll_exit().is_none() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            child.reap();
+            return Err(format!(
+                "--version did not answer within {} s",
+                PROBE_TIMEOUT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    match child.reap().unwrap_or_default() {
+        processes::Exit { code: Some(0), .. } => {}
+        processes::Exit {
+            signal: Some(signal),
+            ..
+        } => return Err(format!("--version was ended by signal {signal}")),
+        processes::Exit { code, .. } => {
+            return Err(format!(
+                "--version exited with code {}",
+                code.map_or("?".to_owned(), |c| c.to_string())
+            ))
+        }
+    }
+    let mut text = String::new();
+    if let Some(out) = stdout {
+        out.take(4096)
+            .read_to_string(&mut text)
+            .map_err(|e| format!("cannot read what --version printed: {e}"))?;
+    }
+    Ok(text.lines().next().unwrap_or_default().to_owned())
 }
 
 /// One attempt to run.
@@ -162,7 +281,7 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         cgroup: cgroup.as_ref().map(|cg| cg.path().to_path_buf()),
         record: record.clone(),
     };
-    let started_supervisor = start_supervisor(&spawn.supervisor.command, &spec);
+    let started_supervisor = start_supervisor(spawn.supervisor, &spec);
     drop(spec);
     let (mut sup, control, read) = match started_supervisor {
         Ok(started) => started,
@@ -323,10 +442,10 @@ fn describe_exit(exit: processes::Exit) -> String {
 /// Start a supervisor for `spec` and hand it the spec and the output pipe: the supervisor, the
 /// daemon's end of its control socket, and the read end of the output pipe.
 fn start_supervisor(
-    supervisor: &[PathBuf],
+    supervisor: &Supervisor,
     spec: &Spec,
 ) -> Result<(Child, OwnedFd, OwnedFd), String> {
-    let Some((program, leading)) = supervisor.split_first() else {
+    let Some((program, leading)) = supervisor.command.split_first() else {
         return Err("cannot start the attempt's supervisor: no command".to_owned());
     };
     let cannot = |what: &str, e: &dyn std::fmt::Display| format!("cannot {what}: {e}");
@@ -340,6 +459,10 @@ fn start_supervisor(
     )
     .map_err(|e| cannot("create the control socket of the attempt's supervisor", &e))?;
     let mut command = Command::new(program);
+    if supervisor.held.is_some() {
+        // Shown by its name rather than the descriptor's path.
+        command.arg0(supervision::PROGRAM);
+    }
     command
         .args(leading)
         .arg(supervision::ARG)

@@ -9,8 +9,28 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The argument that starts `spoold` as an attempt's supervisor.
+/// The argument that starts `spoold` (or [`PROGRAM`]) as an attempt's supervisor.
 pub const ARG: &str = "--supervise-attempt";
+
+/// The supervisor as a program of its own, installed beside `spoold`: the same code as
+/// `spoold --supervise-attempt`, in an executable that carries nothing else, so that starting
+/// one per attempt costs a fraction of re-executing the daemon's binary.
+pub const PROGRAM: &str = "spoold-attempt";
+
+/// What the daemon and its supervisors say to each other: the [`Spec`] line, the control lines
+/// (`stop`, `lease MS`), the `pid` and `record` lines and [`Record`]. Raise it with any change
+/// to one of them: a daemon uses a [`PROGRAM`] only if it speaks the same version (see
+/// [`version_line`]).
+pub const PROTOCOL: u32 = 1;
+
+/// What `spoold-attempt --version` prints: the package version and the protocol. A daemon
+/// starts supervisors from a [`PROGRAM`] whose line is exactly its own.
+pub fn version_line() -> String {
+    format!(
+        "{PROGRAM} {} (supervisor protocol {PROTOCOL})",
+        env!("CARGO_PKG_VERSION")
+    )
+}
 
 /// How long before a lease ends the supervisor stops its attempt (SIGTERM); SIGKILL follows
 /// the kill grace later, so the attempt is gone by the lease's end plus the kill grace less

@@ -1,6 +1,7 @@
-//! The supervisor of one task attempt: `spoold` itself, re-executed by the daemon in a mode of
-//! its own (`spoold --supervise-attempt`), one per attempt — as conmon and containerd-shim are
-//! for containers. It owns the attempt's processes by parenthood, so that no one ever has to
+//! The supervisor of one task attempt, one per attempt — as conmon and containerd-shim are for
+//! containers: the program `spoold-attempt` installed beside the daemon
+//! (`spoold-attempt --supervise-attempt`, `src/bin/spoold-attempt.rs`), or `spoold` itself
+//! re-executed in a mode of its own (`spoold --supervise-attempt`); the same code either way. It owns the attempt's processes by parenthood, so that no one ever has to
 //! guess which processes an attempt left behind.
 //!
 //! **What it guarantees.**
@@ -58,7 +59,8 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 /// While the attempt runs with orphans adopted, how often their exits are reaped.
 const REAP_EVERY: Duration = Duration::from_secs(1);
 
-/// The supervisor's `main`: `spoold --supervise-attempt`, with the control socket as stdin.
+/// The supervisor's `main`: `spoold-attempt --supervise-attempt` or `spoold
+/// --supervise-attempt`, with the control socket as stdin.
 /// Exit 0 once the record is told or written; 2 if the daemon sent no usable spec; 3 if the
 /// record file cannot be had.
 pub fn main() -> ExitCode {

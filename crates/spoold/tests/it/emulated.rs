@@ -215,8 +215,9 @@ async fn a_foreign_build_delivers_every_acknowledged_create_once_across_a_kill9(
 
 /// Each foreign build runs a task that times out and ends its whole process group (a child in
 /// the group and one that left it with `setsid`), with the host's `spoold` as the attempts'
-/// supervisor; its own supervisor, where the emulator refuses it a subreaper, refuses the
-/// attempt rather than run what it could not end.
+/// supervisor; its own supervisors (`spoold-attempt`, which the packages ship, and `spoold`
+/// re-executed), where the emulator refuses them a subreaper, refuse the attempt rather than run
+/// what they could not end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_foreign_build_ends_a_timed_out_task_and_its_group() {
     let Some(builds) = foreign_builds() else {
@@ -227,6 +228,11 @@ async fn a_foreign_build_ends_a_timed_out_task_and_its_group() {
         let setup = Setup::new(dir.path());
         let config = setup.config().display().to_string();
         let supervisors = [
+            format!(
+                "{} {}",
+                build.emulator.display(),
+                build.binary("spoold-attempt")
+            ),
             format!("{} {}", build.emulator.display(), build.binary("spoold")),
             spool_testkit::cargo_bin("spoold").display().to_string(),
         ];

@@ -86,12 +86,12 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A cargo that logs each call and, for `build`, writes the two binaries where the real one
+/// A cargo that logs each call and, for `build`, writes the three binaries where the real one
 /// would (`target/dist/`); `install --list` reports an earlier `cargo install` of spoold under
 /// the root when `old-install` exists there.
 const CARGO: &str = r#"echo "cargo $*" >>"$CALLS"
 case $1 in
-  build) mkdir -p target/dist && echo spoold >target/dist/spoold && echo spoolctl >target/dist/spoolctl ;;
+  build) mkdir -p target/dist && for b in spoold spoold-attempt spoolctl; do echo $b >target/dist/$b; done ;;
   metadata) printf '{"packages":[],"target_directory":"%s/target","version":1}\n' "$PWD" ;;
   install) [ -e "$4/old-install" ] && printf 'spoold v0.0.9 (/old):\n    spoold\n' ;;
 esac
@@ -127,7 +127,8 @@ async fn install_builds_once_installs_under_the_root_and_uninstalls() {
             .any(|l| l == &format!("cargo uninstall --quiet --root {root_arg} spoold")),
         "{calls:?}"
     );
-    for (name, content) in [("spoold", "spoold\n"), ("spoolctl", "spoolctl\n")] {
+    for name in ["spoold", "spoold-attempt", "spoolctl"] {
+        let content = format!("{name}\n");
         let file = root.join("bin").join(name);
         assert_eq!(std::fs::read_to_string(&file).expect(name), content);
         let mode = std::fs::metadata(&file).expect("stat").permissions().mode();
@@ -135,19 +136,22 @@ async fn install_builds_once_installs_under_the_root_and_uninstalls() {
     }
     assert!(
         text(&o.stdout).contains(&format!(
-            "installed {root_arg}/bin/spoold and {root_arg}/bin/spoolctl"
+            "installed {root_arg}/bin/spoold, {root_arg}/bin/spoold-attempt and \
+             {root_arg}/bin/spoolctl"
         )),
         "{}",
         text(&o.stdout)
     );
 
-    // --uninstall (the `--root=DIR` spelling too) removes both and only them.
+    // --uninstall (the `--root=DIR` spelling too) removes the three and only them.
     std::fs::write(root.join("bin/other"), "").expect("another file");
     let o = c
         .run("install", &[&format!("--root={root_arg}"), "--uninstall"])
         .await;
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(!root.join("bin/spoold").exists() && !root.join("bin/spoolctl").exists());
+    for name in ["spoold", "spoold-attempt", "spoolctl"] {
+        assert!(!root.join("bin").join(name).exists(), "{name}");
+    }
     assert!(root.join("bin/other").exists());
     assert!(
         text(&o.stdout).contains("is left where it is"),

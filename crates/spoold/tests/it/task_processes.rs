@@ -546,3 +546,126 @@ sleep 1000"#,
         "zombie children of the daemon: {zombies:?}"
     );
 }
+
+/// What is installed beside the daemon's executable, for
+/// [`each_attempt_is_supervised_by_the_spoold_attempt_beside_the_daemon`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Beside {
+    /// This build's `spoold-attempt`.
+    Ours,
+    /// Nothing.
+    Nothing,
+    /// Another program by that name (as one of another build would, it answers `--version`
+    /// with another line).
+    OtherBuild,
+}
+
+/// `from` at `to`: a hard link where the file system allows, else a copy.
+fn link_or_copy(from: &std::path::Path, to: &std::path::Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).expect("copy the binary");
+    }
+}
+
+/// The supervisor of each attempt is `spoold-attempt` when this build's is installed beside the
+/// daemon (`/proc/PID/exe`, not a name), held open from the daemon's start: replacing the file
+/// meanwhile, as an upgrade does, changes nothing for the running daemon. With none beside it,
+/// or one of another build, the daemon re-executes itself and says why in its log; the attempt
+/// is supervised the same (it times out and its processes are ended).
+#[tokio::test(flavor = "multi_thread")]
+async fn each_attempt_is_supervised_by_the_spoold_attempt_beside_the_daemon() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = setup.config().display().to_string();
+    for beside in [Beside::Ours, Beside::Nothing, Beside::OtherBuild] {
+        let bin = TempDir::new().expect("bin dir");
+        let spoold = bin.path().join("spoold");
+        let attempt = bin.path().join("spoold-attempt");
+        link_or_copy(&spool_testkit::cargo_bin("spoold"), &spoold);
+        match beside {
+            Beside::Ours => link_or_copy(&spool_testkit::cargo_bin("spoold-attempt"), &attempt),
+            Beside::OtherBuild => link_or_copy(std::path::Path::new("/bin/echo"), &attempt),
+            Beside::Nothing => {}
+        }
+        let data = TempDir::new().expect("data dir");
+        let mut daemon = DaemonProcess::start(crate::process_opts(&data).program(&spoold).args([
+            "--config",
+            config.as_str(),
+            "--task-cgroup",
+            "off",
+        ]))
+        .await
+        .expect("daemon");
+        if beside == Beside::Ours {
+            // An upgrade puts a new file in its place (a rename, as dpkg and install(1) do);
+            // this one would fail every attempt.
+            let new = bin.path().join("spoold-attempt.new");
+            executable_script(&new, "exit 1");
+            std::fs::rename(&new, &attempt).expect("replace spoold-attempt");
+        }
+        let api = Api::new(daemon.base_url());
+        let _ = std::fs::remove_file(setup.path("pids"));
+        let (status, task) = submit(&api, json!({"type": "hang"})).await;
+        assert_eq!(status, 201, "{task}");
+        for _ in 0..500 {
+            if setup.pids().len() == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            setup.pids().len(),
+            3,
+            "{beside:?}: the attempt did not start"
+        );
+        let supervisors = supervisors_of(daemon.pid());
+        assert_eq!(supervisors.len(), 1, "{beside:?}: {supervisors:?}");
+        let exe = std::fs::read_link(format!("/proc/{}/exe", supervisors[0])).expect("exe");
+        let argv = std::fs::read(format!("/proc/{}/cmdline", supervisors[0])).expect("cmdline");
+        let argv: Vec<String> = argv
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let log = || daemon.stderr();
+        match beside {
+            Beside::Ours => {
+                // The file it started from is the one it found, now unlinked.
+                assert_eq!(
+                    exe,
+                    std::path::PathBuf::from(format!("{} (deleted)", attempt.display())),
+                    "{argv:?}"
+                );
+                assert_eq!(argv, ["spoold-attempt", "--supervise-attempt"]);
+                assert!(
+                    log().contains("supervised by the spoold-attempt beside this spoold"),
+                    "{}",
+                    log()
+                );
+            }
+            Beside::Nothing | Beside::OtherBuild => {
+                assert_eq!(exe, spoold, "{beside:?}: {argv:?}");
+                assert_eq!(argv, ["/proc/self/exe", "--supervise-attempt"]);
+                let why = if beside == Beside::Nothing {
+                    "no spoold-attempt beside it"
+                } else {
+                    "spoold-attempt: --version says"
+                };
+                assert!(log().contains(why), "{beside:?}: {}", log());
+            }
+        }
+        let done = wait_task(&api, &id(&task), &["timed_out", "failed"]).await;
+        assert_eq!(done["status"], "timed_out", "{beside:?}: {done}");
+        let left = wait_gone(&setup.pids()).await;
+        kill_all(&left);
+        assert!(left.is_empty(), "{beside:?}: left running: {left:?}");
+        daemon.terminate().await.expect("stop the daemon");
+    }
+}
+
+/// An executable shell script at `path`.
+fn executable_script(path: &std::path::Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}

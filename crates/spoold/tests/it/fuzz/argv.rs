@@ -184,10 +184,10 @@ fn received(argv: &[String]) -> Result<Vec<Vec<u8>>, TestCaseError> {
         tag: exec::attempt_tag("fuzz", 1),
         cgroup: None,
         output: Some(Arc::clone(&log)),
-        supervisor: &exec::Supervisor {
-            command: vec![env!("CARGO_BIN_EXE_spoold").into()],
-            records: dir.path().to_path_buf(),
-        },
+        supervisor: &exec::Supervisor::command(
+            vec![env!("CARGO_BIN_EXE_spoold").into()],
+            dir.path().to_path_buf(),
+        ),
     }));
     prop_assert_eq!(finished.exit_code, Some(0), "{:?}", finished);
     let log = Arc::try_unwrap(log)
