@@ -403,6 +403,18 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         remove_files_in(&results_dir);
         open_results_to_task_users(&results_dir, &config.task_types)?;
     }
+    // Before `listening` too: the supervisor program is asked its version (a process started
+    // and waited for).
+    let supervisor = {
+        let (named, records) = (config.task_supervisor.clone(), records_dir.clone());
+        match tokio::task::spawn_blocking(move || supervisor(named, records)).await {
+            Ok(supervisor) => supervisor,
+            Err(e) => {
+                warn!(error = %e, "cannot look for the supervisor program: spoold re-executed");
+                tasks::exec::Supervisor::command(vec!["/proc/self/exe".into()], records_dir.clone())
+            }
+        }
+    };
 
     let stop = CancellationToken::new();
     let (bound, server) = match &config.listen {
@@ -501,7 +513,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics: Arc::clone(&deliverer_metrics),
         cgroup: task_cgroup,
         spoolctl: spoolctl_next_to_daemon(),
-        supervisor: supervisor(config.task_supervisor.clone(), records_dir),
+        supervisor,
     });
     // In the background: the orphaned tasks keep their locks and slots until what is left of
     // their attempts is gone, which may take a type's kill_grace.
