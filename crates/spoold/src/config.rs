@@ -315,10 +315,11 @@ pub struct Config {
     pub task_cgroup: crate::tasks::cgroup::CgroupChoice,
     /// The command that supervises each task attempt (a program and the arguments before the
     /// supervisor's own). `None`: the `spoold-attempt` beside the daemon, else `/proc/self/exe`
-    /// (`tasks::exec::Supervisor::beside_daemon`); no flag, but the environment variable `SPOOLD_TASK_SUPERVISOR` (words split at white space) names
-    /// another: a `spoold` run by an emulator without binfmt registration, as in
-    /// `qemu-aarch64-static ./spoold`, must name both (`/proc/self/exe` is the emulator
-    /// there). A program that embeds the daemon (the tests) names the `spoold` binary here.
+    /// (`tasks::exec::Supervisor::beside_daemon`); no flag, but the environment variable
+    /// `SPOOLD_TASK_SUPERVISOR` (words split at white space) names another: a `spoold` run by an
+    /// emulator without binfmt registration, as in `qemu-aarch64-static ./spoold`, must name
+    /// both (`/proc/self/exe` is the emulator there). A program that embeds the daemon (the
+    /// tests) names the `spoold` binary here.
     pub task_supervisor: Option<Vec<PathBuf>>,
     /// `--log-format` (the binary sets logging up from it; kept to be printed).
     pub log_format: LogFormat,

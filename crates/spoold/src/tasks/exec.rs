@@ -477,10 +477,12 @@ fn start_supervisor(
     // Its end of the socket is its own from here on.
     drop(command);
     let sup = spawned.map_err(|e| {
-        cannot(
-            &format!("start the attempt's supervisor {}", program.display()),
-            &e,
-        )
+        // The held program by its name, not by its descriptor's path.
+        let shown = match supervisor.held {
+            Some(_) => supervision::PROGRAM.to_owned(),
+            None => program.display().to_string(),
+        };
+        cannot(&format!("start the attempt's supervisor {shown}"), &e)
     })?;
     let mut line = serde_json::to_vec(spec).map_err(|e| cannot("encode the attempt", &e))?;
     line.push(b'\n');

@@ -1,8 +1,9 @@
 //! The supervisor of one task attempt, one per attempt — as conmon and containerd-shim are for
 //! containers: the program `spoold-attempt` installed beside the daemon
 //! (`spoold-attempt --supervise-attempt`, `src/bin/spoold-attempt.rs`), or `spoold` itself
-//! re-executed in a mode of its own (`spoold --supervise-attempt`); the same code either way. It owns the attempt's processes by parenthood, so that no one ever has to
-//! guess which processes an attempt left behind.
+//! re-executed in a mode of its own (`spoold --supervise-attempt`); the same code either way.
+//! It owns the attempt's processes by parenthood, so that no one ever has to guess which
+//! processes an attempt left behind.
 //!
 //! **What it guarantees.**
 //! - It is a child subreaper and spawns the attempt's program: every process of the attempt
