@@ -108,14 +108,9 @@ async fn escapees_leave_no_zombies() {
         ),
     );
     let data = TempDir::new().expect("data dir");
-    let daemon = DaemonProcess::start(crate::process_opts(&data).args([
-        "--config",
-        config.as_str(),
-        "--task-cgroup",
-        "off",
-    ]))
-    .await
-    .expect("daemon");
+    let daemon = DaemonProcess::start(without_cgroups(&data, &config))
+        .await
+        .expect("daemon");
     let api = Api::new(daemon.base_url());
     let mut ids = Vec::new();
     for n in 0..3 {
@@ -452,6 +447,12 @@ async fn each_process_gets_sigterm_once_across_two_crashes() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// A daemon process on `data` with the task types of the file `config`, its attempts contained
+/// without cgroups.
+fn without_cgroups(data: &TempDir, config: &str) -> spool_testkit::DaemonOptions {
+    crate::process_opts(data).args(["--config", config, "--task-cgroup", "off"])
+}
+
 /// The supervisors among the children of `daemon` (their name is `spoold-attempt`).
 fn supervisors_of(daemon: u32) -> Vec<i32> {
     std::fs::read_dir(format!("/proc/{daemon}/task"))
@@ -498,14 +499,9 @@ sleep 1000"#,
         ),
     );
     let data = TempDir::new().expect("data dir");
-    let daemon = DaemonProcess::start(crate::process_opts(&data).args([
-        "--config",
-        config.as_str(),
-        "--task-cgroup",
-        "off",
-    ]))
-    .await
-    .expect("daemon");
+    let daemon = DaemonProcess::start(without_cgroups(&data, &config))
+        .await
+        .expect("daemon");
     let api = Api::new(daemon.base_url());
     let (_, task) = submit(&api, json!({"type": "orphaned", "idempotencyKey": "o"})).await;
     let pids = || setup.pids();
@@ -588,14 +584,9 @@ async fn each_attempt_is_supervised_by_the_spoold_attempt_beside_the_daemon() {
             Beside::Nothing => {}
         }
         let data = TempDir::new().expect("data dir");
-        let mut daemon = DaemonProcess::start(crate::process_opts(&data).program(&spoold).args([
-            "--config",
-            config.as_str(),
-            "--task-cgroup",
-            "off",
-        ]))
-        .await
-        .expect("daemon");
+        let mut daemon = DaemonProcess::start(without_cgroups(&data, &config).program(&spoold))
+            .await
+            .expect("daemon");
         if beside == Beside::Ours {
             // An upgrade puts a new file in its place (a rename, as dpkg and install(1) do);
             // this one would fail every attempt.
