@@ -292,6 +292,160 @@ impl PrivateServer {
         self.pg_ctl("restart")
     }
 
+    /// Stop the server (`pg_ctl stop -m fast`): connections are dropped and new ones refused
+    /// until [`PrivateServer::start_again`].
+    pub fn stop(&self) -> anyhow::Result<()> {
+        self.pg_ctl("stop")
+    }
+
+    /// Start a server stopped by [`PrivateServer::stop`] or [`PrivateServer::kill9`], as it is
+    /// (a primary killed before a failover comes back as a primary: a stale one).
+    pub fn start_again(&self) -> anyhow::Result<()> {
+        self.pg_ctl("start")
+    }
+
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kill the server's postmaster with SIGKILL, as a crash or a power cut would, and wait
+    /// (up to 30 s) until none of its processes is left: its backends notice their postmaster's
+    /// death and exit by themselves. Processes are found through `/proc` (their working
+    /// directory is the data directory), never by name.
+    pub fn kill9(&self) -> anyhow::Result<()> {
+        let pid_file = self.dir.path().join("data/postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("read {}", pid_file.display()))?;
+        let pid: i32 = text
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .context("no pid in postmaster.pid")?;
+        let postmaster = rustix::process::Pid::from_raw(pid).context("postmaster pid")?;
+        rustix::process::kill_process(postmaster, rustix::process::Signal::KILL)
+            .context("SIGKILL the postmaster")?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let left = self.processes();
+            if left.is_empty() {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "processes of the killed server still running after 30 s: {left:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The processes of this server: those whose working directory is its data directory.
+    fn processes(&self) -> Vec<i32> {
+        let data = std::path::PathBuf::from(self.data());
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == data)
+            })
+            .collect()
+    }
+
+    /// A streaming standby of this server, on a port of its own: a base backup
+    /// (`pg_basebackup -R`: it follows this server from its start), started. Made a primary by
+    /// [`PrivateServer::promote`].
+    pub fn standby(&self) -> anyhow::Result<PrivateServer> {
+        let dir = tempfile::Builder::new()
+            .prefix("spoold-pg-")
+            .tempdir_in("/tmp")
+            .context("temp dir")?;
+        crate::privileged::run("chown", ["postgres:", &dir.path().display().to_string()])?;
+        let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?
+            .local_addr()?
+            .port();
+        let standby = PrivateServer {
+            dir,
+            bin: self.bin.clone(),
+            port,
+            settings: self.settings.clone(),
+        };
+        standby.follow(self)?;
+        Ok(standby)
+    }
+
+    /// Make this server (stopped, or killed) a standby of `primary`: its data directory is
+    /// replaced by a base backup of `primary`'s, and it starts following it — what a cluster
+    /// manager does with a failed primary before it rejoins.
+    pub fn rejoin_as_standby_of(&self, primary: &PrivateServer) -> anyhow::Result<()> {
+        if !self.processes().is_empty() {
+            self.as_postgres(
+                "pg_ctl",
+                &["-D", &self.data(), "-m", "immediate", "-w", "stop"],
+            )?;
+        }
+        std::fs::remove_dir_all(self.data()).context("remove the old data directory")?;
+        self.follow(primary)
+    }
+
+    fn follow(&self, primary: &PrivateServer) -> anyhow::Result<()> {
+        let port = primary.port.to_string();
+        self.as_postgres(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-D",
+                &self.data(),
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+                "-c",
+                "fast",
+            ],
+        )?;
+        // Its name, for the primary's `synchronous_standby_names` and `pg_stat_replication`.
+        let auto = self.dir.path().join("data/postgresql.auto.conf");
+        let conf = std::fs::read_to_string(&auto).context("read postgresql.auto.conf")?;
+        let conf = conf.replace(
+            "primary_conninfo = '",
+            &format!(
+                "primary_conninfo = 'application_name=standby_{} ",
+                self.port
+            ),
+        );
+        std::fs::write(&auto, conf).context("write postgresql.auto.conf")?;
+        self.pg_ctl("start")
+    }
+
+    /// Promote this standby to a primary (`pg_ctl promote`, waiting until it accepts writes).
+    pub fn promote(&self) -> anyhow::Result<()> {
+        self.as_postgres("pg_ctl", &["-D", &self.data(), "-w", "-t", "30", "promote"])
+    }
+
+    /// Run `sql` on this server's `postgres` database.
+    pub async fn execute(&self, sql: &str) -> anyhow::Result<()> {
+        connect(&self.url()).await?.batch_execute(sql).await?;
+        Ok(())
+    }
+
+    /// The first column of the first row of `sql` on this server's `postgres` database, as
+    /// text.
+    pub async fn scalar(&self, sql: &str) -> anyhow::Result<Option<String>> {
+        let client = connect(&self.url()).await?;
+        let rows = client.simple_query(sql).await?;
+        Ok(rows.into_iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        }))
+    }
+
     fn data(&self) -> String {
         self.dir.path().join("data").display().to_string()
     }
@@ -334,6 +488,10 @@ impl PrivateServer {
 impl Drop for PrivateServer {
     fn drop(&mut self) {
         let data = self.data();
+        if self.processes().is_empty() {
+            // Stopped or killed already.
+            return;
+        }
         let stopped = self.as_postgres("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
         if let Err(e) = stopped {
             eprintln!("could not stop the private PostgreSQL server in {data}: {e:#}");

@@ -12,6 +12,7 @@
 //! - `backoff`: exponential backoff with jitter, shared by both.
 //! - [`characters`]: the control and invisible characters refused in keys and parameters.
 //! - `schema_watch`: stops the daemon when a newer host migrates a shared database past it.
+//! - [`unrecorded`]: attempts' results kept on this host while the database is out of reach.
 //! - [`metrics`], [`logging`].
 //!
 //! Durable state lives in the `spool-store` crate; wire types in `spool-proto`.
@@ -32,6 +33,7 @@ mod spelling;
 pub mod systemd;
 pub mod tasks;
 mod unix_socket;
+pub mod unrecorded;
 
 use std::net::SocketAddr;
 
@@ -306,6 +308,18 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let store = open_store(&config).await?;
 
     let executor = executor(&store, &config.data_dir);
+    // Results an earlier run held when it stopped during a database outage: recorded before
+    // anything is taken back, so that their claims are still theirs.
+    let journal = unrecorded::Journal::new(&config.data_dir);
+    let replayed = journal.replay(&store).await;
+    if replayed != unrecorded::Replayed::default() {
+        info!(
+            recorded = replayed.recorded,
+            kept = replayed.kept,
+            unreadable = replayed.unreadable,
+            "results an earlier run kept while the database was out of reach"
+        );
+    }
     let orphans = recover(&store, &config, &executor).await?;
     if !config.task_types.is_empty() {
         tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
@@ -470,6 +484,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         stop: stop.clone(),
         reconcile_base: config.reconcile_base,
         unknown_entered,
+        journal: journal.clone(),
     });
     let scheduler = scheduler::Scheduler {
         store: store.clone(),
@@ -514,6 +529,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         cgroup: task_cgroup,
         spoolctl: spoolctl_next_to_daemon(),
         supervisor,
+        journal,
     });
     // In the background: the orphaned tasks keep their locks and slots until what is left of
     // their attempts is gone, which may take a type's kill_grace.

@@ -92,6 +92,14 @@ pub struct Metrics {
     pub task_waits: Family<TaskWaitLabel, Counter>,
     pub task_output_truncated_bytes: Family<TypeLabel, Counter>,
     pub task_redactions: Family<TypeLabel, Counter>,
+    /// Attempts' results held because the database was out of reach, not yet recorded.
+    pub unrecorded: Family<KindLabel, Gauge>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// `delivery` or `task`.
+    pub kind: &'static str,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -161,6 +169,7 @@ impl Metrics {
             task_waits: Family::default(),
             task_output_truncated_bytes: Family::default(),
             task_redactions: Family::default(),
+            unrecorded: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -357,6 +366,12 @@ impl Metrics {
             "spoold_task_redactions",
             "Secrets and patterns replaced by [REDACTED] in task output, by type",
             m.task_redactions.clone(),
+        );
+        registry.register(
+            "spoold_unrecorded_results",
+            "Attempts' results this daemon holds because the database was out of reach, by kind \
+             (delivery, task); recorded once it is back",
+            m.unrecorded.clone(),
         );
         m.db_max_bytes.set(settings.max_db_bytes as i64);
         m.allow_private_targets

@@ -36,11 +36,17 @@ use crate::deliveries::activity::{self, Activity};
 use crate::deliveries::outbound::{self, Outbound, SendErrorCode};
 use crate::deliveries::retry::{self, Backoff, Verdict};
 use crate::deliveries::targets::{LiveRules, RateLimiter, TargetRules};
-use crate::metrics::{Metrics, OutcomeLabel, ResultLabel};
+use crate::metrics::{KindLabel, Metrics, OutcomeLabel, ResultLabel};
+
+const DELIVERY: KindLabel = KindLabel { kind: "delivery" };
 
 /// Time kept free at the end of a lease for recording the attempt's result: a request is cut
 /// off this long before its lease runs out.
 pub const RECORD_MARGIN: Duration = Duration::from_secs(1);
+
+/// The longest wait between two writes of a result the database was out of reach for: how late,
+/// at most, a result is recorded after the database is back.
+const MAX_RECORD_PAUSE: Duration = Duration::from_millis(500);
 
 /// What every attempt needs, shared by all of them.
 pub struct Deliverer {
@@ -65,6 +71,8 @@ pub struct Deliverer {
     pub reconcile_base: Duration,
     /// Told when an attempt left a delivery `unknown`: the reconciler has work.
     pub unknown_entered: Arc<tokio::sync::Notify>,
+    /// Where results the database was out of reach for are kept until recorded.
+    pub journal: crate::unrecorded::Journal,
 }
 
 /// The claims (delivery id → claim sequence) that attempts of this process hold right now,
@@ -750,10 +758,11 @@ impl Deliverer {
         let late = (disposition == Disposition::Succeeded && mode == Mode::AtMostOnce)
             .then(|| result.clone());
         let recorded = match first {
-            None | Some(Err(StoreError::Unavailable(_))) => {
-                self.patiently(&id, || self.store.complete(result.clone()))
-                    .await
-            }
+            None => match self.store.complete(result.clone()).await {
+                Err(StoreError::Unavailable(e)) => self.record_patiently(&result, mode, e).await,
+                done => done,
+            },
+            Some(Err(StoreError::Unavailable(e))) => self.record_patiently(&result, mode, e).await,
             Some(done) => done,
         };
         self.live.forget(&id, claim_seq);
@@ -799,6 +808,12 @@ impl Deliverer {
                 },
                 None => "superseded",
             },
+            Err(StoreError::Unavailable(e)) => {
+                warn!(delivery_id = %id, claim_seq, error = %e,
+                      "stopping before the database came back: the attempt's result is kept in \
+                       the data directory and recorded at the next start");
+                "unrecorded"
+            }
             Err(e) => {
                 warn!(delivery_id = %id, claim_seq, error = %e,
                       "could not record attempt result; it will be retried after the lease");
@@ -819,6 +834,45 @@ impl Deliverer {
             duration_ms,
             "delivery attempt finished"
         );
+    }
+
+    /// Record an attempt's result the database was out of reach for (`first`: why), however
+    /// long that takes while this daemon runs: the result is what the target answered, and
+    /// nothing else knows it. It is kept in the data directory from now on
+    /// ([`crate::unrecorded`]) and its claim stays live ([`LiveClaims`]), so the sweep renews
+    /// the claim's lease as soon as the database is back and no host takes it back meanwhile
+    /// unless the outage outlasted the lease; then the write finds the claim gone (`Fenced`),
+    /// and an at-most-once 2xx settles the `unknown` the take-back left. A daemon that stops
+    /// first leaves the result in its journal for its next start (`Err(Unavailable)`).
+    async fn record_patiently(
+        &self,
+        result: &AttemptResult,
+        mode: Mode,
+        first: String,
+    ) -> Result<Applied, StoreError> {
+        let kept = self.journal.keep_delivery(result, mode).await;
+        self.metrics.unrecorded.get_or_create(&DELIVERY).inc();
+        warn!(delivery_id = %result.id, claim_seq = result.claim_seq, error = %first,
+              "database out of reach: the attempt's result is kept and recorded once it is back");
+        let mut pause = Duration::from_millis(50);
+        let recorded = loop {
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.stop.cancelled() => {}
+            }
+            match self.store.complete(result.clone()).await {
+                Err(StoreError::Unavailable(e)) if self.stop.is_cancelled() => {
+                    break Err(StoreError::Unavailable(e))
+                }
+                Err(StoreError::Unavailable(_)) => pause = (pause * 2).min(MAX_RECORD_PAUSE),
+                done => break done,
+            }
+        };
+        self.metrics.unrecorded.get_or_create(&DELIVERY).dec();
+        if !matches!(recorded, Err(StoreError::Unavailable(_))) {
+            self.journal.done(kept);
+        }
+        recorded
     }
 
     /// Run a store write again while the database is out of reach (a PostgreSQL server

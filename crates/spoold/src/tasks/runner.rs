@@ -40,7 +40,7 @@ use super::processes;
 use super::types::{ExitClass, OnInterrupt, OnPartialFailure, TaskType};
 use super::{Declared, TaskTypes};
 use crate::backoff::Backoff;
-use crate::metrics::{Metrics, TaskEndLabel, TaskWaitLabel, TypeLabel};
+use crate::metrics::{KindLabel, Metrics, TaskEndLabel, TaskWaitLabel, TypeLabel};
 
 /// The longest result summary kept (`SPOOLD_RESULT_FILE`).
 pub const MAX_SUMMARY_BYTES: usize = 4096;
@@ -85,6 +85,9 @@ struct Attempt {
     orphan: bool,
     /// Its processes are not on this host (an orphan this host cannot see): it takes no slot.
     elsewhere: bool,
+    /// Nothing of it runs any more: only its end is being recorded (its lease is renewed until
+    /// then, but there is nothing left to stop).
+    over: bool,
     /// SHA-256 of the attempt's step token (the token itself is only in its environment).
     step_token: Option<[u8; 32]>,
     output: Option<Arc<Mutex<OutputLog>>>,
@@ -178,6 +181,7 @@ impl Running {
                 lease_until: lease_tx,
                 orphan: orphan.is_some(),
                 elsewhere: orphan == Some(Whereabouts::Elsewhere),
+                over: false,
                 step_token: None,
                 output: None,
             },
@@ -276,7 +280,7 @@ impl Running {
                     }
                 }
                 None => {
-                    if !a.lease_lost.is_cancelled() {
+                    if !a.lease_lost.is_cancelled() && !a.over {
                         warn!(task_id = %id, attempt = a.number,
                               "the task was taken over by another executor: stopping its attempt here");
                     }
@@ -292,7 +296,7 @@ impl Running {
         let inner = self.lock();
         let mut next: Option<Instant> = None;
         for (id, a) in &inner.attempts {
-            if a.lease_lost.is_cancelled() {
+            if a.lease_lost.is_cancelled() || a.over {
                 continue;
             }
             if a.lease_deadline <= now {
@@ -304,6 +308,18 @@ impl Running {
             }
         }
         next
+    }
+
+    /// The attempt of `task_id` under claim `claim_seq` is over: only its end is being recorded.
+    fn over(&self, task_id: &str, claim_seq: u32) {
+        if let Some(a) = self
+            .lock()
+            .attempts
+            .get_mut(task_id)
+            .filter(|a| a.claim_seq == claim_seq)
+        {
+            a.over = true;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RunningInner> {
@@ -339,6 +355,8 @@ pub struct Runner {
     pub spoolctl: Option<PathBuf>,
     /// What supervises each attempt, and where supervisors keep their records.
     pub supervisor: exec::Supervisor,
+    /// Where attempts' ends the database was out of reach for are kept until recorded.
+    pub journal: crate::unrecorded::Journal,
 }
 
 /// Where an orphaned attempt's processes are, seen from here.
@@ -443,11 +461,7 @@ impl Runner {
         }
         // The raw result file of the cut-short attempt (it may hold secrets).
         let _ = std::fs::remove_file(self.result_file(&orphan.id, orphan.attempt));
-        let then = match kind.map_or(OnInterrupt::Review, |t| t.on_interrupt) {
-            OnInterrupt::Review => TaskStatus::ManualReview,
-            OnInterrupt::Retry => TaskStatus::Pending,
-            OnInterrupt::Fail => TaskStatus::Failed,
-        };
+        let then = on_interrupt_status(kind.map_or(OnInterrupt::Review, |t| t.on_interrupt));
         let end = OrphanEnd {
             id: orphan.id.clone(),
             claim_seq: orphan.claim_seq,
@@ -495,11 +509,7 @@ impl Runner {
 
     /// Apply the type's `on_interrupt` to a task whose attempt this daemon ended (shutdown).
     async fn apply_on_interrupt(&self, id: &str, policy: OnInterrupt) {
-        let to = match policy {
-            OnInterrupt::Review => TaskStatus::ManualReview,
-            OnInterrupt::Retry => TaskStatus::Pending,
-            OnInterrupt::Fail => TaskStatus::Failed,
-        };
+        let to = on_interrupt_status(policy);
         let note = "the type's on_interrupt";
         if let Err(e) = self
             .store
@@ -940,7 +950,12 @@ impl Runner {
         } else {
             Self::claim_types(&self.types.now())
         };
-        let (recorded, next) = match self.finish_patiently(end, types).await {
+        self.running.over(&task.id, task.claim_seq);
+        let then = on_interrupt_status(kind.on_interrupt);
+        let (recorded, next) = match self
+            .finish_patiently(end, types, &task.task_type, then)
+            .await
+        {
             Ok((status, next)) => (Ok(status), next),
             Err(e) => (Err(e), None),
         };
@@ -969,46 +984,88 @@ impl Runner {
             Ok(Some(TaskStatus::Interrupted)) => {
                 self.apply_on_interrupt(&task.id, kind.on_interrupt).await;
             }
-            Ok(_) => {}
+            Ok(Some(_)) => {}
+            Ok(None) => warn!(task_id = %task.id, attempt = task.attempt, status = %outcome,
+                              "the attempt's end came after its task was taken over by another \
+                               executor (its lease ran out); the take-over settles the task"),
+            Err(spool_store::StoreError::Unavailable(e)) => {
+                warn!(task_id = %task.id, error = %e,
+                      "stopping before the database came back: how the attempt ended is kept in \
+                       the data directory and recorded at the next start")
+            }
             Err(e) => error!(task_id = %task.id, error = %e, "could not record a task attempt"),
         }
         next
     }
 
     /// Record how an attempt ended (and claim the next task for the slot), riding out a
-    /// database that is out of reach for a moment (a PostgreSQL server restarting): the
-    /// attempt is still registered as running here, so its lease is renewed once the database
-    /// is back. After half a lease of trying, the lease decides (the task is then
-    /// `interrupted`: how it ended is in the log line above, not in the store).
+    /// database that is out of reach (a PostgreSQL server restarting, a failover) for as long as
+    /// this daemon runs: only this daemon knows how the attempt ended. From the first refusal
+    /// on, the end is also kept in the data directory ([`crate::unrecorded`]), for the next
+    /// start should this daemon stop first (then `Err(Unavailable)`). The attempt stays
+    /// registered as running here meanwhile, so the heartbeat renews its lease as soon as the
+    /// database is back and no other host takes the task over unless the outage outlasted the
+    /// lease (the write then finds the claim gone: `Ok((None, _))`).
     async fn finish_patiently(
         &self,
         end: TaskAttemptEnd,
         types: Vec<ClaimType>,
+        task_type: &str,
+        on_interrupt: TaskStatus,
     ) -> Result<(Option<TaskStatus>, Option<(ClaimedTask, Instant)>), spool_store::StoreError> {
-        let deadline = std::time::Instant::now() + self.lease / 2;
         let mut pause = Duration::from_millis(50);
+        let mut kept = None;
         loop {
             let claimed_at = Instant::now();
+            // Once the database was out of reach, the end is written alone: a next task is
+            // claimed by the runner's loop when it is back.
+            let types = if kept.is_some() {
+                Vec::new()
+            } else {
+                types.clone()
+            };
             let recorded = self
                 .store
                 .finish_and_claim(
                     end.clone(),
-                    types.clone(),
+                    types,
                     self.lease.as_millis() as i64,
                     self.executor.clone(),
                 )
                 .await;
             match recorded {
-                Err(spool_store::StoreError::Unavailable(e))
-                    if std::time::Instant::now() + pause < deadline =>
-                {
-                    info!(task_id = %end.id, error = %e,
-                          "database out of reach; recording the attempt again shortly");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
+                Err(spool_store::StoreError::Unavailable(e)) if !self.stop.is_cancelled() => {
+                    if kept.is_none() {
+                        warn!(task_id = %end.id, error = %e,
+                              "database out of reach: how the attempt ended is kept and \
+                               recorded once it is back");
+                        self.metrics.unrecorded.get_or_create(&TASK).inc();
+                        kept = Some(
+                            self.journal
+                                .keep_task(&end, task_type, Some(on_interrupt))
+                                .await,
+                        );
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = self.stop.cancelled() => {}
+                    }
+                    pause = (pause * 2).min(MAX_RECORD_PAUSE);
                 }
                 other => {
-                    return other.map(|(status, next)| (status, next.map(|t| (t, claimed_at))))
+                    if let Some(kept) = kept {
+                        self.metrics.unrecorded.get_or_create(&TASK).dec();
+                        match &other {
+                            Err(spool_store::StoreError::Unavailable(_)) => {}
+                            _ => self.journal.done(kept),
+                        }
+                    } else if let Err(spool_store::StoreError::Unavailable(_)) = &other {
+                        // Refused while stopping, before anything was kept: keep it now.
+                        self.journal
+                            .keep_task(&end, task_type, Some(on_interrupt))
+                            .await;
+                    }
+                    return other.map(|(status, next)| (status, next.map(|t| (t, claimed_at))));
                 }
             }
         }
@@ -1154,6 +1211,20 @@ async fn wait_for_supervisor(path: &std::path::Path) -> Option<super::supervisio
         }
     }
 }
+
+/// Where the type's `on_interrupt` takes a task whose attempt was interrupted.
+fn on_interrupt_status(policy: OnInterrupt) -> TaskStatus {
+    match policy {
+        OnInterrupt::Review => TaskStatus::ManualReview,
+        OnInterrupt::Retry => TaskStatus::Pending,
+        OnInterrupt::Fail => TaskStatus::Failed,
+    }
+}
+
+/// The longest wait between two writes of an attempt's end the database was out of reach for.
+const MAX_RECORD_PAUSE: Duration = Duration::from_millis(500);
+
+const TASK: KindLabel = KindLabel { kind: "task" };
 
 /// What an attempt is started with.
 struct AttemptEnv {

@@ -14,6 +14,7 @@ mod crash;
 mod dashboard;
 mod disk_full;
 mod emulated;
+mod failover;
 mod fairness;
 mod fuzz;
 mod idempotency;
