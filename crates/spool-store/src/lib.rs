@@ -649,6 +649,23 @@ impl Store {
         }
     }
 
+    /// What the PostgreSQL server's replication promises an acknowledged commit (read at most
+    /// every few seconds); `None` for SQLite, whose promise is its own disk.
+    pub async fn replication(&self) -> Result<Option<postgres::Replication>> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(s) => s.replication().await.map(Some),
+        }
+    }
+
+    /// The last [`Store::replication`] read, without asking the server.
+    pub fn last_replication(&self) -> Option<postgres::Replication> {
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres(s) => s.last_replication(),
+        }
+    }
+
     /// Whether other hosts may share this store (PostgreSQL): their claims are alive and can
     /// only be taken back when their leases lapse.
     pub fn is_shared(&self) -> bool {

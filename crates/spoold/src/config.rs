@@ -134,6 +134,12 @@ pub struct Args {
     #[arg(long, value_parser = parse_duration_arg, value_name = "DURATION")]
     pub db_poll_interval: Option<Duration>,
 
+    /// PostgreSQL: how long each start-up step (connecting, reading the server's settings,
+    /// migrating the schema, recovering) may wait before the start fails, saying what it waits
+    /// on (a synchronous standby that is not there, another host's migration, a lock).
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub db_start_timeout: Duration,
+
     /// Refuse new deliveries (507 journal_full) once the database is this large; 0 = no limit.
     #[arg(long, alias = "max-journal-bytes", default_value = "1GiB", value_parser = parse_size_arg, value_name = "SIZE")]
     pub max_db_bytes: u64,
@@ -285,6 +291,8 @@ pub struct Config {
     pub db_notify: DbNotify,
     /// `--db-poll-interval`, or its default for `db_notify` (PostgreSQL only).
     pub db_poll_interval: Duration,
+    /// `--db-start-timeout` (PostgreSQL only).
+    pub db_start_timeout: Duration,
     /// `--strict`: missing task files refuse the start or reload.
     pub strict: bool,
     pub concurrency: u32,
@@ -386,6 +394,10 @@ impl Config {
             "db_poll_interval",
             format!("{:?}", d(self.db_poll_interval)),
         );
+        line(
+            "db_start_timeout",
+            format!("{:?}", d(self.db_start_timeout)),
+        );
         line("strict", self.strict.to_string());
         line("concurrency", self.concurrency.to_string());
         line(
@@ -462,6 +474,7 @@ impl Config {
             db_connections => "--db-connections",
             db_notify => "--db-notify",
             db_poll_interval => "--db-poll-interval",
+            db_start_timeout => "--db-start-timeout",
             concurrency => "--concurrency",
             per_target_concurrency => "--per-target-concurrency",
             request_timeout => "--request-timeout",
@@ -670,6 +683,9 @@ impl Args {
             (None, DbNotify::On) => spool_store::postgres::DEFAULT_POLL_INTERVAL,
             (None, DbNotify::Off) => spool_store::postgres::DEFAULT_POLL_ONLY_INTERVAL,
         };
+        if self.db_start_timeout.is_zero() {
+            return err("--db-start-timeout must be greater than 0");
+        }
         if self.shutdown_timeout.is_zero() {
             return err("--shutdown-timeout must be greater than 0");
         }
@@ -701,6 +717,7 @@ impl Args {
             db_connections: self.db_connections,
             db_notify: self.db_notify,
             db_poll_interval,
+            db_start_timeout: self.db_start_timeout,
             strict: self.strict,
             concurrency: self.concurrency,
             per_target_concurrency,
@@ -770,7 +787,38 @@ fn database(given: &Path) -> Result<Database, ConfigError> {
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         return Ok(Database::Postgres(text.into_owned()));
     }
+    if let Some(keyword) = libpq_keyword(&text) {
+        // Taken as a file name, it would make a SQLite queue nobody else shares.
+        return Err(ConfigError(format!(
+            "--db looks like a libpq connection string ({keyword}=…), which spoold does not \
+             take: give PostgreSQL as a URL, e.g. \
+             postgres://user@host1:5432,host2:5432/database?target_session_attrs=read-write"
+        )));
+    }
     database_path(given).map(Database::Sqlite)
+}
+
+/// The first libpq connection keyword `text` sets (`host=a port=5432 …`), if it reads as a
+/// keyword/value connection string rather than a file name.
+fn libpq_keyword(text: &str) -> Option<&str> {
+    const KEYWORDS: &[&str] = &[
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "sslmode",
+        "target_session_attrs",
+        "application_name",
+        "connect_timeout",
+        "options",
+        "service",
+    ];
+    text.split_whitespace()
+        .filter_map(|word| word.split_once('='))
+        .map(|(key, _)| key.trim())
+        .find(|key| KEYWORDS.contains(key))
 }
 
 /// The SQLite file `--db` names. A relative path is made absolute here, against the working
@@ -1205,6 +1253,18 @@ mod tests {
                 "unknown database URL scheme \"mysql\"",
             ),
             (&["--db", "sqlite:"], "must not be empty"),
+            (
+                &["--db", "host=a,b port=5432 dbname=spool"],
+                "--db looks like a libpq connection string (host=…)",
+            ),
+            (
+                &["--db", "dbname=spool target_session_attrs=read-write"],
+                "give PostgreSQL as a URL",
+            ),
+            (
+                &["--db-start-timeout", "0s"],
+                "--db-start-timeout must be greater than 0",
+            ),
             (
                 &["--db-poll-interval", "5ms"],
                 "--db-poll-interval must be at least 10ms",

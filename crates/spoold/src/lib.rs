@@ -286,6 +286,10 @@ impl Running {
     }
 }
 
+/// Where a PostgreSQL host remembers the newest timeline of its database's cluster, in its data
+/// directory (`spool_store::postgres::Fence`).
+pub const POSTGRES_FENCE_FILE: &str = "postgres-cluster";
+
 /// After the shutdown timeout interrupted them, how long running task attempts get to end
 /// (their kill grace and SIGKILL) before the daemon stops without them.
 const STOP_ATTEMPTS_AT_MOST: Duration = Duration::from_secs(120);
@@ -311,16 +315,37 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     // Results an earlier run held when it stopped during a database outage: recorded before
     // anything is taken back, so that their claims are still theirs.
     let journal = unrecorded::Journal::new(&config.data_dir);
-    let replayed = journal.replay(&store).await;
-    if replayed != unrecorded::Replayed::default() {
-        info!(
-            recorded = replayed.recorded,
-            kept = replayed.kept,
-            unreadable = replayed.unreadable,
-            "results an earlier run kept while the database was out of reach"
-        );
-    }
-    let orphans = recover(&store, &config, &executor).await?;
+    let recovering = async {
+        let replayed = journal.replay(&store).await;
+        if replayed != unrecorded::Replayed::default() {
+            info!(
+                recorded = replayed.recorded,
+                kept = replayed.kept,
+                unreadable = replayed.unreadable,
+                "results an earlier run kept while the database was out of reach"
+            );
+        }
+        recover(&store, &config, &executor).await
+    };
+    let orphans =
+        match &store {
+            // Its writes commit on a server that may wait for a standby: bounded, and said why.
+            Store::Postgres(pg) => tokio::time::timeout(config.db_start_timeout, recovering)
+                .await
+                .map_err(|_| {
+                    let why = pg.last_replication().and_then(|r| r.risk()).unwrap_or_else(|| {
+                    "its writes did not commit (a lock another host holds, or a server that \
+                     stopped answering)"
+                        .into()
+                });
+                    StoreError::Unavailable(format!(
+                        "start-up: recovering what an earlier run left did not finish within {} s \
+                     (--db-start-timeout): {why}",
+                        config.db_start_timeout.as_secs()
+                    ))
+                })??,
+            Store::Sqlite(_) => recovering.await?,
+        };
     if !config.task_types.is_empty() {
         tasks::processes::pidfds_supported().map_err(StartError::Pidfd)?;
         check_task_users(&config.task_types)?;
@@ -364,11 +389,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         max_redirects: config.max_redirects,
     })?;
     let metrics = Arc::new(metrics::Metrics::new(metrics::Settings {
+        postgres: store.is_shared(),
         max_db_bytes: config.max_db_bytes,
         allow_private_targets: config.allow_private_targets,
         allowed_target_ranges: config.allow_targets.len(),
         max_redirects: config.max_redirects,
     }));
+    if let Some(replication) = store.last_replication() {
+        metrics.observe_replication(&replication);
+    }
     let activity = Arc::new(activity::Activity::default());
     let control = Arc::new(scheduler::TargetControl::default());
     store.observe_commits(metrics.clone());
@@ -828,6 +857,13 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
             // task's row) until the leases it blocks run out: its session ends well before.
             pg.stalled_transaction = (config.lease.min(config.task_lease) / 3)
                 .clamp(Duration::from_secs(1), Duration::from_secs(10));
+            pg.start_timeout = config.db_start_timeout;
+            // The newest timeline of the cluster this host has used, so that a primary left
+            // behind by a failover is refused across restarts too.
+            if let Err(e) = create_private_dir(&config.data_dir) {
+                warn!(error = %e, dir = %config.data_dir.display(), "cannot create the data directory");
+            }
+            pg.fence_file = Some(config.data_dir.join(POSTGRES_FENCE_FILE));
             Ok(Store::Postgres(PgStore::open(&pg).await?))
         }
     }

@@ -94,6 +94,17 @@ pub struct Metrics {
     pub task_redactions: Family<TypeLabel, Counter>,
     /// Attempts' results held because the database was out of reach, not yet recorded.
     pub unrecorded: Family<KindLabel, Gauge>,
+    /// PostgreSQL: its standbys streaming, by mode (registered with PostgreSQL only).
+    pub db_standbys: Family<ModeLabel, Gauge>,
+    /// PostgreSQL: 1 when its replication does not promise that an acknowledged write survives
+    /// a failover, or makes commits wait.
+    pub db_replication_risk: Gauge,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabel {
+    /// `synchronous` or `asynchronous`.
+    pub mode: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,6 +131,8 @@ fn attempt_histogram() -> Histogram {
 /// The settings the `spoold_config_*` and `spoold_journal_max_bytes` gauges show.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
+    /// The store is PostgreSQL: its replication has gauges.
+    pub postgres: bool,
     pub max_db_bytes: u64,
     pub allow_private_targets: bool,
     pub allowed_target_ranges: usize,
@@ -170,6 +183,8 @@ impl Metrics {
             task_output_truncated_bytes: Family::default(),
             task_redactions: Family::default(),
             unrecorded: Family::default(),
+            db_standbys: Family::default(),
+            db_replication_risk: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -373,6 +388,20 @@ impl Metrics {
              (delivery, task); recorded once it is back",
             m.unrecorded.clone(),
         );
+        if settings.postgres {
+            registry.register(
+                "spoold_db_standbys",
+                "PostgreSQL standbys streaming, by mode (synchronous: an acknowledged commit is \
+                 on one of them)",
+                m.db_standbys.clone(),
+            );
+            registry.register(
+                "spoold_db_replication_risk",
+                "1 when the PostgreSQL server's replication lets a failover lose acknowledged \
+                 writes, or makes every commit wait for a standby that is not there",
+                m.db_replication_risk.clone(),
+            );
+        }
         m.db_max_bytes.set(settings.max_db_bytes as i64);
         m.allow_private_targets
             .set(i64::from(settings.allow_private_targets));
@@ -414,6 +443,20 @@ impl Metrics {
             .oldest_due_at
             .map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
         self.oldest_due_age.set(age);
+    }
+
+    /// Refresh the PostgreSQL replication gauges.
+    pub fn observe_replication(&self, replication: &spool_store::postgres::Replication) {
+        for (mode, n) in [
+            ("synchronous", replication.synchronous),
+            ("asynchronous", replication.asynchronous),
+        ] {
+            self.db_standbys
+                .get_or_create(&ModeLabel { mode })
+                .set(i64::from(n));
+        }
+        self.db_replication_risk
+            .set(i64::from(replication.risk().is_some()));
     }
 
     /// Refresh the task gauges from the store's counts.

@@ -5,10 +5,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Hook;
+use deadpool_postgres::{HookError, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::config::SslMode;
 
-use super::map_err;
+use super::{cluster, map_err};
 use crate::error::{Result, StoreError};
 
 /// The settings every session starts with (`options` of the startup message: a backslash
@@ -25,6 +26,8 @@ pub(crate) struct Target {
     pub(crate) config: tokio_postgres::Config,
     /// `None`: plain TCP or a unix socket.
     pub(crate) tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    /// Which servers every connection may go to ([`cluster::Fence`]).
+    pub(crate) fence: Arc<cluster::Fence>,
 }
 
 impl Target {
@@ -46,7 +49,11 @@ impl Target {
     ///
     /// `stalled`: the session's `idle_in_transaction_session_timeout` (see
     /// [`super::PgConfig::stalled_transaction`]); zero leaves the server's.
-    pub(crate) fn parse(url: &str, stalled: Duration) -> Result<Target> {
+    pub(crate) fn parse(
+        url: &str,
+        stalled: Duration,
+        fence: Arc<cluster::Fence>,
+    ) -> Result<Target> {
         let (url, verify) = strip_verify_mode(url);
         let mut config = tokio_postgres::Config::from_str(&url).map_err(|e| {
             StoreError::Database(format!(
@@ -83,58 +90,81 @@ impl Target {
         config.connect_timeout(CONNECT_TIMEOUT);
         config.keepalives(true);
         config.keepalives_idle(Duration::from_secs(30));
-        Ok(Target { config, tls })
+        Ok(Target { config, tls, fence })
     }
 
-    /// A pool of up to `size` connections.
+    /// A pool of up to `size` connections, each to a server the fence admits: a connection is
+    /// made to the first of the URL's servers that it admits ([`cluster::FencedConnect`]), and
+    /// checked again before the pool hands it out, so that one it refused never is.
     pub(crate) fn pool(&self, size: usize) -> Result<Pool> {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
+        let fence = Arc::clone(&self.fence);
         let manager = match &self.tls {
-            Some(tls) => Manager::from_config(self.config.clone(), tls.clone(), manager_config),
-            None => {
-                Manager::from_config(self.config.clone(), tokio_postgres::NoTls, manager_config)
-            }
+            Some(tls) => Manager::from_connect(
+                self.config.clone(),
+                cluster::FencedConnect::new(&self.config, tls.clone(), fence),
+                manager_config,
+            ),
+            None => Manager::from_connect(
+                self.config.clone(),
+                cluster::FencedConnect::new(&self.config, tokio_postgres::NoTls, fence),
+                manager_config,
+            ),
         };
+        let fence = Arc::clone(&self.fence);
         Pool::builder(manager)
             .max_size(size.max(2))
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(CONNECT_TIMEOUT))
             .create_timeout(Some(CONNECT_TIMEOUT))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .post_create(Hook::async_fn(move |client, _| {
+                let fence = Arc::clone(&fence);
+                Box::pin(async move {
+                    cluster::admit_connection(&fence, client)
+                        .await
+                        .map_err(HookError::message)
+                })
+            }))
             .build()
             .map_err(|e| StoreError::Database(format!("cannot build the connection pool: {e}")))
     }
 
-    /// A connection of its own (not pooled), with the task that drives it. Notifications
-    /// arrive on `messages`.
+    /// A connection of its own (not pooled), to a server the fence admits, with the task that
+    /// drives it. Notifications arrive on `messages`.
     pub(crate) async fn connect_dedicated(
         &self,
         messages: tokio::sync::mpsc::UnboundedSender<tokio_postgres::Notification>,
     ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
-        match &self.tls {
+        let fence = Arc::clone(&self.fence);
+        let balance = self.config.get_load_balance_hosts();
+        let (client, driver) = match &self.tls {
             Some(tls) => {
-                let (client, connection) =
-                    self.config.connect(tls.clone()).await.map_err(map_err)?;
-                Ok((client, tokio::spawn(drive(connection, messages))))
+                cluster::FencedConnect::new(&self.config, tls.clone(), fence)
+                    .connect_with(Some(messages), balance)
+                    .await
             }
             None => {
-                let (client, connection) = self
-                    .config
-                    .connect(tokio_postgres::NoTls)
+                cluster::FencedConnect::new(&self.config, tokio_postgres::NoTls, fence)
+                    .connect_with(Some(messages), balance)
                     .await
-                    .map_err(map_err)?;
-                Ok((client, tokio::spawn(drive(connection, messages))))
             }
         }
+        .map_err(map_err)?;
+        if let Err(why) = cluster::admit_connection(&self.fence, &client).await {
+            driver.abort();
+            return Err(StoreError::Unavailable(why));
+        }
+        Ok((client, driver))
     }
 }
 
-/// Poll a dedicated connection until it closes, forwarding notifications.
-async fn drive<S, T>(
+/// Poll a connection until it closes, forwarding notifications to `messages`, if any.
+pub(crate) async fn drive<S, T>(
     mut connection: tokio_postgres::Connection<S, T>,
-    messages: tokio::sync::mpsc::UnboundedSender<tokio_postgres::Notification>,
+    messages: Option<tokio::sync::mpsc::UnboundedSender<tokio_postgres::Notification>>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -143,13 +173,19 @@ async fn drive<S, T>(
         let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
         match message {
             Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
-                if messages.send(n).is_err() {
-                    return;
+                if let Some(messages) = &messages {
+                    if messages.send(n).is_err() {
+                        return;
+                    }
                 }
             }
             Some(Ok(_)) => {}
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "PostgreSQL notification connection failed");
+                if messages.is_some() {
+                    tracing::warn!(error = %e, "PostgreSQL notification connection failed");
+                } else {
+                    tracing::debug!(error = %e, "PostgreSQL connection ended");
+                }
                 return;
             }
             None => return,
@@ -244,14 +280,15 @@ mod tests {
     #[test]
     fn tls_only_when_asked() {
         let url = "postgres://postgres@127.0.0.1:5432/test";
-        let plain = Target::parse(url, Duration::ZERO).expect("parse");
+        let fence = || Arc::new(cluster::Fence::open(None).expect("fence"));
+        let plain = Target::parse(url, Duration::ZERO, fence()).expect("parse");
         assert!(plain.tls.is_none());
         assert_eq!(plain.config.get_ssl_mode(), SslMode::Disable);
         assert_eq!(
             plain.config.get_options(),
             Some("-c synchronous_commit=on -c default_transaction_isolation=read\\ committed")
         );
-        let bounded = Target::parse(url, Duration::from_millis(1500)).expect("parse");
+        let bounded = Target::parse(url, Duration::from_millis(1500), fence()).expect("parse");
         assert_eq!(
             bounded.config.get_options(),
             Some(

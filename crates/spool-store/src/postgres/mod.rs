@@ -16,6 +16,7 @@
 //!   host's: hosts may disagree on the time.
 //! - No transaction stays open across an HTTP request or a child process: claims commit at once.
 
+mod cluster;
 mod connect;
 mod db_clock;
 mod deliveries;
@@ -27,7 +28,7 @@ mod transfer;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{GenericClient, Pool};
@@ -36,6 +37,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+pub use cluster::{Fence, Replication, Seen};
 pub use connect::redact_url;
 /// The schema version this binary migrates a database to.
 pub use schema::{Fit as SchemaFit, LATEST as SCHEMA_VERSION, OLDEST_HOST};
@@ -54,6 +56,103 @@ use crate::tasks::{
     StepRecord, Task, TaskAction, TaskAttempt, TaskAttemptEnd, TaskInsert, TaskPage, TaskStatus,
     TaskStep, TaskTransition,
 };
+
+/// How long a reading of the server's replication is reused.
+const REPLICATION_TTL: Duration = Duration::from_secs(5);
+
+/// How a start-up step that waits is watched: the server session it runs on, and what is
+/// already known to make commits wait.
+struct Watch<'a> {
+    pool: &'a Pool,
+    pid: i32,
+    hint: Option<String>,
+}
+
+impl Watch<'_> {
+    /// What the step's session waits on, in words, as far as the server says.
+    async fn waiting_on(&self) -> String {
+        let asked = async {
+            let client = self.pool.get().await.ok()?;
+            client
+                .query_opt(
+                    "SELECT wait_event_type, wait_event, state FROM pg_stat_activity \
+                     WHERE pid = $1",
+                    &[&self.pid],
+                )
+                .await
+                .ok()
+                .flatten()
+        };
+        let row = tokio::time::timeout(Duration::from_secs(2), asked)
+            .await
+            .ok()
+            .flatten();
+        let said = row.map(|r| {
+            let (kind, event, state): (Option<String>, Option<String>, Option<String>) =
+                (r.get(0), r.get(1), r.get(2));
+            match (kind.as_deref(), event.as_deref()) {
+                (Some("IPC"), Some("SyncRep")) => {
+                    "its commit waits for a synchronous standby to confirm it (wait event \
+                     SyncRep)"
+                        .to_owned()
+                }
+                (Some("Lock"), Some("advisory")) => {
+                    "it waits for another host's migration (the schema's advisory lock)".to_owned()
+                }
+                (Some("Lock"), Some(what)) => {
+                    format!("it waits for a lock another session holds (wait event Lock/{what})")
+                }
+                (Some(kind), Some(event)) => format!("wait event {kind}/{event}"),
+                _ => format!(
+                    "the server says its session is {}",
+                    state.as_deref().unwrap_or("unknown")
+                ),
+            }
+        });
+        match (said, &self.hint) {
+            (Some(said), Some(hint)) => format!("{said}; {hint}"),
+            (Some(said), None) => said,
+            (None, Some(hint)) => hint.clone(),
+            (None, None) => "the server does not say on what".to_owned(),
+        }
+    }
+}
+
+/// Run start-up step `step`, at most `bound`: while it waits, what it waits on is logged every
+/// [`START_REPORT_EVERY`] (with `watch`: the server's wait event); past `bound` the open fails
+/// with that.
+async fn starting<T>(
+    step: &str,
+    bound: Duration,
+    watch: Option<&Watch<'_>>,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let started = tokio::time::Instant::now();
+    let deadline = started + bound;
+    tokio::pin!(work);
+    let mut report = started + START_REPORT_EVERY;
+    loop {
+        tokio::select! {
+            done = &mut work => return done,
+            () = tokio::time::sleep_until(report.min(deadline)) => {
+                let on = match watch {
+                    Some(watch) => watch.waiting_on().await,
+                    None => "no answer from the server".to_owned(),
+                };
+                let waited = started.elapsed();
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(StoreError::Unavailable(format!(
+                        "start-up: {step} did not finish within {} s (the start timeout): {on}",
+                        bound.as_secs()
+                    )));
+                }
+                tracing::warn!(step, waited_s = waited.as_secs(), waiting_on = %on,
+                               "start-up is waiting on the database");
+                report += START_REPORT_EVERY;
+            }
+        }
+    }
+}
 
 /// A transaction on a pooled connection.
 pub(crate) type Tx<'a> = deadpool_postgres::Transaction<'a>;
@@ -118,7 +217,20 @@ pub struct PgConfig {
     /// resumes and then commits what it decided before the pause. Give it well under the
     /// shortest lease: spoold uses a third of it, from 1 s to 10 s. Zero: the server's setting.
     pub stalled_transaction: Duration,
+    /// Where this host remembers the newest timeline of the database's cluster it has used
+    /// ([`Fence`]): a primary behind it (failed over, back on its own) is refused, across
+    /// restarts. `None`: remembered for this process's life only.
+    pub fence_file: Option<std::path::PathBuf>,
+    /// How long each step of opening the store (connecting, reading the server's settings,
+    /// migrating, the first commit) may wait before the open fails, saying what it waits on.
+    pub start_timeout: Duration,
 }
+
+/// [`PgConfig::start_timeout`] by default.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// While a start-up step waits, what it waits on is logged this often.
+const START_REPORT_EVERY: Duration = Duration::from_secs(5);
 
 impl PgConfig {
     pub fn new(url: impl Into<String>) -> Self {
@@ -130,6 +242,8 @@ impl PgConfig {
             poll_interval: DEFAULT_POLL_INTERVAL,
             clock: Clock::system(),
             stalled_transaction: DEFAULT_STALLED_TRANSACTION,
+            fence_file: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
         }
     }
 }
@@ -155,6 +269,8 @@ struct Inner {
     /// Slots' steps, written in batches (group commit).
     advancer: advance::Advancer,
     enqueue_pool: Pool,
+    /// The last reading of the server's replication, and when it was made.
+    replication: Mutex<Option<(Instant, Replication)>>,
 }
 
 /// Where reservations for one origin start looking for due work.
@@ -229,9 +345,24 @@ mod enqueue;
 
 impl PgStore {
     /// Connect, check that commits are durable, and migrate the schema (under an advisory
-    /// lock: two hosts starting together apply each migration once).
+    /// lock: two hosts starting together apply each migration once). Each step is bounded by
+    /// [`PgConfig::start_timeout`]; while one waits, what it waits on is logged (the server's
+    /// wait event: a synchronous standby, another host's migration, a lock), and an open that
+    /// times out says so.
     pub async fn open(config: &PgConfig) -> Result<PgStore> {
-        let target = connect::Target::parse(&config.url, config.stalled_transaction)?;
+        let fence =
+            cluster::Fence::open(config.fence_file.clone()).map_err(|source| StoreError::Io {
+                context: format!(
+                    "the database's remembered timeline ({})",
+                    config
+                        .fence_file
+                        .as_deref()
+                        .map_or_else(String::new, |p| p.display().to_string())
+                ),
+                source,
+            })?;
+        let target =
+            connect::Target::parse(&config.url, config.stalled_transaction, Arc::new(fence))?;
         let listening = usize::from(config.notify);
         let pool = target.pool(
             config
@@ -242,30 +373,65 @@ impl PgStore {
         // Creates have connections of their own: a client waiting for its acknowledgement
         // never queues behind delivery work.
         let enqueue_pool = target.pool(enqueue::WRITERS)?;
+        let bound = config.start_timeout;
         // The first connection says where it went: a daemon that cannot start names the server.
-        let client = pool.get().await.map_err(|e| match map_pool_err(e) {
-            StoreError::Unavailable(why) => {
-                StoreError::Unavailable(format!("PostgreSQL at {}: {why}", target.address()))
-            }
-            other => other,
-        })?;
-        let sync: String = client
-            .query_one("SHOW synchronous_commit", &[])
-            .await
-            .map_err(map_err)?
-            .get(0);
+        let client = starting("connect", bound, None, async {
+            pool.get().await.map_err(|e| match map_pool_err(e) {
+                StoreError::Unavailable(why) => {
+                    StoreError::Unavailable(format!("PostgreSQL at {}: {why}", target.address()))
+                }
+                other => other,
+            })
+        })
+        .await?;
+        let watch = Watch {
+            pool: &pool,
+            pid: one(&client, "SELECT pg_backend_pid()", &[]).await?.get(0),
+            hint: None,
+        };
+        let replication = starting(
+            "read the server's replication",
+            bound,
+            Some(&watch),
+            async { cluster::replication(&client).await.map_err(map_err) },
+        )
+        .await?;
+        let risk = replication.risk();
+        match &risk {
+            Some(risk) => tracing::warn!("PostgreSQL: {risk}"),
+            None => tracing::info!(
+                synchronous_standbys = replication.synchronous,
+                asynchronous_standbys = replication.asynchronous,
+                "PostgreSQL replication read"
+            ),
+        }
+        let watch = Watch {
+            hint: risk.clone(),
+            ..watch
+        };
+        let (sync, isolation) =
+            starting("read the session's settings", bound, Some(&watch), async {
+                let sync: String = one(&client, "SHOW synchronous_commit", &[]).await?.get(0);
+                let isolation: String = one(&client, "SHOW transaction_isolation", &[])
+                    .await?
+                    .get(0);
+                Ok((sync, isolation))
+            })
+            .await?;
         if sync != "on" {
             return Err(StoreError::Durability(format!(
                 "synchronous_commit is {sync}, expected on"
             )));
         }
-        let isolation: String = client
-            .query_one("SHOW transaction_isolation", &[])
-            .await
-            .map_err(map_err)?
-            .get(0);
         check_isolation(&isolation)?;
-        if let SchemaFit::NewerCompatible { found } = schema::migrate(&client).await? {
+        let fit = starting(
+            "migrate the schema",
+            bound,
+            Some(&watch),
+            schema::migrate(&client),
+        )
+        .await?;
+        if let SchemaFit::NewerCompatible { found } = fit {
             tracing::warn!(
                 "the database's schema ({found}) is newer than this spoold's ({SCHEMA_VERSION}); \
                  the spoold that migrated it lets this one run beside it: upgrade this host"
@@ -295,10 +461,52 @@ impl PgStore {
                 enqueuer: enqueue::spawn(inner.clone()),
                 advancer: advance::spawn(inner.clone()),
                 enqueue_pool,
+                replication: Mutex::new(Some((Instant::now(), replication))),
             }),
         };
-        store.learn_clock().await?;
+        starting(
+            "read the database's clock",
+            bound,
+            None,
+            store.learn_clock(),
+        )
+        .await?;
         Ok(store)
+    }
+
+    /// What the server's replication promises an acknowledged commit, read at most every
+    /// [`REPLICATION_TTL`].
+    pub async fn replication(&self) -> Result<Replication> {
+        {
+            let last = self
+                .inner
+                .replication
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some((at, r)) = &*last {
+                if at.elapsed() < REPLICATION_TTL {
+                    return Ok(r.clone());
+                }
+            }
+        }
+        let client = self.client().await?;
+        let read = cluster::replication(&client).await.map_err(map_err)?;
+        *self
+            .inner
+            .replication
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), read.clone()));
+        Ok(read)
+    }
+
+    /// The last reading of the server's replication, without asking the server.
+    pub fn last_replication(&self) -> Option<Replication> {
+        self.inner
+            .replication
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, r)| r.clone())
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Client> {
@@ -1191,6 +1399,10 @@ pub(crate) fn map_pool_err(e: deadpool_postgres::PoolError) -> StoreError {
         deadpool_postgres::PoolError::Backend(e) => {
             StoreError::Unavailable(format!("cannot connect: {}", describe(&e)))
         }
+        // The connection's server was refused (a standby, a stale primary): the reason as is.
+        deadpool_postgres::PoolError::PostCreateHook(deadpool_postgres::HookError::Message(
+            why,
+        )) => StoreError::Unavailable(why.into_owned()),
         other => StoreError::Unavailable(format!("no database connection: {other}")),
     }
 }
@@ -1290,6 +1502,14 @@ pub(crate) fn map_err(e: tokio_postgres::Error) -> StoreError {
             || *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
         {
             StoreError::Unavailable(message)
+        } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            // A standby (a failover demoted this server), or one set read-only: nothing was
+            // written, and another server may take the write.
+            StoreError::Unavailable(format!(
+                "{message}: the server accepts no writes (a standby, or \
+                 default_transaction_read_only); point --db at the primary, or list every \
+                 member with target_session_attrs=read-write"
+            ))
         } else if *code == SqlState::IO_ERROR || *code == SqlState::OUT_OF_MEMORY {
             StoreError::Storage(message)
         } else {

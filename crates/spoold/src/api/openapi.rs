@@ -133,6 +133,7 @@ pub async fn openapi() -> Response {
         spool_proto::TargetView,
         spool_proto::TargetList,
         super::system::StatusOk,
+        super::system::Ready,
     )),
     tags(
         (name = "deliveries", description = "Submit and manage deliveries"),

@@ -30,15 +30,38 @@ pub async fn healthz() -> Response {
     json(StatusCode::OK, &OK)
 }
 
-/// Ready means the store can make a write durable right now: a real write is attempted.
+/// `{"status":"ok"}`, and what the store's promise lacks, if anything.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Ready {
+    #[schema(example = "ok")]
+    pub status: &'static str,
+    /// What an operator should know although the store can write: with PostgreSQL, a
+    /// replication under which a failover may lose acknowledged writes (asynchronous standbys
+    /// only), or under which commits wait (a synchronous standby named and none streaming).
+    /// Absent when there is nothing to say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Ready means the store can make a write durable right now: a real write is attempted (and
+/// given [`READINESS_WRITE_TIMEOUT`] to commit).
 #[utoipa::path(get, path = "/readyz", tag = "system",
     responses(
-        (status = 200, description = "The store can write", body = StatusOk),
+        (status = 200, description = "The store can write", body = Ready),
         (status = 503, description = "`not_ready`", body = ErrorBody),
     ))]
 pub async fn readyz(State(state): State<SharedState>) -> Response {
     match probe_store(&state).await {
-        Ok(()) => json(StatusCode::OK, &OK),
+        Ok(()) => {
+            let warnings = replication_risk(&state).await.into_iter().collect();
+            json(
+                StatusCode::OK,
+                &Ready {
+                    status: OK.status,
+                    warnings,
+                },
+            )
+        }
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
             ApiError::new(
@@ -65,6 +88,7 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
         Ok(counts) => state.metrics.observe_tasks(&counts),
         Err(e) => tracing::warn!(error = %e, "task counts unavailable for metrics"),
     }
+    let _ = replication_risk(&state).await;
     let wants_openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -87,6 +111,26 @@ pub async fn metrics(State(state): State<SharedState>, headers: HeaderMap) -> Re
 
 /// How long one probe's result answers for.
 pub const READINESS_TTL: Duration = Duration::from_secs(1);
+
+/// How long the readiness write may take to commit before the daemon says it is not ready
+/// (a commit that waits for a synchronous standby that is not there never does).
+pub const READINESS_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// With PostgreSQL: what its replication does not promise, if anything (and the metrics that
+/// say so); read at most every few seconds.
+async fn replication_risk(state: &SharedState) -> Option<String> {
+    match state.store.replication().await {
+        Ok(Some(replication)) => {
+            state.metrics.observe_replication(&replication);
+            replication.risk()
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "the server's replication could not be read");
+            None
+        }
+    }
+}
 
 /// The last readiness probe and when it was made.
 #[derive(Debug, Default)]
@@ -115,7 +159,20 @@ async fn probe_store(state: &SharedState) -> Result<(), String> {
             return probe.result.clone();
         }
     }
-    let result = state.store.ping().await.map_err(|e| e.to_string());
+    let result = match tokio::time::timeout(READINESS_WRITE_TIMEOUT, state.store.ping()).await {
+        Ok(done) => done.map_err(|e| e.to_string()),
+        Err(_) => {
+            let why = state
+                .store
+                .last_replication()
+                .and_then(|r| r.risk())
+                .unwrap_or_else(|| "the database did not answer".into());
+            Err(format!(
+                "a write did not commit within {} s: {why}",
+                READINESS_WRITE_TIMEOUT.as_secs()
+            ))
+        }
+    };
     state.metrics.ready.set(i64::from(result.is_ok()));
     *last = Some(Probe {
         at: Instant::now(),

@@ -706,9 +706,20 @@ impl Deliverer {
                       "reserved delivery expired before it was sent; not sent");
             }
             Err(StoreError::Unavailable(e)) => {
+                // The start may have committed before its answer was lost (a failover): it is
+                // undone, or else the reservation released — its request was never sent.
                 warn!(delivery_id = %id, claim_seq, error = %e,
                       "could not start a reserved delivery; giving it back");
-                self.release(id, claim_seq).await;
+                match self
+                    .patiently(&id, || self.store.unstart(id.clone(), claim_seq))
+                    .await
+                {
+                    Ok(true) => {
+                        self.metrics.undone.inc();
+                        self.live.forget(&id, claim_seq);
+                    }
+                    _ => self.release(id, claim_seq).await,
+                }
                 return None;
             }
             Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
