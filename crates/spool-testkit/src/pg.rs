@@ -410,9 +410,16 @@ impl PrivateServer {
                 "fast",
             ],
         )?;
-        // Its name, for the primary's `synchronous_standby_names` and `pg_stat_replication`.
+        // Its name, for the primary's `synchronous_standby_names` and `pg_stat_replication`;
+        // and no synchronous standby of its own (what the primary had set with ALTER SYSTEM
+        // came along), until it is promoted and given one.
         let auto = self.dir.path().join("data/postgresql.auto.conf");
         let conf = std::fs::read_to_string(&auto).context("read postgresql.auto.conf")?;
+        let conf: String = conf
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("synchronous_standby_names"))
+            .map(|l| format!("{l}\n"))
+            .collect();
         let conf = conf.replace(
             "primary_conninfo = '",
             &format!(

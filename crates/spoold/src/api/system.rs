@@ -162,11 +162,17 @@ async fn probe_store(state: &SharedState) -> Result<(), String> {
     let result = match tokio::time::timeout(READINESS_WRITE_TIMEOUT, state.store.ping()).await {
         Ok(done) => done.map_err(|e| e.to_string()),
         Err(_) => {
-            let why = state
-                .store
-                .last_replication()
-                .and_then(|r| r.risk())
-                .unwrap_or_else(|| "the database did not answer".into());
+            // A read commits nothing: it is answered even while commits wait for a standby.
+            let replication =
+                tokio::time::timeout(Duration::from_secs(2), state.store.replication());
+            let why = match replication.await {
+                Ok(Ok(Some(r))) => {
+                    state.metrics.observe_replication(&r);
+                    r.risk()
+                }
+                _ => None,
+            }
+            .unwrap_or_else(|| "the database did not answer".into());
             Err(format!(
                 "a write did not commit within {} s: {why}",
                 READINESS_WRITE_TIMEOUT.as_secs()
