@@ -186,6 +186,9 @@ mod tests {
     }
 }
 
+/// The longest a statement a test runs on a [`PrivateServer`] may take.
+const SQL_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A PostgreSQL server of a test's own (initdb in a temporary directory, on a loopback port),
 /// for what must not touch the shared server: restarting it. Runs as the `postgres` user
 /// (PostgreSQL refuses root), so it needs root to start; stopped (by its postmaster's pid,
@@ -329,6 +332,14 @@ impl PrivateServer {
         loop {
             let left = self.processes();
             if left.is_empty() {
+                // The dead postmaster's pid may linger as a zombie (an init that does not reap
+                // it): a restart would take its lock file for a live server's. Every process of
+                // the server is gone, so the file is stale.
+                std::fs::remove_file(&pid_file).context("remove the dead server's lock file")?;
+                for stale in [".s.PGSQL.{}.lock", ".s.PGSQL.{}"] {
+                    let name = stale.replace("{}", &self.port.to_string());
+                    let _ = std::fs::remove_file(self.dir.path().join(name));
+                }
                 return Ok(());
             }
             anyhow::ensure!(
@@ -436,17 +447,41 @@ impl PrivateServer {
         self.as_postgres("pg_ctl", &["-D", &self.data(), "-w", "-t", "30", "promote"])
     }
 
-    /// Run `sql` on this server's `postgres` database.
+    /// Run `sql` on this server's `postgres` database, waiting at most [`SQL_BOUND`] (a commit
+    /// waits for a synchronous standby that may not be there).
     pub async fn execute(&self, sql: &str) -> anyhow::Result<()> {
-        connect(&self.url()).await?.batch_execute(sql).await?;
+        let run = async {
+            connect(&self.url())
+                .await?
+                .batch_execute(sql)
+                .await
+                .map_err(anyhow::Error::from)
+        };
+        tokio::time::timeout(SQL_BOUND, run)
+            .await
+            .with_context(|| format!("{sql}: no answer within {SQL_BOUND:?}"))??;
         Ok(())
     }
 
     /// The first column of the first row of `sql` on this server's `postgres` database, as
     /// text.
     pub async fn scalar(&self, sql: &str) -> anyhow::Result<Option<String>> {
-        let client = connect(&self.url()).await?;
-        let rows = client.simple_query(sql).await?;
+        self.scalar_in("postgres", sql).await
+    }
+
+    /// [`PrivateServer::scalar`] on the server's database `database`.
+    pub async fn scalar_in(&self, database: &str, sql: &str) -> anyhow::Result<Option<String>> {
+        let url = with_database(&self.url(), database)?;
+        let run = async {
+            connect(&url)
+                .await?
+                .simple_query(sql)
+                .await
+                .map_err(anyhow::Error::from)
+        };
+        let rows = tokio::time::timeout(SQL_BOUND, run)
+            .await
+            .with_context(|| format!("{sql}: no answer within {SQL_BOUND:?}"))??;
         Ok(rows.into_iter().find_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
             _ => None,
@@ -464,7 +499,8 @@ impl PrivateServer {
             self.dir.path().display(),
             self.settings.concat()
         );
-        let log = self.dir.path().join("server.log").display().to_string();
+        let log_path = self.dir.path().join("server.log");
+        let log = log_path.display().to_string();
         self.as_postgres(
             "pg_ctl",
             &[
@@ -482,6 +518,15 @@ impl PrivateServer {
                 action,
             ],
         )
+        .with_context(|| {
+            // What the server said of it: the end of its log.
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            format!(
+                "the server's log ends:\n{}",
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            )
+        })
     }
 
     fn as_postgres(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {

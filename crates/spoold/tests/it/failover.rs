@@ -428,7 +428,7 @@ async fn load(
         n += 1;
         let api = &apis[(n as usize) % apis.len()];
         let key = format!("load-{n}");
-        let at_most_once = n % 10 == 0;
+        let at_most_once = n.is_multiple_of(10);
         let body = json!({
             "targetUrl": target,
             "idempotencyKey": key,
@@ -596,5 +596,212 @@ async fn a_failover_under_load_loses_nothing_acknowledged() {
         acked.deliveries.len(),
         acked.tasks.len(),
         acked.refused
+    );
+}
+
+/// With asynchronous replication, readiness warns that a failover may lose acknowledged
+/// writes. The primary is killed and its standby promoted; host A, which lists the old primary
+/// first, moves to the new one (a newer timeline, remembered in its data directory). The old
+/// primary then comes back as it was — a primary, on the old timeline — and A restarts: it
+/// refuses the stale primary, says so, and uses the new one; a host that names only the stale
+/// one refuses to start (exit 1). Nothing A acknowledges after its restart lands on the stale
+/// primary.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_primary_is_refused_by_a_host_that_starts_after_the_failover() {
+    let Some(first) =
+        spool_testkit::privileged::available("SPOOLD_REQUIRE_TOOLS", PrivateServer::start())
+    else {
+        return;
+    };
+    let mut cluster = Cluster::start(first, false).await.expect("cluster");
+    let dir = TempDir::new().expect("dir");
+    let setup = Setup::new(dir.path());
+    let config = setup.config().display().to_string();
+    let receiver = Receiver::start().await.expect("receiver");
+    let data = TempDir::new().expect("dir");
+    let old = cluster.primary;
+    let url = cluster.url(old);
+    let mut a = DaemonProcess::start(cluster_host(&url, &data, &config))
+        .await
+        .expect("host A starts");
+    let api = Api::new(a.base_url());
+    let (status, _, body) = api
+        .request(http::Method::GET, "/readyz", None)
+        .await
+        .expect("readyz");
+    let ready: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(status, 200, "{ready}");
+    assert!(
+        ready["warnings"][0]
+            .as_str()
+            .is_some_and(|w| w.contains("replication is asynchronous")),
+        "{ready}"
+    );
+    assert!(
+        a.stderr().contains("replication is asynchronous"),
+        "{}",
+        a.stderr()
+    );
+    assert_eq!(
+        api.metric("spoold_db_replication_risk")
+            .await
+            .expect("metrics"),
+        Some(1.0)
+    );
+
+    cluster.fail_over().expect("failover");
+    // A moves to the promoted standby by itself.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let before = loop {
+        let (status, d) = api
+            .create(json!({"targetUrl": receiver.url("/hook")}))
+            .await
+            .expect("create");
+        if status == 201 {
+            break id_of(&d);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never served: {d}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    api.wait_status(&before, &["succeeded"], WAIT)
+        .await
+        .expect("delivered through the new primary");
+    let fence = std::fs::read_to_string(data.path().join("postgres-cluster")).expect("fence");
+    assert!(fence.trim().ends_with(" 2"), "remembered {fence:?}");
+    a.terminate().await.expect("stop A");
+
+    // The old primary comes back on its own: a primary still, one timeline behind.
+    cluster.servers[old]
+        .start_again()
+        .expect("stale primary starts");
+    let a = DaemonProcess::start(cluster_host(&url, &data, &config))
+        .await
+        .expect("host A starts again");
+    let api = Api::new(a.base_url());
+    let (status, d) = api
+        .create(json!({"targetUrl": receiver.url("/hook"), "body": {"after": "restart"}}))
+        .await
+        .expect("create");
+    assert_eq!(status, 201, "{d}\n{}", a.stderr());
+    let after = id_of(&d);
+    api.wait_status(&after, &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    assert!(
+        a.stderr()
+            .contains("is a stale primary: it writes on timeline 1"),
+        "{}",
+        a.stderr()
+    );
+    let sql = format!("SELECT count(*) FROM deliveries WHERE id = '{after}'");
+    let count = |server: usize| {
+        let sql = sql.clone();
+        let server = &cluster.servers[server];
+        async move { server.scalar_in("spool", &sql).await.expect("count") }
+    };
+    assert_eq!(
+        count(cluster.primary).await.as_deref(),
+        Some("1"),
+        "not on the new primary"
+    );
+    assert_eq!(
+        count(old).await.as_deref(),
+        Some("0"),
+        "written to the stale primary"
+    );
+
+    // A host that names only the stale primary does not start.
+    let only_stale = format!(
+        "postgres://postgres@127.0.0.1:{}/spool",
+        cluster.servers[old].port()
+    );
+    let (status, stderr) = DaemonProcess::run_to_exit(cluster_host(&only_stale, &data, &config))
+        .await
+        .expect("runs to its exit");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is a stale primary"), "{stderr}");
+}
+
+/// A primary whose synchronous standby is gone makes every commit wait. A host started against
+/// it says so at once, says what its migration waits on while it waits (SyncRep), and gives up
+/// after `--db-start-timeout` with that reason (exit 1) instead of hanging silently. A running
+/// host whose standby goes away reports not ready, naming the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_against_a_missing_synchronous_standby_says_so_within_its_timeout() {
+    let Some(server) =
+        spool_testkit::privileged::available("SPOOLD_REQUIRE_TOOLS", PrivateServer::start())
+    else {
+        return;
+    };
+    // Both databases first: a commit made after the standby is named waits for it.
+    for name in ["spool", "fresh"] {
+        server
+            .execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("database");
+    }
+    let url = format!("postgres://postgres@127.0.0.1:{}/spool", server.port());
+    let data = TempDir::new().expect("dir");
+    let running = DaemonProcess::start(
+        DaemonOptions::new(PathBuf::from(&url))
+            .args(["--data-dir", &data.path().display().to_string()]),
+    )
+    .await
+    .expect("host starts");
+    server
+        .execute("ALTER SYSTEM SET synchronous_standby_names = 'gone'")
+        .await
+        .expect("name a standby");
+    server
+        .execute("SELECT pg_reload_conf()")
+        .await
+        .expect("reload");
+    let api = Api::new(running.base_url());
+    let started = tokio::time::Instant::now();
+    let (status, _, body) = tokio::time::timeout(
+        Duration::from_secs(15),
+        api.request(http::Method::GET, "/readyz", None),
+    )
+    .await
+    .expect("readyz answers")
+    .expect("readyz");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("waits for a synchronous standby"), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(running);
+
+    let fresh = TempDir::new().expect("dir");
+    let url = format!("postgres://postgres@127.0.0.1:{}/fresh", server.port());
+    let started = tokio::time::Instant::now();
+    let (status, stderr) = DaemonProcess::run_to_exit(
+        DaemonOptions::new(PathBuf::from(url))
+            .args(["--data-dir", &fresh.path().display().to_string()])
+            .args(["--db-start-timeout", "7s"])
+            .ready_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .expect("runs to its exit");
+    let took = started.elapsed();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        took >= Duration::from_secs(7) && took < Duration::from_secs(20),
+        "{took:?}"
+    );
+    assert!(
+        stderr.contains("every commit waits for a synchronous standby"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("start-up is waiting on the database") && stderr.contains("SyncRep"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("migrate the schema did not finish within 7 s"),
+        "{stderr}"
     );
 }
