@@ -805,3 +805,75 @@ async fn a_start_against_a_missing_synchronous_standby_says_so_within_its_timeou
         "{stderr}"
     );
 }
+
+/// A server that stops taking writes under a running host (here `default_transaction_read_only`,
+/// as a demoted or misconfigured server does) gets creates answered 503 `storage_unavailable`
+/// saying what to do, not 500; `/readyz` says the same. A host pointed at a standby alone does
+/// not start, naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_server_is_unavailable_and_a_standby_is_refused() {
+    let Some(first) =
+        spool_testkit::privileged::available("SPOOLD_REQUIRE_TOOLS", PrivateServer::start())
+    else {
+        return;
+    };
+    let cluster = Cluster::start(first, false).await.expect("cluster");
+    let data = TempDir::new().expect("dir");
+    let url =
+        |server: &PrivateServer| format!("postgres://postgres@127.0.0.1:{}/spool", server.port());
+    let standby_only = DaemonOptions::new(PathBuf::from(url(cluster.standby())))
+        .args(["--data-dir", &data.path().display().to_string()]);
+    let (status, stderr) = DaemonProcess::run_to_exit(standby_only)
+        .await
+        .expect("runs to its exit");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("is a standby (in recovery, read-only): spoold needs the primary"),
+        "{stderr}"
+    );
+
+    let daemon = DaemonProcess::start(
+        DaemonOptions::new(PathBuf::from(url(cluster.primary())))
+            .args(["--data-dir", &data.path().display().to_string()]),
+    )
+    .await
+    .expect("host starts on the primary");
+    let receiver = Receiver::start().await.expect("receiver");
+    cluster
+        .primary()
+        .execute("ALTER DATABASE spool SET default_transaction_read_only = on")
+        .await
+        .expect("read-only");
+    // Sessions take the database's default when they start: new ones only.
+    cluster
+        .primary()
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = 'spool' AND pid <> pg_backend_pid()",
+        )
+        .await
+        .expect("drop sessions");
+    let api = Api::new(daemon.base_url());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, _, body) = api
+            .request(http::Method::GET, "/readyz", None)
+            .await
+            .expect("readyz");
+        let body = String::from_utf8_lossy(&body);
+        if status == 503 && body.contains("accepts no writes") {
+            assert!(body.contains("point --db at the primary"), "{body}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status} {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..3 {
+        let (status, d) = api
+            .create(json!({"targetUrl": receiver.url("/hook")}))
+            .await
+            .expect("create");
+        assert_eq!(status, 503, "{d}");
+        assert_eq!(d["error"]["code"], "storage_unavailable", "{d}");
+    }
+}
