@@ -23,6 +23,7 @@
 //! - [`outside`]: text from outside (errors, result summaries, remote ids, notes) made
 //!   storable at the [`Store`]'s door, the same for both backends (a NUL becomes U+FFFD).
 //! - [`error`]: [`StoreError`], in terms the daemon acts on.
+//! - [`durable_file`]: a small file beside the database, replaced whole or not at all.
 
 // Docs are written for the people who change this crate: they link to private items too
 // (`cargo doc --document-private-items` renders those links).
@@ -32,6 +33,7 @@ mod changes;
 mod claim;
 pub mod clock;
 mod delivery_changes;
+pub mod durable_file;
 pub mod error;
 pub mod model;
 pub mod outside;

@@ -225,14 +225,7 @@ impl PrivateServer {
             .map(|e| e.path().join("bin"))
             .find(|b| b.join("initdb").exists())
             .context("no initdb under /usr/lib/postgresql/*/bin")?;
-        let dir = tempfile::Builder::new()
-            .prefix("spoold-pg-")
-            .tempdir_in("/tmp")
-            .context("temp dir")?;
-        crate::privileged::run("chown", ["postgres:", &dir.path().display().to_string()])?;
-        let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
+        let (dir, port) = place()?;
         let settings = settings
             .iter()
             .map(|(name, value)| format!(" -c {name}={value}"))
@@ -368,14 +361,7 @@ impl PrivateServer {
     /// (`pg_basebackup -R`: it follows this server from its start), started. Made a primary by
     /// [`PrivateServer::promote`].
     pub fn standby(&self) -> anyhow::Result<PrivateServer> {
-        let dir = tempfile::Builder::new()
-            .prefix("spoold-pg-")
-            .tempdir_in("/tmp")
-            .context("temp dir")?;
-        crate::privileged::run("chown", ["postgres:", &dir.path().display().to_string()])?;
-        let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?
-            .local_addr()?
-            .port();
+        let (dir, port) = place()?;
         let standby = PrivateServer {
             dir,
             bin: self.bin.clone(),
@@ -535,6 +521,20 @@ impl PrivateServer {
         all.extend_from_slice(args);
         crate::privileged::run("runuser", all).map(drop)
     }
+}
+
+/// Where a new server lives: a temporary directory the `postgres` user owns, and a free
+/// loopback port.
+fn place() -> anyhow::Result<(tempfile::TempDir, u16)> {
+    let dir = tempfile::Builder::new()
+        .prefix("spoold-pg-")
+        .tempdir_in("/tmp")
+        .context("temp dir")?;
+    crate::privileged::run("chown", ["postgres:", &dir.path().display().to_string()])?;
+    let port = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port();
+    Ok((dir, port))
 }
 
 impl Drop for PrivateServer {

@@ -11,7 +11,6 @@
 //! is fenced by the attempt's claim (`claim_seq`), so a result applies at most once, and a late
 //! at-most-once 2xx settles only the `unknown` its own take-back left.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -163,8 +162,12 @@ impl Journal {
     }
 
     async fn keep(&self, name: String, entry: Entry) -> Kept {
-        let dir = self.dir.clone();
-        let written = tokio::task::spawn_blocking(move || write_durably(&dir, &name, &entry)).await;
+        let path = self.dir.join(name);
+        let written = tokio::task::spawn_blocking(move || {
+            let bytes = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
+            spool_store::durable_file::write(&path, &bytes).map(|()| path)
+        })
+        .await;
         match written {
             Ok(Ok(path)) => Kept(Some(path)),
             Ok(Err(e)) => {
@@ -371,29 +374,4 @@ impl Entry {
             }
         }
     }
-}
-
-/// Write `entry` as `dir/name`: to a temporary name, fsynced, renamed into place, the directory
-/// fsynced (created, owner-only, if it is not there).
-fn write_durably(dir: &Path, name: &str, entry: &Entry) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let bytes = serde_json::to_vec(entry).map_err(std::io::Error::other)?;
-    let path = dir.join(name);
-    let temporary = dir.join(format!(".{name}.tmp"));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, &path)?;
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(path)
 }

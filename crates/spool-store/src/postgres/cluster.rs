@@ -16,8 +16,7 @@
 //! only, a failover may lose the last acknowledged writes; with a synchronous standby named and
 //! none streaming, every commit waits ([`Replication`]).
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use deadpool_postgres::Connect;
@@ -165,7 +164,8 @@ impl Fence {
             timeline,
         };
         if let Some(path) = &self.file {
-            if let Err(e) = write_durably(path, &now) {
+            let text = format!("{} {}\n", now.system_identifier, now.timeline);
+            if let Err(e) = crate::durable_file::write(path, text.as_bytes()) {
                 // Kept in memory: this run still refuses older primaries.
                 tracing::warn!(file = %path.display(), error = %e,
                                "cannot remember the database's timeline on disk");
@@ -176,7 +176,7 @@ impl Fence {
     }
 }
 
-/// `CLUSTER TIMELINE`, as [`write_durably`] writes it.
+/// `CLUSTER TIMELINE`, as [`Fence::admit`] writes it.
 fn parse(text: &str) -> Option<Seen> {
     let mut words = text.split_whitespace();
     let system_identifier = words.next()?.parse().ok()?;
@@ -185,26 +185,6 @@ fn parse(text: &str) -> Option<Seen> {
         system_identifier,
         timeline,
     })
-}
-
-/// Write `seen` to `path`: a temporary file, fsynced, renamed into place, the directory
-/// fsynced.
-fn write_durably(path: &Path, seen: &Seen) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    writeln!(file, "{} {}", seen.system_identifier, seen.timeline)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, path)?;
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The connections of a pool and of the listener: each server of the URL in turn (in the

@@ -156,6 +156,50 @@ async fn check_recorded(
     }
 }
 
+/// One host on a server of the test's own, with work under way ([`start_work`]) when the
+/// server was stopped and the gated script let go.
+struct Outage {
+    /// Dropped first (killed), then the rest.
+    daemon: DaemonProcess,
+    work: InFlight,
+    receivers: [Receiver; 2],
+    data: TempDir,
+    config: String,
+    server: PrivateServer,
+    /// Held for its drop: a process its script left fails the test.
+    _setup: Setup,
+    _dir: TempDir,
+}
+
+impl Outage {
+    /// `None` where a server of the test's own cannot be started (not root): the test skips.
+    async fn begin() -> Option<Outage> {
+        let server =
+            spool_testkit::privileged::available("SPOOLD_REQUIRE_TOOLS", PrivateServer::start())?;
+        let dir = TempDir::new().expect("dir");
+        let setup = Setup::new(dir.path());
+        let config = gated_task(&setup);
+        let receivers = receivers().await;
+        let data = TempDir::new().expect("dir");
+        let daemon = DaemonProcess::start(host(&server, &data, &config))
+            .await
+            .expect("host starts");
+        let work = start_work(&Api::new(daemon.base_url()), &receivers).await;
+        server.stop().expect("stop the server");
+        open_gate(&setup);
+        Some(Outage {
+            server,
+            _setup: setup,
+            _dir: dir,
+            config,
+            receivers,
+            data,
+            daemon,
+            work,
+        })
+    }
+}
+
 /// The files a host keeps its unrecorded results in.
 fn kept(data: &TempDir) -> Vec<String> {
     std::fs::read_dir(data.path().join("unrecorded"))
@@ -188,24 +232,12 @@ async fn unrecorded(api: &Api, kind: &str) -> f64 {
 /// again, and the at-most-once one is not `unknown`.
 #[tokio::test(flavor = "multi_thread")]
 async fn results_that_come_during_an_outage_are_recorded_when_it_ends() {
-    let Some(server) =
-        spool_testkit::privileged::available("SPOOLD_REQUIRE_TOOLS", PrivateServer::start())
-    else {
+    let Some(mut o) = Outage::begin().await else {
         return;
     };
-    let dir = TempDir::new().expect("dir");
-    let setup = Setup::new(dir.path());
-    let config = gated_task(&setup);
-    let receivers = receivers().await;
-    let data = TempDir::new().expect("dir");
-    let daemon = DaemonProcess::start(host(&server, &data, &config))
-        .await
-        .expect("host starts");
-    let api = Api::new(daemon.base_url());
-    let work = start_work(&api, &receivers).await;
-    server.stop().expect("stop the server");
     let down = tokio::time::Instant::now();
-    open_gate(&setup);
+    let api = Api::new(o.daemon.base_url());
+    let (data, daemon) = (&o.data, &o.daemon);
     // The script ends now and the answers come soon: all three results are held, in memory and
     // on disk, while the server is down.
     let deadline = down + ANSWER_AFTER + Duration::from_secs(2);
@@ -214,23 +246,24 @@ async fn results_that_come_during_an_outage_are_recorded_when_it_ends() {
             unrecorded(&api, "delivery").await,
             unrecorded(&api, "task").await,
         );
-        if held == (2.0, 1.0) && kept(&data).len() == 3 {
+        if held == (2.0, 1.0) && kept(data).len() == 3 {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
             "results held {held:?}, kept {:?}\n{}",
-            kept(&data),
+            kept(data),
             daemon.stderr()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep_until(down + OUTAGE).await;
-    server.start_again().expect("start the server again");
-    check_recorded(&api, &receivers, &work, || daemon.stderr()).await;
+    o.server.start_again().expect("start the server again");
+    check_recorded(&api, &o.receivers, &o.work, || daemon.stderr()).await;
     assert_eq!(unrecorded(&api, "delivery").await, 0.0);
     assert_eq!(unrecorded(&api, "task").await, 0.0);
-    assert!(kept(&data).is_empty(), "{:?}", kept(&data));
+    assert!(kept(data).is_empty(), "{:?}", kept(data));
+    o.daemon.terminate().await.expect("stops");
 }
 
 /// As above, but the host is killed (kill -9) while the server is down and its results are
@@ -238,42 +271,28 @@ async fn results_that_come_during_an_outage_are_recorded_when_it_ends() {
 /// takes anything back — the task succeeds, neither delivery is sent again or left `unknown`.
 #[tokio::test(flavor = "multi_thread")]
 async fn results_kept_on_disk_outlive_a_killed_host() {
-    let Some(server) =
-        spool_testkit::privileged::available("SPOOLD_REQUIRE_TOOLS", PrivateServer::start())
-    else {
+    let Some(mut o) = Outage::begin().await else {
         return;
     };
-    let dir = TempDir::new().expect("dir");
-    let setup = Setup::new(dir.path());
-    let config = gated_task(&setup);
-    let receivers = receivers().await;
-    let data = TempDir::new().expect("dir");
-    let mut daemon = DaemonProcess::start(host(&server, &data, &config))
-        .await
-        .expect("host starts");
-    let api = Api::new(daemon.base_url());
-    let work = start_work(&api, &receivers).await;
-    server.stop().expect("stop the server");
-    open_gate(&setup);
     let deadline = tokio::time::Instant::now() + ANSWER_AFTER + Duration::from_secs(2);
-    while kept(&data).len() < 3 {
+    while kept(&o.data).len() < 3 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "kept {:?}\n{}",
-            kept(&data),
-            daemon.stderr()
+            kept(&o.data),
+            o.daemon.stderr()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let first_log = daemon.stderr();
-    daemon.kill9();
-    server.start_again().expect("start the server again");
-    let again = DaemonProcess::start(host(&server, &data, &config))
+    let first_log = o.daemon.stderr();
+    o.daemon.kill9();
+    o.server.start_again().expect("start the server again");
+    let again = DaemonProcess::start(host(&o.server, &o.data, &o.config))
         .await
         .expect("host starts again");
     let api = Api::new(again.base_url());
     let log = || format!("{first_log}\n--- after the restart ---\n{}", again.stderr());
-    check_recorded(&api, &receivers, &work, log).await;
+    check_recorded(&api, &o.receivers, &o.work, log).await;
     assert!(
         again
             .stderr()
@@ -281,7 +300,7 @@ async fn results_kept_on_disk_outlive_a_killed_host() {
         "{}",
         again.stderr()
     );
-    assert!(kept(&data).is_empty(), "{:?}", kept(&data));
+    assert!(kept(&o.data).is_empty(), "{:?}", kept(&o.data));
 }
 
 /// A primary and a streaming standby of it, on servers of the test's own, with a database
