@@ -41,11 +41,25 @@ const IDENTITY_SQL: &str = "SELECT pg_is_in_recovery(), \
      CASE WHEN pg_is_in_recovery() THEN NULL \
           ELSE pg_walfile_name(pg_current_wal_lsn()) END";
 
-/// Ask a server who it is.
-pub(crate) async fn identify(client: &Client) -> Result<Identity, tokio_postgres::Error> {
-    let row = client.query_one(IDENTITY_SQL, &[]).await?;
+/// Ask a server who it is. `None`: it cannot say (a PostgreSQL-wire database without
+/// `pg_control_system()` or `pg_walfile_name()`): it is used unfenced, as the docs say.
+pub(crate) async fn identify(client: &Client) -> Result<Option<Identity>, tokio_postgres::Error> {
+    let row = match client.query_one(IDENTITY_SQL, &[]).await {
+        Ok(row) => row,
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
+            if !UNFENCED_LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!(
+                    error = %e,
+                    "the database does not say its cluster and timeline: a stale primary \
+                     cannot be told from the current one, and is not refused"
+                );
+            }
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     let walfile: Option<String> = row.get(2);
-    Ok(Identity {
+    Ok(Some(Identity {
         in_recovery: row.get(0),
         system_identifier: row.get(1),
         // A WAL file's name starts with its timeline, eight hex digits.
@@ -53,8 +67,11 @@ pub(crate) async fn identify(client: &Client) -> Result<Identity, tokio_postgres
             .as_deref()
             .and_then(|name| name.get(..8))
             .and_then(|tli| u32::from_str_radix(tli, 16).ok()),
-    })
+    }))
 }
+
+/// Whether the warning that the database cannot be fenced was logged.
+static UNFENCED_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The newest timeline this host has seen of its cluster: kept in memory, and in a file (when
 /// given) across restarts.
@@ -318,7 +335,8 @@ where
             };
             let driver = tokio::spawn(super::connect::drive(connection, messages.clone()));
             let verdict = match identify(&client).await {
-                Ok(id) => self.fence.admit(&format!("the server at {address}"), &id),
+                Ok(Some(id)) => self.fence.admit(&format!("the server at {address}"), &id),
+                Ok(None) => Ok(()),
                 Err(e) => {
                     driver.abort();
                     last_error = Some(e);
@@ -369,8 +387,10 @@ where
 /// The pool's check of a new connection: refused (with the fence's reason) unless the server
 /// is one the fence admits.
 pub(crate) async fn admit_connection(fence: &Fence, client: &Client) -> Result<(), String> {
-    let id = identify(client).await.map_err(|e| e.to_string())?;
-    fence.admit("the server", &id)
+    match identify(client).await.map_err(|e| e.to_string())? {
+        Some(id) => fence.admit("the server", &id),
+        None => Ok(()),
+    }
 }
 
 /// What the server's replication promises an acknowledged commit.
@@ -434,12 +454,6 @@ impl Replication {
             );
         }
         None
-    }
-
-    /// Whether an acknowledged commit survives a failover to a standby: some synchronous
-    /// standby streams. (Without any standby there is nothing to fail over to.)
-    pub fn failover_safe(&self) -> bool {
-        self.synchronous > 0
     }
 }
 
@@ -518,8 +532,6 @@ mod tests {
             .risk()
             .expect("hidden")
             .contains("pg_monitor"));
-        assert!(r("*", 1, 0, 0).failover_safe());
-        assert!(!r("", 0, 1, 0).failover_safe());
     }
 
     #[test]

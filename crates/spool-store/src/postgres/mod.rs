@@ -395,15 +395,25 @@ impl PgStore {
             Some(&watch),
             async { cluster::replication(&client).await.map_err(map_err) },
         )
-        .await?;
-        let risk = replication.risk();
-        match &risk {
-            Some(risk) => tracing::warn!("PostgreSQL: {risk}"),
-            None => tracing::info!(
+        .await;
+        let replication = match replication {
+            Ok(replication) => Some(replication),
+            // A PostgreSQL-wire database without `pg_stat_replication`: nothing to say.
+            Err(StoreError::Database(e)) => {
+                tracing::warn!(error = %e, "the database's replication cannot be read");
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let risk = replication.as_ref().and_then(Replication::risk);
+        match (&risk, &replication) {
+            (Some(risk), _) => tracing::warn!("PostgreSQL: {risk}"),
+            (None, Some(replication)) => tracing::info!(
                 synchronous_standbys = replication.synchronous,
                 asynchronous_standbys = replication.asynchronous,
                 "PostgreSQL replication read"
             ),
+            (None, None) => {}
         }
         let watch = Watch {
             hint: risk.clone(),
@@ -461,7 +471,7 @@ impl PgStore {
                 enqueuer: enqueue::spawn(inner.clone()),
                 advancer: advance::spawn(inner.clone()),
                 enqueue_pool,
-                replication: Mutex::new(Some((Instant::now(), replication))),
+                replication: Mutex::new(replication.map(|r| (Instant::now(), r))),
             }),
         };
         starting(
