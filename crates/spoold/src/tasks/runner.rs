@@ -578,7 +578,10 @@ impl Runner {
                         }
                         for task in claimed.tasks {
                             // Counted as running at once, so the next pass sees the slot taken.
-                            let tokens = self.running.start(&task, claimed_at, self.lease);
+                            let Some(leased) = self.leased(&task, claimed_at).await else {
+                                continue;
+                            };
+                            let tokens = self.running.start(&task, leased, self.lease);
                             let me = Arc::clone(&self);
                             let done = done_tx.clone();
                             attempts.spawn(async move {
@@ -706,10 +709,13 @@ impl Runner {
             let (id, claim_seq) = (task.id.clone(), task.claim_seq);
             let next = self.attempt(task, tokens).await;
             self.running.end(&id, claim_seq);
-            current = next.map(|(t, claimed_at)| {
-                let tokens = self.running.start(&t, claimed_at, self.lease);
-                (t, tokens)
-            });
+            current = match next {
+                Some((t, asked)) => self.leased(&t, asked).await.map(|leased| {
+                    let tokens = self.running.start(&t, leased, self.lease);
+                    (t, tokens)
+                }),
+                None => None,
+            };
             let _ = done.send(());
         }
     }
@@ -1071,6 +1077,44 @@ impl Runner {
         }
     }
 
+    /// When the lease of a claim just answered (asked for at `asked`) began, on this process's
+    /// clock; `None` if the task is no longer this executor's. The lease runs from the claim
+    /// transaction's start (`task.started_at`, on the store's clock), which may be seconds after
+    /// the ask: the database took that long to reach (reconnecting after a failover). A claim
+    /// whose COMMIT itself took most of the lease (it waited for a synchronous standby to come
+    /// back) is renewed once before anything starts, rather than given back unstarted: if the
+    /// renewal finds the claim taken over meanwhile, the task is another executor's.
+    async fn leased(&self, task: &ClaimedTask, asked: Instant) -> Option<Instant> {
+        let answered = Instant::now();
+        let ago = Duration::from_millis((self.store.now_ms() - task.started_at).max(0) as u64);
+        let since = answered
+            .checked_sub(ago)
+            .unwrap_or(asked)
+            .clamp(asked, answered);
+        if !self.store.is_shared() || since + self.lease > answered + 2 * LEASE_SAFETY {
+            return Some(since);
+        }
+        let live = vec![(task.id.clone(), task.claim_seq)];
+        let renewal = self
+            .store
+            .renew_task_leases(live, self.lease.as_millis() as i64);
+        match tokio::time::timeout(self.lease / 3, renewal).await {
+            Ok(Ok(renewed)) if renewed.iter().any(|r| r.id == task.id) => {
+                info!(task_id = %task.id, claim_waited_ms = answered.duration_since(asked).as_millis() as u64,
+                      "the claim took most of its lease to commit; renewed before the attempt starts");
+                Some(answered)
+            }
+            Ok(Ok(_)) => {
+                warn!(task_id = %task.id,
+                      "the claim's lease ran out while it committed and another executor took the \
+                       task over: nothing is started here");
+                None
+            }
+            // The database is out of reach again: the attempt gives the task back unstarted.
+            _ => Some(since),
+        }
+    }
+
     /// Classify how an attempt ended, and whether and when the task runs again.
     fn judge(
         &self,
@@ -1111,10 +1155,9 @@ impl Runner {
                      was paused or starved); nothing ran"
                         .into(),
                 );
-                if task.attempt < task.max_attempts {
-                    // Nothing ran, so nothing is to be reviewed: pending again at once.
-                    end.retry_at = Some(self.store.now_ms());
-                }
+                // Nothing ran, so nothing is to be reviewed: pending again at once, whatever the
+                // policy (the attempt's number is still used up: its record says it never ran).
+                end.retry_at = Some(self.store.now_ms());
                 false
             }
             _ if finished.supervisor_lost.is_some() => {
