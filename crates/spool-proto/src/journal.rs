@@ -110,39 +110,28 @@ pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
     let mut live: BTreeMap<String, Live> = BTreeMap::new();
     let mut torn = None;
     for (order, line) in lines.iter().enumerate() {
-        let record: JournalRecord = match serde_json::from_str(&line.text) {
-            Ok(record) => record,
-            Err(e) if line.torn => {
+        // Read whole before it changes anything: a torn last line that fails anywhere (its JSON,
+        // its version, its delivery) is skipped as the crash left it, never half applied.
+        let (deleted, delivery, request_hash) = match read_record(&line.text) {
+            Ok(read) => read,
+            Err(reason) if line.torn => {
                 torn = Some(TornLine {
                     number: line.number,
-                    error: e.to_string(),
+                    error: reason,
                 });
                 continue;
             }
-            Err(e) => {
+            Err(reason) => {
                 return Err(JournalError::NotARecord {
                     line: line.number,
-                    reason: e.to_string(),
+                    reason,
                 })
             }
         };
-        let not_a_record = |reason: String| JournalError::NotARecord {
-            line: line.number,
-            reason,
-        };
-        // spoold v0.1.0 refuses to start on any other version; so does this import.
-        if !matches!(record.version, Some(1 | 2)) {
-            return Err(not_a_record(match record.version {
-                Some(v) => format!("version {v}: spoold v0.1.0 writes 1 or 2"),
-                None => "no version: spoold v0.1.0 writes 1 or 2".to_owned(),
-            }));
-        }
-        if let Some(id) = record.deleted_id {
+        if let Some(id) = deleted {
             live.remove(&id);
         }
-        if let Some(raw) = record.delivery {
-            let head: Head = serde_json::from_str(raw.get())
-                .map_err(|e| not_a_record(format!("delivery: {e}")))?;
+        if let Some((head, raw)) = delivery {
             let first = live.get(&head.id).map_or(order, |l| l.first);
             live.insert(
                 head.id,
@@ -151,7 +140,7 @@ pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
                     line: line.number,
                     status: head.status,
                     raw,
-                    request_hash: record.request_hash,
+                    request_hash,
                 },
             );
         }
@@ -184,6 +173,38 @@ pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
         finished,
         torn,
     })
+}
+
+/// A journal line read through: the delivery it removes, the delivery it records (its head and
+/// its whole raw record) and its `requestHash`; or why it is not a record.
+#[allow(clippy::type_complexity)]
+fn read_record(
+    text: &str,
+) -> Result<
+    (
+        Option<String>,
+        Option<(Head, Box<RawValue>)>,
+        Option<String>,
+    ),
+    String,
+> {
+    let record: JournalRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    // spoold v0.1.0 refuses to start on any other version; so does this import.
+    if !matches!(record.version, Some(1 | 2)) {
+        return Err(match record.version {
+            Some(v) => format!("version {v}: spoold v0.1.0 writes 1 or 2"),
+            None => "no version: spoold v0.1.0 writes 1 or 2".to_owned(),
+        });
+    }
+    let delivery = match record.delivery {
+        Some(raw) => {
+            let head: Head =
+                serde_json::from_str(raw.get()).map_err(|e| format!("delivery: {e}"))?;
+            Some((head, raw))
+        }
+        None => None,
+    };
+    Ok((record.deleted_id, delivery, record.request_hash))
 }
 
 /// The digest spoold v0.1.0 keeps of a create (its journal's `requestHash`, in bytes), when
