@@ -203,6 +203,9 @@ async fn a_create_refused_for_a_failed_fsync_is_not_there_after_kill_9() {
         let mut daemon = bench.start().await;
         let api = Api::new(daemon.base_url());
         let key = format!("refused-{round}");
+        // The failing fsync must be the create's: a fresh daemon's checkpoint of what the last
+        // one wrote fsyncs in the background for a moment after it listens.
+        bench.quiet().await;
         bench.disk.fail_fsyncs(1);
         let (status, body) = api
             .create(json!({
@@ -215,12 +218,15 @@ async fn a_create_refused_for_a_failed_fsync_is_not_there_after_kill_9() {
         assert_eq!(status, 500, "{body}");
         assert_eq!(body["error"]["code"], "persistence_failed", "{body}");
         daemon.kill9();
+        let refused_log = daemon.stderr();
         let mut daemon = bench.start().await;
         let stored = stored_deliveries(&Api::new(daemon.base_url())).await;
         daemon.kill9();
         assert!(
             !stored.contains_key(&key),
-            "round {round}: a create answered 500 after a failed fsync is stored"
+            "round {round}: a create answered 500 after a failed fsync is stored\n\
+             the daemon that refused it:\n{refused_log}\nthe next one:\n{}",
+            daemon.stderr()
         );
     }
 }
@@ -258,6 +264,25 @@ impl Bench {
         )
         .await
         .expect("daemon on the power-loss disk")
+    }
+
+    /// Until no fsync has come for 300 ms (at most 10 s): the daemon's background writes and
+    /// checkpoints are done.
+    async fn quiet(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut last = self.disk.counts().fsyncs;
+        let mut since = tokio::time::Instant::now();
+        while since.elapsed() < Duration::from_millis(300) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the disk never went quiet"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let now = self.disk.counts().fsyncs;
+            if now != last {
+                (last, since) = (now, tokio::time::Instant::now());
+            }
+        }
     }
 
     /// With the power cut and the daemon dead: power back, the file checked, a daemon started
