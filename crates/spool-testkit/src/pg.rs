@@ -288,10 +288,23 @@ impl PrivateServer {
         self.pg_ctl("restart")
     }
 
-    /// Stop the server (`pg_ctl stop -m fast`): connections are dropped and new ones refused
-    /// until [`PrivateServer::start_again`].
+    /// Stop the server at once (`pg_ctl stop -m immediate`: no shutdown checkpoint, as a crash
+    /// would, but through its postmaster): connections are dropped and new ones refused until
+    /// [`PrivateServer::start_again`].
     pub fn stop(&self) -> anyhow::Result<()> {
-        self.pg_ctl("stop")
+        self.as_postgres(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-m",
+                "immediate",
+                "-w",
+                "-t",
+                "30",
+                "stop",
+            ],
+        )
     }
 
     /// Start a server stopped by [`PrivateServer::stop`] or [`PrivateServer::kill9`], as it is
