@@ -163,6 +163,12 @@ pub struct Args {
     #[arg(long, default_value = "1m", value_parser = parse_duration_arg, value_name = "DURATION")]
     pub breaker_window: Duration,
 
+    /// The longest wait between two probes of a paused target (its breaker open, or refusing
+    /// connections): the waits double from --retry-base after each failed probe, up to this, so
+    /// a target that is back is noticed within it however long it was down
+    #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    pub breaker_probe_cap: Duration,
+
     /// Time limit of one attempt, from connecting to reading the response's headers and the
     /// first 4 KiB of its body, every redirect hop included.
     #[arg(long, default_value = "10s", value_parser = parse_duration_arg, value_name = "DURATION")]
@@ -311,6 +317,8 @@ pub struct Config {
     pub max_redirects: u32,
     pub breaker_failures: u32,
     pub breaker_window: Duration,
+    /// `--breaker-probe-cap`.
+    pub breaker_probe_cap: Duration,
     pub auth_token: Option<AuthToken>,
     /// The store's clock: the host's wall clock (no flag). Tests shift it to step time.
     pub clock: spool_store::Clock,
@@ -429,6 +437,10 @@ impl Config {
         line("max_redirects", self.max_redirects.to_string());
         line("breaker_failures", self.breaker_failures.to_string());
         line("breaker_window", format!("{:?}", d(self.breaker_window)));
+        line(
+            "breaker_probe_cap",
+            format!("{:?}", d(self.breaker_probe_cap)),
+        );
         line("task_concurrency", self.task_concurrency.to_string());
         line("task_lease", format!("{:?}", d(self.task_lease)));
         line("task_cgroup", format!("{cgroup:?}"));
@@ -490,6 +502,7 @@ impl Config {
             max_redirects => "--max-redirects",
             breaker_failures => "--breaker-failures",
             breaker_window => "--breaker-window",
+            breaker_probe_cap => "--breaker-probe-cap",
             task_concurrency => "--task-concurrency",
             task_lease => "--task-lease",
             task_cgroup => "--task-cgroup",
@@ -686,6 +699,9 @@ impl Args {
         if self.db_start_timeout.is_zero() {
             return err("--db-start-timeout must be greater than 0");
         }
+        if self.breaker_probe_cap.is_zero() {
+            return err("--breaker-probe-cap must be greater than 0");
+        }
         if self.shutdown_timeout.is_zero() {
             return err("--shutdown-timeout must be greater than 0");
         }
@@ -734,6 +750,7 @@ impl Args {
             max_redirects: self.max_redirects,
             breaker_failures: self.breaker_failures,
             breaker_window: self.breaker_window,
+            breaker_probe_cap: self.breaker_probe_cap,
             auth_token,
             clock: spool_store::Clock::system(),
             task_types: std::sync::Arc::new(task_types),

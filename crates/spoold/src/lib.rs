@@ -524,6 +524,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         breaker: scheduler::Breaker {
             failures: config.breaker_failures,
             window: config.breaker_window,
+            probe_cap: config.breaker_probe_cap,
         },
         control,
         lease: config.lease,

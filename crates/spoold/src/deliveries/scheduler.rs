@@ -10,7 +10,7 @@
 //! per queued delivery per backoff period. The same breaker opens for a target that answers a
 //! run of 5xx or times out (`--breaker-failures` in a row, within `--breaker-window`), and the
 //! first success closes it. The first pause is `--retry-base` long, and each failed probe doubles
-//! it (to `--retry-cap`): the errors of the burst that opened the breaker (requests already on
+//! it (to `--breaker-probe-cap`, or `--retry-cap` if that is shorter): the errors of the burst that opened the breaker (requests already on
 //! the wire) do not lengthen it. A probe is one slot — one request — claimed only when nothing
 //! else is in flight to the target, and the slots the scheduler spawned as probes are the only
 //! ones whose failure counts as a failed probe. A target that answers 410 Gone, or that an
@@ -73,11 +73,13 @@ pub struct Scheduler {
 }
 
 /// `--breaker-failures` (0: never) 5xx answers or timeouts in a row, each within
-/// `--breaker-window` of the first, pause a target.
+/// `--breaker-window` of the first, pause a target; probes of a paused target come at most
+/// `--breaker-probe-cap` apart.
 #[derive(Debug, Clone, Copy)]
 pub struct Breaker {
     pub failures: u32,
     pub window: Duration,
+    pub probe_cap: Duration,
 }
 
 /// Targets an operator paused (`POST /v1/targets/{origin}/pause`), and the pauses and resumes
@@ -437,7 +439,7 @@ impl Scheduler {
                     }
                 }
                 state.failed_probes += 1;
-                let pause = self.pause_backoff.delay(origin, state.failed_probes + 1);
+                let pause = self.probe_pause(origin, state.failed_probes + 1);
                 state.paused_until = Some(now + pause);
                 info!(
                     target_origin = %origin,
@@ -533,10 +535,19 @@ impl Scheduler {
     /// the first retry waits. Each failed probe makes the next pause longer (see
     /// [`Self::note`]).
     fn open(&self, state: &mut TargetState, origin: &str, now: Instant) -> Duration {
-        let pause = self.pause_backoff.delay(origin, 1);
+        let pause = self.probe_pause(origin, 1);
         state.failed_probes = 0;
         state.paused_until = Some(now + pause);
         pause
+    }
+
+    /// How long a paused target waits for its next probe after `nth` pauses: the retry
+    /// backoff, at most `--breaker-probe-cap` (a probe is one request; what a long outage must
+    /// not do is leave a recovered target waiting up to `--retry-cap`).
+    fn probe_pause(&self, origin: &str, nth: u32) -> Duration {
+        self.pause_backoff
+            .delay(origin, nth)
+            .min(self.breaker.probe_cap)
     }
 
     /// Show a target's state in the operator's overview, with why it is paused.
@@ -721,6 +732,7 @@ mod tests {
         let breaker = Breaker {
             failures: 5,
             window: Duration::from_secs(60),
+            probe_cap: Duration::from_secs(10),
         };
         let l = limits(&targets, now, &breaker);
         assert_eq!(l.get("http://127.0.0.2:80"), Some(&0));

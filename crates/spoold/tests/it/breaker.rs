@@ -405,3 +405,61 @@ async fn a_paused_target_still_fails_its_expired_deliveries_on_time() {
     assert_eq!(d["attempts"], 0, "{d}");
     assert!(r.requests().is_empty());
 }
+
+/// A target down for `outage` (503 to everything), then back, with the default retry backoff
+/// (1 s, doubling to an hour) and probe cap (10 s): once the breaker opened, no two probes are
+/// more than the cap apart, and the first success comes within the cap (plus a request) of
+/// the recovery, however long the outage — before the cap, probes came at 0.9, 3.1, 6.5, 14.2,
+/// 32.5 s, and a target that healed at 40.5 s waited 24 s more.
+async fn a_recovery_is_noticed_within_the_probe_cap(outage: Duration) {
+    let dir = TempDir::new().expect("temp dir");
+    let daemon = DaemonProcess::start(DaemonOptions::new(db_path(&dir)))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let r = Receiver::start().await.expect("receiver");
+    r.respond_with(Reply::status(503));
+    let ids = create(&api, &r, 20).await;
+    tokio::time::sleep(outage).await;
+    r.respond_with(Reply::status(200));
+    let healed = Instant::now();
+    for id in &ids {
+        api.wait_status(id, &["succeeded"], Duration::from_secs(60))
+            .await
+            .expect("delivered after the recovery");
+    }
+    let at: Vec<Instant> = r.requests().iter().map(|q| q.received_at).collect();
+    let first_after = at
+        .iter()
+        .find(|t| **t >= healed)
+        .copied()
+        .expect("a request after the recovery");
+    assert!(
+        first_after - healed < Duration::from_secs(11),
+        "the recovery was noticed {:?} after it",
+        first_after - healed
+    );
+    let before: Vec<Instant> = at.iter().copied().filter(|t| *t < healed).collect();
+    let gaps: Vec<Duration> = before.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g <= Duration::from_millis(10_500)),
+        "probes further apart than the cap: {gaps:?}"
+    );
+    // A probe is one request: a long outage costs about one a cap, not one a delivery.
+    let probes = before.len() as f64;
+    let most = 16.0 + outage.as_secs_f64() / 1.5;
+    assert!(probes <= most, "{probes} requests in a {outage:?} outage");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_40_s_outage_is_noticed_within_the_probe_cap() {
+    a_recovery_is_noticed_within_the_probe_cap(Duration::from_secs(40)).await;
+}
+
+/// Ten minutes of the same: run by hand (`cargo nextest run -p spoold --run-ignored only
+/// breaker::a_10_minute`), results in the book's testing page.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "ten minutes long: run by hand"]
+async fn a_10_minute_outage_is_noticed_within_the_probe_cap() {
+    a_recovery_is_noticed_within_the_probe_cap(Duration::from_secs(600)).await;
+}
