@@ -14,7 +14,8 @@ use crate::clock::Millis;
 use crate::error::{Result, StoreError};
 use crate::model::{
     clip_error, late_answer_note, Applied, AttemptResult, CheckResult, CheckVerdict, Claimed,
-    Delivery, DeliveryStatus, Disposition, OperatorAction, Resolution, TransitionOutcome,
+    Delivery, DeliveryStatus, Disposition, OperatorAction, Resolution, TransitionOutcome, UrlMatch,
+    PARKED,
 };
 use crate::sql::{Row, Sql, Value};
 use crate::stored::{decode_body, decode_headers, parse_mode};
@@ -131,6 +132,18 @@ pub(crate) async fn release<S: Sql>(
     now: Millis,
     reason: &str,
 ) -> Result<bool> {
+    give_back(db, id, claim_seq, now, reason, None).await
+}
+
+/// [`release`], due at `due` when given (else when it was due before).
+async fn give_back<S: Sql>(
+    db: &S,
+    id: &str,
+    claim_seq: u32,
+    now: Millis,
+    reason: &str,
+    due: Option<Millis>,
+) -> Result<bool> {
     // Locked first (PostgreSQL), so that the statement below (a new snapshot) sees an attempt
     // row that a concurrent start committed while we waited.
     let lock = format!("SELECT 1 FROM deliveries WHERE id = $1{}", S::FOR_UPDATE);
@@ -140,11 +153,11 @@ pub(crate) async fn release<S: Sql>(
     let changed = db
         .row(
             "UPDATE deliveries SET status = 'pending', lease_until = NULL, updated_at = $3, \
-             log_seq = log_seq + 1 \
+             next_attempt_at = COALESCE($4, next_attempt_at), log_seq = log_seq + 1 \
              WHERE id = $1 AND status = 'in_flight' AND claim_seq = $2 \
              AND NOT EXISTS (SELECT 1 FROM attempts WHERE delivery_id = $1 AND seq = $2) \
              RETURNING log_seq, attempts",
-            &[id.into(), claim_seq.into(), now.into()],
+            &[id.into(), claim_seq.into(), now.into(), due.into()],
         )
         .await?;
     let Some(changed) = changed else {
@@ -160,6 +173,100 @@ pub(crate) async fn release<S: Sql>(
 /// [`crate::Store::unstart`]): its record removed and its count undone, then released as a
 /// reservation is.
 pub(crate) async fn unstart<S: Sql>(db: &S, id: &str, claim_seq: u32, now: Millis) -> Result<bool> {
+    undo_start(db, id, claim_seq, now, "released", None).await
+}
+
+/// Give back a claimed delivery whose URL answered 410 Gone to another request (see
+/// [`crate::Store::park`]): unsent, its attempt undone if it had started, pending and parked.
+pub(crate) async fn park<S: Sql>(
+    db: &S,
+    id: &str,
+    claim_seq: u32,
+    started: bool,
+    now: Millis,
+) -> Result<bool> {
+    if started {
+        undo_start(db, id, claim_seq, now, "gone", Some(PARKED)).await
+    } else {
+        give_back(db, id, claim_seq, now, "gone", Some(PARKED)).await
+    }
+}
+
+/// What matches the deliveries to one URL whatever its query, of one origin (`$1`): `$2` to
+/// `$5` are a [`UrlMatch`]'s values in order.
+const TO_URL: &str =
+    "origin = $1 AND (target_url = $2 OR substr(target_url, 1, CAST(CAST($3 AS BIGINT) AS INTEGER)) IN ($4, $5))";
+
+/// Park every pending delivery to `url` (without its query) at `origin`: not due until
+/// [`unpark`]ed. The number parked.
+pub(crate) async fn park_url<S: Sql>(db: &S, origin: &str, url: &str, now: Millis) -> Result<u64> {
+    let m = UrlMatch::new(url);
+    db.exec(
+        &format!(
+            "UPDATE deliveries SET next_attempt_at = $6, updated_at = $7 \
+             WHERE status = 'pending' AND next_attempt_at < $6 AND {TO_URL}"
+        ),
+        &[
+            origin.into(),
+            url.into(),
+            m.prefix_len.into(),
+            (&m.with_query).into(),
+            (&m.with_fragment).into(),
+            PARKED.into(),
+            now.into(),
+        ],
+    )
+    .await
+}
+
+/// Make the parked deliveries of `origin` (only those to `url`, without its query, if given)
+/// due now. The number made due.
+pub(crate) async fn unpark<S: Sql>(
+    db: &S,
+    origin: &str,
+    url: Option<&str>,
+    now: Millis,
+) -> Result<u64> {
+    match url {
+        None => {
+            db.exec(
+                "UPDATE deliveries SET next_attempt_at = $2, updated_at = $2 \
+                 WHERE status = 'pending' AND origin = $1 AND next_attempt_at >= $3",
+                &[origin.into(), now.into(), PARKED.into()],
+            )
+            .await
+        }
+        Some(url) => {
+            let m = UrlMatch::new(url);
+            db.exec(
+                &format!(
+                    "UPDATE deliveries SET next_attempt_at = $6, updated_at = $6 \
+                     WHERE status = 'pending' AND next_attempt_at >= $7 AND {TO_URL}"
+                ),
+                &[
+                    origin.into(),
+                    url.into(),
+                    m.prefix_len.into(),
+                    (&m.with_query).into(),
+                    (&m.with_fragment).into(),
+                    now.into(),
+                    PARKED.into(),
+                ],
+            )
+            .await
+        }
+    }
+}
+
+/// [`unstart`], the delivery given back with `reason`, due at `due` when given.
+async fn undo_start<S: Sql>(
+    db: &S,
+    id: &str,
+    claim_seq: u32,
+    now: Millis,
+    reason: &str,
+    due: Option<Millis>,
+) -> Result<bool> {
     let current = format!(
         "SELECT 1 FROM deliveries WHERE id = $1 AND status = 'in_flight' AND claim_seq = $2{}",
         S::FOR_UPDATE
@@ -185,7 +292,7 @@ pub(crate) async fn unstart<S: Sql>(db: &S, id: &str, claim_seq: u32, now: Milli
         &[id.into()],
     )
     .await?;
-    release(db, id, claim_seq, now, "released").await
+    give_back(db, id, claim_seq, now, reason, due).await
 }
 
 /// An operator's cancel of a pending delivery, or of an at-least-once one in flight (what

@@ -218,6 +218,32 @@ impl Store {
         dispatch!(self, s => s.unstart(id, claim_seq).await)
     }
 
+    /// Give back a claimed delivery, unsent, whose URL answered 410 Gone to another request:
+    /// its attempt undone if `started` (as [`Store::unstart`]), pending and *parked* (due at
+    /// [`model::PARKED`]: never, until [`Store::unpark`]). `false` if the claim was no longer
+    /// current.
+    pub async fn park(&self, id: String, claim_seq: u32, started: bool) -> Result<bool> {
+        dispatch!(self, s => s.park(id, claim_seq, started).await)
+    }
+
+    /// Park every pending delivery of `origin` to `url` (a URL without its query: deliveries
+    /// to it with any query): none is due until [`Store::unpark`]. The number parked.
+    pub async fn park_url(&self, origin: String, url: String) -> Result<u64> {
+        dispatch!(self, s => s.park_url(origin, url).await)
+    }
+
+    /// Make the parked deliveries of `origin` due now: all of them, or only those to `url`
+    /// (without its query). The number made due.
+    pub async fn unpark(&self, origin: String, url: Option<String>) -> Result<u64> {
+        dispatch!(self, s => s.unpark(origin, url).await)
+    }
+
+    /// The URLs (as stored, queries included) that parked deliveries wait for, at most
+    /// `limit` of them.
+    pub async fn parked_urls(&self, limit: u32) -> Result<Vec<String>> {
+        dispatch!(self, s => s.parked_urls(limit).await)
+    }
+
     /// At start-up, when the previous owner of every claim is known to be dead (SQLite, whose
     /// file lock proves it; never on a database other hosts share): make every in-flight
     /// delivery pending again, due at once. Started attempts are recorded as

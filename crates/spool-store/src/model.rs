@@ -380,6 +380,11 @@ pub fn answer_proves_arrival(status: u16) -> bool {
 /// a claim that found nothing (docs/src/lab-notes.md, "Creates for later wake nobody").
 pub const WAKE_WITHIN_MS: Millis = 5_000;
 
+/// The due time of a *parked* pending delivery: one whose URL answered 410 Gone. It is never
+/// due (9999-12-31T23:59:59Z) until an operator resumes the URL or its origin
+/// ([`crate::Store::unpark`]); it still expires at its deadline.
+pub const PARKED: Millis = 253_402_300_799_000;
+
 /// The result of an idempotent insert.
 #[derive(Debug, Clone)]
 pub enum InsertOutcome {
@@ -816,6 +821,8 @@ pub struct ListFilter {
     pub status: Option<DeliveryStatus>,
     /// Only to this origin (`scheme://host:port`).
     pub origin: Option<String>,
+    /// Only to this URL, whatever its query (the URL without its query).
+    pub url: Option<String>,
     /// Only those created at or after this time.
     pub created_after: Option<Millis>,
     /// Only those created before this time.
@@ -824,6 +831,28 @@ pub struct ListFilter {
     pub last_error_code: Option<String>,
     /// Newest first (ids are in creation order); oldest first otherwise.
     pub newest_first: bool,
+}
+
+/// How a URL without its query is matched against stored target URLs: the URL itself, or it
+/// followed by a query or a fragment. Stored URLs are ASCII (serialized by the `url` crate),
+/// so a prefix's length in characters is its length in bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct UrlMatch {
+    pub(crate) url: String,
+    pub(crate) prefix_len: i64,
+    pub(crate) with_query: String,
+    pub(crate) with_fragment: String,
+}
+
+impl UrlMatch {
+    pub(crate) fn new(url: &str) -> UrlMatch {
+        UrlMatch {
+            url: url.to_owned(),
+            prefix_len: i64::try_from(url.len() + 1).unwrap_or(i64::MAX),
+            with_query: format!("{url}?"),
+            with_fragment: format!("{url}#"),
+        }
+    }
 }
 
 /// A page of a listing.

@@ -897,6 +897,7 @@ pub(crate) async fn list<C: GenericClient>(
     if let Some(origin) = &filter.origin {
         conditions.push(("origin =", origin));
     }
+    let url = filter.url.as_deref().map(crate::model::UrlMatch::new);
     if let Some(since) = &filter.created_after {
         conditions.push(("created_at >=", since));
     }
@@ -915,6 +916,22 @@ pub(crate) async fn list<C: GenericClient>(
     for (condition, value) in conditions {
         params.push(value);
         sql.push_str(&format!(" AND {condition} ${}", params.len()));
+    }
+    if let Some(url) = &url {
+        let n = params.len();
+        params.extend([
+            &url.url as &(dyn tokio_postgres::types::ToSql + Sync),
+            &url.prefix_len,
+            &url.with_query,
+            &url.with_fragment,
+        ]);
+        sql.push_str(&format!(
+            " AND (target_url = ${} OR substr(target_url, 1, ${}::bigint::int) IN (${}, ${}))",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4
+        ));
     }
     params.push(&fetch);
     sql.push_str(&format!(
@@ -967,6 +984,20 @@ pub(crate) async fn attempts<C: GenericClient>(c: &C, id: &str) -> Result<Option
     })
     .collect::<Result<_>>()
     .map(Some)
+}
+
+/// Distinct URLs of parked deliveries (see [`crate::Store::parked_urls`]).
+pub(crate) async fn parked_urls<C: GenericClient>(c: &C, limit: u32) -> Result<Vec<String>> {
+    rows(
+        c,
+        "SELECT DISTINCT target_url FROM deliveries \
+         WHERE status = 'pending' AND next_attempt_at >= $1 LIMIT $2",
+        &[&crate::model::PARKED, &i64::from(limit)],
+    )
+    .await?
+    .iter()
+    .map(|r| col(r, "target_url"))
+    .collect()
 }
 
 /// The earliest due time of pending work whose origin is not saturated.

@@ -828,6 +828,35 @@ impl PgStore {
         out
     }
 
+    pub async fn park(&self, id: String, claim_seq: u32, started: bool) -> Result<bool> {
+        in_tx!(self, |tx, now| crate::delivery_changes::park(
+            &tx, &id, claim_seq, started, now
+        ))
+    }
+
+    pub async fn park_url(&self, origin: String, url: String) -> Result<u64> {
+        in_tx!(self, |tx, now| crate::delivery_changes::park_url(
+            &tx, &origin, &url, now
+        ))
+    }
+
+    pub async fn unpark(&self, origin: String, url: Option<String>) -> Result<u64> {
+        let out = in_tx!(self, |tx, now| crate::delivery_changes::unpark(
+            &tx,
+            &origin,
+            url.as_deref(),
+            now
+        ));
+        self.inner
+            .wake
+            .deliveries_when(matches!(out, Ok(n) if n > 0));
+        out
+    }
+
+    pub async fn parked_urls(&self, limit: u32) -> Result<Vec<String>> {
+        read!(self, |c| deliveries::parked_urls(c, limit))
+    }
+
     pub async fn recover(&self, check_in_ms: i64) -> Result<Reclaimed> {
         let out = in_tx!(self, |tx, now| deliveries::recover(&tx, now, check_in_ms));
         self.inner

@@ -840,6 +840,16 @@ pub(crate) fn list(
         sql.push_str(" AND origin = :origin");
         bound.push((":origin", origin));
     }
+    let url = filter.url.as_deref().map(crate::model::UrlMatch::new);
+    if let Some(url) = &url {
+        sql.push_str(
+            " AND (target_url = :url OR substr(target_url, 1, :url_len) IN (:url_q, :url_h))",
+        );
+        bound.push((":url", &url.url));
+        bound.push((":url_len", &url.prefix_len));
+        bound.push((":url_q", &url.with_query));
+        bound.push((":url_h", &url.with_fragment));
+    }
     if let Some(since) = &filter.created_after {
         sql.push_str(" AND created_at >= :since");
         bound.push((":since", since));
@@ -904,6 +914,19 @@ pub(crate) fn attempts(conn: &Connection, id: &str) -> Result<Option<Vec<Attempt
         .collect()
     })
     .map(Some)
+    .map_err(map_err)
+}
+
+/// Distinct URLs of parked deliveries (see [`crate::Store::parked_urls`]).
+pub(crate) fn parked_urls(conn: &Connection, limit: u32) -> Result<Vec<String>> {
+    conn.prepare_cached(
+        "SELECT DISTINCT target_url FROM deliveries INDEXED BY deliveries_due \
+         WHERE status = 'pending' AND next_attempt_at >= ?1 LIMIT ?2",
+    )
+    .and_then(|mut st| {
+        st.query_map(params![crate::model::PARKED, limit], |r| r.get(0))?
+            .collect()
+    })
     .map_err(map_err)
 }
 

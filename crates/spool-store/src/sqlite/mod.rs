@@ -524,6 +524,52 @@ impl SqliteStore {
             .await
     }
 
+    /// See [`crate::Store::park`].
+    pub async fn park(&self, id: String, claim_seq: u32, started: bool) -> Result<bool> {
+        self.inner
+            .writer
+            .write(move |c, now| {
+                crate::sql::ready(crate::delivery_changes::park(
+                    c, &id, claim_seq, started, now,
+                ))
+            })
+            .await
+    }
+
+    /// See [`crate::Store::park_url`].
+    pub async fn park_url(&self, origin: String, url: String) -> Result<u64> {
+        self.inner
+            .writer
+            .write(move |c, now| {
+                crate::sql::ready(crate::delivery_changes::park_url(c, &origin, &url, now))
+            })
+            .await
+    }
+
+    /// See [`crate::Store::unpark`].
+    pub async fn unpark(&self, origin: String, url: Option<String>) -> Result<u64> {
+        let wake = self.waker();
+        self.inner
+            .writer
+            .write_then(
+                move |c, now| {
+                    crate::sql::ready(crate::delivery_changes::unpark(
+                        c,
+                        &origin,
+                        url.as_deref(),
+                        now,
+                    ))
+                },
+                move |r| wake.when(matches!(r, Ok(n) if *n > 0)),
+            )
+            .await
+    }
+
+    /// See [`crate::Store::parked_urls`].
+    pub async fn parked_urls(&self, limit: u32) -> Result<Vec<String>> {
+        self.read(move |c| deliveries::parked_urls(c, limit)).await
+    }
+
     /// See [`crate::Store::recover`].
     pub async fn recover(&self, check_in_ms: i64) -> Result<Reclaimed> {
         self.inner

@@ -58,6 +58,7 @@ macro_rules! conformance_suite {
             a_key_imported_with_a_v010_digest_finds_the_retried_create,
             release_restores_the_delivery,
             unstart_undoes_an_attempt_never_sent,
+            a_gone_url_is_parked_and_unparked_without_its_neighbours,
             expire_overdue_fails_waiting_work,
             retry_clears_a_passed_deadline,
             purge_finished_removes_only_old_terminal_rows,
@@ -1334,6 +1335,80 @@ pub async fn unstart_undoes_an_attempt_never_sent(store: Store) {
         .expect("unstart"));
     assert_eq!(attempts(&store, &id(1)).await.len(), 1);
     assert_eq!(get(&store, &id(1)).await.attempts, 1);
+}
+
+pub async fn a_gone_url_is_parked_and_unparked_without_its_neighbours(store: Store) {
+    let gone = format!("{ORIGIN_A}/gone");
+    let urls = [
+        format!("{gone}?team=1"),
+        gone.clone(),
+        format!("{gone}s"),
+        format!("{gone}/deeper"),
+        format!("{ORIGIN_A}/other"),
+    ];
+    for (n, url) in urls.iter().enumerate() {
+        create(&store, new_delivery(&id(n as u32 + 1), None, url)).await;
+    }
+    // One of them claimed and started, as a slot holds it when another request answers 410.
+    let took = store.take_next(None, ORIGIN_A.to_owned(), 60_000).await;
+    let started = match took.taken.expect("take") {
+        Some(Taken::Started(c)) => c,
+        other => panic!("expected a started attempt, got {other:?}"),
+    };
+    assert_eq!(started.id, id(1));
+    // The rest of the URL's deliveries are parked (whatever their query), not its neighbours.
+    let parked = store
+        .park_url(ORIGIN_A.to_owned(), gone.clone())
+        .await
+        .expect("park_url");
+    assert_eq!(parked, 1, "only the pending one to that URL: {}", id(2));
+    // The started one given back parked: its attempt undone, not due.
+    assert!(store
+        .park(started.id.clone(), started.claim_seq, true)
+        .await
+        .expect("park"));
+    let d = get(&store, &id(1)).await;
+    assert_eq!(
+        (d.status, d.attempts, d.next_attempt_at),
+        (DeliveryStatus::Pending, 0, Some(spool_store::model::PARKED))
+    );
+    assert_eq!(attempts(&store, &id(1)).await, []);
+    assert!(!store
+        .park(started.id.clone(), started.claim_seq, true)
+        .await
+        .expect("park again"));
+    let mut urls_parked = store.parked_urls(10).await.expect("parked_urls");
+    urls_parked.sort();
+    assert_eq!(urls_parked, [gone.clone(), format!("{gone}?team=1")]);
+    // Listing by the URL finds both, and none of the neighbours.
+    let by_url = store
+        .list_filtered(
+            spool_store::model::ListFilter {
+                origin: Some(ORIGIN_A.into()),
+                url: Some(gone.clone()),
+                ..Default::default()
+            },
+            10,
+            None,
+        )
+        .await
+        .expect("list");
+    let listed: Vec<_> = by_url.deliveries.iter().map(|d| d.id.clone()).collect();
+    assert_eq!(listed, [id(1), id(2)]);
+    // Claims take only the neighbours.
+    let mut claimed: Vec<_> = claim(&store, 10).await.into_iter().map(|c| c.id).collect();
+    claimed.sort();
+    assert_eq!(claimed, [id(3), id(4), id(5)]);
+    // Resumed: due now, claimed again.
+    let due = store
+        .unpark(ORIGIN_A.to_owned(), Some(gone.clone()))
+        .await
+        .expect("unpark");
+    assert_eq!(due, 2);
+    let mut claimed: Vec<_> = claim(&store, 10).await.into_iter().map(|c| c.id).collect();
+    claimed.sort();
+    assert_eq!(claimed, [id(1), id(2)]);
+    assert!(store.parked_urls(10).await.expect("parked_urls").is_empty());
 }
 
 pub async fn claim_fails_expired_instead(store: Store) {
