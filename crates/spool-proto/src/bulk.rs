@@ -67,7 +67,8 @@ pub struct DeliveryFilter {
     )]
     #[schema(nullable = false)]
     pub status: Option<DeliveryStatus>,
-    /// A URL or its origin (`https://hooks.example.com`): deliveries to that origin.
+    /// An origin (`https://hooks.example.com`): its deliveries; or a URL with a path: the
+    /// deliveries to that URL, whatever their query.
     #[serde(
         default,
         deserialize_with = "present",

@@ -34,7 +34,7 @@ pub use delivery::{
 };
 pub use error::{ApiError, ErrorBody, ErrorCode};
 pub use lock::{LockList, LockView};
-pub use overview::{ActivityView, StatsView, TargetList, TargetPause, TargetView};
+pub use overview::{ActivityView, GoneUrlView, StatsView, TargetList, TargetPause, TargetView};
 pub use step::{
     ReportStep, StepName, StepNameError, TaskStepList, TaskStepView, MAX_STEP_NAME_BYTES,
 };

@@ -79,14 +79,14 @@ pub struct TargetView {
     /// Attempts in a row that could not connect (refused, unreachable, name not resolved).
     pub connect_failures: u32,
     /// Whether nothing is sent to it now: paused for refusing connections or for a run of 5xx
-    /// and timeouts (the breaker), waiting out a `Retry-After`, gone (410), or paused by an
-    /// operator.
+    /// and timeouts (the breaker), waiting out a `Retry-After`, or paused by an operator. A URL
+    /// of it that answered 410 Gone holds only that URL (`goneUrls`).
     pub paused: bool,
     /// When it will be tried again, while paused for a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_until: Option<String>,
-    /// Why it is paused: `unreachable`, `failing`, `retry_after`, `gone` or `operator` (the last
-    /// two until an operator resumes it).
+    /// Why it is paused: `unreachable`, `failing`, `retry_after` or `operator` (the last until
+    /// an operator resumes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(example = "failing")]
     pub pause_reason: Option<String>,
@@ -94,6 +94,23 @@ pub struct TargetView {
     pub last_error_code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_success_at: Option<String>,
+    /// Its URLs that answered 410 Gone: nothing is sent to them (their deliveries wait,
+    /// uncharged) until an operator resumes the URL or this origin; the rest of the origin goes
+    /// on. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gone_urls: Vec<GoneUrlView>,
+}
+
+/// A URL that answered 410 Gone.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GoneUrlView {
+    /// Scheme, host, port and path: its deliveries with any query are held.
+    #[schema(example = "https://hooks.slack.com/services/T0/B0/XXXX")]
+    pub url: String,
+    /// When it answered 410 (on this host; for one another host or an earlier run found gone,
+    /// when this daemon learnt of it).
+    pub since: String,
 }
 
 /// `POST /v1/targets/{origin}/pause` and `…/resume`: the target as it now stands.
@@ -104,6 +121,15 @@ pub struct TargetPause {
     pub origin: String,
     /// Paused by an operator now.
     pub paused: bool,
+    /// A resume of a URL (a path was given): the URL, without its query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A resume: the URLs that were gone (410) and are sent to again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_urls: Vec<String>,
+    /// A resume: how many deliveries that waited for a gone URL are due again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unparked: Option<u64>,
 }
 
 /// `GET /v1/targets`: in origin order.

@@ -245,6 +245,14 @@ impl Receiver {
         lock(&self.shared.script).default = reply;
     }
 
+    /// Answer every request for `path` (whatever its query) with `reply`, before the
+    /// one-shot replies and the default.
+    pub fn respond_to(&self, path: &str, reply: Reply) {
+        lock(&self.shared.script)
+            .by_path
+            .insert(path.to_owned(), reply);
+    }
+
     /// Queue one-shot replies, used in order before the default.
     pub fn push_replies(&self, replies: impl IntoIterator<Item = Reply>) {
         lock(&self.shared.script).queue.extend(replies);
@@ -311,6 +319,8 @@ struct Shared {
 struct Script {
     queue: VecDeque<Reply>,
     default: Reply,
+    /// Paths answered always so, before the queue and the default.
+    by_path: std::collections::HashMap<String, Reply>,
 }
 
 impl Shared {
@@ -320,8 +330,11 @@ impl Shared {
         self.count.send_replace(requests.len());
     }
 
-    fn next_reply(&self) -> Reply {
+    fn next_reply(&self, path: &str) -> Reply {
         let mut script = lock(&self.script);
+        if let Some(reply) = script.by_path.get(path) {
+            return reply.clone();
+        }
         match script.queue.pop_front() {
             Some(reply) => reply,
             None => script.default.clone(),
@@ -384,7 +397,7 @@ async fn record_and_reply(State(shared): State<Arc<Shared>>, request: Request) -
         body,
         received_at: std::time::Instant::now(),
     });
-    let reply = shared.next_reply();
+    let reply = shared.next_reply(parts.uri.path());
     if reply.hang {
         // Cancelled by `stop`, which aborts this connection's task.
         std::future::pending::<()>().await;

@@ -495,7 +495,8 @@ pub struct ListArgs {
     #[arg(long, value_enum)]
     pub status: Option<StatusArg>,
 
-    /// Only deliveries to this target (a URL or scheme://host[:port])
+    /// Only deliveries to this target: an origin (scheme://host[:port]), or a URL with a path
+    /// (its deliveries, whatever their query)
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
 
@@ -531,13 +532,14 @@ pub enum TargetsCommand {
     /// Send nothing to a target until it is resumed: its deliveries wait, uncharged (on the
     /// daemon's host; not kept across a restart)
     Pause {
-        /// A URL or its origin (https://hooks.example.com)
+        /// An origin (https://hooks.example.com); given a URL, its origin
         target: String,
     },
-    /// Send to a target again: lifts a pause by hand, and also a 410 Gone, an open breaker or
-    /// a pause for refused connections
+    /// Send to a target again. An origin: lifts a pause by hand, an open breaker, a pause for
+    /// refused connections, and the 410 Gone of each of its URLs. A URL with a path: lifts
+    /// only that URL's 410 Gone
     Resume {
-        /// A URL or its origin
+        /// An origin (https://hooks.example.com) or one URL of it
         target: String,
     },
 }
@@ -627,7 +629,8 @@ pub struct FilterArgs {
     #[arg(long, value_enum)]
     pub status: Option<StatusArg>,
 
-    /// Only deliveries to this target (a URL or scheme://host[:port])
+    /// Only deliveries to this target: an origin (scheme://host[:port]), or a URL with a path
+    /// (its deliveries, whatever their query)
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
 

@@ -400,6 +400,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     }
     let activity = Arc::new(activity::Activity::default());
     let control = Arc::new(scheduler::TargetControl::default());
+    let gone = Arc::new(deliveries::gone::GoneUrls::default());
+    learn_gone_urls(&store, &gone, &metrics).await;
     store.observe_commits(metrics.clone());
     // Task results (while an attempt runs) and output logs: next to a SQLite file.
     let data_dir = config.data_dir.clone();
@@ -409,6 +411,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     )));
     let state = Arc::new(api::AppState {
         control: Arc::clone(&control),
+        gone: Arc::clone(&gone),
         store: store.clone(),
         metrics: Arc::clone(&metrics),
         rules: submission::Rules {
@@ -514,6 +517,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         reconcile_base: config.reconcile_base,
         unknown_entered,
         journal: journal.clone(),
+        gone,
     });
     let scheduler = scheduler::Scheduler {
         store: store.clone(),
@@ -880,6 +884,27 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
 /// review). With PostgreSQL other hosts' claims are alive and indistinguishable from a dead
 /// one's: what a dead process held is taken back by whichever host sees its lease run out —
 /// this one included, starting now.
+/// The URLs that parked deliveries wait for (they answered 410 Gone before this start, or to
+/// another host): gone until an operator resumes them. A store that cannot say is only logged.
+async fn learn_gone_urls(
+    store: &Store,
+    gone: &deliveries::gone::GoneUrls,
+    metrics: &metrics::Metrics,
+) {
+    match store.parked_urls(10_000).await {
+        Ok(urls) => {
+            let now = store.now_ms();
+            for url in urls {
+                if let Some(origin) = submission::origin_filter(&url) {
+                    gone.found(&url, &origin, now);
+                }
+            }
+            metrics.observe_gone(gone);
+        }
+        Err(e) => warn!(error = %e, "could not read which URLs answered 410 Gone before"),
+    }
+}
+
 async fn recover(
     store: &Store,
     config: &Config,

@@ -40,6 +40,11 @@ pub struct TaskEndLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OriginLabel {
+    pub origin: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TaskWaitLabel {
     pub task_type: String,
     /// `lock` or `quota`.
@@ -69,8 +74,11 @@ pub struct Metrics {
     pub undone: Counter,
     /// Deliveries given back unsent because their target's rate allowed none just then.
     pub rate_limited: Counter,
-    /// Targets that answered 410 Gone and wait for an operator.
+    /// URLs that answered 410 Gone and wait for an operator.
     pub gone_targets: Gauge,
+    /// The same by origin (the URLs themselves are not labels: a webhook's path is often its
+    /// secret).
+    pub gone_urls: Family<OriginLabel, Gauge>,
     /// At-least-once attempts to be sent again though a redirect had answered them.
     pub resent_after_redirect: Counter,
     pub pruned: Counter,
@@ -161,6 +169,7 @@ impl Metrics {
             undone: Counter::default(),
             rate_limited: Counter::default(),
             gone_targets: Gauge::default(),
+            gone_urls: Family::default(),
             resent_after_redirect: Counter::default(),
             pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
@@ -260,9 +269,14 @@ impl Metrics {
         );
         registry.register(
             "spoold_gone_targets",
-            "Targets that answered 410 Gone: nothing is sent to them until an operator resumes \
-             them (alert on > 0)",
+            "URLs that answered 410 Gone: nothing is sent to them until an operator resumes \
+             them (alert on > 0; spoolctl targets lists them)",
             m.gone_targets.clone(),
+        );
+        registry.register(
+            "spoold_gone_urls",
+            "URLs that answered 410 Gone, by origin",
+            m.gone_urls.clone(),
         );
         registry.register(
             "spoold_admission_rejections",
@@ -443,6 +457,18 @@ impl Metrics {
             .oldest_due_at
             .map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
         self.oldest_due_age.set(age);
+    }
+
+    /// Refresh the gone-URL gauges: an origin none of whose URLs is gone any more is dropped.
+    pub fn observe_gone(&self, gone: &crate::deliveries::gone::GoneUrls) {
+        let now = gone.by_origin();
+        self.gone_targets.set(now.values().sum::<u64>() as i64);
+        self.gone_urls.clear();
+        for (origin, n) in now {
+            self.gone_urls
+                .get_or_create(&OriginLabel { origin })
+                .set(n as i64);
+        }
     }
 
     /// Refresh the PostgreSQL replication gauges.

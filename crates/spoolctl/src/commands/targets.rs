@@ -1,6 +1,7 @@
-//! `spoolctl targets`: one row per target with work waiting, recent failures or a pause; with
-//! `--all` every page merged into one table (or one JSON document). `targets pause|resume
-//! TARGET`: an operator's pause, and its end.
+//! `spoolctl targets`: one row per target with work waiting, recent failures or a pause, and
+//! one row under it for each of its URLs that answered 410 Gone; with `--all` every page
+//! merged into one table (or one JSON document). `targets pause|resume TARGET`: an operator's
+//! pause, and its end (a URL's: the end of its 410).
 
 use spool_proto::{TargetList, TargetView};
 
@@ -37,7 +38,22 @@ pub async fn run(client: &Client, args: TargetsArgs, out: &mut Output<'_>) -> an
             out.json(&done)?;
         } else {
             let action = if pause { "paused" } else { "resumed" };
-            out.line(&format!("{action}  {}", done.origin))?;
+            out.line(&format!(
+                "{action}  {}",
+                done.url.as_deref().unwrap_or(&done.origin)
+            ))?;
+            for url in done
+                .resumed_urls
+                .iter()
+                .filter(|u| done.url.as_ref() != Some(*u))
+            {
+                out.line(&format!("resumed  {url} (gone)"))?;
+            }
+            if let Some(n) = done.unparked.filter(|n| *n > 0) {
+                out.line(&format!(
+                    "{n} deliveries that waited for a gone URL are due again"
+                ))?;
+            }
         }
         return Ok(Exit::Success);
     }
@@ -77,6 +93,9 @@ fn print(out: &mut Output<'_>, list: &TargetList) -> std::io::Result<()> {
     table.row(HEADER);
     for t in &list.targets {
         table.row(row(t));
+        for gone in &t.gone_urls {
+            table.row(gone_row(gone));
+        }
     }
     out.table(&table)
 }
@@ -94,12 +113,31 @@ fn row(t: &TargetView) -> Vec<String> {
         t.paused_until.clone().unwrap_or_else(|| {
             match t.pause_reason.as_deref() {
                 // Until an operator resumes it.
-                Some("gone" | "operator") => "resume".to_owned(),
+                Some("operator") => "resume".to_owned(),
                 _ => dash(),
             }
         }),
         t.last_error_code.clone().unwrap_or_else(dash),
         t.last_failure_at.clone().unwrap_or_else(dash),
         t.last_success_at.clone().unwrap_or_else(dash),
+    ]
+}
+
+/// A URL of the target above that answered 410 Gone: held until resumed (`PAUSED_UNTIL`), its
+/// 410 the `LAST_FAILURE`.
+fn gone_row(g: &spool_proto::GoneUrlView) -> Vec<String> {
+    let dash = || "-".to_owned();
+    vec![
+        format!("  {}", g.url),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        "gone".to_owned(),
+        "resume".to_owned(),
+        "gone".to_owned(),
+        g.since.clone(),
+        dash(),
     ]
 }

@@ -159,7 +159,7 @@ async fn conflict(state: &SharedState, bytes: &[u8], existing_id: String) -> Api
         ("status" = Option<DeliveryStatus>, Query, description = "Only deliveries in this status"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
         ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
-        ("target" = Option<String>, Query, pattern = "^(https?://([a-z][a-z0-9-]{0,20}\\.){0,3}[g-z][a-z0-9-]{0,20}(:[1-9][0-9]{0,3})?(/[a-z0-9/_-]*)?)?$", description = "Only deliveries to this target: a URL or `scheme://host[:port]`; its origin is what counts"),
+        ("target" = Option<String>, Query, pattern = "^(https?://([a-z][a-z0-9-]{0,20}\\.){0,3}[g-z][a-z0-9-]{0,20}(:[1-9][0-9]{0,3})?(/[a-z0-9/_-]*)?)?$", description = "Only deliveries to this target: `scheme://host[:port]` (all of its deliveries), or a URL with a path (the deliveries to that URL, whatever their query)"),
         ("createdAfter" = Option<String>, Query, format = DateTime, description = "Only deliveries created at or after this RFC 3339 time"),
         ("createdBefore" = Option<String>, Query, format = DateTime, description = "Only deliveries created before this RFC 3339 time"),
         ("lastErrorCode" = Option<String>, Query, pattern = "^([a-z_]{1,64})?$", description = "Only deliveries whose last attempt ended with this `lastErrorCode`"),
@@ -490,16 +490,17 @@ pub(crate) fn list_filter(
         ),
     };
     let invalid = |message: String| ApiError::new(ErrorCode::InvalidRequest, message);
-    let origin = match params.get("target").map(String::as_str) {
+    let target = match params.get("target").map(String::as_str) {
         None | Some("") => None,
         Some(t) => Some(
-            crate::deliveries::submission::origin_filter(t).ok_or_else(|| {
+            crate::deliveries::submission::target_filter(t).ok_or_else(|| {
                 invalid(format!(
                     "target {t:?} is not an http(s) URL or origin, e.g. https://hooks.example.com"
                 ))
             })?,
         ),
     };
+    let (origin, url) = target.map_or((None, None), |t| (Some(t.origin), t.url));
     let time = |name: &str| match params.get(name).map(String::as_str) {
         None | Some("") => Ok(None),
         Some(t) => spool_proto::units::parse_time(t)
@@ -524,6 +525,7 @@ pub(crate) fn list_filter(
     Ok(model::ListFilter {
         status,
         origin,
+        url,
         created_after,
         created_before,
         last_error_code,
@@ -559,13 +561,15 @@ pub async fn bulk(State(state): State<SharedState>, body: HttpBody) -> Result<Re
         "filter needs at least one of status, targetOrigin, lastErrorCode, createdAfter, \
          createdBefore (to act on every failed delivery, say status: failed)",
     )?;
+    let target = filter
+        .target_origin
+        .as_deref()
+        .map(super::targets::target)
+        .transpose()?;
     let filter = model::ListFilter {
         status: filter.status.map(store_status),
-        origin: filter
-            .target_origin
-            .as_deref()
-            .map(super::targets::target_origin)
-            .transpose()?,
+        origin: target.as_ref().map(|t| t.origin.clone()),
+        url: target.and_then(|t| t.url),
         created_after: super::filter_time("createdAfter", filter.created_after.as_deref())?,
         created_before: super::filter_time("createdBefore", filter.created_before.as_deref())?,
         last_error_code: filter

@@ -49,6 +49,8 @@ pub struct AppState {
     pub activity: Arc<crate::deliveries::activity::Activity>,
     /// Operators' pauses and resumes of targets.
     pub control: Arc<crate::deliveries::scheduler::TargetControl>,
+    /// URLs that answered 410 Gone.
+    pub gone: Arc<crate::deliveries::gone::GoneUrls>,
     /// The admission limit (`--max-db-bytes`); 0 = none.
     pub max_db_bytes: u64,
     /// The declared task types.

@@ -131,6 +131,7 @@ pub async fn openapi() -> Response {
         spool_proto::StatsView,
         spool_proto::ActivityView,
         spool_proto::TargetView,
+        spool_proto::GoneUrlView,
         spool_proto::TargetList,
         super::system::StatusOk,
         super::system::Ready,

@@ -1,6 +1,7 @@
 //! `GET /v1/targets`: one row per target (`scheme://host:port`) that has work waiting or in
-//! flight, failed in the last hour, or is paused — the store's counts joined with what the
-//! scheduler knows of each target's health.
+//! flight, failed in the last hour, is paused or has a URL that answered 410 Gone — the store's
+//! counts joined with what the scheduler knows of each target's health. And the operator's
+//! pause and resume of a target, or the resume of one gone URL.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use spool_proto::units::format_time;
-use spool_proto::{ErrorCode, TargetList, TargetPause, TargetView};
+use spool_proto::{ErrorCode, GoneUrlView, TargetList, TargetPause, TargetView};
 
 use super::{first_values, json, page_limit, ApiError, SharedState};
 use crate::deliveries::activity::TargetActivity;
@@ -51,6 +52,13 @@ pub async fn targets(
             )
         })
         .collect();
+    let gone = gone_urls(&state).await;
+    for origin in gone.keys() {
+        if after.as_ref().is_none_or(|a| origin > a) {
+            rows.entry(origin.clone())
+                .or_insert((0, 0, TargetActivity::default()));
+        }
+    }
     let active = state.activity.targets(now);
     for (origin, activity) in active
         .into_iter()
@@ -71,7 +79,6 @@ pub async fn targets(
         .into_iter()
         .take(limit as usize)
         .map(|(origin, (pending, in_flight, a))| TargetView {
-            origin,
             pending,
             in_flight,
             failed_last_hour: a.failed_last_hour,
@@ -83,6 +90,8 @@ pub async fn targets(
             pause_reason: a.pause_reason.map(|r| r.as_str().to_owned()),
             last_error_code: a.last_error_code,
             last_success_at: a.last_success_at.map(format_time),
+            gone_urls: gone.get(&origin).cloned().unwrap_or_default(),
+            origin,
         })
         .collect();
     let next_cursor = more
@@ -100,39 +109,102 @@ pub async fn targets(
 #[utoipa::path(post, path = "/v1/targets/{origin}/pause", tag = "overview",
     params(("origin" = String, Path, pattern = "^https?://(([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/.*)?$", description = "The target: a URL or its origin, percent-encoded (`https%3A%2F%2Fhooks.example.com`); a host name or an IPv4 address")),
     responses(
-        (status = 200, description = "Paused: nothing is sent to it (on this host) until it is resumed; its deliveries wait, uncharged", body = TargetPause),
+        (status = 200, description = "Paused: nothing is sent to its origin (on this host; a path given is ignored) until it is resumed; its deliveries wait, uncharged", body = TargetPause),
         (status = 400, description = "`invalid_request`: not an http(s) URL", body = spool_proto::ErrorBody),
     ))]
 pub async fn pause(
     State(state): State<SharedState>,
     Path(origin): Path<String>,
 ) -> Result<Response, ApiError> {
-    set_paused(&state, &origin, true)
+    set_paused(&state, &origin, true).await
 }
 
 #[utoipa::path(post, path = "/v1/targets/{origin}/resume", tag = "overview",
     params(("origin" = String, Path, pattern = "^https?://(([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/.*)?$", description = "The target: a URL or its origin, percent-encoded; a host name or an IPv4 address")),
     responses(
-        (status = 200, description = "Resumed: an operator's pause is lifted, and so is whatever else held it back (410 Gone, an open breaker, a connection pause)", body = TargetPause),
+        (status = 200, description = "Resumed. An origin: an operator's pause is lifted, and so is whatever else held it back (an open breaker, a connection pause, its URLs that answered 410 Gone). A URL with a path: only that URL's 410 is lifted (its deliveries with any query are due again; the first 410 after this fails its delivery)", body = TargetPause),
         (status = 400, description = "`invalid_request`: not an http(s) URL", body = spool_proto::ErrorBody),
     ))]
 pub async fn resume(
     State(state): State<SharedState>,
     Path(origin): Path<String>,
 ) -> Result<Response, ApiError> {
-    set_paused(&state, &origin, false)
+    set_paused(&state, &origin, false).await
 }
 
-/// An operator's pause (`paused`) or resume of the target `named`.
-fn set_paused(state: &SharedState, named: &str, paused: bool) -> Result<Response, ApiError> {
-    let origin = target_origin(named)?;
+/// The gone URLs by origin: those this daemon knows of, and those whose deliveries another
+/// host parked (PostgreSQL) — from the store, so every host lists the same.
+async fn gone_urls(state: &SharedState) -> BTreeMap<String, Vec<GoneUrlView>> {
+    match state.store.parked_urls(10_000).await {
+        Ok(urls) => {
+            let now = state.store.now_ms();
+            for url in urls {
+                if let Some(origin) = crate::deliveries::submission::origin_filter(&url) {
+                    state.gone.found(&url, &origin, now);
+                }
+            }
+            state.metrics.observe_gone(&state.gone);
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read the URLs parked deliveries wait for"),
+    }
+    let mut by_origin: BTreeMap<String, Vec<GoneUrlView>> = BTreeMap::new();
+    for (url, g) in state.gone.list() {
+        by_origin.entry(g.origin).or_default().push(GoneUrlView {
+            url,
+            since: format_time(g.since),
+        });
+    }
+    by_origin
+}
+
+/// An operator's pause (`paused`) or resume of the target `named`. A pause holds the whole
+/// origin. A resume of an origin lifts its pause and everything else that holds it back,
+/// its gone URLs included; a resume of a URL (a path given) lifts that URL's 410 only.
+async fn set_paused(state: &SharedState, named: &str, paused: bool) -> Result<Response, ApiError> {
+    let target = target(named)?;
+    let origin = target.origin.clone();
     if paused {
         state.control.pause(&origin);
         tracing::info!(target_origin = %origin, "target paused by an operator");
-    } else {
-        state.control.resume(&origin);
+        return Ok(json(
+            StatusCode::OK,
+            &TargetPause {
+                origin,
+                paused,
+                url: None,
+                resumed_urls: Vec::new(),
+                unparked: None,
+            },
+        ));
     }
-    Ok(json(StatusCode::OK, &TargetPause { origin, paused }))
+    let (was_gone, mut resumed_urls) = match &target.url {
+        Some(url) => (state.gone.resume_url(url), vec![url.clone()]),
+        None => {
+            state.control.resume(&origin);
+            (true, state.gone.resume_origin(&origin))
+        }
+    };
+    // The store's parked deliveries are due again, also those another host parked.
+    let unparked = state
+        .store
+        .unpark(origin.clone(), target.url.clone())
+        .await?;
+    state.metrics.observe_gone(&state.gone);
+    tracing::info!(target_origin = %origin, unparked, urls = resumed_urls.len(),
+                   "resumed by an operator");
+    if !was_gone && unparked == 0 {
+        resumed_urls.clear();
+    }
+    Ok(json(
+        StatusCode::OK,
+        &TargetPause {
+            paused: state.control.is_paused(&origin),
+            origin,
+            url: target.url,
+            resumed_urls,
+            unparked: Some(unparked),
+        },
+    ))
 }
 
 /// What a target named in a path must look like: an http(s) URL whose host is a name (its
@@ -141,12 +213,13 @@ fn set_paused(state: &SharedState, named: &str, paused: bool) -> Result<Response
 /// exactly what its document calls valid.
 pub const TARGET_PATTERN: &str = "^https?://(([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*|(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])){3})(:([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?(/.*)?$";
 
-/// A target as named in a path or a filter: a URL or its origin, as deliveries are grouped.
-pub(crate) fn target_origin(text: &str) -> Result<String, ApiError> {
+/// A target as named in a path or a filter: an origin, or a URL of it (see
+/// [`crate::deliveries::submission::TargetFilter`]).
+pub(crate) fn target(text: &str) -> Result<crate::deliveries::submission::TargetFilter, ApiError> {
     static PATTERN: std::sync::LazyLock<Option<regex::Regex>> =
         std::sync::LazyLock::new(|| regex::Regex::new(TARGET_PATTERN).ok());
     let fits = PATTERN.as_ref().is_some_and(|p| p.is_match(text));
-    fits.then(|| crate::deliveries::submission::origin_filter(text))
+    fits.then(|| crate::deliveries::submission::target_filter(text))
         .flatten()
         .ok_or_else(|| {
             ApiError::new(
@@ -179,7 +252,7 @@ mod tests {
             "http://127.0.0.1:8080",
         ];
         for ok in taken {
-            assert!(target_origin(ok).is_ok(), "{ok}");
+            assert!(target(ok).is_ok(), "{ok}");
         }
         let refused = [
             "0",
@@ -192,7 +265,7 @@ mod tests {
             "http://a..b",
         ];
         for bad in refused {
-            assert!(target_origin(bad).is_err(), "{bad}");
+            assert!(target(bad).is_err(), "{bad}");
         }
     }
 }

@@ -44,7 +44,7 @@ const MAX_IMPORT_BYTES: usize = 64 << 20;
         ("status" = Option<spool_proto::DeliveryStatus>, Query, description = "Only deliveries in this status"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size, 1–500 (default 100)"),
         ("cursor" = Option<String>, Query, pattern = "^([0-9a-f]{32})?$", description = "`nextCursor` of the previous page"),
-        ("target" = Option<String>, Query, pattern = "^(https?://([a-z][a-z0-9-]{0,20}\\.){0,3}[g-z][a-z0-9-]{0,20}(:[1-9][0-9]{0,3})?(/[a-z0-9/_-]*)?)?$", description = "Only deliveries to this target's origin"),
+        ("target" = Option<String>, Query, pattern = "^(https?://([a-z][a-z0-9-]{0,20}\\.){0,3}[g-z][a-z0-9-]{0,20}(:[1-9][0-9]{0,3})?(/[a-z0-9/_-]*)?)?$", description = "Only deliveries to this target: `scheme://host[:port]`, or a URL with a path (the deliveries to that URL, whatever their query)"),
         ("createdAfter" = Option<String>, Query, format = DateTime, description = "Only deliveries created at or after this RFC 3339 time"),
         ("createdBefore" = Option<String>, Query, format = DateTime, description = "Only deliveries created before this RFC 3339 time"),
         ("lastErrorCode" = Option<String>, Query, pattern = "^([a-z_]{1,64})?$", description = "Only deliveries whose last attempt ended with this `lastErrorCode`"),

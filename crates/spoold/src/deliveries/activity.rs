@@ -78,8 +78,6 @@ pub enum PauseReason {
     Failing,
     /// It asked to wait (`Retry-After`).
     RetryAfter,
-    /// It answered 410 Gone: until an operator resumes it.
-    Gone,
     /// An operator paused it: until resumed.
     Operator,
 }
@@ -91,14 +89,13 @@ impl PauseReason {
             PauseReason::Unreachable => "unreachable",
             PauseReason::Failing => "failing",
             PauseReason::RetryAfter => "retry_after",
-            PauseReason::Gone => "gone",
             PauseReason::Operator => "operator",
         }
     }
 
     /// Only an operator ends it, not time.
     pub fn until_resumed(self) -> bool {
-        matches!(self, PauseReason::Gone | PauseReason::Operator)
+        matches!(self, PauseReason::Operator)
     }
 }
 
@@ -217,15 +214,6 @@ impl Activity {
         target.paused_until = paused_until;
         target.pause_reason = pause_reason;
         target.last_minute = minute;
-    }
-
-    /// Targets that answered 410 Gone and wait for an operator.
-    pub fn gone_targets(&self) -> usize {
-        self.lock()
-            .targets
-            .values()
-            .filter(|t| t.pause_reason == Some(PauseReason::Gone))
-            .count()
     }
 
     /// Counts over the last five minutes and the last hour.

@@ -33,6 +33,7 @@ use tracing::{info, warn};
 use spool_proto::signing;
 
 use crate::deliveries::activity::{self, Activity};
+use crate::deliveries::gone::{self, Answered410, GoneUrls};
 use crate::deliveries::outbound::{self, Outbound, SendErrorCode};
 use crate::deliveries::retry::{self, Backoff, Verdict};
 use crate::deliveries::targets::{LiveRules, RateLimiter, TargetRules};
@@ -73,6 +74,8 @@ pub struct Deliverer {
     pub unknown_entered: Arc<tokio::sync::Notify>,
     /// Where results the database was out of reach for are kept until recorded.
     pub journal: crate::unrecorded::Journal,
+    /// URLs that answered 410 Gone: nothing is sent to them until an operator resumes them.
+    pub gone: Arc<GoneUrls>,
 }
 
 /// The claims (delivery id → claim sequence) that attempts of this process hold right now,
@@ -157,10 +160,6 @@ pub struct Started {
     pub send_by: Instant,
     /// A token of its target's rate was taken for it when it was claimed.
     pub token: bool,
-    /// The first request to its target since an operator resumed the target after it
-    /// answered 410 Gone: a 410 now fails this delivery. Any other 410 holds it, uncharged,
-    /// with the target's other deliveries (see [`Deliverer::judge`]).
-    pub after_gone: bool,
 }
 
 impl Started {
@@ -170,7 +169,6 @@ impl Started {
             claimed,
             send_by: asked + lease.saturating_sub(RECORD_MARGIN),
             token: false,
-            after_gone: false,
         }
     }
 }
@@ -482,6 +480,13 @@ impl Deliverer {
                 self.unsent(current).await;
                 continue;
             }
+            if self.gone.holds(&current.claimed.target_url) {
+                // Its URL answered 410 to another request since it was claimed (or it is the
+                // delivery that got the 410, claimed again before it was parked): given back
+                // unsent, parked with the URL's others.
+                self.park(current).await;
+                continue;
+            }
             // A rate-limited target: sent only with a token (taken when the scheduler claimed
             // it, or now); without one it is undone (no attempt spent) and the slot ends, the
             // scheduler holding the target until its next token. Nothing is started or
@@ -645,6 +650,70 @@ impl Deliverer {
                             "could not give back an attempt started ahead; it is taken back after its lease"),
         }
         self.live.forget(&id, claim_seq);
+    }
+
+    /// Give back, unsent and parked, an attempt whose URL is gone (see [`GoneUrls`]).
+    async fn park(&self, unsent: Started) {
+        let Claimed { id, claim_seq, .. } = unsent.claimed;
+        match self
+            .patiently(&id, || self.store.park(id.clone(), claim_seq, true))
+            .await
+        {
+            Ok(parked) => {
+                if parked {
+                    self.metrics.undone.inc();
+                }
+            }
+            Err(e) => warn!(delivery_id = %id, claim_seq, error = %e,
+                            "could not park a delivery to a gone URL; it is taken back after its lease and parked then"),
+        }
+        self.live.forget(&id, claim_seq);
+    }
+
+    /// A 410 from `claimed`'s URL: the URL is gone from now on (see [`GoneUrls`]). Whether
+    /// it was the first 410 since an operator resumed the URL — then it fails its delivery.
+    async fn answered_gone(&self, claimed: &Claimed) -> bool {
+        let url = gone::url_key(&claimed.target_url).to_owned();
+        let now = self.store.now_ms();
+        match self
+            .gone
+            .answered_410(&claimed.target_url, &claimed.origin, now)
+        {
+            Answered410::AlreadyGone => false,
+            Answered410::StillGone => {
+                warn!(delivery_id = %claimed.id, target_origin = %claimed.origin,
+                      "a URL resumed by an operator answered 410 Gone again: this delivery fails, \
+                       the URL's others wait again until it is resumed");
+                self.park_url(claimed, url).await;
+                true
+            }
+            Answered410::NewlyGone => {
+                // The URL itself is not logged (a webhook's path is often its secret):
+                // `spoolctl targets` lists it.
+                warn!(delivery_id = %claimed.id, target_origin = %claimed.origin,
+                      "this delivery's URL answered 410 Gone: nothing more is sent to it until an \
+                       operator resumes it (spoolctl targets lists it; spoolctl targets resume \
+                       URL); the rest of its origin goes on");
+                self.park_url(claimed, url).await;
+                false
+            }
+        }
+    }
+
+    /// Park the pending deliveries of a gone URL in the store, so that no claim takes them.
+    /// Not waited for by anything but this slot; should it fail, each is parked when claimed.
+    async fn park_url(&self, claimed: &Claimed, url: String) {
+        self.metrics.observe_gone(&self.gone);
+        match self
+            .store
+            .park_url(claimed.origin.clone(), url.clone())
+            .await
+        {
+            Ok(n) => info!(delivery_id = %claimed.id, parked = n,
+                           "parked the other deliveries to that gone URL"),
+            Err(e) => warn!(delivery_id = %claimed.id, error = %e,
+                            "could not park the deliveries of a gone URL; each is parked when claimed"),
+        }
     }
 
     /// Whether this slot may take on another delivery: not while shutting down.
@@ -966,7 +1035,15 @@ impl Deliverer {
             }
             _ => None,
         };
-        let result = self.judge(attempt, &rules, sent, elapsed);
+        let still_gone = match &sent {
+            Sent::Done(Ok(resp)) if resp.status == 410 => self.answered_gone(claimed).await,
+            Sent::Done(Ok(_)) => {
+                self.gone.answered(&claimed.target_url);
+                false
+            }
+            _ => false,
+        };
+        let result = self.judge(attempt, &rules, sent, elapsed, still_gone);
         let health = throttle.map_or_else(|| TargetHealth::of(&result), TargetHealth::Throttled);
         if result.error_code.as_deref() == Some(SendErrorCode::TargetBlocked.as_str()) {
             self.metrics.blocked.inc();
@@ -975,16 +1052,17 @@ impl Deliverer {
     }
 
     /// What an attempt's outcome makes of its delivery (see [`retry`]). A 410 Gone at least
-    /// once does not fail the delivery that met it: its target is gone, and every delivery for
-    /// it waits alike (interrupted: not charged, `gone`) until an operator resumes the target —
-    /// unless this was the first request after such a resume ([`Started::after_gone`]): then
-    /// 410 is final for it. At most once a 410 is a final answer like any 4xx.
+    /// once does not fail the delivery that met it: its URL is gone, and every delivery for
+    /// it waits alike (interrupted: not charged, `gone`, then parked) until an operator resumes
+    /// the URL — unless this was the first 410 after such a resume (`still_gone`): then 410 is
+    /// final for it. At most once a 410 is a final answer like any 4xx.
     fn judge(
         &self,
         attempt: &Started,
         rules: &TargetRules,
         sent: Sent,
         elapsed: Duration,
+        still_gone: bool,
     ) -> AttemptResult {
         let claimed = &attempt.claimed;
         let mut result = AttemptResult {
@@ -1044,12 +1122,12 @@ impl Deliverer {
                         .into(),
                 );
             }
-            Sent::Done(Ok(resp)) if resp.status == 410 && !at_most_once && !attempt.after_gone => {
+            Sent::Done(Ok(resp)) if resp.status == 410 && !at_most_once && !still_gone => {
                 result.http_status = Some(resp.status);
                 result.error_code = Some("gone".into());
                 result.error = Some(format!(
-                    "{}; the target is gone: this delivery waits with its others, not charged, \
-                     until an operator resumes the target (spoolctl targets resume)",
+                    "{}; the URL is gone: this delivery waits with its others, not charged, \
+                     until an operator resumes the URL (spoolctl targets resume URL)",
                     status_error(&resp)
                 ));
                 result.disposition = Disposition::Interrupted;

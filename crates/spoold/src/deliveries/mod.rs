@@ -8,6 +8,7 @@
 pub mod activity;
 pub mod bulk;
 pub mod deliver;
+pub mod gone;
 pub mod outbound;
 pub mod reconcile;
 pub mod retention;

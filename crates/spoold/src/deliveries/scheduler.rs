@@ -13,10 +13,10 @@
 //! it (to `--breaker-probe-cap`, or `--retry-cap` if that is shorter): the errors of the burst that opened the breaker (requests already on
 //! the wire) do not lengthen it. A probe is one slot — one request — claimed only when nothing
 //! else is in flight to the target, and the slots the scheduler spawned as probes are the only
-//! ones whose failure counts as a failed probe. A target that answers 410 Gone, or that an
-//! operator paused ([`TargetControl`]), is sent nothing until an operator resumes it; after a
-//! resume from 410, one delivery goes first (a 410 then fails it: see
-//! [`crate::deliveries::deliver::Started::after_gone`]).
+//! ones whose failure counts as a failed probe. A target an operator paused
+//! ([`TargetControl`]) is sent nothing until an operator resumes it. A URL that answered 410
+//! Gone is held by itself, not its origin ([`crate::deliveries::gone`]): to the scheduler, a
+//! 410 is an answer like any other.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use crate::deliveries::activity::PauseReason;
 use crate::deliveries::deliver::{Deliverer, SlotEnd, Started, TargetHealth};
@@ -144,8 +144,7 @@ struct Done {
 
 /// Consecutive unreachable attempts of one target, and its 5xx answers and timeouts in a row
 /// (since when), and until when it is paused and how many probes failed since it was; until
-/// when it asked (with `Retry-After`) to be sent nothing; whether it said it is gone (410), or
-/// was resumed by an operator after that.
+/// when it asked (with `Retry-After`) to be sent nothing.
 #[derive(Debug, Default)]
 struct TargetState {
     failures: u32,
@@ -156,9 +155,6 @@ struct TargetState {
     /// that many.
     failed_probes: u32,
     held_until: Option<Instant>,
-    gone: bool,
-    /// An operator resumed it after a 410: one delivery goes first, and a 410 fails it.
-    resumed_from_gone: bool,
 }
 
 impl TargetState {
@@ -168,11 +164,7 @@ impl TargetState {
 
     /// Whether it is kept because something about it is not ordinary.
     fn notable(&self, now: Instant) -> bool {
-        self.failures > 0
-            || self.errors > 0
-            || self.gone
-            || self.resumed_from_gone
-            || self.held(now)
+        self.failures > 0 || self.errors > 0 || self.held(now)
     }
 
     /// Paused after failures (refused connections, or the breaker), probed once the pause is
@@ -180,11 +172,6 @@ impl TargetState {
     fn tripped(&self, breaker: &Breaker) -> bool {
         self.failures >= PAUSE_AFTER_FAILURES
             || (breaker.failures > 0 && self.errors >= breaker.failures)
-    }
-
-    /// Sent one delivery at a time, to find out whether it is back.
-    fn probed(&self, breaker: &Breaker) -> bool {
-        self.tripped(breaker) || self.resumed_from_gone
     }
 }
 
@@ -215,18 +202,8 @@ impl Scheduler {
             }
             let now = Instant::now();
             for (origin, resumed) in self.control.take_news() {
-                if let Some(was) = targets.remove(&origin).filter(|_| resumed) {
+                if resumed && targets.remove(&origin).is_some() {
                     info!(target_origin = %origin, "target resumed by an operator");
-                    if was.gone {
-                        // One delivery first: if it is still gone, only that one fails.
-                        targets.insert(
-                            origin.clone(),
-                            TargetState {
-                                resumed_from_gone: true,
-                                ..TargetState::default()
-                            },
-                        );
-                    }
                 }
                 self.publish(&origin, targets.get(&origin), now);
             }
@@ -268,8 +245,7 @@ impl Scheduler {
                             (claimed == 0 && !capacity.saturated().is_empty()).then(Instant::now);
                         for c in batch.claimed {
                             let state = targets.get(&c.origin);
-                            let probe = state.is_some_and(|t| t.probed(&self.breaker));
-                            let after_gone = state.is_some_and(|t| t.resumed_from_gone);
+                            let probe = state.is_some_and(|t| t.tripped(&self.breaker));
                             // Its rate's token is taken now, before the next claim looks at
                             // the bucket: claimed is spoken for.
                             let token = self.deliverer.limiter.take(
@@ -290,7 +266,6 @@ impl Scheduler {
                                 };
                                 let mut first = Started::new(c, asked, lease);
                                 first.token = token;
-                                first.after_gone = after_gone;
                                 deliverer.attempt(first, interrupt, released).await;
                             });
                         }
@@ -451,7 +426,8 @@ impl Scheduler {
             return;
         }
         match health {
-            TargetHealth::Answered => {
+            // A 410 holds its URL, not the target (see `crate::deliveries::gone`).
+            TargetHealth::Answered | TargetHealth::Gone => {
                 if let Some(t) = targets.get_mut(origin) {
                     if t.paused_until.take().is_some() {
                         info!(target_origin = %origin, "target answered again; resumed");
@@ -469,7 +445,6 @@ impl Scheduler {
                 let state = targets.entry(origin.to_owned()).or_default();
                 state.failures = 0;
                 state.paused_until = None;
-                state.resumed_from_gone = false;
                 let until = now + wait;
                 if state.held_until.is_none_or(|held| held < until) {
                     state.held_until = Some(until);
@@ -515,18 +490,6 @@ impl Scheduler {
                     );
                 }
             }
-            TargetHealth::Gone => {
-                let state = targets.entry(origin.to_owned()).or_default();
-                if !state.gone {
-                    warn!(
-                        target_origin = %origin,
-                        "target answered 410 Gone: nothing more is sent to it until an operator \
-                         resumes it (spoolctl targets resume)"
-                    );
-                }
-                state.gone = true;
-                state.resumed_from_gone = false;
-            }
             TargetHealth::Unknown => {}
         }
     }
@@ -564,9 +527,7 @@ impl Scheduler {
             Some(PauseReason::Operator)
         } else {
             state.and_then(|t| {
-                if t.gone {
-                    Some(PauseReason::Gone)
-                } else if t.held(now) {
+                if t.held(now) {
                     Some(PauseReason::RetryAfter)
                 } else if t.failures >= PAUSE_AFTER_FAILURES {
                     Some(PauseReason::Unreachable)
@@ -581,10 +542,6 @@ impl Scheduler {
         self.deliverer
             .activity
             .health(origin, failures, wall, reason);
-        self.deliverer
-            .metrics
-            .gone_targets
-            .set(self.deliverer.activity.gone_targets() as i64);
     }
 
     /// Periodic housekeeping: renew the leases of attempts running here, take back claims
@@ -632,7 +589,7 @@ impl Scheduler {
     }
 }
 
-/// Per-target limits: 0 while a target is paused, gone or holds us back, 1 (a single probe)
+/// Per-target limits: 0 while a target is paused or holds us back, 1 (a single probe)
 /// once its pause is over until it answers again.
 fn limits(
     targets: &HashMap<String, TargetState>,
@@ -643,9 +600,9 @@ fn limits(
         .iter()
         .filter_map(|(o, t)| {
             let paused = t.paused_until.is_some_and(|until| until > now);
-            let limit = if t.held(now) || t.gone {
+            let limit = if t.held(now) {
                 0
-            } else if t.probed(breaker) {
+            } else if t.tripped(breaker) {
                 if paused {
                     0
                 } else {
@@ -714,20 +671,6 @@ mod tests {
                     ..TargetState::default()
                 },
             ),
-            (
-                "http://127.0.0.7:80".to_owned(),
-                TargetState {
-                    gone: true,
-                    ..TargetState::default()
-                },
-            ),
-            (
-                "http://127.0.0.8:80".to_owned(),
-                TargetState {
-                    resumed_from_gone: true,
-                    ..TargetState::default()
-                },
-            ),
         ]);
         let breaker = Breaker {
             failures: 5,
@@ -740,9 +683,6 @@ mod tests {
         assert_eq!(l.get("http://127.0.0.4:80"), None);
         assert_eq!(l.get("http://127.0.0.5:80"), Some(&0));
         assert_eq!(l.get("http://127.0.0.6:80"), None);
-        // Gone: nothing; resumed after that: one delivery first.
-        assert_eq!(l.get("http://127.0.0.7:80"), Some(&0));
-        assert_eq!(l.get("http://127.0.0.8:80"), Some(&1));
         assert_eq!(
             earliest_resume(&targets, now),
             Some(now + Duration::from_secs(2))

@@ -80,6 +80,25 @@ pub fn origin_filter(text: &str) -> Option<String> {
     Some(origin_of(&url, &host))
 }
 
+/// A target as an operator names it: an origin (`https://hooks.example.com`, or with the path
+/// `/` only), or one URL of it (any other path: its deliveries with any query).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetFilter {
+    pub origin: String,
+    /// The URL without its query and fragment, when a path was given.
+    pub url: Option<String>,
+}
+
+/// See [`TargetFilter`]; `None` if `text` is not an http(s) URL with a host.
+pub fn target_filter(text: &str) -> Option<TargetFilter> {
+    let mut url = url::Url::parse(text.trim()).ok()?;
+    let origin = origin_filter(text)?;
+    url.set_query(None);
+    url.set_fragment(None);
+    let url = (url.path() != "/").then(|| url.as_str().to_owned());
+    Some(TargetFilter { origin, url })
+}
+
 /// What a create is judged by besides its own fields.
 #[derive(Debug, Clone, Default)]
 pub struct Rules {

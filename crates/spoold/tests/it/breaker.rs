@@ -1,7 +1,8 @@
 //! Pause, don't fail: a target answering a run of 5xx opens its breaker (its deliveries wait,
 //! uncharged, one probe at a time — one request, spaced like retries, further apart after each
-//! failed probe — and the first success closes it); a 410 Gone holds every delivery of the
-//! target alike until an operator resumes it, with a metric to alert on; an operator pauses
+//! failed probe — and the first success closes it); a 410 Gone holds every delivery to the URL
+//! that answered it (and nothing else of its origin) until an operator resumes it, with a
+//! metric to alert on; an operator pauses
 //! and resumes a target by hand; errors spread between answers never open the breaker. A real
 //! spoold and a scripted receiver on 127.0.0.1; the 410 on SQLite and on PostgreSQL.
 
@@ -185,23 +186,26 @@ async fn a_target_failing_from_the_first_request_is_probed_one_request_at_a_time
     );
 }
 
-/// 410 Gone means the target is gone: every delivery for it waits, those that met the 410 in
-/// the burst as well as the rest (not charged; `gone`), so that one `targets resume` sends them
-/// all and one `cancel` by target drops them all. After a resume one delivery goes first; if
-/// the target answers 410 again, that one fails (410 is final) and the rest wait again.
+/// 410 Gone holds the URL that answered it, not its origin: the other URLs of the origin go
+/// on whatever they answer, beside it, at the same time (200, 400, 422, 500, 503). No delivery
+/// to the gone URL is sent again after its 410 — not the one that got it, not one a concurrent
+/// slot had lined up — until an operator resumes the URL; its deliveries (whatever their query,
+/// created before or after) wait, uncharged, parked in the store, across a restart. A resume
+/// while it still answers 410 fails the delivery that meets it; a resume of the origin lifts
+/// every gone URL of it; a cancel by URL drops that URL's deliveries and nothing else.
 #[tokio::test(flavor = "multi_thread")]
-async fn gone_holds_every_delivery_for_the_target_alike() {
+async fn a_gone_url_holds_only_itself() {
     let dir = TempDir::new().expect("temp dir");
-    gone_holds_every_delivery_alike(process_opts(&dir)).await;
+    a_gone_url_holds_only_itself_on(process_opts(&dir)).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn gone_holds_every_delivery_for_the_target_alike_on_postgres() {
+async fn a_gone_url_holds_only_itself_on_postgres() {
     let Some(db) = TestDatabase::create().await.expect("test database") else {
         return;
     };
     let dir = TempDir::new().expect("temp dir");
-    gone_holds_every_delivery_alike(postgres_opts(&db, &dir)).await;
+    a_gone_url_holds_only_itself_on(postgres_opts(&db, &dir)).await;
 }
 
 /// The statuses of `ids`, counted.
@@ -215,135 +219,201 @@ async fn statuses(api: &Api, ids: &[String]) -> std::collections::BTreeMap<Strin
     counted
 }
 
-async fn gone_holds_every_delivery_alike(opts: DaemonOptions) {
-    let daemon = DaemonProcess::start(opts).await.expect("daemon");
-    let api = Api::new(daemon.base_url());
-    let r = Receiver::start().await.expect("receiver");
-    // Slow enough that the slots (eight, unless the machine is slow to claim) are on the wire
-    // when the first 410 comes.
-    r.respond_with(Reply::status(410).delay(Duration::from_millis(200)));
-    // One attempt each: one charged for the 410 would fail it.
-    let mut ids = Vec::new();
-    for i in 0..20 {
-        let (status, created) = api
-            .create(json!({"targetUrl": r.url(&format!("/{i}")), "maxAttempts": 1}))
-            .await
-            .expect("create");
-        assert_eq!(status, 201, "{created}");
-        ids.push(id_of(&created));
-    }
-    r.wait_for_requests(1, WAIT)
+/// Create one delivery to `url` (one attempt: one charged for a 410 would fail it).
+async fn create_to(api: &Api, url: &str) -> String {
+    let (status, created) = api
+        .create(json!({"targetUrl": url, "maxAttempts": 1}))
         .await
-        .expect("the first request");
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    let met = r.requests().len();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(r.requests().len(), met, "sent to a gone target");
-    assert_eq!(
-        statuses(&api, &ids).await,
-        [("pending".to_owned(), 20)].into(),
-        "every delivery waits alike"
-    );
-    let row = target(&api, &r).await;
-    assert_eq!(
-        (&row["pauseReason"], &row["pending"]),
-        (&json!("gone"), &json!(20)),
-        "{row}"
-    );
-    let waiting: Vec<Value> = {
-        let mut met_410 = Vec::new();
-        for id in &ids {
-            let (_, d) = api.get(id).await.expect("get");
-            if d["attempts"] == 1 {
-                met_410.push(d);
-            }
+        .expect("create");
+    assert_eq!(status, 201, "{created}");
+    id_of(&created)
+}
+
+/// The delivery ids the receiver got requests for at `path`, in order.
+fn sent_to(r: &Receiver, path: &str) -> Vec<String> {
+    r.requests()
+        .iter()
+        .filter(|q| q.path == path)
+        .map(|q| q.header("X-Spoold-Delivery-ID").unwrap_or("?").to_owned())
+        .collect()
+}
+
+/// A resume (or pause) of `target` (an origin or a URL).
+async fn control_of(api: &Api, target: &str, action: &str) -> Value {
+    let named: String = url::form_urlencoded::byte_serialize(target.as_bytes()).collect();
+    let (status, _, body) = api
+        .request(Method::POST, &format!("/v1/targets/{named}/{action}"), None)
+        .await
+        .expect("control");
+    let body: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Wait (at most [`WAIT`]) until `done` says so.
+async fn until<F: std::future::Future<Output = bool>>(done: impl Fn() -> F) {
+    let deadline = Instant::now() + WAIT;
+    while !done().await {
+        assert!(Instant::now() < deadline, "not within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn a_gone_url_holds_only_itself_on(opts: DaemonOptions) {
+    let mut daemon = DaemonProcess::start(opts.clone()).await.expect("daemon");
+    let mut api = Api::new(daemon.base_url());
+    let r = Receiver::start().await.expect("receiver");
+    // Every answer takes a while, so that the requests of the slots are on the wire together
+    // when the 410 comes back.
+    let slow = |status| Reply::status(status).delay(Duration::from_millis(150));
+    for (path, status) in [
+        ("/gone", 410),
+        ("/ok", 200),
+        ("/bad", 400),
+        ("/unprocessable", 422),
+        ("/error", 500),
+        ("/busy", 503),
+    ] {
+        r.respond_to(path, slow(status));
+    }
+    let mut gone = Vec::new();
+    let mut others = Vec::new();
+    for i in 0..8 {
+        gone.push(create_to(&api, &r.url(&format!("/gone?n={i}"))).await);
+        for path in ["/ok", "/bad", "/unprocessable", "/error", "/busy"] {
+            others.push(create_to(&api, &r.url(&format!("{path}?n={i}"))).await);
         }
-        met_410
-    };
-    assert_eq!(waiting.len(), met, "{waiting:?}");
-    assert!(
-        waiting
-            .iter()
-            .all(|d| d["lastErrorCode"] == "gone" && d["lastResponseCode"] == 410),
-        "{waiting:?}"
+    }
+    // The rest of the origin ends as its answers say, not held by the 410 beside it.
+    for id in &others {
+        api.wait_status(id, &["succeeded", "failed"], WAIT)
+            .await
+            .expect("the origin's other URLs go on");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = sent_to(&r, "/gone");
+    assert!(!first.is_empty(), "the gone URL was never tried");
+    let mut once = first.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(
+        once.len(),
+        first.len(),
+        "a delivery sent again after its 410: {first:?}"
     );
+    assert_eq!(
+        statuses(&api, &gone).await,
+        [("pending".to_owned(), 8)].into(),
+        "every delivery to the gone URL waits alike"
+    );
+    for id in &first {
+        let (_, d) = api.get(id).await.expect("get");
+        assert_eq!(
+            (&d["lastErrorCode"], &d["lastResponseCode"], &d["attempts"]),
+            (&json!("gone"), &json!(410), &json!(1)),
+            "{d}"
+        );
+    }
+    let row = target(&api, &r).await;
+    assert_eq!(row["paused"], false, "the origin is not held: {row}");
+    assert_eq!(row["goneUrls"][0]["url"], r.url("/gone"), "{row}");
+    assert_eq!(row["goneUrls"].as_array().map(Vec::len), Some(1), "{row}");
     assert_eq!(
         api.metric("spoold_gone_targets").await.expect("metrics"),
         Some(1.0)
     );
+    let origin = format!("http://127.0.0.1:{}", r.port());
+    assert_eq!(
+        api.metric(&format!("spoold_gone_urls{{origin=\"{origin}\"}}"))
+            .await
+            .expect("metrics"),
+        Some(1.0)
+    );
 
-    // Resumed while it still answers 410: one goes first, fails, and the rest wait again.
-    let (status, _) = control(&api, &r, "resume").await;
-    assert_eq!(status, 200);
-    r.wait_for_requests(met + 1, WAIT).await.expect("one more");
+    // Created after, with another query: waits too; another URL still goes.
+    gone.push(create_to(&api, &r.url("/gone?late=1")).await);
+    let ok = create_to(&api, &r.url("/ok?late=1")).await;
+    api.wait_status(&ok, &["succeeded"], WAIT)
+        .await
+        .expect("the origin goes on");
+
+    // Across a restart: still held, still listed.
+    daemon.terminate().await.expect("stop");
+    daemon = DaemonProcess::start(opts.clone())
+        .await
+        .expect("daemon again");
+    api = Api::new(daemon.base_url());
     tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(sent_to(&r, "/gone"), first, "sent to a gone URL");
     assert_eq!(
-        r.requests().len(),
-        met + 1,
-        "more than one sent after the resume"
+        statuses(&api, &gone).await,
+        [("pending".to_owned(), 9)].into()
     );
-    assert_eq!(
-        statuses(&api, &ids).await,
-        [("failed".to_owned(), 1), ("pending".to_owned(), 19)].into()
-    );
+    let row = target(&api, &r).await;
+    assert_eq!(row["goneUrls"][0]["url"], r.url("/gone"), "{row}");
 
-    // Back: one resume sends every one of them.
-    r.respond_with(Reply::status(200));
-    let (status, _) = control(&api, &r, "resume").await;
-    assert_eq!(status, 200);
-    let pending: Vec<String> = {
-        let mut left = Vec::new();
-        for id in &ids {
-            if api.get(id).await.expect("get").1["status"] == "pending" {
-                left.push(id.clone());
-            }
-        }
-        left
-    };
-    for id in &pending {
-        api.wait_status(id, &["succeeded"], WAIT)
+    // Resumed while it still answers 410: the delivery that meets it fails, the rest wait.
+    let resumed = control_of(&api, &r.url("/gone"), "resume").await;
+    assert_eq!(resumed["unparked"], 9, "{resumed}");
+    until(|| async { statuses(&api, &gone).await.get("failed").copied() == Some(1) }).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let counted = statuses(&api, &gone).await;
+    assert_eq!(counted.get("failed"), Some(&1), "{counted:?}");
+    assert_eq!(counted.get("pending"), Some(&8), "{counted:?}");
+
+    // Back: a resume of the origin sends every one of them.
+    r.respond_to("/gone", Reply::status(200));
+    let resumed = control_of(&api, &origin, "resume").await;
+    assert_eq!(resumed["resumedUrls"], json!([r.url("/gone")]), "{resumed}");
+    for id in &gone {
+        api.wait_status(id, &["succeeded", "failed"], WAIT)
             .await
             .expect("delivered after the resume");
     }
+    assert_eq!(
+        statuses(&api, &gone).await,
+        [("failed".to_owned(), 1), ("succeeded".to_owned(), 8)].into()
+    );
     assert_eq!(
         api.metric("spoold_gone_targets").await.expect("metrics"),
         Some(0.0)
     );
 
-    // Gone again, and dropped as a whole by one cancel of the target's deliveries.
-    let other = Receiver::start().await.expect("receiver");
-    other.respond_with(Reply::status(410).delay(Duration::from_millis(200)));
-    let mut ids = Vec::new();
-    for i in 0..20 {
-        let (_, created) = api
-            .create(json!({"targetUrl": other.url(&format!("/{i}"))}))
-            .await
-            .expect("create");
-        ids.push(id_of(&created));
+    // Gone again elsewhere; a cancel by that URL drops its deliveries and nothing else.
+    r.respond_to("/gone-too", slow(410));
+    let mut doomed = Vec::new();
+    for i in 0..5 {
+        doomed.push(create_to(&api, &r.url(&format!("/gone-too?n={i}"))).await);
     }
-    other
-        .wait_for_requests(1, WAIT)
+    r.wait_for_requests(r.requests().len() + 1, WAIT)
         .await
-        .expect("the first request");
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+        .expect("a request");
+    until(|| async { target(&api, &r).await["goneUrls"][0]["url"] == r.url("/gone-too") }).await;
+    control_of(&api, &origin, "pause").await;
+    let kept = create_to(&api, &r.url("/ok?kept=1")).await;
     let (status, _, body) = api
         .request(
             Method::POST,
             "/v1/deliveries/bulk",
             Some(
                 serde_json::to_vec(&json!({"action": "cancel",
-                                           "filter": {"targetOrigin": other.url("/")}}))
+                                           "filter": {"targetOrigin": r.url("/gone-too")}}))
                 .expect("JSON"),
             ),
         )
         .await
         .expect("bulk cancel");
     let answer: Value = serde_json::from_slice(&body).expect("JSON");
-    assert_eq!((status, &answer["changed"]), (200, &json!(20)), "{answer}");
+    assert_eq!((status, &answer["changed"]), (200, &json!(5)), "{answer}");
     assert_eq!(
-        statuses(&api, &ids).await,
-        [("canceled".to_owned(), 20)].into()
+        statuses(&api, &doomed).await,
+        [("canceled".to_owned(), 5)].into()
     );
+    assert_eq!(api.get(&kept).await.expect("get").1["status"], "pending");
+    control_of(&api, &origin, "resume").await;
+    api.wait_status(&kept, &["succeeded"], WAIT)
+        .await
+        .expect("the rest of the origin");
 }
 
 #[tokio::test(flavor = "multi_thread")]
