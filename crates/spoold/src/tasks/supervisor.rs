@@ -317,14 +317,12 @@ fn supervise(spec: &Spec, output: Output, control: &mut Control, early: Vec<Mess
             run.stop_for(StopReason::DaemonGone, &leader, now);
         }
         if let (Some(stop), Some(until)) = (run.stop.as_mut(), run.lease) {
-            // A lease already over: kill at once; otherwise by the grace counted from a second
-            // before its end.
-            let kill_by = if now >= until {
-                now
-            } else {
-                until.saturating_sub(LEASE_SAFETY) + grace
-            };
-            stop.kill_by(kill_by);
+            // Killed by the grace counted from a second before the lease's end (SIGTERM went
+            // then, or earlier), whenever the stop began: a lease that runs out during the
+            // grace does not cut it short — the attempt is gone by that time, and another host
+            // frees its locks only after it (`RELEASE_MARGIN_MS` later). A stop that began
+            // with the lease already over kills at once (`Run::stop_for`).
+            stop.kill_by(until.saturating_sub(LEASE_SAFETY) + grace);
         }
         match run.stop.as_mut() {
             Some(stop) => {

@@ -39,10 +39,15 @@ const CYCLES: usize = 20;
 /// The `deploy` type (a lock per environment) and the `solo` type (a quota of one), both
 /// re-run after a crash, both running [`DEPLOY`]; `grace` is their kill grace.
 fn deploy_types(setup: &Setup, grace: &str, on_interrupt: &str) -> String {
+    deploy_types_cleaning(setup, grace, on_interrupt, "0.4")
+}
+
+/// [`deploy_types`] whose clean-up (the SIGTERM trap) takes `cleanup` seconds.
+fn deploy_types_cleaning(setup: &Setup, grace: &str, on_interrupt: &str, cleanup: &str) -> String {
     setup.script("deploy.sh", DEPLOY);
     let env = |lock: &str| {
         format!(
-            r#"{{ LOCKFILE = "{}", OVERLAPS = "{}", LOG = "{}", CLEANUP = "0.4" }}"#,
+            r#"{{ LOCKFILE = "{}", OVERLAPS = "{}", LOG = "{}", CLEANUP = "{cleanup}" }}"#,
             setup.path(lock),
             setup.path("overlaps"),
             setup.path("log"),
@@ -901,7 +906,9 @@ async fn a_paused_host_never_overlaps_the_lock(what: Pause, pause: Duration) {
     };
     let dir = TempDir::new().expect("temp dir");
     let setup = Setup::new(dir.path());
-    let config = deploy_types(&setup, "4s", "review");
+    // A clean-up of 2.5 s within a grace of 4 s: it runs to its end only if SIGKILL comes the
+    // grace after SIGTERM (a second before the lease's end), not when the lease runs out.
+    let config = deploy_types_cleaning(&setup, "4s", "review", "2.5");
     let (data_a, data_b) = (TempDir::new().expect("dir"), TempDir::new().expect("dir"));
     let TwoHosts {
         a, b, api_b, x, y, ..
