@@ -19,7 +19,7 @@
 //! pipe into the attempt's output log on a blocking thread of its own.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -244,7 +244,18 @@ pub struct Finished {
     pub supervisor_lost: Option<String>,
     /// The leader's pid (also its process group id).
     pub pid: Option<u32>,
+    /// Its supervisor stopped answering and the daemon ended the attempt itself (at its
+    /// deadline, or when it was to stop): why, for the task's record.
+    pub taken_over: Option<String>,
 }
+
+/// How often the daemon asks a running attempt's supervisor whether it is there (`ping`; it
+/// answers `pong` at once, whatever it is doing).
+const PING_EVERY: Duration = Duration::from_millis(500);
+
+/// A supervisor that has answered nothing for this long is *silent*: stopped (SIGSTOP), hung,
+/// or not a supervisor at all. A silent supervisor is taken over once its attempt is to end.
+const SILENT_AFTER: Duration = Duration::from_secs(2);
 
 /// The tag of attempt `attempt` of task `id`.
 pub fn attempt_tag(id: &str, attempt: u32) -> String {
@@ -305,36 +316,121 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     let mut output = None;
     let mut requested: Option<Stopped> = None;
     let mut lease = spawn.lease;
-    if let Some(rx) = lease.as_mut() {
-        tell_lease(&control, *rx.borrow_and_update());
+    let (control, unwatched) = Listening::new(control);
+    if let Some(e) = unwatched {
+        tracing::warn!(tag = %spawn.tag, error = %e, "cannot watch an attempt's supervisor");
     }
+    if let Some(rx) = lease.as_mut() {
+        tell_lease(control.fd(), *rx.borrow_and_update());
+    }
+    let mut told = Told::default();
+    let deadline = started + spawn.timeout;
+    let mut heard_at = Instant::now();
+    let mut silent_since: Option<Instant> = None;
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut taken_over: Option<String> = None;
     loop {
         tokio::select! {
             () = exit_of(&mut sup, watched) => break,
             n = &mut pump.thread, if output.is_none() => output = Some(n.unwrap_or(0)),
             () = spawn.cancel.cancelled(), if requested.is_none() => {
                 requested = Some(Stopped::Canceled);
-                tell(&control, b"stop\n");
+                tell(control.fd(), b"stop\n");
             }
             () = spawn.shutdown.cancelled(), if requested.is_none() => {
                 requested = Some(Stopped::Shutdown);
-                tell(&control, b"stop\n");
+                tell(control.fd(), b"stop\n");
             }
             () = spawn.lease_lost.cancelled(), if requested.is_none() => {
                 requested = Some(Stopped::LeaseLost);
-                tell(&control, b"stop\n");
+                tell(control.fd(), b"stop\n");
             }
             changed = renewal(lease.as_mut()) => match changed {
-                Some(until) => tell_lease(&control, until),
+                Some(until) => tell_lease(control.fd(), until),
                 None => lease = None,
             },
+            heard = control.heard(&mut told), if control.watched() => {
+                if heard {
+                    heard_at = Instant::now();
+                    if let Some(since) = silent_since.take() {
+                        tracing::info!(tag = %spawn.tag, supervisor = sup.pid(),
+                                       silent_ms = since.elapsed().as_millis() as u64,
+                                       "an attempt's supervisor answers again");
+                    }
+                }
+            }
+            _ = ping.tick(), if control.watched() => {
+                tell(control.fd(), b"ping\n");
+                let quiet = heard_at.elapsed();
+                if quiet < SILENT_AFTER {
+                    continue;
+                }
+                if silent_since.is_none() {
+                    silent_since = Some(heard_at);
+                    tracing::warn!(tag = %spawn.tag, supervisor = sup.pid(),
+                                   silent_ms = quiet.as_millis() as u64,
+                                   "an attempt's supervisor does not answer (stopped or hung); \
+                                    the daemon ends the attempt itself if it is still silent \
+                                    when the attempt is to end");
+                }
+                let due = if Instant::now() >= deadline {
+                    Some(Stopped::TimedOut)
+                } else {
+                    requested
+                };
+                if let Some(why) = due {
+                    taken_over = Some(format!(
+                        "its supervisor (pid {}) answered nothing for {} s, so the daemon ended \
+                         the attempt itself",
+                        sup.pid(),
+                        quiet.as_secs()
+                    ));
+                    tracing::error!(tag = %spawn.tag, supervisor = sup.pid(), stopping = ?why,
+                                    silent_ms = quiet.as_millis() as u64,
+                                    "taking over an attempt from its silent supervisor: killing \
+                                     the supervisor, then ending the attempt's processes");
+                    finished.stopped = Some(why);
+                    sup.signal(rustix::process::Signal::KILL, false);
+                    // A killed process exits at once, stopped or not (bounded all the same).
+                    let _ = tokio::time::timeout(Duration::from_secs(5), exit_of(&mut sup, watched)).await;
+                    break;
+                }
+            }
         }
     }
     let status = sup.reap().unwrap_or_default();
-    let told = Told::read(&control);
-    drop(control);
+    if let Ok(control) = control.into_fd() {
+        told.read_rest(&control);
+    }
+    if let Some(why) = taken_over {
+        // Its processes were re-parented to this process: ended as those of a supervisor that
+        // died — but without a second SIGTERM for those it had already sent one.
+        let group = told.pid;
+        let grace = spawn.kill_grace;
+        let termed = told.term_at.map(|at| at.elapsed());
+        let ended =
+            tokio::task::spawn_blocking(move || processes::end_adopted(group, grace, termed)).await;
+        finished.killed = ended.map(|e| e.killed).unwrap_or(false);
+        finished.pid = group.map(|g| g as u32);
+        finished.taken_over = Some(why);
+        let _ = std::fs::remove_file(&record);
+        if let Some(cg) = cgroup {
+            cg.kill();
+            cg.remove().await;
+        }
+        finished.output_bytes = match output {
+            Some(n) => n,
+            None => match tokio::time::timeout(Duration::from_secs(1), &mut pump.thread).await {
+                Ok(n) => n.unwrap_or(0),
+                Err(_) => pump.stop().await,
+            },
+        };
+        finished.duration = started.elapsed();
+        return finished;
+    }
     // A live daemon is told; the file is the supervisor's only if it took this one for gone.
-    let read = match told.record {
+    let read = match told.record.take() {
         Some(r) => Ok(Some(r)),
         None => supervision::read_record(&record),
     };
@@ -356,8 +452,9 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
                 describe_exit(status)
             ));
             let grace = spawn.kill_grace;
+            let termed = told.term_at.map(|at| at.elapsed());
             finished.killed =
-                tokio::task::spawn_blocking(move || processes::end_adopted(group, grace))
+                tokio::task::spawn_blocking(move || processes::end_adopted(group, grace, termed))
                     .await
                     .map(|ended| ended.killed)
                     .unwrap_or(false);
@@ -380,37 +477,118 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
 }
 
 /// What a supervisor told its daemon on the control socket: the attempt's process group once
-/// the program runs, and how the attempt ended just before it exits.
+/// the program runs, when it sent SIGTERM to the attempt, and how the attempt ended just before
+/// it exits (and `pong` to each `ping`).
 #[derive(Debug, Default)]
 struct Told {
     pid: Option<i32>,
     record: Option<Record>,
+    /// When it said `term`: it began to stop the attempt with SIGTERM.
+    term_at: Option<Instant>,
+    /// A line not yet whole.
+    partial: Vec<u8>,
 }
 
 impl Told {
+    /// Take in what arrived on the socket; whole lines only, the rest kept for the next time.
+    fn take(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]);
+            match line.split_once(' ') {
+                Some(("pid", pid)) => self.pid = pid.parse().ok(),
+                Some(("record", json)) => self.record = serde_json::from_str(json).ok(),
+                None if line == "term" => {
+                    self.term_at.get_or_insert_with(Instant::now);
+                }
+                _ => {}
+            }
+        }
+        if self.partial.len() > 64 << 20 {
+            // Not a supervisor's: nothing this long is ever said.
+            self.partial.clear();
+        }
+    }
+
     /// Read what the supervisor (gone by now) left on the socket.
-    fn read(control: &OwnedFd) -> Told {
+    fn read_rest(&mut self, control: &OwnedFd) {
         let _ = rustix::fs::fcntl_setfl(control, rustix::fs::OFlags::NONBLOCK);
-        let mut text = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
             match rustix::io::read(control, &mut chunk) {
                 Ok(0) => break,
-                Ok(n) => text.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.take(&chunk[..n]),
                 Err(rustix::io::Errno::INTR) => {}
                 Err(_) => break,
             }
         }
-        let mut told = Told::default();
-        for line in text.split(|b| *b == b'\n') {
-            let line = String::from_utf8_lossy(line);
-            match line.split_once(' ') {
-                Some(("pid", pid)) => told.pid = pid.parse().ok(),
-                Some(("record", json)) => told.record = serde_json::from_str(json).ok(),
-                _ => {}
-            }
+    }
+}
+
+/// The daemon's end of a supervisor's control socket, read as lines arrive.
+enum Listening {
+    Watched(tokio::net::UnixStream),
+    /// Could not be registered: read only once the supervisor is gone.
+    Unwatched(OwnedFd),
+}
+
+impl Listening {
+    /// Watch `fd`; should that fail (not expected: a socket we made), it is read only once the
+    /// supervisor is gone, and the attempt runs unwatched.
+    fn new(fd: OwnedFd) -> (Listening, Option<io::Error>) {
+        if let Err(e) = rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK) {
+            return (Listening::Unwatched(fd), Some(e.into()));
         }
-        told
+        let std = std::os::unix::net::UnixStream::from(fd);
+        match std.try_clone() {
+            Ok(kept) => match tokio::net::UnixStream::from_std(std) {
+                Ok(stream) => (Listening::Watched(stream), None),
+                Err(e) => (Listening::Unwatched(kept.into()), Some(e)),
+            },
+            Err(e) => (Listening::Unwatched(std.into()), Some(e)),
+        }
+    }
+
+    fn watched(&self) -> bool {
+        matches!(self, Listening::Watched(_))
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Listening::Watched(stream) => stream.as_fd(),
+            Listening::Unwatched(fd) => fd.as_fd(),
+        }
+    }
+
+    fn into_fd(self) -> io::Result<OwnedFd> {
+        match self {
+            Listening::Watched(stream) => Ok(stream.into_std()?.into()),
+            Listening::Unwatched(fd) => Ok(fd),
+        }
+    }
+
+    /// Wait for something from the supervisor and take it in: whether anything came (an end of
+    /// the socket says nothing: the supervisor's exit is seen by its pidfd).
+    async fn heard(&self, told: &mut Told) -> bool {
+        let Listening::Watched(stream) = self else {
+            return std::future::pending().await;
+        };
+        if stream.readable().await.is_err() {
+            return std::future::pending().await;
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.try_read(&mut chunk) {
+            // Closed: nothing more comes; the pidfd tells of the exit.
+            Ok(0) => std::future::pending().await,
+            Ok(n) => {
+                told.take(&chunk[..n]);
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            // A broken socket says nothing more; the pidfd tells of the exit.
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 
@@ -534,12 +712,12 @@ fn send_spec(socket: &OwnedFd, line: &[u8], write: &OwnedFd, read: &OwnedFd) -> 
 }
 
 /// Tell the supervisor something (a line); a supervisor that is gone is not told.
-fn tell(control: &OwnedFd, line: &[u8]) {
+fn tell(control: impl AsFd, line: &[u8]) {
     let _ = rustix::net::send(control, line, rustix::net::SendFlags::NOSIGNAL);
 }
 
 /// Tell the supervisor when the lease runs out, on its clock (`CLOCK_BOOTTIME`).
-fn tell_lease(control: &OwnedFd, until: tokio::time::Instant) {
+fn tell_lease(control: impl AsFd, until: tokio::time::Instant) {
     let left = until.saturating_duration_since(tokio::time::Instant::now());
     let at = supervision::boottime() + left;
     tell(control, format!("lease {}\n", at.as_millis()).as_bytes());

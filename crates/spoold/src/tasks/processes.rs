@@ -186,11 +186,16 @@ pub fn spawn_held(spawn: impl FnOnce() -> io::Result<u32>) -> io::Result<Child> 
 
 /// End what this process adopted from a supervisor that died (its attempt's process group
 /// `group`, if known, and whatever left the daemon's session): SIGTERM, `grace`, SIGKILL until
-/// none is left. Blocking: run it on a thread of its own.
-pub fn end_adopted(group: Option<i32>, grace: Duration) -> Ended {
+/// none is left. If the supervisor had already begun its stop with SIGTERM (`termed` ago), no
+/// process gets a second one: SIGKILL comes when the supervisor's grace would have ended.
+/// Blocking: run it on a thread of its own.
+pub fn end_adopted(group: Option<i32>, grace: Duration, termed: Option<Duration>) -> Ended {
     let scope = Scope::Adopted { group };
     let base = std::time::Instant::now();
-    let mut stop = Stop::begin(None, scope, Duration::ZERO, grace, None);
+    let mut stop = match termed {
+        None => Stop::begin(None, scope, Duration::ZERO, grace, None),
+        Some(ago) => Stop::begin_termed(scope, grace.saturating_sub(ago)),
+    };
     while !stop.step(None, base.elapsed()) {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -412,6 +417,10 @@ pub struct Stop {
     scope: Scope,
     /// The leader still ran when the stop began.
     leader_ran: bool,
+    /// SIGTERM is this stop's to send (not when another sent it: [`Stop::begin_termed`]).
+    term: bool,
+    /// It sent SIGTERM as it began.
+    term_sent: bool,
 }
 
 /// How a stop went, so far.
@@ -442,6 +451,8 @@ impl Stop {
             cgroup,
             scope,
             leader_ran: leader.is_some_and(|l| !exited(&l.pidfd)),
+            term: true,
+            term_sent: false,
         };
         if now < kill_at {
             // Looked at first, so that what the signal ends at once is counted too.
@@ -449,7 +460,8 @@ impl Stop {
             if let Some(l) = leader {
                 l.signal(Signal::TERM, true);
             }
-            stop.signal_new(leader, found, Signal::TERM);
+            stop.signal_new(leader, found, Some(Signal::TERM));
+            stop.term_sent = true;
         }
         stop
     }
@@ -470,7 +482,11 @@ impl Stop {
             return true;
         }
         if now < self.kill_at {
-            self.signal_new(leader.as_deref(), live, Signal::TERM);
+            if self.term {
+                self.signal_new(leader.as_deref(), live, Some(Signal::TERM));
+            } else {
+                self.signal_new(leader.as_deref(), live, None);
+            }
             return false;
         }
         if self.killed_at.is_none_or(|at| now >= at + KILL_AGAIN) {
@@ -485,8 +501,13 @@ impl Stop {
                 let _ = rustix::process::pidfd_send_signal(fd, Signal::KILL);
             }
         }
-        self.signal_new(leader.as_deref(), live, Signal::KILL);
+        self.signal_new(leader.as_deref(), live, Some(Signal::KILL));
         false
+    }
+
+    /// Whether it began with SIGTERM.
+    pub fn term_sent(&self) -> bool {
+        self.term_sent
     }
 
     /// Whether SIGKILL has been sent.
@@ -511,9 +532,30 @@ impl Stop {
         }
     }
 
+    /// A stop whose SIGTERMs someone else sent (a supervisor taken over during its grace):
+    /// none is sent again; SIGKILL at `kill_at`.
+    pub fn begin_termed(scope: Scope, kill_at: Duration) -> Stop {
+        Stop {
+            kill_at,
+            killed_at: None,
+            held: HashMap::new(),
+            seen: HashSet::new(),
+            cgroup: None,
+            scope,
+            leader_ran: false,
+            term: false,
+            term_sent: false,
+        }
+    }
+
     /// Signal each process not signalled on its own yet, unless the leader's group reaches it
-    /// (signalled through the leader), and keep its pidfd.
-    fn signal_new(&mut self, leader: Option<&Child>, found: Vec<Descendant>, signal: Signal) {
+    /// (signalled through the leader), and keep its pidfd (`None`: only keep it, for SIGKILL).
+    fn signal_new(
+        &mut self,
+        leader: Option<&Child>,
+        found: Vec<Descendant>,
+        signal: Option<Signal>,
+    ) {
         let group = leader.filter(|l| !l.reaped).map(|l| l.pid);
         for d in found {
             let key = (d.pid, d.start);
@@ -523,12 +565,14 @@ impl Stop {
             }
             match d.pidfd {
                 Some(fd) => {
-                    let _ = rustix::process::pidfd_send_signal(&fd, signal);
+                    if let Some(signal) = signal {
+                        let _ = rustix::process::pidfd_send_signal(&fd, signal);
+                    }
                     self.held.insert(key, fd);
                 }
                 // A held child outside its own group: signalled by its pid.
                 None => {
-                    if let Some(l) = leader.filter(|l| l.pid == d.pid) {
+                    if let (Some(l), Some(signal)) = (leader.filter(|l| l.pid == d.pid), signal) {
                         l.signal(signal, false);
                     }
                 }

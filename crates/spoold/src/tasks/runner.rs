@@ -1222,6 +1222,12 @@ impl Runner {
                 }
             },
         };
+        if let Some(why) = &finished.taken_over {
+            end.error = Some(match end.error.take() {
+                Some(error) => format!("{error}; {why}"),
+                None => why.clone(),
+            });
+        }
         if retried && task.attempt < task.max_attempts {
             let backoff = Backoff {
                 base: kind.backoff_base,

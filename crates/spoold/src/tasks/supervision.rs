@@ -18,10 +18,10 @@ pub const ARG: &str = "--supervise-attempt";
 pub const PROGRAM: &str = "spoold-attempt";
 
 /// What the daemon and its supervisors say to each other: the [`Spec`] line, the control lines
-/// (`stop`, `lease MS`), the `pid` and `record` lines and [`Record`]. Raise it with any change
+/// (`stop`, `lease MS`, `ping`), the `pid`, `term`, `pong` and `record` lines and [`Record`]. Raise it with any change
 /// to one of them: a daemon uses a [`PROGRAM`] only if it speaks the same version (see
 /// [`version_line`]).
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// What `spoold-attempt --version` prints: the package version and the protocol. A daemon
 /// starts supervisors from a [`PROGRAM`] whose line is exactly its own.

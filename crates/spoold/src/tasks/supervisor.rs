@@ -30,11 +30,13 @@
 //! end of the attempt's output pipe — given to the program as both stdout and stderr, one
 //! ordered stream — and the read end, which the supervisor only reads (and drops) once the
 //! daemon is gone, so that a clean-up that prints is not killed by SIGPIPE. Then, as lines:
-//! `stop` (end the attempt: an operator's cancel, the daemon's shutdown, a lost lease) and
-//! `lease MS` (the lease now runs until `CLOCK_BOOTTIME` MS). Back on the socket go two lines
-//! the daemon reads only once the supervisor has exited: `pid N` once the program runs (the
-//! attempt's process group, should the supervisor be killed), and `record JSON` as it exits.
-//! No file is written while the daemon lives.
+//! `stop` (end the attempt: an operator's cancel, the daemon's shutdown, a lost lease),
+//! `lease MS` (the lease now runs until `CLOCK_BOOTTIME` MS) and `ping` (answered `pong` at
+//! once: a supervisor that does not answer is silent — stopped, hung — and the daemon ends the
+//! attempt itself when it is to end). Back on the socket go `pid N` once the program runs (the
+//! attempt's process group, should the supervisor be killed), `term` once it has sent SIGTERM
+//! to the attempt (so that whoever ends what a killed supervisor left sends none again), and
+//! `record JSON` as it exits. No file is written while the daemon lives.
 //!
 //! The supervisor runs no async runtime and no logging: one thread, `poll(2)`, a few files.
 
@@ -199,6 +201,8 @@ fn write_record(mut file: &std::fs::File, record: &Record) -> std::io::Result<()
 #[derive(Debug, PartialEq, Eq)]
 enum Message {
     Stop,
+    /// The daemon asks whether this supervisor is there: answered `pong` at once.
+    Ping,
     /// The lease runs until this `CLOCK_BOOTTIME` time.
     Lease(Duration),
 }
@@ -254,6 +258,7 @@ impl Control {
             let line = String::from_utf8_lossy(&line[..end]);
             match line.split_once(' ') {
                 None if line == "stop" => messages.push(Message::Stop),
+                None if line == "ping" => messages.push(Message::Ping),
                 Some(("lease", ms)) => {
                     if let Ok(ms) = ms.parse::<u64>() {
                         messages.push(Message::Lease(Duration::from_millis(ms)));
@@ -305,13 +310,19 @@ fn supervise(spec: &Spec, output: Output, control: &mut Control, early: Vec<Mess
     }
     let mut messages = early;
     let mut output_open = true;
+    let mut told_term = false;
     loop {
         let now = boottime();
+        let mut pinged = false;
         for message in messages.drain(..) {
             match message {
                 Message::Stop => run.stop_for(StopReason::Requested, &leader, now),
+                Message::Ping => pinged = true,
                 Message::Lease(until) => run.lease = Some(until),
             }
+        }
+        if pinged && !control.gone {
+            control.tell(b"pong\n");
         }
         if control.gone {
             run.stop_for(StopReason::DaemonGone, &leader, now);
@@ -326,6 +337,12 @@ fn supervise(spec: &Spec, output: Output, control: &mut Control, early: Vec<Mess
         }
         match run.stop.as_mut() {
             Some(stop) => {
+                if !told_term && stop.term_sent() && !control.gone {
+                    // Should this process be killed during the grace, the daemon that ends
+                    // what it leaves sends no second SIGTERM.
+                    told_term = true;
+                    control.tell(b"term\n");
+                }
                 if stop.step(Some(&mut leader), now) {
                     break;
                 }

@@ -9,7 +9,7 @@ use spool_testkit::{privileged, Api, DaemonProcess};
 use tempfile::TempDir;
 
 use crate::task_locks::config_with;
-use crate::tasks::{get, id, kill_all, submit, wait_gone, wait_task, Setup};
+use crate::tasks::{get, id, kill_all, submit, wait_gone, wait_gone_within, wait_task, Setup};
 
 /// Zombies whose parent is `parent`, from /proc.
 pub(crate) fn zombie_children(parent: u32) -> Vec<i32> {
@@ -659,4 +659,183 @@ fn executable_script(path: &std::path::Path, body: &str) {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("write script");
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// Send `signal` to `pids`.
+fn signal_pids(pids: &[i32], signal: rustix::process::Signal) {
+    for pid in pids {
+        if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+}
+
+/// The `stubborn` attempt's three processes, once each has written its pid.
+async fn stubborn_started(setup: &Setup) -> Vec<i32> {
+    for _ in 0..500 {
+        if setup.pids().len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pids = setup.pids();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    pids
+}
+
+/// How many times each of `pids` wrote that it got SIGTERM.
+fn terms_of(setup: &Setup, pids: &[i32]) -> Vec<usize> {
+    let terms = std::fs::read_to_string(setup.dir.join("terms")).unwrap_or_default();
+    pids.iter()
+        .map(|pid| {
+            terms
+                .lines()
+                .filter(|l| *l == format!("term {pid}"))
+                .count()
+        })
+        .collect()
+}
+
+/// The daemon owns the deadline: a supervisor stopped (SIGSTOP) in the middle of an attempt
+/// stops no clock. The daemon notices that it does not answer, logs it, and at the attempt's
+/// timeout ends the attempt itself — kills the supervisor, then SIGTERM once to each process
+/// of the attempt, SIGKILL after the grace — and records it `timed_out` with why. Before, the
+/// task stayed `running` as long as the supervisor was stopped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_supervisor_stops_no_clock() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = stubborn(&setup, "4s", "1s");
+    let data = TempDir::new().expect("data dir");
+    let daemon = DaemonProcess::start(without_cgroups(&data, &config))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let submitted = std::time::Instant::now();
+    let (_, task) = submit(&api, json!({"type": "stubborn", "idempotencyKey": "s"})).await;
+    let pids = stubborn_started(&setup).await;
+    let supervisors = supervisors_of(daemon.pid());
+    assert_eq!(supervisors.len(), 1, "{supervisors:?}");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    signal_pids(&supervisors, rustix::process::Signal::STOP);
+    let t = wait_task(&api, &id(&task), &["timed_out", "failed", "interrupted"]).await;
+    let took = submitted.elapsed();
+    // The supervisor stays stopped: it was killed, not resumed.
+    let left = wait_gone(&supervisors).await;
+    signal_pids(&left, rustix::process::Signal::CONT);
+    kill_all(&left);
+    assert!(left.is_empty(), "the silent supervisor lives: {left:?}");
+    assert_eq!(t["status"], "timed_out", "{t}");
+    // The timeout (4 s) and the grace (1 s), not the 20 s the supervisor was stopped for.
+    assert!(took < Duration::from_secs(9), "{took:?}");
+    let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
+    let attempt = &attempts["attempts"][0];
+    assert_eq!(attempt["killed"], true, "{attempts}");
+    assert!(
+        attempt["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("timeout") && e.contains("answered nothing")),
+        "{attempts}"
+    );
+    assert_eq!(terms_of(&setup, &pids), [1, 1, 1], "SIGTERM once each");
+    let left = wait_gone(&pids).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+    assert!(
+        daemon.stderr().contains("does not answer"),
+        "the silence is logged"
+    );
+}
+
+/// Each process of an attempt gets SIGTERM once, also when its supervisor is killed during
+/// the grace that followed its SIGTERM: the daemon, which ends what the supervisor left, sends
+/// SIGKILL when the grace is over and no second SIGTERM (a second one means "force quit now"
+/// to many tools).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_once_when_the_supervisor_dies_during_its_grace() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = stubborn(&setup, "1s", "3s");
+    let data = TempDir::new().expect("data dir");
+    let daemon = DaemonProcess::start(without_cgroups(&data, &config))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (_, task) = submit(&api, json!({"type": "stubborn", "idempotencyKey": "s"})).await;
+    let pids = stubborn_started(&setup).await;
+    let supervisors = supervisors_of(daemon.pid());
+    assert_eq!(supervisors.len(), 1, "{supervisors:?}");
+    for _ in 0..500 {
+        if terms_of(&setup, &pids).iter().all(|n| *n == 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        terms_of(&setup, &pids),
+        [1, 1, 1],
+        "the supervisor's SIGTERM"
+    );
+    // Give the daemon the supervisor's `term` line, then kill the supervisor mid-grace.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill_all(&supervisors);
+    let killed_at = std::time::Instant::now();
+    wait_task(
+        &api,
+        &id(&task),
+        &["manual_review", "interrupted", "failed"],
+    )
+    .await;
+    let left = wait_gone_within(&pids, Duration::from_secs(6)).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(terms_of(&setup, &pids), [1, 1, 1], "SIGTERM once each");
+    // SIGKILL when the supervisor's grace would have ended, not a whole grace later.
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        killed_at.elapsed()
+    );
+}
+
+/// `--shutdown-timeout` is a promise: a graceful stop with a stopped (SIGSTOP) supervisor does
+/// not wait for it — the daemon takes the attempt over once the timeout has passed, ends it
+/// within its kill grace and exits, naming the silent supervisor in the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_supervisor_does_not_hold_up_a_shutdown() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = stubborn(&setup, "600s", "1s");
+    let data = TempDir::new().expect("data dir");
+    let mut daemon =
+        DaemonProcess::start(without_cgroups(&data, &config).args(["--shutdown-timeout", "1s"]))
+            .await
+            .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    submit(&api, json!({"type": "stubborn", "idempotencyKey": "s"})).await;
+    let pids = stubborn_started(&setup).await;
+    let supervisors = supervisors_of(daemon.pid());
+    assert_eq!(supervisors.len(), 1, "{supervisors:?}");
+    signal_pids(&supervisors, rustix::process::Signal::STOP);
+    let asked = std::time::Instant::now();
+    daemon.signal("TERM").await.expect("SIGTERM");
+    let exit = daemon.wait_exit(Duration::from_secs(20)).await;
+    let took = asked.elapsed();
+    let left = wait_gone(&supervisors).await;
+    signal_pids(&left, rustix::process::Signal::CONT);
+    kill_all(&left);
+    let exit = exit.expect("the daemon exits");
+    assert!(exit.success(), "{exit:?}");
+    // Shutdown timeout 1 s, silence 2 s, grace 1 s, and slack for a loaded machine.
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    assert!(left.is_empty(), "the silent supervisor lives: {left:?}");
+    let left = wait_gone(&pids).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?}");
+    let log = daemon.stderr();
+    assert!(
+        log.contains("taking over an attempt from its silent supervisor")
+            && log.contains(&format!("\"supervisor\":{}", supervisors[0])),
+        "{log}"
+    );
 }
