@@ -45,9 +45,9 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
     };
     let new = match submission::decode(&bytes).and_then(|req| {
         // Before the rules normalise it: v0.1.0 hashed the request as the client sent it.
-        let v010 = spool_proto::journal::request_hash(&req);
+        let v010 = spool_proto::journal::request_hashes(&req);
         submission::validate(req, &state.rules).map(|new| NewDelivery {
-            v010_request_hash: v010,
+            v010_request_hashes: v010,
             ..new
         })
     }) {

@@ -3,7 +3,9 @@
 //!
 //! An imported record is checked by the very rules a create is: its request is rebuilt as a
 //! create and validated ([`submission::validate`]: URL, address policy, method, headers, body,
-//! at-most-once fields, signing), so an import cannot hold what the API would refuse. The
+//! at-most-once fields, signing), so an import cannot hold what the API would refuse — with
+//! one exception, a `Keep-Alive` header: spoold v0.1.0 took one in a create and sent it, so a
+//! delivery moved in from its journal keeps it and is sent as it was ([`V010_HEADERS`]). The
 //! rest — status, counters, times, history — is taken as exported, except for a delivery that
 //! was in flight: its claim belonged to the exporting daemon, so it is imported as crash
 //! recovery would leave it — an at-least-once delivery pending again (the open attempt
@@ -168,6 +170,10 @@ pub async fn import(
 /// The reason logged for the change an import makes to a delivery that was in flight.
 const IMPORTED: &str = "imported";
 
+/// Headers a create refuses (spoold manages them) that spoold v0.1.0 took and sent as given:
+/// an import keeps them, so that a delivery moved in is sent as v0.1.0 sent it.
+pub const V010_HEADERS: &[&str] = &["Keep-Alive"];
+
 /// The store's record as an export line.
 pub fn to_export(record: DeliveryRecord) -> ExportRecord {
     let d = record.delivery;
@@ -308,13 +314,18 @@ pub fn from_export(
         .map(serde_json::from_str::<Reconcile>)
         .transpose()
         .map_err(|err| format!("reconcile: {err}"))?;
+    let (v010_headers, headers): (Vec<_>, Vec<_>) = e.headers.iter().partition(|(n, _)| {
+        V010_HEADERS
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(n.trim_matches(' ')))
+    });
     let create = CreateDelivery {
         idempotency_key: e.idempotency_key.clone(),
         target_url: Some(e.target_url.clone()),
         method: Some(e.method.clone()),
         headers: Some(
-            e.headers
-                .iter()
+            headers
+                .into_iter()
                 .map(|(n, v)| (n.clone(), Some(v.clone())))
                 .collect(),
         ),
@@ -331,7 +342,20 @@ pub fn from_export(
             secret_ref: Some(name),
         }),
     };
-    let checked = submission::validate(create, rules).map_err(|r| r.message)?;
+    let mut checked = submission::validate(create, rules).map_err(|r| r.message)?;
+    for (name, value) in v010_headers {
+        let canonical = spool_proto::headers::canonical_name(name.trim_matches(' '));
+        if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(format!("header {canonical:?} contains a control character"));
+        }
+        if checked.headers.iter().any(|(n, _)| *n == canonical) {
+            return Err(format!(
+                "header {canonical:?} is duplicated after canonicalization"
+            ));
+        }
+        checked.headers.push((canonical, value.clone()));
+    }
+    checked.headers.sort();
     let request_digest = match (&e.request_digest, &checked.idempotency_key) {
         (Some(digest), _) => Some(
             STANDARD

@@ -248,7 +248,7 @@ pub fn validate(mut req: CreateDelivery, rules: &Rules) -> Result<NewDelivery, R
         retry_window_ms,
         request_digest,
         // The create handler sets it: it has the request as it came.
-        v010_request_hash: None,
+        v010_request_hashes: Vec::new(),
         mode: options.mode,
         fingerprint: options.fingerprint,
         reconcile: options.reconcile,

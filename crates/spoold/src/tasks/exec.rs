@@ -60,8 +60,11 @@ pub struct Supervisor {
     /// (`Config::task_supervisor`).
     pub command: Vec<PathBuf>,
     /// The file of `command`'s program when it is a descriptor's path: open for as long as
-    /// supervisors may be started from it.
+    /// supervisors may be started from it — a private copy, or the file itself.
     pub held: Option<Arc<OwnedFd>>,
+    /// When the file itself is held: its path and what it was when it was opened, to tell a
+    /// change in place.
+    pub watched: Option<(PathBuf, FileIdentity)>,
     /// Where supervisors keep their record files (the data directory's `task-attempts`).
     pub records: PathBuf,
 }
@@ -75,6 +78,7 @@ impl Supervisor {
         Supervisor {
             command,
             held: None,
+            watched: None,
             records,
         }
     }
@@ -95,32 +99,119 @@ impl Supervisor {
         Supervisor::held_program(&path, records)
     }
 
-    /// [`Supervisor::beside_daemon`] for the program at `path`.
+    /// [`Supervisor::beside_daemon`] for the program at `path`. Supervisors are started from
+    /// a private copy of it, sealed in memory (a memfd), so that nothing done to the file
+    /// afterwards — replaced, overwritten in place, truncated, made not executable — changes
+    /// what this daemon runs. Where the kernel refuses to run a memfd
+    /// (`vm.memfd_noexec`), the file itself is held and checked before each start: a change in
+    /// place is then said plainly, rather than as a broken pipe.
     pub fn held_program(path: &Path, records: PathBuf) -> Result<Option<Supervisor>, String> {
         use rustix::fs::{Mode, OFlags};
-        use std::os::fd::AsRawFd as _;
-        let file = match rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) {
+        let file = match rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
             Ok(file) => file,
             Err(rustix::io::Errno::NOENT) => return Ok(None),
             Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
         };
-        let by_descriptor = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        let says = version_of(&by_descriptor).map_err(|e| format!("{}: {e}", path.display()))?;
         let wanted = supervision::version_line();
-        if says != wanted {
-            return Err(format!(
-                "{}: --version says {says:?}, this daemon needs {wanted:?} (a {} from another \
-                 build; install the one that came with this spoold)",
-                path.display(),
-                supervision::PROGRAM
-            ));
-        }
+        let checked = |fd: &OwnedFd| -> Result<(), String> {
+            let says = version_of(&descriptor_path(fd))?;
+            if says == wanted {
+                Ok(())
+            } else {
+                Err(format!(
+                    "--version says {says:?}, this daemon needs {wanted:?} (a {} from another \
+                     build; install the one that came with this spoold)",
+                    supervision::PROGRAM
+                ))
+            }
+        };
+        let copy = private_copy(&file).and_then(|copy| checked(&copy).map(|()| copy));
+        let (held, watched) = match copy {
+            Ok(copy) => (copy, None),
+            Err(why) => {
+                checked(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+                tracing::warn!(program = %path.display(), %why,
+                               "cannot run a private copy of the supervisor program: the file \
+                                itself is used, and a change made to it in place while this \
+                                daemon runs stops task attempts from starting");
+                let identity =
+                    FileIdentity::of(&file).map_err(|e| format!("{}: {e}", path.display()))?;
+                (file, Some((path.to_path_buf(), identity)))
+            }
+        };
         Ok(Some(Supervisor {
-            command: vec![by_descriptor],
-            held: Some(Arc::new(file)),
+            command: vec![descriptor_path(&held)],
+            held: Some(Arc::new(held)),
+            watched,
             records,
         }))
     }
+
+    /// Why supervisors cannot be started from the held file any more: it was changed in place
+    /// (only when it is the file itself that is held, not a private copy).
+    fn changed(&self) -> Option<String> {
+        let (path, before) = self.watched.as_ref()?;
+        let held = self.held.as_ref()?;
+        let now = FileIdentity::of(held).ok();
+        (now.as_ref() != Some(before)).then(|| {
+            format!(
+                "{} was changed in place after this daemon started (overwritten, truncated or \
+                 its mode changed: {before:?} is now {now:?}); restart the daemon to use the new \
+                 one",
+                path.display()
+            )
+        })
+    }
+}
+
+/// `/proc/self/fd/N` of `fd`: what runs the program a descriptor holds.
+fn descriptor_path(fd: &OwnedFd) -> PathBuf {
+    use std::os::fd::AsRawFd as _;
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// What tells a file changed in place: its size, mode and modification and change times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileIdentity {
+    size: u64,
+    mode: u32,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+impl FileIdentity {
+    fn of(fd: &OwnedFd) -> io::Result<FileIdentity> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok(FileIdentity {
+            size: st.st_size as u64,
+            mode: st.st_mode as u32,
+            modified: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            changed: (st.st_ctime as i64, st.st_ctime_nsec as i64),
+        })
+    }
+}
+
+/// A sealed in-memory copy of `file` (nothing can write, grow or shrink it), executable.
+fn private_copy(file: &OwnedFd) -> Result<OwnedFd, String> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+    // Kernels since 6.3 want executable memfds said so; older ones know no such flag.
+    let memfd = match rustix::fs::memfd_create(supervision::PROGRAM, flags | MemfdFlags::EXEC) {
+        Err(rustix::io::Errno::INVAL) => rustix::fs::memfd_create(supervision::PROGRAM, flags),
+        other => other,
+    }
+    .map_err(|e| format!("memfd_create: {e}"))?;
+    let mut from = std::fs::File::from(file.try_clone().map_err(|e| e.to_string())?);
+    let mut to = std::fs::File::from(memfd);
+    std::io::Seek::rewind(&mut from).map_err(|e| format!("cannot read it: {e}"))?;
+    std::io::copy(&mut from, &mut to).map_err(|e| format!("cannot copy it: {e}"))?;
+    let memfd = OwnedFd::from(to);
+    rustix::fs::fcntl_add_seals(
+        &memfd,
+        SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL,
+    )
+    .map_err(|e| format!("cannot seal the copy: {e}"))?;
+    Ok(memfd)
 }
 
 /// The first line `PROGRAM --version` prints, within [`PROBE_TIMEOUT`].
@@ -626,6 +717,10 @@ fn start_supervisor(
     let Some((program, leading)) = supervisor.command.split_first() else {
         return Err("cannot start the attempt's supervisor: no command".to_owned());
     };
+    if let Some(why) = supervisor.changed() {
+        tracing::error!(%why, "cannot start an attempt's supervisor");
+        return Err(format!("cannot start the attempt's supervisor: {why}"));
+    }
     let cannot = |what: &str, e: &dyn std::fmt::Display| format!("cannot {what}: {e}");
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| cannot("create the attempt's output pipe", &e))?;

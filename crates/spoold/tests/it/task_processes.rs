@@ -564,8 +564,8 @@ fn link_or_copy(from: &std::path::Path, to: &std::path::Path) {
 }
 
 /// The supervisor of each attempt is `spoold-attempt` when this build's is installed beside the
-/// daemon (`/proc/PID/exe`, not a name), held open from the daemon's start: replacing the file
-/// meanwhile, as an upgrade does, changes nothing for the running daemon. With none beside it,
+/// daemon (`/proc/PID/exe`, not a name), copied into memory at the daemon's start: replacing the
+/// file meanwhile, as an upgrade does, changes nothing for the running daemon. With none beside it,
 /// or one of another build, the daemon re-executes itself and says why in its log; the attempt
 /// is supervised the same (it times out and its processes are ended).
 #[tokio::test(flavor = "multi_thread")]
@@ -621,10 +621,11 @@ async fn each_attempt_is_supervised_by_the_spoold_attempt_beside_the_daemon() {
         let log = || daemon.stderr();
         match beside {
             Beside::Ours => {
-                // The file it started from is the one it found, now unlinked.
+                // Not the file now at that path: the daemon's private copy of the one it
+                // found, in memory.
                 assert_eq!(
                     exe,
-                    std::path::PathBuf::from(format!("{} (deleted)", attempt.display())),
+                    std::path::PathBuf::from("/memfd:spoold-attempt (deleted)"),
                     "{argv:?}"
                 );
                 assert_eq!(argv, ["spoold-attempt", "--supervise-attempt"]);
@@ -838,4 +839,57 @@ async fn a_stopped_supervisor_does_not_hold_up_a_shutdown() {
             && log.contains(&format!("\"supervisor\":{}", supervisors[0])),
         "{log}"
     );
+}
+
+/// The supervisor program changed in place under a running daemon — overwritten (`cp` over it)
+/// by a program that never answers, truncated, made not executable — changes nothing: the
+/// daemon starts supervisors from the private copy it made at its start. Before, every later
+/// attempt failed ("Broken pipe", `supervisor_lost`) with no word of why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_supervisor_program_changed_in_place_breaks_nothing() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = setup.config().display().to_string();
+    let bin = TempDir::new().expect("bin dir");
+    let spoold = bin.path().join("spoold");
+    let attempt = bin.path().join("spoold-attempt");
+    link_or_copy(&spool_testkit::cargo_bin("spoold"), &spoold);
+    // A copy of its own: changed below, in place.
+    std::fs::copy(spool_testkit::cargo_bin("spoold-attempt"), &attempt).expect("copy");
+    let data = TempDir::new().expect("data dir");
+    let daemon = DaemonProcess::start(without_cgroups(&data, &config).program(&spoold))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let changes: [(&str, &dyn Fn()); 3] = [
+        (
+            "overwritten in place by a program that never answers",
+            &|| std::fs::write(&attempt, "#!/bin/sh\nexec sleep 1000\n").expect("overwrite"),
+        ),
+        ("truncated", &|| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&attempt)
+                .and_then(|f| f.set_len(0))
+                .expect("truncate")
+        }),
+        ("made not executable", &|| {
+            std::fs::set_permissions(&attempt, std::fs::Permissions::from_mode(0o644))
+                .expect("chmod")
+        }),
+    ];
+    for (n, (what, change)) in changes.iter().enumerate() {
+        change();
+        let (status, task) = submit(
+            &api,
+            json!({"type": "exit", "params": {"code": "0"}, "idempotencyKey": format!("x{n}")}),
+        )
+        .await;
+        assert_eq!(status, 201, "{task}");
+        let done = wait_task(&api, &id(&task), &["succeeded", "failed", "interrupted"]).await;
+        assert_eq!(done["status"], "succeeded", "{what}: {done}");
+    }
+    let log = daemon.stderr();
+    assert!(!log.contains("Broken pipe"), "{log}");
 }

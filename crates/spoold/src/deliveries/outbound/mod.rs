@@ -402,7 +402,7 @@ impl Outbound {
                 sent.push((method.clone(), url.clone()));
                 let resp = client
                     .request(method.clone(), url.clone())
-                    .headers(headers.clone())
+                    .headers(hop_headers(&headers, &method, &body))
                     .body(gate::body(
                         body.clone(),
                         write_by,
@@ -600,6 +600,26 @@ async fn read_excerpt(
         redirects,
         first_status: None,
     })
+}
+
+/// The headers of one hop: `headers`, and `Content-Length: 0` on a POST, PUT or PATCH without
+/// a body. RFC 9110 §8.6: a user agent sends it for a method that gives content a meaning,
+/// even when it is 0 (spoold v0.1.0 did, and some servers answer 411 without it); hyper writes
+/// none for an empty body.
+fn hop_headers(headers: &HeaderMap, method: &reqwest::Method, body: &Bytes) -> HeaderMap {
+    let mut headers = headers.clone();
+    if body.is_empty()
+        && matches!(
+            *method,
+            reqwest::Method::POST | reqwest::Method::PUT | reqwest::Method::PATCH
+        )
+    {
+        headers.insert(
+            reqwest::header::CONTENT_LENGTH,
+            HeaderValue::from_static("0"),
+        );
+    }
+    headers
 }
 
 /// Build a header map from stored pairs; names and values were validated at submission.
