@@ -191,7 +191,9 @@ pub(crate) fn integral<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D
 }
 
 /// A present `body` field is kept as raw bytes even when it is `null`.
-fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+pub(crate) fn present_raw<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Box<RawValue>>, D::Error> {
     Box::<RawValue>::deserialize(d).map(Some)
 }
 

@@ -1,12 +1,15 @@
 //! The journal of spoold v0.1.0 (one JSON record a line: a delivery as it then was, or its
-//! removal) replayed into [`ExportRecord`]s of its pending deliveries, for `spoolctl import
-//! --spoold-journal`. Pure: the caller reads the file and sends the records; the daemon checks
-//! each as it checks any import. A journal cut short (its last line torn, as a crash leaves
-//! it) loses that line only; any other line that is not a record refuses the whole journal.
+//! removal) replayed into [`ExportRecord`]s, for `spoolctl import --spoold-journal`. Pure: the
+//! caller reads the file and sends the records; the daemon checks each as it checks any
+//! import. A journal cut short (its last line torn, as a crash leaves it) loses that line
+//! only; any other line that is not a record refuses the whole journal.
 //!
-//! A delivery is carried over whole or not at all: its body byte for byte (`body` as the
-//! journal has it, `bodyBase64` decoded), its headers, key and counts; one whose record does
-//! not add up (a field v0.1.0 does not write, attempts it could not have made, times out of
+//! What is carried: every pending and in-flight delivery, and every finished one (succeeded,
+//! failed, canceled) that v0.1.0's retention still kept, so that its idempotency key keeps
+//! answering with it. A delivery is carried over whole or not at all: its body byte for byte
+//! (`body` as the journal has it, `null` included; `bodyBase64` decoded), its headers, key and
+//! counts; one whose record does not add up (a field or status v0.1.0 does not write, a
+//! `requestHash` it could not have written, attempts it could not have made, times out of
 //! range or order) is refused, naming the line and the field, and never sent.
 
 use std::collections::BTreeMap;
@@ -18,7 +21,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::transfer::{
-    BodyKind, ExportRecord, ExportedDelivery, ExportedTransition, EXPORT_FORMAT,
+    BodyKind, ExportRecord, ExportedAttempt, ExportedDelivery, ExportedTransition, EXPORT_FORMAT,
 };
 use crate::{units, CreateDelivery, DeliveryMode, DeliveryStatus};
 
@@ -51,15 +54,18 @@ pub fn lines(input: &[u8]) -> Vec<Line> {
         .collect()
 }
 
-/// A journal replayed: its live pending and in-flight deliveries, in the order they first
-/// appeared, each carried over as an export record or refused.
+/// A journal replayed: its live deliveries, in the order they first appeared, each carried over
+/// as an export record, refused, or (finished past v0.1.0's retention) left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replayed {
+    /// Pending and in-flight deliveries, and finished ones within [`V010_RETENTION_MS`].
     pub records: Vec<Carried>,
-    /// Live pending or in-flight deliveries that cannot be carried over whole: reported, not
-    /// imported (an import must never send a different request than the old daemon would).
+    /// Live deliveries that cannot be carried over whole: reported, not imported (an import
+    /// must never send a different request than the old daemon would, nor answer a key
+    /// otherwise).
     pub refused: Vec<Refused>,
-    /// Live deliveries that had finished (delivered, failed, …): not carried over.
+    /// Finished deliveries that finished more than [`V010_RETENTION_MS`] ago: left out, as
+    /// v0.1.0's retention removes them, keys and all.
     pub finished: u64,
     /// The last line, torn and unreadable: skipped.
     pub torn: Option<TornLine>,
@@ -102,10 +108,20 @@ pub const IMPORT_NOTE: &str = "imported from a spoold v0.1.0 journal";
 /// ahead of this one's); later than that, the record is refused.
 pub const CLOCK_SKEW_MS: i64 = 24 * 3_600_000;
 
+/// spoold v0.1.0's terminal retention (its `-terminal-retention`, 168 h by default): how long
+/// after it finished (its `updatedAt`) a finished delivery, and with it its idempotency key,
+/// was kept. A finished delivery of the journal is carried over for the rest of that window.
+pub const V010_RETENTION_MS: i64 = 168 * 3_600_000;
+
+/// The statuses spoold v0.1.0 writes.
+const V010_STATUSES: &str = "pending, in_flight, succeeded, failed, canceled";
+
 /// Replays `lines` (each record replaces the last of its delivery; a removal removes it) and
-/// gives its pending and in-flight deliveries as export records, due as the journal says
-/// (in-flight ones at `now_ms`: the old daemon is gone), or refused, naming the line and the
-/// field, when their record does not add up or cannot be carried whole.
+/// gives its live deliveries as export records: pending ones due as the journal says,
+/// in-flight ones in flight (the importing daemon settles them as its own crash recovery
+/// does: the old daemon is gone), finished ones finished for the rest of
+/// [`V010_RETENTION_MS`] as of `now_ms`; or refused, naming the line and the field, when their
+/// record does not add up or cannot be carried whole.
 pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
     let mut live: BTreeMap<String, Live> = BTreeMap::new();
     let mut torn = None;
@@ -151,11 +167,22 @@ pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
     let mut refused = Vec::new();
     let mut finished = 0;
     for (id, l) in in_order {
-        if !matches!(l.status.as_str(), "pending" | "in_flight") {
+        let Some(status) = Status::parse(&l.status) else {
+            refused.push(Refused {
+                line: l.line,
+                id,
+                reason: format!(
+                    "status {:?}: not one spoold v0.1.0 writes ({V010_STATUSES})",
+                    l.status
+                ),
+            });
+            continue;
+        };
+        if status.finished() && past_retention(&l, now_ms) {
             finished += 1;
             continue;
         }
-        match carry(&l, now_ms) {
+        match carry(&l, status, now_ms) {
             Ok(record) => records.push(Carried {
                 line: l.line,
                 record,
@@ -207,20 +234,24 @@ fn read_record(
     Ok((record.deleted_id, delivery, record.request_hash))
 }
 
-/// The digest spoold v0.1.0 keeps of a create (its journal's `requestHash`, in bytes), when
-/// `create` is a request v0.1.0 could have taken; `None` when it uses a field v0.1.0 did not
-/// have (then it cannot be a retry of a v0.1.0 create).
+/// The digests spoold v0.1.0 could have kept of a create (its journal's `requestHash`, in
+/// bytes), when `create` is a request v0.1.0 could have taken; none when it uses a field
+/// v0.1.0 did not have (then it cannot be a retry of a v0.1.0 create).
 ///
 /// The recipe, as v0.1.0 computes it: SHA-256 over the method (trimmed, upper-cased, `POST`
 /// when empty), the target URL as given (trimmed), `maxAttempts` (8 when 0 or absent), each a
 /// line; then `Name:value` lines of the headers, names canonical, sorted; then the JSON body's
-/// bytes as they appeared in the request. v0.1.0 hashed what the client sent, before it
+/// bytes as they appeared in the request. v0.1.0 hashed what its client sent, before it
 /// re-encoded the body for its journal, so a client that repeats its create byte for byte
-/// produces the same digest. A binary body is hashed here by its bytes; v0.1.0's own recipe
-/// for binary bodies is not known, so [`replay`] never carries such a delivery's
-/// `requestHash` over: it computes this recipe over the journal's request instead, which a
-/// retried create reproduces (both normalise the same way), whatever headers the import adds.
-pub fn request_hash(create: &CreateDelivery) -> Option<Vec<u8>> {
+/// produces the same digest: the first one given. v0.1.0's own `spoolctl send` did not send a
+/// `--data` body as typed: Go's encoder compacted it and escaped `<`, `>`, `&` (see
+/// [`go_compact`]), and v0.1.0 hashed that; so the digest of the body in that form is given
+/// too, when it differs, and the same `spoolctl send` line finds its delivery whichever
+/// `spoolctl` sends it. A binary body is hashed here by its bytes; v0.1.0's own recipe for
+/// binary bodies is not known, so [`replay`] never carries such a delivery's `requestHash`
+/// over: it computes this recipe over the journal's request instead, which a retried create
+/// reproduces (both normalise the same way).
+pub fn request_hashes(create: &CreateDelivery) -> Vec<Vec<u8>> {
     let v010_only = create.not_before.is_none()
         && create.expires_at.is_none()
         && create.mode.is_none()
@@ -229,7 +260,7 @@ pub fn request_hash(create: &CreateDelivery) -> Option<Vec<u8>> {
         && create.remote_id_pointer.is_none()
         && create.sign.is_none();
     if !v010_only {
-        return None;
+        return Vec::new();
     }
     let method = create
         .method
@@ -242,29 +273,78 @@ pub fn request_hash(create: &CreateDelivery) -> Option<Vec<u8>> {
         0 => 8,
         n => n,
     };
-    let headers = create
-        .headers
-        .iter()
-        .flatten()
-        .map(|(n, v)| (n.as_str(), v.as_deref().unwrap_or_default()));
-    let body = match (&create.body, &create.body_base64) {
-        (Some(raw), _) => raw.get().as_bytes().to_vec(),
+    let bodies = match (&create.body, &create.body_base64) {
+        (Some(raw), _) => {
+            let compacted = go_compact(raw.get());
+            let mut bodies = vec![raw.get().as_bytes().to_vec()];
+            if compacted != raw.get() {
+                bodies.push(compacted.into_bytes());
+            }
+            bodies
+        }
         (None, Some(b64)) => {
             let compact: String = b64.chars().filter(|c| *c != '\r' && *c != '\n').collect();
-            STANDARD.decode(compact).ok()?
+            match STANDARD.decode(compact) {
+                Ok(bytes) => vec![bytes],
+                Err(_) => return Vec::new(),
+            }
         }
-        (None, None) => Vec::new(),
+        (None, None) => vec![Vec::new()],
     };
-    Some(recipe(
-        method,
-        create.target_url.as_deref().unwrap_or_default(),
-        max_attempts,
-        headers,
-        &body,
-    ))
+    bodies
+        .iter()
+        .map(|body| {
+            let headers = create
+                .headers
+                .iter()
+                .flatten()
+                .map(|(n, v)| (n.as_str(), v.as_deref().unwrap_or_default()));
+            recipe(
+                method,
+                create.target_url.as_deref().unwrap_or_default(),
+                max_attempts,
+                headers,
+                body,
+            )
+        })
+        .collect()
 }
 
-/// [`request_hash`]'s recipe over a request's parts: the method as given (normalised by the
+/// The JSON text `json` as Go's encoder writes a raw JSON value (a `json.RawMessage`), which
+/// is how spoold v0.1.0's `spoolctl` sent a body and how its daemon journaled and sent one:
+/// white space outside strings dropped, and `<`, `>`, `&`, U+2028 and U+2029 written as
+/// `\u003c`, `\u003e`, `\u0026`, `\u2028` and `\u2029`; everything else (numbers, other
+/// escapes) as it was. `json` is valid JSON.
+pub fn go_compact(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            ' ' | '\t' | '\n' | '\r' if !in_string => {}
+            _ => out.push(c),
+        }
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        }
+    }
+    out
+}
+
+/// [`request_hashes`]'s recipe over a request's parts: the method as given (normalised by the
 /// caller), the URL trimmed, `maxAttempts`, the headers by canonical name, the body's bytes.
 fn recipe<'a>(
     method: &str,
@@ -299,8 +379,8 @@ struct JournalRecord {
     deleted_id: Option<String>,
 }
 
-/// What replaying needs of a delivery: which it is and whether it is finished. The rest is
-/// read only for the live ones ([`carry`]), so that a finished delivery never refuses a
+/// What replaying needs of a delivery: which it is and its status. The rest is read only for
+/// the ones carried ([`carry`]), so that a delivery's record refuses that delivery, never the
 /// journal.
 #[derive(Debug, Deserialize)]
 struct Head {
@@ -333,10 +413,12 @@ struct JournalDelivery {
     method: String,
     #[serde(default)]
     headers: BTreeMap<String, String>,
-    #[serde(default)]
+    /// `null` is a body (v0.1.0 sent the four bytes), absence none.
+    #[serde(default, deserialize_with = "crate::delivery::present_raw")]
     body: Option<Box<RawValue>>,
     #[serde(default)]
     body_base64: Option<String>,
+    #[allow(dead_code)] // Read only so that it is known: `Head` has it already.
     status: String,
     #[serde(default)]
     attempts: u32,
@@ -354,9 +436,62 @@ struct JournalDelivery {
     updated_at: String,
 }
 
-/// A live delivery as an export record, pending and due as the journal says; `Err` names the
-/// field that does not add up, or that cannot be carried whole.
-fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
+/// A v0.1.0 status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Pending,
+    InFlight,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl Status {
+    fn parse(text: &str) -> Option<Status> {
+        Some(match text {
+            "pending" => Status::Pending,
+            "in_flight" => Status::InFlight,
+            "succeeded" => Status::Succeeded,
+            "failed" => Status::Failed,
+            "canceled" => Status::Canceled,
+            _ => return None,
+        })
+    }
+
+    fn finished(self) -> bool {
+        matches!(self, Status::Succeeded | Status::Failed | Status::Canceled)
+    }
+
+    fn wire(self) -> DeliveryStatus {
+        match self {
+            Status::Pending => DeliveryStatus::Pending,
+            Status::InFlight => DeliveryStatus::InFlight,
+            Status::Succeeded => DeliveryStatus::Succeeded,
+            Status::Failed => DeliveryStatus::Failed,
+            Status::Canceled => DeliveryStatus::Canceled,
+        }
+    }
+}
+
+/// Whether a finished delivery finished longer than [`V010_RETENTION_MS`] before `now_ms`, by
+/// its readable `updatedAt` (one that is not readable is carried, and refused there).
+fn past_retention(live: &Live, now_ms: i64) -> bool {
+    #[derive(Deserialize)]
+    struct Updated {
+        #[serde(rename = "updatedAt")]
+        updated_at: Option<String>,
+    }
+    serde_json::from_str::<Updated>(live.raw.get())
+        .ok()
+        .and_then(|u| time_ms(u.updated_at.as_deref()?))
+        .is_some_and(|updated| updated < now_ms.saturating_sub(V010_RETENTION_MS))
+}
+
+/// A live delivery as an export record, in its status: a pending one due as the journal
+/// says, an in-flight one with its attempt open (the importing daemon settles it), a finished
+/// one as it finished. `Err` names the field that does not add up, or that cannot be carried
+/// whole.
+fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, String> {
     let d: JournalDelivery = serde_json::from_str(live.raw.get()).map_err(|e| {
         // serde's position is within the delivery object, not the line: leave it out.
         let text = e.to_string();
@@ -366,6 +501,7 @@ fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
         (Some(_), Some(_)) => {
             return Err("body and bodyBase64: both set (spoold v0.1.0 writes one)".into())
         }
+        // `null` included: v0.1.0 sent it, 4 bytes of `application/json`.
         (Some(raw), None) => (BodyKind::Json, raw.get().as_bytes().to_vec()),
         (None, Some(b64)) => (
             BodyKind::Binary,
@@ -388,23 +524,15 @@ fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
             d.max_attempts
         ));
     }
-    let in_flight = d.status == "in_flight";
-    // v0.1.0 fails a delivery after its last attempt: a pending one has one left. One in
-    // flight may be on its last (it is sent again, as v0.1.0 would after its lease).
-    if (!in_flight && d.attempts >= d.max_attempts) || d.attempts > d.max_attempts {
+    // v0.1.0 fails a delivery after its last attempt: a pending one has one left.
+    if status == Status::Pending && d.attempts >= d.max_attempts {
         return Err(format!(
-            "attempts {} of maxAttempts {}: a {} delivery {}",
-            d.attempts,
-            d.max_attempts,
-            d.status,
-            if in_flight {
-                "cannot have made more attempts than it may"
-            } else {
-                "has an attempt left (v0.1.0 fails it after its last)"
-            }
+            "attempts {} of maxAttempts {}: a pending delivery has an attempt left (v0.1.0 \
+             fails it after its last)",
+            d.attempts, d.max_attempts
         ));
     }
-    if in_flight && d.attempts == 0 {
+    if status == Status::InFlight && d.attempts == 0 {
         return Err("attempts 0: an in-flight delivery has started an attempt".into());
     }
     let latest = now_ms.saturating_add(CLOCK_SKEW_MS);
@@ -416,59 +544,106 @@ fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
             d.updated_at, d.created_at
         ));
     }
-    let due = match (in_flight, d.next_attempt_at.as_deref()) {
-        (true, _) | (false, None) => now_ms,
-        (false, Some(text)) => match time_ms(text) {
-            Some(ms) if ms >= 0 => ms,
+    let due = match (status, d.next_attempt_at.as_deref()) {
+        (Status::Pending, None) => Some(now_ms),
+        (Status::Pending, Some(text)) => match time_ms(text) {
+            Some(ms) if ms >= 0 => Some(ms),
             // Go's zero time: none.
-            Some(_) if text.starts_with("0001-01-01T00:00:00") => now_ms,
+            Some(_) if text.starts_with("0001-01-01T00:00:00") => Some(now_ms),
             _ => {
                 return Err(format!(
                     "nextAttemptAt {text:?}: not an RFC 3339 time from 1970 on"
                 ))
             }
         },
+        // In flight: due when the importing daemon settles it; finished: never.
+        _ => None,
     };
-    let request_digest = match (&kind, live.request_hash.as_deref()) {
-        (BodyKind::Json | BodyKind::None, Some(hash)) => {
-            hex_digest(hash).map(|b| STANDARD.encode(b))
+    // v0.1.0 writes the digest of every create it took, as `hex.EncodeToString` writes a
+    // SHA-256: anything else was not written by it, and could never match a retried create.
+    let hash = match live.request_hash.as_deref() {
+        Some(text) => hex_digest(text).ok_or_else(|| {
+            format!("requestHash {text:?}: spoold v0.1.0 writes 64 lowercase hex digits (SHA-256)")
+        })?,
+        None => {
+            return Err("requestHash: missing (spoold v0.1.0 writes one on every record)".into())
         }
-        // Over the request as the client sent it: before the Content-Type added below.
-        (BodyKind::Binary, _) => Some(STANDARD.encode(recipe(
+    };
+    let request_digest = match kind {
+        BodyKind::Json | BodyKind::None => hash,
+        // Over the request as the client sent it (its URL too, as given).
+        BodyKind::Binary => recipe(
             &d.method,
             &d.target_url,
             d.max_attempts,
             d.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
             &body,
-        ))),
-        _ => None,
+        ),
     };
-    // v0.1.0 sent every body it had, bytes included, as `application/json` unless the
-    // delivery named a Content-Type (its worker set that default for any non-empty body): the
-    // imported request keeps sending what the receiver got from it.
-    let mut headers = d.headers;
-    if kind == BodyKind::Binary
-        && !headers
-            .keys()
-            .any(|name| name.eq_ignore_ascii_case("content-type"))
-    {
-        headers.insert("Content-Type".into(), "application/json".into());
+    // Attempts past maxAttempts were made after a lease ran out (v0.1.0 claims such a
+    // delivery again whatever its count): interrupted attempts, which spoold does not charge.
+    let uncharged = match status {
+        Status::Pending => 0,
+        _ => d.attempts.saturating_sub(d.max_attempts),
+    };
+    let mut transitions = vec![ExportedTransition {
+        from: None,
+        to: DeliveryStatus::Pending,
+        attempt: 0,
+        at_ms: created,
+        reason: "created".to_owned(),
+        note: Some(IMPORT_NOTE.to_owned()),
+    }];
+    let mut attempts = Vec::new();
+    if status == Status::InFlight {
+        // Its attempt is open: the importing daemon records it interrupted (it may have
+        // arrived) and sends the delivery again, numbered as v0.1.0 would have numbered it
+        // after the lease ran out — the next one, even past maxAttempts.
+        transitions.push(ExportedTransition {
+            from: Some(DeliveryStatus::Pending),
+            to: DeliveryStatus::InFlight,
+            attempt: i64::from(d.attempts),
+            at_ms: updated,
+            reason: "claimed".to_owned(),
+            note: None,
+        });
+        attempts.push(ExportedAttempt {
+            cycle: 1,
+            number: i64::from(d.attempts),
+            started_at_ms: updated,
+            finished_at_ms: None,
+            outcome: None,
+            http_status: None,
+            error_code: None,
+            error: None,
+            duration_ms: None,
+        });
+    } else if status.finished() {
+        transitions.push(ExportedTransition {
+            from: Some(DeliveryStatus::Pending),
+            to: status.wire(),
+            attempt: i64::from(d.attempts),
+            at_ms: updated,
+            reason: "imported".to_owned(),
+            note: None,
+        });
     }
     Ok(ExportRecord {
         format: EXPORT_FORMAT,
         delivery: ExportedDelivery {
             id: d.id,
             idempotency_key: d.idempotency_key.filter(|k| !k.is_empty()),
-            request_digest,
-            target_url: d.target_url,
+            request_digest: Some(STANDARD.encode(request_digest)),
+            target_url: path_spaces_encoded(&d.target_url),
             method: d.method,
-            headers,
+            // As stored: the daemon's default Content-Type is v0.1.0's (`application/json`
+            // for a JSON body, `application/octet-stream` for bytes, none without a body).
+            headers: d.headers,
             body_kind: kind,
             body_base64: STANDARD.encode(&body),
-            status: DeliveryStatus::Pending,
-            // One attempt left at least: an in-flight one that was the last is sent again.
-            attempts: i64::from(d.attempts.min(d.max_attempts.saturating_sub(1))),
-            uncharged: 0,
+            status: status.wire(),
+            attempts: i64::from(d.attempts),
+            uncharged: i64::from(uncharged),
             max_attempts: i64::from(d.max_attempts),
             cycle: 1,
             last_error: d.last_error.filter(|e| !e.is_empty()),
@@ -476,7 +651,7 @@ fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
             last_response_code: d.last_response_code.filter(|c| *c != 0).map(i64::from),
             created_at_ms: created,
             updated_at_ms: updated,
-            next_attempt_at_ms: Some(due),
+            next_attempt_at_ms: due,
             not_before_ms: None,
             expires_at_ms: None,
             mode: DeliveryMode::AtLeastOnce,
@@ -490,17 +665,29 @@ fn carry(live: &Live, now_ms: i64) -> Result<ExportRecord, String> {
             check_at_ms: None,
             sign_secret: None,
         },
-        attempts: Vec::new(),
-        transitions: vec![ExportedTransition {
-            from: None,
-            to: DeliveryStatus::Pending,
-            attempt: 0,
-            at_ms: created,
-            reason: "created".to_owned(),
-            note: Some(IMPORT_NOTE.to_owned()),
-        }],
+        attempts,
+        transitions,
         checks: Vec::new(),
     })
+}
+
+/// `url` with each space in its path as `%20`: v0.1.0 kept a target URL as given, and Go's
+/// HTTP client sent a space in its path so (spoold refuses a URL with a space, as its parser
+/// would change it). A space anywhere else stays, and is refused as it is.
+fn path_spaces_encoded(url: &str) -> String {
+    let end = url.find(['?', '#']).unwrap_or(url.len());
+    let path = url[..end]
+        .find("://")
+        .and_then(|scheme| url[scheme + 3..end].find('/').map(|p| scheme + 3 + p));
+    match path {
+        Some(start) => format!(
+            "{}{}{}",
+            &url[..start],
+            url[start..end].replace(' ', "%20"),
+            &url[end..]
+        ),
+        None => url.to_owned(),
+    }
 }
 
 /// A time the old daemon recorded as past: RFC 3339, from 1970 on, and not after `latest`.
@@ -514,9 +701,10 @@ fn past_time(field: &str, text: &str, latest: i64) -> Result<i64, String> {
     }
 }
 
-/// A `requestHash` (64 hex digits) as bytes; `None` for anything else.
+/// A `requestHash` (64 lowercase hex digits, as Go writes a SHA-256) as bytes; `None` for
+/// anything else.
 fn hex_digest(text: &str) -> Option<Vec<u8>> {
-    if text.len() != 64 {
+    if text.len() != 64 || !text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     (0..64)

@@ -169,10 +169,11 @@ pub struct NewDelivery {
     pub retry_window_ms: Option<Millis>,
     /// Opaque digest of every field that makes two requests "the same" for idempotency.
     pub request_digest: Vec<u8>,
-    /// The same request's digest by spoold v0.1.0's recipe, when it is one v0.1.0 could have
-    /// taken. A delivery imported from a v0.1.0 journal keeps that journal's `requestHash` as
-    /// its key's digest, so that a client retrying its create after the move finds it.
-    pub v010_request_hash: Option<Vec<u8>>,
+    /// The same request's digests by spoold v0.1.0's recipe, when it is one v0.1.0 could have
+    /// taken (over the body as sent, and as v0.1.0's `spoolctl` would have sent it). A
+    /// delivery imported from a v0.1.0 journal keeps that journal's `requestHash` as its key's
+    /// digest, so that a client retrying its create after the move finds it.
+    pub v010_request_hashes: Vec<Vec<u8>>,
     pub mode: Mode,
     /// At-most-once: the business key the target can be searched by.
     pub fingerprint: Option<String>,
@@ -193,10 +194,7 @@ impl NewDelivery {
     /// hash different texts, so one cannot stand for the other.
     pub fn same_request(&self, digest: &[u8]) -> bool {
         digest == self.request_digest.as_slice()
-            || self
-                .v010_request_hash
-                .as_deref()
-                .is_some_and(|hash| hash == digest)
+            || self.v010_request_hashes.iter().any(|hash| hash == digest)
     }
 }
 

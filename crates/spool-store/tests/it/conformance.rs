@@ -172,7 +172,7 @@ pub fn new_delivery(id: &str, key: Option<&str>, url: &str) -> NewDelivery {
         expires_at: None,
         retry_window_ms: None,
         request_digest: url.as_bytes().to_vec(),
-        v010_request_hash: None,
+        v010_request_hashes: Vec::new(),
         mode: Mode::AtLeastOnce,
         fingerprint: None,
         reconcile: None,
@@ -900,7 +900,7 @@ pub async fn a_key_imported_with_a_v010_digest_finds_the_retried_create(store: S
         ImportOutcome::Imported
     );
     let retried = |v010: Option<Vec<u8>>, key: &str| NewDelivery {
-        v010_request_hash: v010,
+        v010_request_hashes: v010.into_iter().collect(),
         ..new_delivery(&id(3), Some(key), URL_A)
     };
     match insert(&store, retried(Some(vec![7; 32]), "from-go")).await {
