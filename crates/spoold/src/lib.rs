@@ -367,7 +367,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 info!(cgroup = %root.path().display(), "task attempts run in cgroups of their own")
             }
             None => info!(
-                "task attempts are contained by process groups and tags (no delegated cgroup)"
+                "task attempts are contained by their supervisors (parenthood) and the record \
+                 file each of their processes holds (no delegated cgroup)"
             ),
         }
         chosen

@@ -500,9 +500,13 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         let group = told.pid;
         let grace = spawn.kill_grace;
         let termed = told.term_at.map(|at| at.elapsed());
-        let ended =
-            tokio::task::spawn_blocking(move || processes::end_adopted(group, grace, termed)).await;
-        finished.killed = ended.map(|e| e.killed).unwrap_or(false);
+        let held = record.clone();
+        let ended = tokio::task::spawn_blocking(move || {
+            let ended = processes::end_adopted(group, grace, termed);
+            ended.killed || processes::end_holders(&held, grace) > 0
+        })
+        .await;
+        finished.killed = ended.unwrap_or(false);
         finished.pid = group.map(|g| g as u32);
         finished.taken_over = Some(why);
         let _ = std::fs::remove_file(&record);
@@ -525,13 +529,15 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         Some(r) => Ok(Some(r)),
         None => supervision::read_record(&record),
     };
-    let _ = std::fs::remove_file(&record);
     match read {
         Ok(Some(r)) if r.over => apply(&mut finished, &r, requested),
         failed => {
             // The supervisor died before it finished (killed by someone, out of memory): what
             // it had adopted was re-parented to this process, which ends it.
             let why = match failed {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    "processes of the attempt still held its record".to_owned()
+                }
                 Err(e) => format!("its record could not be read: {e}"),
                 Ok(_) => "it told nothing of how the attempt ended".to_owned(),
             };
@@ -544,13 +550,19 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
             ));
             let grace = spawn.kill_grace;
             let termed = told.term_at.map(|at| at.elapsed());
-            finished.killed =
-                tokio::task::spawn_blocking(move || processes::end_adopted(group, grace, termed))
-                    .await
-                    .map(|ended| ended.killed)
-                    .unwrap_or(false);
+            let held = record.clone();
+            finished.killed = tokio::task::spawn_blocking(move || {
+                let ended = processes::end_adopted(group, grace, termed);
+                // What parenthood did not find (it joined another group and stayed in the
+                // daemon's session) still holds the attempt's record file.
+                let more = processes::end_holders(&held, grace);
+                ended.killed || more > 0
+            })
+            .await
+            .unwrap_or(false);
         }
     }
+    let _ = std::fs::remove_file(&record);
     if let Some(cg) = cgroup {
         cg.remove().await;
     }

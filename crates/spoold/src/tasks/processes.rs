@@ -581,6 +581,102 @@ impl Stop {
     }
 }
 
+/// A process that holds an attempt's record file open: one of the attempt's (the file is
+/// inherited by every process the attempt starts, kept open across `exec`), signalled through
+/// its pidfd.
+#[derive(Debug)]
+pub struct Holder {
+    pub pid: i32,
+    pidfd: OwnedFd,
+    /// It is a supervisor (`--supervise-attempt`): it ends the attempt on its own.
+    pub supervisor: bool,
+}
+
+/// The processes that hold the file `path` open now — **the second invariant**: a process
+/// that holds an attempt's record file is the attempt's, whoever its parent is, because only
+/// the attempt's supervisor and what it started were ever given that descriptor. The pidfd is
+/// opened first and the descriptor looked for afterwards, so a pid reused in between is either
+/// a holder itself or leaves a pidfd of a dead process. A process that closed every
+/// descriptor it did not know (some daemons do) is not found.
+pub fn holders(path: &Path) -> Vec<Holder> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Vec::new();
+    };
+    let wanted = (meta.dev(), meta.ino());
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let holds = |pid: i32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| std::fs::metadata(fd.path()).is_ok_and(|m| (m.dev(), m.ino()) == wanted))
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me || !holds(pid) {
+            continue;
+        }
+        let Some(raw) = Pid::from_raw(pid) else {
+            continue;
+        };
+        let Ok(pidfd) = rustix::process::pidfd_open(raw, PidfdFlags::empty()) else {
+            continue;
+        };
+        if !holds(pid) {
+            continue;
+        }
+        let supervisor = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|argv| {
+            argv.split(|b| *b == 0)
+                .any(|a| a == super::supervision::ARG.as_bytes())
+        });
+        found.push(Holder {
+            pid,
+            pidfd,
+            supervisor,
+        });
+    }
+    found
+}
+
+/// End the processes that hold `path` (see [`holders`]): SIGTERM once to each found at first,
+/// `grace`, then SIGKILL until none is left. What is started after the SIGTERMs (a clean-up
+/// helper) is left to finish within the grace, as a supervisor leaves it. The number of
+/// processes found. Blocking: run it on a thread of its own.
+pub fn end_holders(path: &Path, grace: Duration) -> usize {
+    let began = std::time::Instant::now();
+    let mut seen: HashSet<i32> = HashSet::new();
+    let mut killed_at: Option<std::time::Instant> = None;
+    let mut first = true;
+    loop {
+        let found = holders(path);
+        if found.is_empty() {
+            return seen.len();
+        }
+        let killing = began.elapsed() >= grace;
+        for h in &found {
+            if seen.insert(h.pid) && first && !killing {
+                let _ = rustix::process::pidfd_send_signal(&h.pidfd, Signal::TERM);
+            }
+        }
+        first = false;
+        if killing && killed_at.is_none_or(|at| at.elapsed() >= KILL_AGAIN) {
+            killed_at = Some(std::time::Instant::now());
+            for h in &found {
+                let _ = rustix::process::pidfd_send_signal(&h.pidfd, Signal::KILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Make this process a child subreaper: orphaned descendants are re-parented to it rather than
 /// to init.
 pub fn become_subreaper() -> io::Result<()> {

@@ -408,12 +408,21 @@ impl Runner {
         match whereabouts {
             Whereabouts::Here => {
                 // Its supervisor ends it on its own once its daemon is gone: wait until it has
-                // (its record's lock is free), and read how the attempt ended.
+                // (its record's lock is free), and read how the attempt ended. Without a live
+                // supervisor, what is left is ended here, by the fact that it holds the record.
                 let path = self.supervisor.records.join(&tag);
-                let record = tokio::select! {
-                    record = wait_for_supervisor(&path) => record,
+                let grace = Duration::from_millis(orphan.kill_grace_ms.max(0) as u64);
+                let (record, ended) = tokio::select! {
+                    waited = wait_for_attempt(&path, grace) => waited,
                     () = lost.cancelled() => return,
                 };
+                if ended > 0 {
+                    self.metrics.task_recovered_processes.inc_by(ended as u64);
+                    warn!(task_id = %orphan.id, attempt = orphan.attempt, processes = ended,
+                          "processes of an attempt whose supervisor died with its daemon were \
+                           still running: ended by the fact that they held the attempt's record \
+                           file (SIGTERM, kill grace, SIGKILL)");
+                }
                 let _ = std::fs::remove_file(&path);
                 if let Some(root) = &self.cgroup {
                     // A supervisor that died without finishing may have left processes in the
@@ -435,12 +444,14 @@ impl Runner {
                               "the supervisor of an attempt whose executor is gone ended it");
                     }
                     Some(_) => warn!(task_id = %orphan.id, attempt = orphan.attempt,
+                                     processes_ended_here = ended,
                                      "the supervisor of an attempt whose executor is gone died \
-                                      before it finished: what it left is not known here"),
+                                      before it finished: how the attempt ended is not known; \
+                                      nothing of it is left (no process holds its record file)"),
                     None => info!(task_id = %orphan.id, attempt = orphan.attempt,
                                   "the supervisor of an attempt whose executor is gone left no \
-                                   record (it never started the program, or told its daemon \
-                                   just as it stopped)"),
+                                   record file (it never started the program, or told its \
+                                   daemon just as it stopped)"),
                 }
             }
             Whereabouts::Elsewhere => {
@@ -1242,24 +1253,61 @@ impl Runner {
     }
 }
 
-/// Until the supervisor whose record file is `path` is gone (the file's lock is free): what it
-/// recorded, if anything. Looked at every 50 ms: a supervisor ends its attempt within the
-/// attempt's kill grace, plus what SIGKILL takes.
-async fn wait_for_supervisor(path: &std::path::Path) -> Option<super::supervision::Record> {
+/// Until every process of the attempt whose record file is `path` is gone (the file's lock is
+/// free: each of them holds it): what its supervisor recorded, if anything, and how many
+/// processes were ended here. A live supervisor ends its attempt on its own once its daemon is
+/// gone — within the kill grace — and is waited for; what holds the file with no supervisor
+/// among the holders (it died with its daemon), or still `grace` + [`SUPERVISOR_SLACK`] later,
+/// is ended here by that fact ([`processes::end_holders`]). Looked at every 50 ms.
+async fn wait_for_attempt(
+    path: &std::path::Path,
+    grace: Duration,
+) -> (Option<super::supervision::Record>, usize) {
+    let began = Instant::now();
+    let mut ended = 0;
+    let mut scanned: Option<Instant> = None;
     loop {
         match super::supervision::read_record(path) {
-            Ok(record) => return record,
+            Ok(record) => return (record, ended),
+            // The holders are looked for at most twice a second (each look reads /proc).
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && scanned.is_some_and(|at| at.elapsed() < SCAN_EVERY) =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                scanned = Some(Instant::now());
+                let owned = path.to_owned();
+                let overdue = began.elapsed() >= grace + SUPERVISOR_SLACK;
+                let found = tokio::task::spawn_blocking(move || {
+                    let holders = super::processes::holders(&owned);
+                    if holders.is_empty() || (!overdue && holders.iter().any(|h| h.supervisor)) {
+                        return 0;
+                    }
+                    super::processes::end_holders(&owned, grace)
+                })
+                .await
+                .unwrap_or(0);
+                ended += found;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Err(e) => {
                 warn!(path = %path.display(), error = %e,
                       "cannot read the record of an attempt's supervisor");
-                return None;
+                return (None, ended);
             }
         }
     }
 }
+
+/// How long past its kill grace a live supervisor whose daemon is gone is waited for before
+/// what holds its attempt's record is ended from here (a supervisor ends its attempt within
+/// the grace; one still there is stopped or hung).
+const SUPERVISOR_SLACK: Duration = Duration::from_secs(10);
+
+/// How often [`wait_for_attempt`] looks for the holders of a record.
+const SCAN_EVERY: Duration = Duration::from_millis(500);
 
 /// Where the type's `on_interrupt` takes a task whose attempt was interrupted.
 fn on_interrupt_status(policy: OnInterrupt) -> TaskStatus {

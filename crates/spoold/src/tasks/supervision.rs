@@ -52,7 +52,8 @@ pub struct Spec {
     /// The attempt's cgroup directory: the program moves itself in before it runs, and the
     /// cgroup is killed whole with the SIGKILLs.
     pub cgroup: Option<PathBuf>,
-    /// The record file: locked for the supervisor's life, written just before it exits.
+    /// The record file: locked for the supervisor's life, written just before it exits; every
+    /// process of the attempt inherits it open (the lock is free only when all are gone).
     pub record: PathBuf,
 }
 
@@ -96,9 +97,11 @@ pub enum StopReason {
     DaemonGone,
 }
 
-/// What a record file says, once its lock is free: `Ok(None)` if its supervisor left no record
-/// (it never started the program, told a live daemon instead, or died before it finished);
-/// `Err` while a supervisor still holds it.
+/// What a record file says, once its lock is free: `Ok(None)` if there is no file (its
+/// supervisor never started the program, or told a live daemon instead); a record that is not
+/// `over` if the file says nothing whole (its supervisor died before it finished); `Err` while
+/// the file is held — by its supervisor, or by any process of the attempt, each of which
+/// inherits it.
 pub fn read_record(path: &Path) -> std::io::Result<Option<Record>> {
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
@@ -108,7 +111,7 @@ pub fn read_record(path: &Path) -> std::io::Result<Option<Record>> {
     rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared)?;
     let mut text = String::new();
     file.read_to_string(&mut text)?;
-    Ok(serde_json::from_str(&text).ok())
+    Ok(Some(serde_json::from_str(&text).unwrap_or_default()))
 }
 
 /// `CLOCK_BOOTTIME`: the clock of every deadline here (it keeps counting while the machine

@@ -12,9 +12,10 @@
 //! - It ends the attempt by signalling only its descendants, each proven to be one
 //!   ([`processes`]), and it exits only when it has none left (and its leader has exited).
 //! - It holds an exclusive `flock` on its record file from before it starts the program to its
-//!   own exit, so the lock is free only when it and every process of the attempt are gone; just
-//!   before it exits, it tells its daemon how the attempt ended ([`Record`]) or, when the daemon
-//!   is gone, writes it into that file for the next one.
+//!   own exit, and every process of the attempt inherits that open file (not close-on-exec),
+//!   so the lock is free only when it and every process of the attempt are gone — also when the
+//!   supervisor was killed; just before it exits, it tells its daemon how the attempt ended
+//!   ([`Record`]) or, when the daemon is gone, writes it into that file for the next one.
 //! - It learns that its daemon died from the end of its control socket (the daemon holds the
 //!   only other end) and then ends the attempt on its own, at once. It never starts the program
 //!   once the daemon is gone. A restarted daemon signals nothing: it waits for the lock, reads
@@ -185,6 +186,11 @@ fn take_record(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)?;
     rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
     file.set_len(0)?;
+    // Inherited by the program and everything it starts, across `exec`: the lock (on this
+    // open file, shared by every copy of the descriptor) is free only once the supervisor and
+    // every process of the attempt are gone, whoever killed the supervisor; and a process that
+    // holds the file is the attempt's (`processes::holders`).
+    rustix::io::fcntl_setfd(&file, rustix::io::FdFlags::empty())?;
     Ok(file)
 }
 

@@ -454,7 +454,7 @@ fn without_cgroups(data: &TempDir, config: &str) -> spool_testkit::DaemonOptions
 }
 
 /// The supervisors among the children of `daemon` (their name is `spoold-attempt`).
-fn supervisors_of(daemon: u32) -> Vec<i32> {
+pub(crate) fn supervisors_of(daemon: u32) -> Vec<i32> {
     std::fs::read_dir(format!("/proc/{daemon}/task"))
         .into_iter()
         .flatten()

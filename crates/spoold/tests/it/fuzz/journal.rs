@@ -2,9 +2,11 @@
 //! `spool_proto::journal::replay` → export records → the daemon's import check
 //! (`api::transfer::from_export`, the rules of a create). Arbitrary, truncated and corrupted
 //! journals never panic; a journal is either refused with the number of the line that is not
-//! a record, or replayed to exactly its live pending deliveries; a journal cut short at any
-//! byte loses at most its torn last line; every imported delivery is pending, with an attempt
-//! left, its request as a create would store it and its body byte for byte.
+//! a record, or replayed to exactly its live deliveries (each carried, refused, or finished
+//! past v0.1.0's retention and left out); a journal cut short at any byte loses at most its
+//! torn last line; every imported delivery is in its journal status (one in flight pending
+//! again), a pending one with an attempt left, its request as a create would store it and its
+//! body byte for byte.
 
 use std::collections::BTreeMap;
 
@@ -23,10 +25,12 @@ use super::{check, corpus, edits, mutate, mutated, replay};
 
 const NOW: i64 = 1_800_000_000_000;
 
-/// Journal times: RFC 3339 in the forms Go writes, its zero time, and some that are not.
+/// Journal times: RFC 3339 in the forms Go writes, its zero time, and some that are not; a
+/// good share in the last weeks before `NOW`, around the end of v0.1.0's retention.
 fn time() -> impl Strategy<Value = String> {
     prop_oneof![
-        4 => (0i64..4_102_444_800_000).prop_map(spool_proto::units::format_time),
+        2 => (0i64..4_102_444_800_000).prop_map(spool_proto::units::format_time),
+        2 => (NOW - 2 * journal::V010_RETENTION_MS..NOW).prop_map(spool_proto::units::format_time),
         1 => prop::sample::select(vec![
             "0001-01-01T00:00:00Z",
             "2026-11-30T10:00:00.123456789Z",
@@ -107,12 +111,17 @@ fn record() -> impl Strategy<Value = Value> {
             prop::option::of("[ -~]{0,6}"),
             prop::option::of(0u16..600),
             prop::option::of("[ -~]{0,300}"),
+            prop_oneof![
+                8 => "[0-9a-f]{64}".prop_map(Some),
+                1 => prop::sample::select(vec!["abc", "00", ""]).prop_map(|h| Some(h.to_owned())),
+                1 => Just(None),
+            ],
         ),
     )
         .prop_map(
             |(
                 (id, target, method, headers, body, status),
-                (attempts, max_attempts, next, created, updated, key, code, error),
+                (attempts, max_attempts, next, created, updated, key, code, error, hash),
             )| {
                 let mut d = json!({
                     "id": id, "targetUrl": target, "method": method, "headers": headers,
@@ -135,7 +144,10 @@ fn record() -> impl Strategy<Value = Value> {
                 if let Some(error) = error {
                     o.insert("lastError".into(), error.into());
                 }
-                json!({"version": 2, "delivery": d, "requestHash": "abc"})
+                match hash {
+                    Some(hash) => json!({"version": 2, "delivery": d, "requestHash": hash}),
+                    None => json!({"version": 2, "delivery": d}),
+                }
             },
         );
     prop_oneof![
@@ -162,9 +174,9 @@ fn rules() -> Rules {
     Rules::default()
 }
 
-/// The ids a replay must give, in order, and how many finished ones it leaves out: the journal
-/// replayed here independently, over plain JSON values.
-fn oracle(input: &[u8]) -> (Vec<String>, u64) {
+/// The live deliveries of a journal, by id, with their last status: the journal replayed here
+/// independently, over plain JSON values.
+fn oracle(input: &[u8]) -> Vec<(String, String)> {
     let mut live: Vec<(String, String)> = Vec::new();
     for line in input.split(|b| *b == b'\n') {
         let Ok(v) = serde_json::from_slice::<Value>(line) else {
@@ -183,13 +195,11 @@ fn oracle(input: &[u8]) -> (Vec<String>, u64) {
             }
         }
     }
-    let (open, finished): (Vec<_>, Vec<_>) = live
-        .into_iter()
-        .partition(|(_, s)| s == "pending" || s == "in_flight");
-    (
-        open.into_iter().map(|(i, _)| i).collect(),
-        finished.len() as u64,
-    )
+    live
+}
+
+fn finished(status: &str) -> bool {
+    matches!(status, "succeeded" | "failed" | "canceled")
 }
 
 /// What every replayed record must be, and what the daemon's import makes of it.
@@ -214,11 +224,30 @@ fn check_records(replayed: &Replayed, input: &[u8]) -> Result<(), TestCaseError>
         let record = &carried.record;
         let d = &record.delivery;
         prop_assert_eq!(record.format, EXPORT_FORMAT);
-        prop_assert_eq!(d.status, DeliveryStatus::Pending);
-        prop_assert!(d.attempts < d.max_attempts.max(1), "an attempt left: {d:?}");
-        prop_assert!(d.next_attempt_at_ms.is_some());
-        prop_assert_eq!(record.transitions.len(), 1);
         prop_assert_eq!(record.transitions[0].note.as_deref(), Some(IMPORT_NOTE));
+        prop_assert!(d.request_digest.is_some(), "a key's digest: {d:?}");
+        match d.status {
+            DeliveryStatus::Pending => {
+                // One in flight too: pending again, with its lease's history.
+                prop_assert!(
+                    d.attempts - d.uncharged < d.max_attempts.max(1),
+                    "an attempt left: {d:?}"
+                );
+                prop_assert!(d.next_attempt_at_ms.is_some());
+                prop_assert!(matches!(record.transitions.len(), 1 | 3));
+            }
+            DeliveryStatus::Succeeded | DeliveryStatus::Failed | DeliveryStatus::Canceled => {
+                prop_assert!(d.next_attempt_at_ms.is_none(), "never due: {d:?}");
+                prop_assert_eq!(record.transitions.len(), 2);
+                prop_assert!(record.attempts.is_empty());
+                prop_assert!(
+                    d.updated_at_ms >= NOW - journal::V010_RETENTION_MS,
+                    "within v0.1.0's retention: {d:?}"
+                );
+            }
+            other => prop_assert!(false, "status {other:?} carried"),
+        }
+        prop_assert!(d.attempts - d.uncharged <= d.max_attempts, "{d:?}");
         // Through JSON, as spoolctl sends it.
         let wire = serde_json::to_string(record).expect("serialize");
         let back: ExportRecord =
@@ -244,13 +273,25 @@ fn check_records(replayed: &Replayed, input: &[u8]) -> Result<(), TestCaseError>
             Err(message) => prop_assert!(!message.is_empty()),
             Ok(imported) => {
                 let i = &imported.delivery;
-                prop_assert_eq!(i.status, model::DeliveryStatus::Pending);
+                let want = match d.status {
+                    DeliveryStatus::Pending => model::DeliveryStatus::Pending,
+                    DeliveryStatus::Succeeded => model::DeliveryStatus::Succeeded,
+                    DeliveryStatus::Failed => model::DeliveryStatus::Failed,
+                    _ => model::DeliveryStatus::Canceled,
+                };
+                prop_assert_eq!(i.status, want);
                 prop_assert!(
                     (1..=spool_proto::MAX_MAX_ATTEMPTS).contains(&i.max_attempts),
                     "max attempts {} imported",
                     i.max_attempts
                 );
-                prop_assert!(i.attempts < i.max_attempts, "no attempt left: {i:?}");
+                if i.status == model::DeliveryStatus::Pending {
+                    prop_assert!(
+                        i.attempts - i.uncharged < i.max_attempts,
+                        "no attempt left: {i:?}"
+                    );
+                    prop_assert!(i.next_attempt_at.is_some());
+                }
                 let stored_body = i.body.as_ref().map(Body::bytes).unwrap_or_default();
                 prop_assert_eq!(stored_body, &body[..], "body byte for byte");
                 // The import is a fixed point: exported again and imported, nothing changes.
@@ -289,12 +330,13 @@ fn any_input(input: &[u8]) -> Result<(), TestCaseError> {
 }
 
 #[test]
-fn a_journal_replays_to_its_live_pending_deliveries() {
+fn a_journal_replays_to_its_live_deliveries() {
     check(200, journal_bytes(), |input| {
         let replayed = journal::replay(&journal::lines(&input), NOW)
             .map_err(|e| TestCaseError::fail(format!("a well-formed journal refused: {e}")))?;
-        let (mut ids, finished) = oracle(&input);
-        // Each live open delivery is carried over or refused (its record does not add up).
+        let live = oracle(&input);
+        // Each live delivery is carried over or refused (its record does not add up), but for
+        // finished ones past v0.1.0's retention, which are only counted.
         let mut got: Vec<&str> = replayed
             .records
             .iter()
@@ -302,9 +344,15 @@ fn a_journal_replays_to_its_live_pending_deliveries() {
             .chain(replayed.refused.iter().map(|r| r.id.as_str()))
             .collect();
         got.sort_unstable();
-        ids.sort_unstable();
-        prop_assert_eq!(got, ids.iter().map(String::as_str).collect::<Vec<_>>());
-        prop_assert_eq!(replayed.finished, finished);
+        let (done, open): (Vec<_>, Vec<_>) = live.iter().partition(|(_, s)| finished(s));
+        for (id, status) in &open {
+            prop_assert!(
+                got.binary_search(&id.as_str()).is_ok(),
+                "{id} ({status}) left out"
+            );
+        }
+        prop_assert_eq!(got.len() as u64 + replayed.finished, live.len() as u64);
+        prop_assert!(replayed.finished <= done.len() as u64);
         prop_assert!(replayed.torn.is_none());
         check_records(&replayed, &input)
     });
