@@ -21,7 +21,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::transfer::{
-    BodyKind, ExportRecord, ExportedAttempt, ExportedDelivery, ExportedTransition, EXPORT_FORMAT,
+    BodyKind, ExportRecord, ExportedDelivery, ExportedTransition, EXPORT_FORMAT,
 };
 use crate::{units, CreateDelivery, DeliveryMode, DeliveryStatus};
 
@@ -104,6 +104,9 @@ pub enum JournalError {
 /// The note on an imported delivery's first transition.
 pub const IMPORT_NOTE: &str = "imported from a spoold v0.1.0 journal";
 
+/// The note on the transition that makes a delivery in flight in the journal pending again.
+pub const IN_FLIGHT_NOTE: &str = "in flight when spoold v0.1.0 stopped: sent again";
+
 /// How far past `now` a time the old daemon recorded may lie (its host's clock may have been
 /// ahead of this one's); later than that, the record is refused.
 pub const CLOCK_SKEW_MS: i64 = 24 * 3_600_000;
@@ -118,10 +121,10 @@ const V010_STATUSES: &str = "pending, in_flight, succeeded, failed, canceled";
 
 /// Replays `lines` (each record replaces the last of its delivery; a removal removes it) and
 /// gives its live deliveries as export records: pending ones due as the journal says,
-/// in-flight ones in flight (the importing daemon settles them as its own crash recovery
-/// does: the old daemon is gone), finished ones finished for the rest of
-/// [`V010_RETENTION_MS`] as of `now_ms`; or refused, naming the line and the field, when their
-/// record does not add up or cannot be carried whole.
+/// in-flight ones pending again and due at `now_ms` (the old daemon and its leases are gone),
+/// finished ones finished for the rest of [`V010_RETENTION_MS`] as of `now_ms`; or refused,
+/// naming the line and the field, when their record does not add up or cannot be carried
+/// whole.
 pub fn replay(lines: &[Line], now_ms: i64) -> Result<Replayed, JournalError> {
     let mut live: BTreeMap<String, Live> = BTreeMap::new();
     let mut torn = None;
@@ -462,10 +465,10 @@ impl Status {
         matches!(self, Status::Succeeded | Status::Failed | Status::Canceled)
     }
 
+    /// The status it is imported in: one in flight is pending again (the old daemon is gone).
     fn wire(self) -> DeliveryStatus {
         match self {
-            Status::Pending => DeliveryStatus::Pending,
-            Status::InFlight => DeliveryStatus::InFlight,
+            Status::Pending | Status::InFlight => DeliveryStatus::Pending,
             Status::Succeeded => DeliveryStatus::Succeeded,
             Status::Failed => DeliveryStatus::Failed,
             Status::Canceled => DeliveryStatus::Canceled,
@@ -487,10 +490,9 @@ fn past_retention(live: &Live, now_ms: i64) -> bool {
         .is_some_and(|updated| updated < now_ms.saturating_sub(V010_RETENTION_MS))
 }
 
-/// A live delivery as an export record, in its status: a pending one due as the journal
-/// says, an in-flight one with its attempt open (the importing daemon settles it), a finished
-/// one as it finished. `Err` names the field that does not add up, or that cannot be carried
-/// whole.
+/// A live delivery as an export record: a pending one due as the journal says, an in-flight
+/// one pending again and due now, a finished one as it finished. `Err` names the field that
+/// does not add up, or that cannot be carried whole.
 fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, String> {
     let d: JournalDelivery = serde_json::from_str(live.raw.get()).map_err(|e| {
         // serde's position is within the delivery object, not the line: leave it out.
@@ -545,7 +547,8 @@ fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, Strin
         ));
     }
     let due = match (status, d.next_attempt_at.as_deref()) {
-        (Status::Pending, None) => Some(now_ms),
+        // Its lease was the old daemon's, which is gone: due now.
+        (Status::InFlight, _) | (Status::Pending, None) => Some(now_ms),
         (Status::Pending, Some(text)) => match time_ms(text) {
             Some(ms) if ms >= 0 => Some(ms),
             // Go's zero time: none.
@@ -556,7 +559,7 @@ fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, Strin
                 ))
             }
         },
-        // In flight: due when the importing daemon settles it; finished: never.
+        // Finished: never.
         _ => None,
     };
     // v0.1.0 writes the digest of every create it took, as `hex.EncodeToString` writes a
@@ -580,10 +583,14 @@ fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, Strin
             &body,
         ),
     };
-    // Attempts past maxAttempts were made after a lease ran out (v0.1.0 claims such a
-    // delivery again whatever its count): interrupted attempts, which spoold does not charge.
+    // v0.1.0 claims a delivery whose lease ran out again whatever its count, and numbers
+    // the attempt on: one in flight is sent once more at least, as attempt N + 1, and then as
+    // often as v0.1.0 would have sent it. Attempts past the last it may make are the
+    // interrupted ones (cut short by the stop, or by a lease that ran out), which spoold does
+    // not charge.
     let uncharged = match status {
         Status::Pending => 0,
+        Status::InFlight => d.attempts.saturating_sub(d.max_attempts - 1),
         _ => d.attempts.saturating_sub(d.max_attempts),
     };
     let mut transitions = vec![ExportedTransition {
@@ -594,11 +601,8 @@ fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, Strin
         reason: "created".to_owned(),
         note: Some(IMPORT_NOTE.to_owned()),
     }];
-    let mut attempts = Vec::new();
     if status == Status::InFlight {
-        // Its attempt is open: the importing daemon records it interrupted (it may have
-        // arrived) and sends the delivery again, numbered as v0.1.0 would have numbered it
-        // after the lease ran out — the next one, even past maxAttempts.
+        // Pending again: it may have arrived, and is sent again (at least once).
         transitions.push(ExportedTransition {
             from: Some(DeliveryStatus::Pending),
             to: DeliveryStatus::InFlight,
@@ -607,16 +611,13 @@ fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, Strin
             reason: "claimed".to_owned(),
             note: None,
         });
-        attempts.push(ExportedAttempt {
-            cycle: 1,
-            number: i64::from(d.attempts),
-            started_at_ms: updated,
-            finished_at_ms: None,
-            outcome: None,
-            http_status: None,
-            error_code: None,
-            error: None,
-            duration_ms: None,
+        transitions.push(ExportedTransition {
+            from: Some(DeliveryStatus::InFlight),
+            to: DeliveryStatus::Pending,
+            attempt: i64::from(d.attempts),
+            at_ms: updated.max(now_ms),
+            reason: "imported".to_owned(),
+            note: Some(IN_FLIGHT_NOTE.to_owned()),
         });
     } else if status.finished() {
         transitions.push(ExportedTransition {
@@ -665,7 +666,7 @@ fn carry(live: &Live, status: Status, now_ms: i64) -> Result<ExportRecord, Strin
             check_at_ms: None,
             sign_secret: None,
         },
-        attempts,
+        attempts: Vec::new(),
         transitions,
         checks: Vec::new(),
     })
@@ -716,4 +717,89 @@ fn hex_digest(text: &str) -> Option<Vec<u8>> {
 /// A journal time (RFC 3339) in milliseconds.
 fn time_ms(text: &str) -> Option<i64> {
     units::parse_time(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_as_go_compacts_them() {
+        for (json, want) in [
+            (
+                r#"{"b" : [1, 2.50],  "a": "<&>"}"#,
+                r#"{"b":[1,2.50],"a":"\u003c\u0026\u003e"}"#,
+            ),
+            // White space in strings stays; escapes are kept as written, `\"` included.
+            (r#"[ "a b", "\" <", "\\" ]"#, r#"["a b","\" \u003c","\\"]"#),
+            ("{\"x\":\"\u{2028}\t\u{2029}\"}", r#"{"x":"\u2028	\u2029"}"#),
+            (" \n null \r\n", "null"),
+            (
+                r#"{"n": 1e3, "z": -0.0, "u": "\u00e9"}"#,
+                r#"{"n":1e3,"z":-0.0,"u":"\u00e9"}"#,
+            ),
+        ] {
+            assert_eq!(go_compact(json), want, "{json}");
+            assert_eq!(go_compact(want), want, "idempotent: {want}");
+        }
+    }
+
+    /// The digests a create gives: over its body as sent (curl, this spoolctl), then as
+    /// v0.1.0's spoolctl sent it. The values are `requestHash`es spoold v0.1.0 wrote
+    /// (`tests/fixtures/spoold-v0.1.0-b` of spoolctl), or computed with its recipe outside
+    /// this code.
+    #[test]
+    fn a_create_gives_the_digests_v010_could_have_kept() {
+        let hex = |bytes: &Vec<u8>| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        for (create, want) in [
+            (
+                r#"{"targetUrl": "http://127.0.0.1:53991/spaces", "body": {"b" : [1, 2.50],  "a": "<&>"}, "idempotencyKey": "spaces", "maxAttempts": 100}"#,
+                &[
+                    "433154bcdfa5174cbcbc0d7501f50d5e4bafb0f7f48c0ca200347502ea7f81fe",
+                    "4482e6da75867fa90477f0a35ef679f13abe420f7dfca7b09672143fe9ff6b02",
+                ][..],
+            ),
+            (
+                r#"{"targetUrl": "http://127.0.0.1:53991/null", "body": null, "idempotencyKey": "null-body", "maxAttempts": 100}"#,
+                &["5cb3822e7e34ad1e1a5752108a52b4f16a90f56b5805c9245f1a8d60c6b027ac"][..],
+            ),
+            (
+                r#"{"targetUrl": "http://127.0.0.1:53991/put", "method": "PUT", "idempotencyKey": "no-body-put", "maxAttempts": 100}"#,
+                &["a993df83181647668c56761b57d62cfe9dec4dc1ee037c3d6b7595aaa0c651b6"][..],
+            ),
+            (
+                r#"{"targetUrl": "http://127.0.0.1:53991/jsonish", "bodyBase64": "eyJhIjogMX0=", "idempotencyKey": "jsonish-b64", "maxAttempts": 100}"#,
+                &["90fd4b6d118bac9d87b9cd8929c528df67298d390e67af3eab113f49f40c69a5"][..],
+            ),
+            (
+                r#"{"targetUrl":"http://127.0.0.1:9/line/1","headers":{"X-Trace":"t-1"},"body":{"b" : [1, 2.50],  "a": "<&>"},"maxAttempts":100}"#,
+                &[
+                    "80da7ea2ed4dc897f96504e774007df9be69200a0069349cf7d27d0c41b73c56",
+                    "5e31882c61af9d78ec18b53909548050cb41b94e1f9cc218edb3772c55e36806",
+                ][..],
+            ),
+            // A field v0.1.0 did not have: not one of its creates.
+            (
+                r#"{"targetUrl": "http://127.0.0.1:9/x", "notBefore": "2026-12-07T00:00:00Z"}"#,
+                &[][..],
+            ),
+        ] {
+            let create: CreateDelivery = serde_json::from_str(create).expect(create);
+            let got: Vec<String> = request_hashes(&create).iter().map(hex).collect();
+            assert_eq!(got.len(), want.len(), "{create:?}");
+            assert_eq!(got, *want, "{create:?}");
+        }
+    }
+
+    #[test]
+    fn spaces_in_a_path_are_carried_as_go_sent_them() {
+        for (url, want) in [
+            ("http://h:1/a b/c?q=a b#f x", "http://h:1/a%20b/c?q=a b#f x"),
+            ("http://h", "http://h"),
+            ("http://h a/x y", "http://h a/x%20y"),
+            ("https://h/ok", "https://h/ok"),
+        ] {
+            assert_eq!(path_spaces_encoded(url), want, "{url}");
+        }
+    }
 }

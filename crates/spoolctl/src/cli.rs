@@ -617,7 +617,8 @@ pub struct ImportArgs {
     /// The file (`-`: standard input)
     pub file: PathBuf,
 
-    /// FILE is a spoold v0.1.0 journal: its pending (and in-flight) deliveries are imported
+    /// FILE is a spoold v0.1.0 journal: its pending and in-flight deliveries are imported, and
+    /// its finished ones for the rest of v0.1.0's retention (168h), for their idempotency keys
     #[arg(long)]
     pub spoold_journal: bool,
 }

@@ -1,6 +1,6 @@
 //! `spoolctl export` and `spoolctl import`: deliveries with their history as JSON lines, out
-//! of one spoold and into another (`GET /v1/export`, `POST /v1/import`), and the pending
-//! deliveries of a spoold v0.1.0 journal into spoold.
+//! of one spoold and into another (`GET /v1/export`, `POST /v1/import`), and the deliveries of
+//! a spoold v0.1.0 journal into spoold.
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -235,7 +235,7 @@ struct Tally {
     conflicts: u64,
     invalid: u64,
     unreadable: u64,
-    /// Journal deliveries that were finished, not carried over.
+    /// Journal deliveries that finished past v0.1.0's retention, not carried over.
     finished: u64,
     torn: bool,
 }
@@ -261,7 +261,7 @@ impl Tally {
         );
         if self.finished > 0 {
             line.push_str(&format!(
-                ", finished in the journal and left out {}",
+                ", finished more than 168h ago and left out {}",
                 self.finished
             ));
         }

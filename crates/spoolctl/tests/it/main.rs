@@ -7,6 +7,7 @@ mod at_most_once;
 mod auth;
 mod e2e;
 mod migration;
+mod moving_in;
 mod quick_start;
 mod signing;
 mod tasks;

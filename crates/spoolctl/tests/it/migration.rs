@@ -2,11 +2,12 @@
 //! `spoold` process. First against the real thing: `tests/fixtures/spoold-v0.1.0/`, a journal
 //! the Go daemon wrote itself (compacted once, then killed with SIGKILL) and what its API said
 //! of each delivery just before: every request received must be the one v0.1.0 would have
-//! sent, byte for byte, the finished ones left out, the one in flight sent again, and every
+//! sent, byte for byte, the finished ones never sent, the one in flight sent again, and every
 //! retried create with a key must find its delivery. Then hand-made journals for what the
 //! real one lacks: bodies re-encoded in every way v0.1.0's journal may hold them, deliveries
 //! that cannot be carried whole or whose history does not add up, and lines too long to be a
-//! record. Network: 127.0.0.1 only (the fixture's own ports, 46665 and 37509).
+//! record. Network: 127.0.0.1 only (the fixture's own ports, 46665 and 37509). What a
+//! receiver and a job see, against a second fixture, is in [`crate::moving_in`].
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -17,12 +18,20 @@ use serde_json::{json, Value};
 use spool_testkit::Receiver;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
+use crate::moving_in::as_if_written_now;
 use crate::{stderr, stdout, Spoold, WAIT};
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/spoold-v0.1.0");
 
 /// The ports the fixture's deliveries target.
 const FIXTURE_PORTS: [u16; 2] = [46665, 37509];
+
+/// The fixture journal's last `updatedAt`: the Go daemon was killed just after.
+const KILLED_AT: &str = "2026-12-06T10:55:02.695311359Z";
+
+/// A `requestHash` as v0.1.0 writes one (64 lowercase hex digits), for deliveries whose key
+/// is not tried.
+const SOME_HASH: &str = "4e4a30d938d5521ef6e899f23155489520549374360f63b0523115bcb40d3f8e";
 
 /// Headers a request may carry besides those v0.1.0 would have set itself: the connection's
 /// own, and `User-Agent` (`spoold/<version>`, a documented difference).
@@ -79,18 +88,17 @@ async fn the_journal_spoold_v010_wrote_moves_in_exactly() {
     assert_eq!(expected.len(), 15, "the fixture as it was written");
 
     let s = Spoold::start().await;
+    // As if it had just stopped: its finished deliveries are within v0.1.0's retention, and
+    // move in (never to be sent) for their keys.
+    let file = s.dir.path().join("spoold.journal");
+    std::fs::write(&file, as_if_written_now(&journal_text, KILLED_AT)).expect("write");
     let o = s
-        .ctl(&[
-            "import",
-            "--spoold-journal",
-            &format!("{FIXTURE}/spoold.journal"),
-        ])
+        .ctl(&["import", "--spoold-journal", &file.display().to_string()])
         .await;
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "imported 11, already there 0, conflicts 0, invalid 0, finished in the journal and left \
-         out 4\n"
+        "imported 15, already there 0, conflicts 0, invalid 0\n"
     );
 
     let api = s.api();
@@ -155,13 +163,12 @@ async fn the_journal_spoold_v010_wrote_moves_in_exactly() {
                     assert_eq!(&sent, value, "{id}: the body's value is what v0.1.0 showed");
                     (bytes, Some("application/json"))
                 }
-                // v0.1.0's worker set `application/json` for any body without a Content-Type,
-                // bytes too.
+                // A body v0.1.0 kept as bytes (not JSON) it sent as such.
                 (None, Some(b64)) => (
                     base64::engine::general_purpose::STANDARD
                         .decode(b64.as_str().expect("base64"))
                         .expect("base64"),
-                    Some("application/json"),
+                    Some("application/octet-stream"),
                 ),
                 (None, None) => (Vec::new(), None),
                 (Some(_), Some(_)) => panic!("{id}: both bodies"),
@@ -385,21 +392,34 @@ async fn a_journal_delivery_that_cannot_move_whole_is_refused_by_line_and_field(
     let url = s.receiver.url("/from-go");
     let id = |n: u32| format!("{n:032x}");
     let journal = [
-        journal_line(&id(1), &url, r#","bodyBase64":"AAEC/w==""#, "x"),
-        journal_line(&id(2), &url, r#","body":{"a":1},"bodyBase64":"AQI=""#, "x"),
-        journal_line(&id(3), &url, r#","bodyBase64":"not base64!""#, "x"),
+        journal_line(&id(1), &url, r#","bodyBase64":"AAEC/w==""#, SOME_HASH),
+        journal_line(
+            &id(2),
+            &url,
+            r#","body":{"a":1},"bodyBase64":"AQI=""#,
+            SOME_HASH,
+        ),
+        journal_line(&id(3), &url, r#","bodyBase64":"not base64!""#, SOME_HASH),
         journal_line(
             &id(4),
             &url,
             r#","bodyEncoding":"gzip","body":{"a":1}"#,
-            "x",
+            SOME_HASH,
         ),
-        journal_line(&id(5), &url, "", "x").replace("\"attempts\":1", "\"attempts\":100"),
-        journal_line(&id(6), &url, "", "x")
+        journal_line(&id(5), &url, "", SOME_HASH).replace("\"attempts\":1", "\"attempts\":100"),
+        journal_line(&id(6), &url, "", SOME_HASH)
             .replace("2026-11-30T10:00:00.123456789Z", "1969-07-20T20:17:40Z"),
-        journal_line(&id(7), &url, "", "x").replace("2026-11-30T10:00:01Z", "5138-01-01T00:00:00Z"),
-        journal_line(&id(8), &url, "", "x").replace("\"maxAttempts\":100", "\"maxAttempts\":0"),
-        journal_line(&id(9), &url, r#","bodyBase64":"""#, "x"),
+        journal_line(&id(7), &url, "", SOME_HASH)
+            .replace("2026-11-30T10:00:01Z", "5138-01-01T00:00:00Z"),
+        journal_line(&id(8), &url, "", SOME_HASH)
+            .replace("\"maxAttempts\":100", "\"maxAttempts\":0"),
+        journal_line(&id(9), &url, r#","bodyBase64":"""#, SOME_HASH),
+        // A status v0.1.0 does not have: neither sent nor counted as finished.
+        journal_line(&id(10), &url, "", SOME_HASH)
+            .replace("\"status\":\"pending\"", "\"status\":\"dead\""),
+        // Not a digest v0.1.0 writes: it could never match a retried create.
+        journal_line(&id(11), &url, "", "00"),
+        journal_line(&id(12), &url, "", &SOME_HASH.to_uppercase()),
     ]
     .concat();
     let file = s.dir.path().join("spoold.journal");
@@ -410,7 +430,7 @@ async fn a_journal_delivery_that_cannot_move_whole_is_refused_by_line_and_field(
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "imported 2, already there 0, conflicts 0, invalid 7\n"
+        "imported 2, already there 0, conflicts 0, invalid 10\n"
     );
     let err = stderr(&o);
     for said in [
@@ -440,6 +460,17 @@ async fn a_journal_delivery_that_cannot_move_whole_is_refused_by_line_and_field(
             id(7)
         ),
         format!("line 8: {}: not imported: maxAttempts 0:", id(8)),
+        format!(
+            "line 10: {}: not imported: status \"dead\": not one spoold v0.1.0 writes (pending, \
+             in_flight, succeeded, failed, canceled)",
+            id(10)
+        ),
+        format!(
+            "line 11: {}: not imported: requestHash \"00\": spoold v0.1.0 writes 64 lowercase \
+             hex digits (SHA-256)",
+            id(11)
+        ),
+        format!("line 12: {}: not imported: requestHash \"4E4A", id(12)),
     ] {
         assert!(err.contains(&said), "{said:?} in:\n{err}");
     }
@@ -458,8 +489,8 @@ async fn a_journal_delivery_that_cannot_move_whole_is_refused_by_line_and_field(
     assert_eq!(binary.body.as_ref(), [0u8, 1, 2, 255]);
     assert_eq!(
         binary.header("content-type"),
-        Some("application/json"),
-        "what v0.1.0 sent with a body and no Content-Type"
+        Some("application/octet-stream"),
+        "what v0.1.0 sent with bytes and no Content-Type"
     );
     let empty = seen
         .iter()
@@ -467,11 +498,11 @@ async fn a_journal_delivery_that_cannot_move_whole_is_refused_by_line_and_field(
         .expect("the empty one");
     assert!(empty.body.is_empty());
     assert_eq!(
-        empty.header("content-type"),
-        None,
-        "no body, no Content-Type"
+        (empty.header("content-type"), empty.header("content-length")),
+        (None, Some("0")),
+        "no body, no Content-Type; a POST says its length"
     );
-    for n in 2..=8 {
+    for n in (2..=8).chain(10..=12) {
         let (status, _) = api.get(&id(n)).await.expect("get");
         assert_eq!(status, 404, "{} was refused, not kept", id(n));
     }
