@@ -86,7 +86,7 @@ failed\t''
 canceled\t''
 unknown\t''
 manual_review\t''"
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l target -d 'Only deliveries to this target (a URL or scheme://host[:port])' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l target -d 'Only deliveries to this target: an origin (scheme://host[:port]), or a URL with a path (its deliveries, whatever their query)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l since -d 'Only deliveries created since: a duration ago (24h, 7d) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l limit -d 'Entries per page' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l cursor -d 'Start at this page (the `next cursor` of an earlier listing)' -r
@@ -118,7 +118,7 @@ failed\t''
 canceled\t''
 unknown\t''
 manual_review\t''"
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand retry" -l target -d 'Only deliveries to this target (a URL or scheme://host[:port])' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand retry" -l target -d 'Only deliveries to this target: an origin (scheme://host[:port]), or a URL with a path (its deliveries, whatever their query)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand retry" -l since -d 'Only deliveries created since: a duration ago (24h, 7d) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand retry" -l until -d 'Only deliveries created before: a duration ago (1h) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand retry" -l error-code -d 'Only deliveries whose last attempt ended with this error code (connect_failed, …)' -r
@@ -135,7 +135,7 @@ failed\t''
 canceled\t''
 unknown\t''
 manual_review\t''"
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand cancel" -l target -d 'Only deliveries to this target (a URL or scheme://host[:port])' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand cancel" -l target -d 'Only deliveries to this target: an origin (scheme://host[:port]), or a URL with a path (its deliveries, whatever their query)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand cancel" -l since -d 'Only deliveries created since: a duration ago (24h, 7d) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand cancel" -l until -d 'Only deliveries created before: a duration ago (1h) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand cancel" -l error-code -d 'Only deliveries whose last attempt ended with this error code (connect_failed, …)' -r
@@ -152,7 +152,7 @@ failed\t''
 canceled\t''
 unknown\t''
 manual_review\t''"
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand export" -l target -d 'Only deliveries to this target (a URL or scheme://host[:port])' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand export" -l target -d 'Only deliveries to this target: an origin (scheme://host[:port]), or a URL with a path (its deliveries, whatever their query)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand export" -l since -d 'Only deliveries created since: a duration ago (24h, 7d) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand export" -l until -d 'Only deliveries created before: a duration ago (1h) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand export" -l error-code -d 'Only deliveries whose last attempt ended with this error code (connect_failed, …)' -r
@@ -163,7 +163,7 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand export" -l json -d 'Pr
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand export" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand import" -l server -d 'spoold\'s API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand import" -l token-file -d 'Read a bearer token from FILE and send it on every request' -r -F
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand import" -l spoold-journal -d 'FILE is a spoold v0.1.0 journal: its pending (and in-flight) deliveries are imported'
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand import" -l spoold-journal -d 'FILE is a spoold v0.1.0 journal: its pending and in-flight deliveries are imported, and its finished ones for the rest of v0.1.0\'s retention (168h), for their idempotency keys'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand import" -l json -d 'Print the API\'s JSON (one compact line) instead of a table'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand import" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand resolve" -l remote-id -d 'With --succeeded: the target\'s id for what it created' -r
@@ -191,7 +191,7 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fis
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -l json -d 'Print the API\'s JSON (one compact line) instead of a table'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -f -a "pause" -d 'Send nothing to a target until it is resumed: its deliveries wait, uncharged (on the daemon\'s host; not kept across a restart)'
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -f -a "resume" -d 'Send to a target again: lifts a pause by hand, and also a 410 Gone, an open breaker or a pause for refused connections'
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -f -a "resume" -d 'Send to a target again. An origin: lifts a pause by hand, an open breaker, a pause for refused connections, and the 410 Gone of each of its URLs. A URL with a path: lifts only that URL\'s 410 Gone'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from pause" -l server -d 'spoold\'s API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from pause" -l token-file -d 'Read a bearer token from FILE and send it on every request' -r -F
@@ -202,7 +202,7 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_se
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from resume" -l json -d 'Print the API\'s JSON (one compact line) instead of a table'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from resume" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from help" -f -a "pause" -d 'Send nothing to a target until it is resumed: its deliveries wait, uncharged (on the daemon\'s host; not kept across a restart)'
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from help" -f -a "resume" -d 'Send to a target again: lifts a pause by hand, and also a 410 Gone, an open breaker or a pause for refused connections'
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from help" -f -a "resume" -d 'Send to a target again. An origin: lifts a pause by hand, an open breaker, a pause for refused connections, and the 410 Gone of each of its URLs. A URL with a path: lifts only that URL\'s 410 Gone'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand wait" -l timeout -d 'Give up after DURATION (exit 5)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand wait" -l interval -d 'Time between polls' -r
@@ -415,7 +415,7 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_s
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "man" -d 'Print the manual page (roff) to stdout'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and not __fish_seen_subcommand_from send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and __fish_seen_subcommand_from targets" -f -a "pause" -d 'Send nothing to a target until it is resumed: its deliveries wait, uncharged (on the daemon\'s host; not kept across a restart)'
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and __fish_seen_subcommand_from targets" -f -a "resume" -d 'Send to a target again: lifts a pause by hand, and also a 410 Gone, an open breaker or a pause for refused connections'
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and __fish_seen_subcommand_from targets" -f -a "resume" -d 'Send to a target again. An origin: lifts a pause by hand, an open breaker, a pause for refused connections, and the 410 Gone of each of its URLs. A URL with a path: lifts only that URL\'s 410 Gone'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and __fish_seen_subcommand_from task" -f -a "submit" -d 'Run a declared task type with parameters'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and __fish_seen_subcommand_from task" -f -a "list" -d 'List tasks, oldest first'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand help; and __fish_seen_subcommand_from task" -f -a "get" -d 'Inspect one task: its fields, parameters, result and error'

@@ -1172,13 +1172,23 @@ async fn export_to_a_file_and_import_into_another_daemon() {
 async fn a_spoold_journal_brings_its_pending_deliveries() {
     let s = Spoold::start().await;
     let url = s.receiver.url("/from-go");
+    // v0.1.0's digest of the create (its recipe: method, URL, maxAttempts, the headers, then
+    // the body as the client sent it).
+    let hash: String = {
+        use sha2::Digest as _;
+        let create = format!("POST\n{url}\n8\nX-Trace:t-1\n{{\"a\": [1, 2]}}");
+        sha2::Sha256::digest(create.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
     let line = |id: &str, status: &str, extra: &str| {
         format!(
             "{{\"version\":2,\"delivery\":{{\"id\":\"{id}\",\"targetUrl\":\"{url}\",\
              \"method\":\"POST\",\"headers\":{{\"X-Trace\":\"t-1\"}},\"body\":{{\"a\": [1, 2]}},\
              \"status\":\"{status}\",\"attempts\":1,\"maxAttempts\":8,\
              \"createdAt\":\"2026-11-30T10:00:00.123456789Z\",\
-             \"updatedAt\":\"2026-11-30T10:00:01Z\"{extra}}},\"requestHash\":\"abc\"}}\n"
+             \"updatedAt\":\"2026-11-30T10:00:01Z\"{extra}}},\"requestHash\":\"{hash}\"}}\n"
         )
     };
     let pending = "a".repeat(32);
@@ -1206,8 +1216,8 @@ async fn a_spoold_journal_brings_its_pending_deliveries() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(
         stdout(&o),
-        "imported 2, already there 0, conflicts 0, invalid 0, finished in the journal and left \
-         out 1, torn last line skipped\n"
+        "imported 2, already there 0, conflicts 0, invalid 0, finished more than 168h ago and \
+         left out 1, torn last line skipped\n"
     );
     let api = s.api();
     for id in [&pending, &in_flight] {
