@@ -229,6 +229,16 @@ pub(crate) async fn release_locks(db: &impl Sql, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// An attempt of task `id` that never ran is not counted: its budget grows by one.
+async fn uncount<S: Sql>(db: &S, id: &str) -> Result<()> {
+    db.exec(
+        "UPDATE tasks SET max_attempts = max_attempts + 1 WHERE id = $1",
+        &[id.into()],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Settle a task taken over as orphaned, once its attempt's processes are gone: its attempt is
 /// closed as interrupted and the task goes to `canceled` (a cancel was requested) or to
 /// `interrupted` and on to `end.then`. Fenced by the take-over's claim.
@@ -254,7 +264,13 @@ pub(crate) async fn settle_orphan<S: Sql>(
         return Ok(None);
     };
     let attempt: i64 = current.int(0)?;
-    let settled = OrphanSettled::decide(&code, current.bool(2)?, end.then);
+    let then = if end.never_ran {
+        uncount(db, &end.id).await?;
+        TaskStatus::Pending
+    } else {
+        end.then
+    };
+    let settled = OrphanSettled::decide(&code, current.bool(2)?, then);
     db.exec(
         "UPDATE task_attempts SET finished_at = $3, outcome = 'interrupted', \
          error_code = $4, error = $5, duration_ms = $3 - started_at \
@@ -343,6 +359,9 @@ pub(crate) async fn finish<S: Sql>(
     }
     let error = end.error.as_deref().map(clip_error);
     let summary = end.result_summary.as_deref().map(clip_error);
+    if end.never_ran {
+        uncount(db, &end.id).await?;
+    }
     db.exec(
         "UPDATE task_attempts SET finished_at = $3, outcome = $4, exit_code = $5, signal = $6, \
          error_code = $7, error = $8, duration_ms = $9, output_bytes = $10, \

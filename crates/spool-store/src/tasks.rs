@@ -360,6 +360,10 @@ pub struct TaskAttemptEnd {
     pub review_partial: bool,
     /// Secrets and patterns replaced in its output.
     pub redactions: u64,
+    /// Nothing of the attempt ran (its lease was over before it could start): it is not
+    /// counted against the task's attempts — `max_attempts` grows by one, so the task still gets
+    /// as many runs as its type allows.
+    pub never_ran: bool,
 }
 
 /// Where a finished attempt takes its task: decided here, the same for every backend, from
@@ -577,6 +581,10 @@ pub struct OrphanEnd {
     pub claim_seq: u32,
     /// `manual_review`, `pending` or `failed`.
     pub then: TaskStatus,
+    /// Nothing of the attempt ran (its supervisor never started the program): pending again,
+    /// whatever `then` says, and not counted against the task's attempts (as
+    /// [`TaskAttemptEnd::never_ran`]).
+    pub never_ran: bool,
 }
 
 /// How a task taken over as orphaned leaves `running` once its attempt's processes are gone:
@@ -735,6 +743,7 @@ mod tests {
                 hold_locks,
                 review_partial,
                 redactions: 0,
+                never_ran: false,
             };
             let to = TaskEnd::decide(&end, cancel, has_steps);
             let case = format!("{outcome} retry={retries} cancel={cancel} review={review_partial} steps={has_steps} hold={hold_locks}");

@@ -85,6 +85,9 @@ struct TaskEnd {
     redactions: u64,
     /// Where an interrupted attempt takes its task (the type's `on_interrupt`), if it does.
     on_interrupt: Option<String>,
+    /// Nothing of it ran (absent in what an earlier version kept: it ran).
+    #[serde(default)]
+    never_ran: bool,
 }
 
 /// What a start found in the journal and did with it.
@@ -156,6 +159,7 @@ impl Journal {
             review_partial: end.review_partial,
             redactions: end.redactions,
             on_interrupt: on_interrupt.map(|s| s.as_str().to_owned()),
+            never_ran: end.never_ran,
         });
         self.keep(format!("t-{}-{}", end.id, end.claim_seq), entry)
             .await
@@ -348,6 +352,7 @@ impl Entry {
                     hold_locks: t.hold_locks,
                     review_partial: t.review_partial,
                     redactions: t.redactions,
+                    never_ran: t.never_ran,
                 };
                 let (id, claim_seq) = (end.id.clone(), end.claim_seq);
                 match store.finish_task(end).await? {

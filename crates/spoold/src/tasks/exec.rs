@@ -509,7 +509,6 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
         finished.killed = ended.unwrap_or(false);
         finished.pid = group.map(|g| g as u32);
         finished.taken_over = Some(why);
-        let _ = std::fs::remove_file(&record);
         if let Some(cg) = cgroup {
             cg.kill();
             cg.remove().await;
@@ -562,7 +561,6 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
             .unwrap_or(false);
         }
     }
-    let _ = std::fs::remove_file(&record);
     if let Some(cg) = cgroup {
         cg.remove().await;
     }

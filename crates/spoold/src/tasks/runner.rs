@@ -405,6 +405,7 @@ impl Runner {
         let tag = exec::attempt_tag(&orphan.id, orphan.attempt);
         info!(task_id = %orphan.id, attempt = orphan.attempt, code = %orphan.code,
               whereabouts = ?whereabouts, "ending an attempt whose executor is gone");
+        let mut never_ran = false;
         match whereabouts {
             Whereabouts::Here => {
                 // Its supervisor ends it on its own once its daemon is gone: wait until it has
@@ -424,6 +425,7 @@ impl Runner {
                            file (SIGTERM, kill grace, SIGKILL)");
                 }
                 let _ = std::fs::remove_file(&path);
+                never_ran = record.is_none();
                 if let Some(root) = &self.cgroup {
                     // A supervisor that died without finishing may have left processes in the
                     // attempt's cgroup: the kernel knows them, whoever their parent now is.
@@ -449,9 +451,9 @@ impl Runner {
                                       before it finished: how the attempt ended is not known; \
                                       nothing of it is left (no process holds its record file)"),
                     None => info!(task_id = %orphan.id, attempt = orphan.attempt,
-                                  "the supervisor of an attempt whose executor is gone left no \
-                                   record file (it never started the program, or told its \
-                                   daemon just as it stopped)"),
+                                  "an attempt whose executor is gone never started its program \
+                                   (no record file): pending again, not counted, whatever \
+                                   on_interrupt says"),
                 }
             }
             Whereabouts::Elsewhere => {
@@ -477,6 +479,7 @@ impl Runner {
             id: orphan.id.clone(),
             claim_seq: orphan.claim_seq,
             then,
+            never_ran,
         };
         match self.store.settle_orphan(end).await {
             Ok(Some(status)) => {
@@ -976,6 +979,12 @@ impl Runner {
             Ok((status, next)) => (Ok(status), next),
             Err(e) => (Err(e), None),
         };
+        if recorded.is_ok() {
+            // Its supervisor's record goes once the end is in the store (kept, a next daemon
+            // would read it; gone, it would take the attempt for one that never started).
+            let tag = exec::attempt_tag(&task.id, task.attempt);
+            let _ = std::fs::remove_file(self.supervisor.records.join(tag));
+        }
         match &recorded {
             Ok(Some(TaskStatus::Pending)) => {
                 self.metrics.task_retries.get_or_create(&label).inc();
@@ -1151,6 +1160,7 @@ impl Runner {
             hold_locks: kind.hold_locks_between_attempts,
             review_partial: kind.on_partial_failure == OnPartialFailure::Review,
             redactions: 0,
+            never_ran: false,
         };
         let killed = if finished.killed {
             " (SIGKILL was needed)"
@@ -1167,8 +1177,10 @@ impl Runner {
                         .into(),
                 );
                 // Nothing ran, so nothing is to be reviewed: pending again at once, whatever the
-                // policy (the attempt's number is still used up: its record says it never ran).
+                // policy, and not counted (its number is used up — its record says it never
+                // ran — and the task's budget grows by one).
                 end.retry_at = Some(self.store.now_ms());
+                end.never_ran = true;
                 false
             }
             _ if finished.supervisor_lost.is_some() => {

@@ -100,14 +100,15 @@ pub fn main() -> ExitCode {
         over: true,
         ..supervise(&spec, output, &mut control, early)
     };
-    // A live daemon is told on the socket (it reads what is there once this process is gone):
-    // the file stays empty and goes. Only for a daemon that is gone is the record written into
-    // the file, for the next one.
+    // The record goes into the file, and a live daemon is also told on the socket (it reads
+    // what is there once this process is gone). The file stays until that daemon has recorded
+    // the attempt's end: should it die first, the next one finds how the attempt ended there —
+    // and a missing file always means that the program never started.
+    let written = write_record(&file, &record);
     if !control.gone && control.tell(&record_line(&record)) {
-        let _ = std::fs::remove_file(&spec.record);
         return ExitCode::SUCCESS;
     }
-    match write_record(&file, &record) {
+    match written {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(3, &format!("cannot write {}: {e}", spec.record.display())),
     }

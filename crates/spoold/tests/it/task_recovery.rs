@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use spool_testkit::{privileged, Api, DaemonOptions, DaemonProcess, Proxy, TestDatabase};
 use tempfile::TempDir;
 
@@ -1139,4 +1139,77 @@ async fn a_host_paused_just_under_lease_and_grace_never_overlaps_the_lock_on_pos
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_paused_just_over_lease_and_grace_never_overlaps_the_lock_on_postgres() {
     a_paused_host_never_overlaps_the_lock(Pause::Host, Duration::from_millis(7_500)).await;
+}
+
+/// A daemon killed between a task's claim and the start of its program (here: its supervisor
+/// never got as far as to start it) leaves an attempt that never ran: the next daemon finds no
+/// record file for it, sends the task back to `pending` whatever its type's `on_interrupt`
+/// says (here `review`) and does not count the attempt (the task's budget grows by one). Before,
+/// on SQLite, such a task went to `manual_review`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_that_never_started_is_run_again_and_not_counted() {
+    let dir = TempDir::new().expect("temp dir");
+    let setup = Setup::new(dir.path());
+    let config = setup.config().display().to_string();
+    // A "supervisor" that never reads its attempt, never starts anything: as if the daemon had
+    // died before the supervisor could start the program.
+    let fake = setup.path("fake-supervisor.sh");
+    setup.script(
+        "fake-supervisor.sh",
+        "echo $$ >> \"$0.pids\"; exec sleep 1000",
+    );
+    let data = TempDir::new().expect("data dir");
+    let opts =
+        || crate::process_opts(&data).args(["--config", config.as_str(), "--task-cgroup", "off"]);
+    let mut daemon = DaemonProcess::start(opts().env("SPOOLD_TASK_SUPERVISOR", fake.clone()))
+        .await
+        .expect("daemon");
+    let api = Api::new(daemon.base_url());
+    let (status, task) = submit(
+        &api,
+        json!({"type": "exit", "params": {"code": "0"}, "idempotencyKey": "never"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{task}");
+    let fakes = || -> Vec<i32> {
+        std::fs::read_to_string(format!("{fake}.pids"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    wait_for("the fake supervisor", crate::WAIT, || !fakes().is_empty()).await;
+    let t = get(&api, &format!("/v1/tasks/{}", id(&task))).await;
+    assert_eq!(
+        (&t["status"], &t["maxAttempts"]),
+        (&json!("running"), &json!(3)),
+        "{t}"
+    );
+    daemon.kill9();
+    crate::tasks::kill_all(&fakes());
+    let daemon = DaemonProcess::start(opts()).await.expect("restart");
+    let api = Api::new(daemon.base_url());
+    let t = wait_task(&api, &id(&task), &["succeeded", "manual_review", "failed"]).await;
+    assert_eq!(t["status"], "succeeded", "{t}");
+    assert_eq!(
+        t["maxAttempts"], 4,
+        "the attempt that never ran is not counted: {t}"
+    );
+    let attempts = get(&api, &format!("/v1/tasks/{}/attempts", id(&task))).await;
+    let outcomes: Vec<&Value> = attempts["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| &a["outcome"])
+        .collect();
+    assert_eq!(
+        outcomes,
+        [&json!("interrupted"), &json!("succeeded")],
+        "{attempts}"
+    );
+    assert!(
+        daemon.stderr().contains("never started its program"),
+        "{}",
+        daemon.stderr()
+    );
 }

@@ -65,6 +65,7 @@ fn end(claimed: &ClaimedTask, outcome: TaskStatus, retry_at: Option<i64>) -> Tas
         hold_locks: false,
         review_partial: true,
         redactions: 0,
+        never_ran: false,
     }
 }
 
@@ -266,8 +267,9 @@ pub async fn task_attempts_retry_then_succeed(store: Store) {
 }
 
 /// An attempt its host never started (its lease was over before it could: `lease_lost`) is
-/// recorded `interrupted` and given back, pending at once, if its claim is still current; a
-/// host that took the task over meanwhile keeps it.
+/// recorded `interrupted` and given back, pending at once, if its claim is still current, and
+/// not counted (the task's budget grows by one); a host that took the task over meanwhile keeps
+/// it.
 pub async fn an_unstarted_attempt_is_given_back(store: Store) {
     submit(&store, new_task(1, None, "{}")).await;
     let first = claim_one(&store).await;
@@ -276,8 +278,10 @@ pub async fn an_unstarted_attempt_is_given_back(store: Store) {
         error: Some("not started".into()),
         exit_code: None,
         output_bytes: 0,
+        never_ran: true,
         ..end(claimed, TaskStatus::Interrupted, Some(at))
     };
+    let budget = task(&store, 1).await.max_attempts;
     let now = store.now_ms();
     assert_eq!(
         store
@@ -288,6 +292,7 @@ pub async fn an_unstarted_attempt_is_given_back(store: Store) {
     );
     let t = task(&store, 1).await;
     assert_eq!((t.status, t.next_run_at), (TaskStatus::Pending, Some(now)));
+    assert_eq!(t.max_attempts, budget + 1, "the attempt that never ran is not counted");
     use TaskStatus::*;
     assert_eq!(
         log_of(&store, 1).await[2..],
@@ -436,6 +441,7 @@ pub async fn recover_takes_running_tasks_over_until_settled(store: Store) {
         id: id(1),
         claim_seq,
         then: TaskStatus::ManualReview,
+        never_ran: false,
     };
     assert_eq!(
         store
@@ -602,6 +608,7 @@ pub async fn orphans_hold_locks_and_quota_until_settled(store: Store) {
                 id: id(1),
                 claim_seq: orphans[0].claim_seq,
                 then: TaskStatus::Pending,
+                never_ran: false,
             })
             .await
             .expect("settle"),
