@@ -271,16 +271,26 @@ pub(crate) async fn settle_orphan<S: Sql>(
         end.then
     };
     let settled = OrphanSettled::decide(&code, current.bool(2)?, then);
+    let attempt_error = match end.output_dropped {
+        0 => settled.error.clone(),
+        n => format!(
+            "{}; {n} bytes of output written after its daemon was gone were dropped",
+            settled.error
+        ),
+    };
     db.exec(
         "UPDATE task_attempts SET finished_at = $3, outcome = 'interrupted', \
-         error_code = $4, error = $5, duration_ms = $3 - started_at \
+         error_code = $4, error = $5, duration_ms = $3 - started_at, output_bytes = $6, \
+         output_truncated = $7 \
          WHERE task_id = $1 AND number = $2 AND finished_at IS NULL",
         &[
             end.id.as_str().into(),
             attempt.into(),
             now.into(),
             code.as_str().into(),
-            (&settled.error).into(),
+            (&attempt_error).into(),
+            count(end.output_bytes.saturating_add(end.output_dropped)),
+            (end.output_dropped > 0).into(),
         ],
     )
     .await?;

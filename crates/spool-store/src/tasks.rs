@@ -585,6 +585,10 @@ pub struct OrphanEnd {
     /// whatever `then` says, and not counted against the task's attempts (as
     /// [`TaskAttemptEnd::never_ran`]).
     pub never_ran: bool,
+    /// Output the attempt wrote that reached its log (before its daemon was gone).
+    pub output_bytes: u64,
+    /// Output it wrote after its daemon was gone, which its supervisor read and dropped.
+    pub output_dropped: u64,
 }
 
 /// How a task taken over as orphaned leaves `running` once its attempt's processes are gone:

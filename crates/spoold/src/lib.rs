@@ -447,7 +447,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             }
         }
         // Result files a previous process left (they may hold secrets): nothing runs here yet.
-        remove_files_in(&results_dir);
+        for entry in std::fs::read_dir(&results_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            tasks::runner::remove_result(&entry.path());
+        }
         open_results_to_task_users(&results_dir, &config.task_types)?;
     }
     // Before `listening` too: the supervisor program is asked its version (a process started
@@ -820,15 +826,6 @@ fn remove_unlocked_records(dir: &std::path::Path, orphans: &[spool_store::tasks:
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if !waited.contains(&name) && tasks::supervision::read_record(&entry.path()).is_ok() {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-}
-
-/// Remove the files directly in `dir` (best effort).
-fn remove_files_in(dir: &std::path::Path) {
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_file()) {
             let _ = std::fs::remove_file(entry.path());
         }
     }

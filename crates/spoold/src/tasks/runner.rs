@@ -406,6 +406,7 @@ impl Runner {
         info!(task_id = %orphan.id, attempt = orphan.attempt, code = %orphan.code,
               whereabouts = ?whereabouts, "ending an attempt whose executor is gone");
         let mut never_ran = false;
+        let mut output_dropped = 0;
         match whereabouts {
             Whereabouts::Here => {
                 // Its supervisor ends it on its own once its daemon is gone: wait until it has
@@ -426,6 +427,7 @@ impl Runner {
                 }
                 let _ = std::fs::remove_file(&path);
                 never_ran = record.is_none();
+                output_dropped = record.as_ref().map_or(0, |r| r.output_dropped);
                 if let Some(root) = &self.cgroup {
                     // A supervisor that died without finishing may have left processes in the
                     // attempt's cgroup: the kernel knows them, whoever their parent now is.
@@ -473,13 +475,20 @@ impl Runner {
             }
         }
         // The raw result file of the cut-short attempt (it may hold secrets).
-        let _ = std::fs::remove_file(self.result_file(&orphan.id, orphan.attempt));
+        remove_result(&self.result_file(&orphan.id, orphan.attempt));
         let then = on_interrupt_status(kind.map_or(OnInterrupt::Review, |t| t.on_interrupt));
         let end = OrphanEnd {
             id: orphan.id.clone(),
             claim_seq: orphan.claim_seq,
             then,
             never_ran,
+            output_bytes: std::fs::metadata(output_path(
+                &self.output_dir,
+                &orphan.id,
+                orphan.attempt,
+            ))
+            .map_or(0, |m| m.len()),
+            output_dropped,
         };
         match self.store.settle_orphan(end).await {
             Ok(Some(status)) => {
@@ -937,7 +946,7 @@ impl Runner {
                   "the attempt's result file (SPOOLD_RESULT_FILE) was not read");
             None
         });
-        let _ = std::fs::remove_file(&result_file);
+        remove_result(&result_file);
         let mut end = self.judge(kind, task, &finished, summary);
         end.output_bytes = output.bytes;
         end.output_truncated = output.truncated_bytes > 0;
@@ -1310,6 +1319,23 @@ async fn wait_for_attempt(
                 return (None, ended);
             }
         }
+    }
+}
+
+/// Remove what an attempt left at its result path: the file, or whatever the script put there
+/// instead (a directory is removed whole; a symbolic link, not what it points to).
+pub fn remove_result(path: &std::path::Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            if let Err(e) = std::fs::remove_dir_all(path) {
+                warn!(path = %path.display(), error = %e,
+                      "cannot remove the directory an attempt made at its result path");
+            }
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(_) => {}
     }
 }
 

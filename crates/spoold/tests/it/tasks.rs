@@ -1428,10 +1428,10 @@ async fn bulk_retry_and_cancel_of_tasks(pg: Option<&spool_testkit::TestDatabase>
     );
 }
 
-/// A script that replaces its result file with a FIFO, or with a symbolic link to a file only
-/// the daemon may read: neither is read (the open does not block, does not follow the link),
-/// the attempt ends as it exited, the next task runs, and a graceful shutdown is as quick as
-/// ever.
+/// A script that replaces its result file with a FIFO, a directory (with a file in it), or a
+/// symbolic link to a file only the daemon may read: none is read (the open does not block,
+/// does not follow the link), the attempt ends as it exited, nothing of it is left in
+/// `task-results/`, the next task runs, and a graceful shutdown is as quick as ever.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
     let dir = TempDir::new().expect("temp dir");
@@ -1441,15 +1441,20 @@ async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
         r#"rm -f "$SPOOLD_RESULT_FILE"; mkfifo "$SPOOLD_RESULT_FILE""#,
     );
     setup.script("link.sh", r#"ln -sf "$PRIVATE" "$SPOOLD_RESULT_FILE""#);
+    setup.script(
+        "dir.sh",
+        r#"rm -f "$SPOOLD_RESULT_FILE"; mkdir "$SPOOLD_RESULT_FILE"; echo x > "$SPOOLD_RESULT_FILE/inside""#,
+    );
     std::fs::write(setup.dir.join("private"), "only-the-daemon-may-read-this").expect("file");
     let config = crate::task_locks::config_with(
         &setup,
         &format!(
             "\n[tasks.fifo]\ncommand = [\"{}\"]\n\n[tasks.link]\ncommand = [\"{}\"]\n\
-             env = {{ PRIVATE = \"{}\" }}\n",
+             env = {{ PRIVATE = \"{}\" }}\n\n[tasks.dir]\ncommand = [\"{}\"]\n",
             setup.path("fifo.sh"),
             setup.path("link.sh"),
             setup.path("private"),
+            setup.path("dir.sh"),
         ),
     );
     let data = TempDir::new().expect("data dir");
@@ -1462,7 +1467,7 @@ async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
     .await
     .expect("daemon");
     let api = Api::new(daemon.base_url());
-    for (n, kind) in ["fifo", "link", "fifo"].into_iter().enumerate() {
+    for (n, kind) in ["fifo", "link", "dir", "fifo"].into_iter().enumerate() {
         let key = format!("{kind}-{n}");
         let (_, t) = submit(&api, json!({"type": kind, "idempotencyKey": key})).await;
         let t = wait_task(&api, &id(&t), &["succeeded", "failed"]).await;
@@ -1473,6 +1478,16 @@ async fn a_result_file_that_is_not_a_regular_file_is_not_read() {
         daemon.stderr().contains("was not read"),
         "{}",
         daemon.stderr()
+    );
+    let left: Vec<_> = std::fs::read_dir(data.path().join("data/task-results"))
+        .expect("task-results")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in task-results: {left:?}");
+    assert!(
+        setup.dir.join("private").exists(),
+        "a link's target is not removed"
     );
     let started = std::time::Instant::now();
     let status = daemon.terminate().await.expect("stops");

@@ -292,7 +292,11 @@ pub async fn an_unstarted_attempt_is_given_back(store: Store) {
     );
     let t = task(&store, 1).await;
     assert_eq!((t.status, t.next_run_at), (TaskStatus::Pending, Some(now)));
-    assert_eq!(t.max_attempts, budget + 1, "the attempt that never ran is not counted");
+    assert_eq!(
+        t.max_attempts,
+        budget + 1,
+        "the attempt that never ran is not counted"
+    );
     use TaskStatus::*;
     assert_eq!(
         log_of(&store, 1).await[2..],
@@ -442,6 +446,8 @@ pub async fn recover_takes_running_tasks_over_until_settled(store: Store) {
         claim_seq,
         then: TaskStatus::ManualReview,
         never_ran: false,
+        output_bytes: 0,
+        output_dropped: 0,
     };
     assert_eq!(
         store
@@ -609,6 +615,8 @@ pub async fn orphans_hold_locks_and_quota_until_settled(store: Store) {
                 claim_seq: orphans[0].claim_seq,
                 then: TaskStatus::Pending,
                 never_ran: false,
+                output_bytes: 12,
+                output_dropped: 30,
             })
             .await
             .expect("settle"),
@@ -619,6 +627,24 @@ pub async fn orphans_hold_locks_and_quota_until_settled(store: Store) {
     assert_eq!(
         (t.status, t.error_code.as_deref(), t.finished_at.is_some()),
         (TaskStatus::Canceled, Some("canceled"), true)
+    );
+    // What reached the log and what was dropped after the daemon was gone, in the record.
+    let attempts = store
+        .task_attempts(id(1))
+        .await
+        .expect("attempts")
+        .expect("task");
+    let a = attempts.last().expect("an attempt");
+    assert_eq!(
+        (a.output_bytes, a.output_truncated),
+        (Some(42), Some(true)),
+        "{a:?}"
+    );
+    assert!(
+        a.error
+            .as_deref()
+            .is_some_and(|e| e.contains("30 bytes of output")),
+        "{a:?}"
     );
     let (ids, _) = claim_ids(&store, 10, vec![quota]).await;
     assert_eq!(ids, [id(2)], "the lock and the slot are free");
