@@ -897,7 +897,7 @@ async fn learn_gone_urls(
                     gone.found(&url, &origin, now);
                 }
             }
-            metrics.observe_gone(gone);
+            metrics.observe_gone(gone.by_origin());
         }
         Err(e) => warn!(error = %e, "could not read which URLs answered 410 Gone before"),
     }

@@ -460,8 +460,7 @@ impl Metrics {
     }
 
     /// Refresh the gone-URL gauges: an origin none of whose URLs is gone any more is dropped.
-    pub fn observe_gone(&self, gone: &crate::deliveries::gone::GoneUrls) {
-        let now = gone.by_origin();
+    pub fn observe_gone(&self, now: std::collections::BTreeMap<String, u64>) {
         self.gone_targets.set(now.values().sum::<u64>() as i64);
         self.gone_urls.clear();
         for (origin, n) in now {

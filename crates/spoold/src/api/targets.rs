@@ -143,7 +143,7 @@ async fn gone_urls(state: &SharedState) -> BTreeMap<String, Vec<GoneUrlView>> {
                     state.gone.found(&url, &origin, now);
                 }
             }
-            state.metrics.observe_gone(&state.gone);
+            state.metrics.observe_gone(state.gone.by_origin());
         }
         Err(e) => tracing::warn!(error = %e, "could not read the URLs parked deliveries wait for"),
     }
@@ -189,7 +189,7 @@ async fn set_paused(state: &SharedState, named: &str, paused: bool) -> Result<Re
         .store
         .unpark(origin.clone(), target.url.clone())
         .await?;
-    state.metrics.observe_gone(&state.gone);
+    state.metrics.observe_gone(state.gone.by_origin());
     tracing::info!(target_origin = %origin, unparked, urls = resumed_urls.len(),
                    "resumed by an operator");
     if !was_gone && unparked == 0 {

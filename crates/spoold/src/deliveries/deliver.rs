@@ -703,7 +703,7 @@ impl Deliverer {
     /// Park the pending deliveries of a gone URL in the store, so that no claim takes them.
     /// Not waited for by anything but this slot; should it fail, each is parked when claimed.
     async fn park_url(&self, claimed: &Claimed, url: String) {
-        self.metrics.observe_gone(&self.gone);
+        self.metrics.observe_gone(self.gone.by_origin());
         match self
             .store
             .park_url(claimed.origin.clone(), url.clone())
