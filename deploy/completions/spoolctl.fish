@@ -71,12 +71,12 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l reconcile-hea
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l matches-pointer -d 'JSON pointer to the array of matches in the answer (default: the answer is the array)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l reconcile-id-pointer -d 'JSON pointer to the target\'s id inside one match (default: /id)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l observation-window -d 'How long an unknown outcome is checked before it goes to manual review (default: 1h)' -r
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l timeout -d 'With --wait: give up after DURATION (exit 5)' -r
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l interval -d 'With --wait: time between polls' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l timeout -d 'With --wait: give up after DURATION (exit 5) [default: 30s]' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l interval -d 'With --wait: time between polls [default: 200ms]' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l server -d 'spoold\'s API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l token-file -d 'Read a bearer token from FILE and send it on every request' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l at-most-once -d 'Never send the request again once it may have reached the target'
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l wait -d 'After queuing, wait until the delivery is terminal and exit like `wait`'
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l wait -d 'After queuing, wait until the delivery is terminal and exit like `wait` (at most 30s)'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l json -d 'Print the API\'s JSON (one compact line) instead of a table'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l status -d 'Only deliveries with this status' -r -f -a "pending\t''
@@ -89,7 +89,7 @@ manual_review\t''"
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l target -d 'Only deliveries to this target: an origin (scheme://host[:port]), or a URL with a path (its deliveries, whatever their query)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l since -d 'Only deliveries created since: a duration ago (24h, 7d) or an RFC 3339 time' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l limit -d 'Entries per page' -r
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l cursor -d 'Start at this page (the `next cursor` of an earlier listing)' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l cursor -d 'Start at this page (the cursor `more:` gave after an earlier one)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l server -d 'spoold\'s API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l token-file -d 'Read a bearer token from FILE and send it on every request' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand list" -l oldest-first -d 'Oldest first [default: newest first, but oldest first for --status pending|in_flight, the order they are sent in]'
@@ -184,7 +184,7 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand stats" -l token-file -
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand stats" -l json -d 'Print the API\'s JSON (one compact line) instead of a table'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand stats" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -l limit -d 'Entries per page' -r
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -l cursor -d 'Start at this page (the `next cursor` of an earlier listing)' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -l cursor -d 'Start at this page (the cursor `more:` gave after an earlier one)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -l server -d 'spoold\'s API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -l token-file -d 'Read a bearer token from FILE and send it on every request' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand targets; and not __fish_seen_subcommand_from pause resume help" -l all -d 'Follow next-page cursors until everything has been listed'
@@ -265,7 +265,7 @@ canceled\t''
 manual_review\t''"
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand task; and __fish_seen_subcommand_from list" -l type -d 'Only tasks of this type' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand task; and __fish_seen_subcommand_from list" -l limit -d 'Entries per page' -r
-complete -c spoolctl -n "__fish_spoolctl_using_subcommand task; and __fish_seen_subcommand_from list" -l cursor -d 'Start at this page (the `next cursor` of an earlier listing)' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand task; and __fish_seen_subcommand_from list" -l cursor -d 'Start at this page (the cursor `more:` gave after an earlier one)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand task; and __fish_seen_subcommand_from list" -l server -d 'spoold\'s API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand task; and __fish_seen_subcommand_from list" -l token-file -d 'Read a bearer token from FILE and send it on every request' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand task; and __fish_seen_subcommand_from list" -l all -d 'Follow next-page cursors until everything has been listed'

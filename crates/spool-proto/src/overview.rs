@@ -25,6 +25,12 @@ pub struct StatsView {
     /// How long that delivery has waited, e.g. `1m12s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_due_age: Option<String>,
+    /// When this daemon started: the windows below are kept in its memory, so they count
+    /// attempts since then when it started less than their length ago. Absent from a daemon
+    /// that does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "2026-12-01T09:20:00.000Z")]
+    pub started_at: Option<String>,
     /// Attempts and their results in the current minute and the four before it.
     pub last_five_minutes: ActivityView,
     /// The same over the current minute and the 59 before it.

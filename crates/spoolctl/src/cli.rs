@@ -15,7 +15,8 @@ Exit codes:
   0  success (for `wait`, `send --wait`, `task wait` and `task submit --wait|--follow`: it
      succeeded; for `step check`: the step is done)
   1  spoold returned an error, could not be reached, or a local file could not be read
-     (for `step check`: the step is not done; its errors exit 9)
+     (for `step check`: the step is not done; its errors exit 9); for `send` and `task
+     submit`: not queued, or not known to be (the message says which): try again later
   2  usage error: bad arguments, bad --server, body that is not JSON, -p without '=', a bad
      step name, `step` outside a task (SPOOLD_TASK_ID or SPOOLD_ATTEMPT missing)
   3  `wait`, `task wait`: the delivery or task failed
@@ -25,7 +26,10 @@ Exit codes:
   7  `wait`, `task wait`: the delivery or task is in manual review: a person decides
   8  `step done`: the attempt is no longer the task's running attempt (stop the script)
   9  `step check`: spoold returned an error or could not be reached
-  10 `wait`, `send --wait`: at most once, the outcome is unknown (the request may have arrived)";
+  10 `wait`, `send --wait`: at most once, the outcome is unknown (the request may have arrived)
+  13 `send`, `task submit`: spoold refused it (HTTP 4xx: a bad field, a blocked target, an
+     unknown task type or secret, an idempotency key used for another request, the token):
+     nothing was queued, and the same command would be refused again";
 
 /// A mistake in the command line that clap cannot see (bad JSON body, bad header, bad
 /// `--server`). Exits 2 like clap's own errors, and is checked before any network call.
@@ -78,6 +82,11 @@ pub struct GlobalArgs {
     )]
     pub server: String,
 
+    /// Whether `server` came from `SPOOLD_URL` (set by `main` from clap's matches), so that a
+    /// bad value is reported under the name it was given by.
+    #[arg(skip)]
+    pub server_from_env: bool,
+
     /// Print the API's JSON (one compact line) instead of a table
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
@@ -105,6 +114,19 @@ pub enum Command {
     /// Inspect one delivery
     Get(GetArgs),
     /// Show the attempt history of a delivery
+    #[command(
+        long_about = "Show the attempt history of a delivery, oldest first.\n\n\
+        CYCLE is the retry cycle: 1, then one more for each operator's `retry` (or `resolve \
+        --resend`), which gives the delivery its attempts again; ATTEMPT counts from 1 in each \
+        cycle and is the X-Spoold-Attempt the request carried. OUTCOME is `succeeded`, `retry` \
+        (it failed and the delivery is tried again: the next attempt follows), `failed` (it \
+        failed and so did the delivery: an answer that is not retried, such as a 400, or its \
+        last attempt), \
+        `interrupted` (cut short by a shutdown or crash: sent again, not counted), `unknown` \
+        (at most once: it may have arrived) or `in_progress`. HTTP is the status answered, CODE \
+        the error code (`http_status`, `connect_failed`, `timeout`, …) and ERROR its first \
+        line."
+    )]
     Attempts(IdArgs),
     /// Show every status change of a delivery, with its reason
     Transitions(IdArgs),
@@ -325,18 +347,19 @@ pub struct SendArgs {
     #[command(flatten)]
     pub request: RequestArgs,
 
-    /// After queuing, wait until the delivery is terminal and exit like `wait`
+    /// After queuing, wait until the delivery is terminal and exit like `wait` (at most 30s)
     ///
     /// Prints the `queued` row, then a `wait` row with the final state. With --json, prints
-    /// only the final delivery.
+    /// only the final delivery. Gives up after --timeout, 30s unless given (exit 5: the
+    /// delivery is queued and still being tried).
     #[arg(long)]
     pub wait: bool,
 
-    /// With --wait: give up after DURATION (exit 5)
+    /// With --wait: give up after DURATION (exit 5) [default: 30s]
     #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
     pub timeout: Option<Duration>,
 
-    /// With --wait: time between polls
+    /// With --wait: time between polls [default: 200ms]
     #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
     pub interval: Option<Duration>,
 }
@@ -556,7 +579,7 @@ pub struct PageArgs {
     )]
     pub limit: u32,
 
-    /// Start at this page (the `next cursor` of an earlier listing)
+    /// Start at this page (the cursor `more:` gave after an earlier one)
     #[arg(long, value_name = "CURSOR")]
     pub cursor: Option<String>,
 
@@ -851,13 +874,17 @@ pub enum TaskCommand {
 const TASK_WAIT_EXIT_CODES: &str = "\
 Exit codes:
   0  the task succeeded (`task submit` without --wait or --follow: it was submitted)
-  1  spoold returned an error or could not be reached
+  1  spoold returned an error or could not be reached (`task submit`: not submitted, or not
+     known to be: try again later)
   2  usage error (e.g. -p without '=')
   3  the task failed
   4  the task was canceled
   5  timed out waiting: the task is still pending, running or interrupted
   6  the task timed out (its type's timeout or queue_timeout)
-  7  the task is in manual review";
+  7  the task is in manual review
+  13 `task submit`: spoold refused it (HTTP 4xx: an unknown task type, a parameter the type
+     does not take, an idempotency key used for other parameters, the token): nothing was
+     submitted, and the same command would be refused again";
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("waiting").multiple(true).args(["wait", "follow"])))]

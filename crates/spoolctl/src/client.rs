@@ -120,6 +120,17 @@ impl ClientError {
         }
     }
 
+    /// Whether spoold refused the request for good: its own error answer (not a proxy's) with a
+    /// 4xx status — a bad field, a blocked target, an unknown task type or secret, an
+    /// idempotency key used for another request, a token it does not take, a route it does not
+    /// have. The same request would be refused again; only a change to it, to the token or to
+    /// the daemon's configuration helps. 408 `request_timeout` is not one: nothing was wrong with
+    /// the request, it did not arrive in time. A 5xx (507 `journal_full`, 503 `shutting_down`,
+    /// …) or no answer at all may go another way next time.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ClientError::Api { status, .. } if (400..500).contains(status) && *status != 408)
+    }
+
     /// The HTTP status of spoold's (or another server's) answer, if there was one.
     pub fn status(&self) -> Option<u16> {
         match self {

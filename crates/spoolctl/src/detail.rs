@@ -5,7 +5,7 @@
 //! prints it alone and whole.
 
 use base64::Engine as _;
-use spool_proto::{DeliveryMode, DeliveryView, Reconcile};
+use spool_proto::{AttemptView, DeliveryMode, DeliveryView, Reconcile};
 
 use crate::output::{delivery_row, Table};
 
@@ -91,6 +91,34 @@ pub fn render_styled(d: &DeliveryView, colour: bool) -> String {
         out.push_str(&format!("{label}: {err}\n"));
     }
     if let Some(code) = d.last_error_code.as_deref().filter(|c| !c.is_empty()) {
+        out.push_str(&format!("{label} code: {code}\n"));
+    }
+    out
+}
+
+/// For a delivery that succeeded and whose `lastError` spoold cleared with the success (an
+/// at-least-once delivery's is): the error of the last attempt before the success, from its
+/// attempt history, under the label `get` gives an error before a success, and which attempt
+/// met it. Empty when no attempt failed.
+pub fn earlier_error(attempts: &[AttemptView]) -> String {
+    let Some(failed) = attempts
+        .iter()
+        .rev()
+        .find(|a| a.outcome.as_deref() != Some("succeeded") && a.error.is_some())
+    else {
+        return String::new();
+    };
+    let label = "earlier error (before it succeeded)";
+    let which = if failed.cycle > 1 {
+        format!("cycle {}, attempt {}", failed.cycle, failed.number)
+    } else {
+        format!("attempt {}", failed.number)
+    };
+    let mut out = format!(
+        "{label}: {} ({which})\n",
+        failed.error.as_deref().unwrap_or_default()
+    );
+    if let Some(code) = failed.error_code.as_deref().filter(|c| !c.is_empty()) {
         out.push_str(&format!("{label} code: {code}\n"));
     }
     out
@@ -362,6 +390,41 @@ mod tests {
             "{shown}"
         );
         assert!(!shown.contains("last error"), "{shown}");
+    }
+
+    #[test]
+    fn the_error_before_a_success_comes_from_the_attempts() {
+        let attempt = |cycle: u32, number: u32, outcome: &str, error: Option<&str>| {
+            serde_json::from_value::<AttemptView>(serde_json::json!({
+                "cycle": cycle, "number": number, "startedAt": "2026-07-18T12:00:00.000Z",
+                "outcome": outcome, "error": error,
+                "errorCode": error.map(|_| "http_status"),
+            }))
+            .expect("an attempt")
+        };
+        let check = |attempts: &[AttemptView], expected: &str| {
+            assert_eq!(earlier_error(attempts), expected, "{attempts:?}");
+        };
+        check(&[attempt(1, 1, "succeeded", None)], "");
+        check(
+            &[
+                attempt(1, 1, "retry", Some("HTTP 503: first")),
+                attempt(1, 2, "retry", Some("HTTP 503: busy")),
+                attempt(1, 3, "succeeded", None),
+            ],
+            "earlier error (before it succeeded): HTTP 503: busy (attempt 2)\n\
+             earlier error (before it succeeded) code: http_status\n",
+        );
+        // An operator's retry began a second cycle.
+        check(
+            &[
+                attempt(1, 1, "failed", Some("HTTP 400: no")),
+                attempt(2, 1, "retry", Some("HTTP 503: busy")),
+                attempt(2, 2, "succeeded", None),
+            ],
+            "earlier error (before it succeeded): HTTP 503: busy (cycle 2, attempt 1)\n\
+             earlier error (before it succeeded) code: http_status\n",
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `spoolctl`: the command-line client of spoold. Parses the command line, runs one command,
-//! and maps the outcome to the documented exit codes (0 ok, 1 runtime, 2 usage, 3–7 `wait`
-//! and `task wait`, 8 and 9 `step`; for `step check`, 1 is "not done").
+//! and maps the outcome to the documented exit codes (0 ok, 1 runtime, 2 usage, 3–7 and 10
+//! `wait` and `task wait`, 8 and 9 `step`, 11 and 12 `verify`, 13 a `send` or `task submit`
+//! spoold refused; for `step check`, 1 is "not done").
 //!
 //! # Layout
 //! - [`cli`]: clap definitions and help texts; [`cli::UsageError`] for checks clap cannot do.
@@ -22,9 +23,11 @@ mod output;
 use std::io;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::cli::{Cli, UsageError};
+use crate::commands::{Refused, EXIT_REFUSED};
 
 /// Exit status of a runtime failure: spoold's error, network, local files.
 const EXIT_FAILURE: u8 = 1;
@@ -32,7 +35,9 @@ const EXIT_FAILURE: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cli.global.server_from_env = matches.value_source("server") == Some(ValueSource::EnvVariable);
     match commands::run(cli) {
         Ok(exit) => ExitCode::from(exit.code()),
         // `spoolctl list | head` is not a failure.
@@ -41,6 +46,8 @@ fn main() -> ExitCode {
             eprintln!("spoolctl: {err:#}");
             if err.chain().any(|e| e.is::<UsageError>()) {
                 ExitCode::from(EXIT_USAGE)
+            } else if err.chain().any(|e| e.is::<Refused>()) {
+                ExitCode::from(EXIT_REFUSED)
             } else {
                 ExitCode::from(EXIT_FAILURE)
             }

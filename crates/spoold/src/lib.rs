@@ -84,7 +84,9 @@ impl std::fmt::Display for Bound {
 pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot listen on {addr}: {source}")]
+    /// The `--listen` address cannot be bound: the message names the flag, since the address
+    /// may be the default one nobody asked for.
+    #[error("cannot listen on {addr} (--listen): {source}{}", listen_hint(source))]
     Listen {
         addr: String,
         #[source]
@@ -103,6 +105,32 @@ pub enum StartError {
     /// `--strict`: a declared type names a program, directory or secret file that is not there.
     #[error("--strict: {0}")]
     TaskFiles(String),
+}
+
+/// The dashboard's address for a browser on this host: an unspecified address (`0.0.0.0`,
+/// `[::]`) is reached through loopback.
+fn dashboard_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    format!("http://{}/ui", SocketAddr::new(ip, addr.port()))
+}
+
+/// What to do about an address that cannot be bound.
+fn listen_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; another program listens there (a spoold already running?): stop it, or give this \
+             one another address with --listen ADDR (or SPOOLD_LISTEN, or listen in the \
+             --config file)"
+        }
+        _ => {
+            "; give another address with --listen ADDR (or SPOOLD_LISTEN, or listen in the \
+              --config file)"
+        }
+    }
 }
 
 /// A started daemon.
@@ -422,6 +450,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         auth_token: config.auth_token.clone(),
         readiness: api::system::Readiness::default(),
         activity: Arc::clone(&activity),
+        started_at: store.now_ms(),
         max_db_bytes: config.max_db_bytes,
         task_types: Arc::clone(&declared),
         running_tasks: Arc::clone(&running_tasks),
@@ -494,6 +523,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     // `config.db` is absolute (or a URL without its password): a daemon started elsewhere
     // shows at once which queue it has.
     info!(addr = %bound, db = %config.db, "listening");
+    if let Bound::Tcp(addr) = &bound {
+        info!(url = %dashboard_url(*addr), "dashboard");
+    }
 
     let deliverer_metrics = Arc::clone(&metrics);
     let unknown_entered = Arc::new(tokio::sync::Notify::new());

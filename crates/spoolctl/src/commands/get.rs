@@ -4,6 +4,7 @@
 use std::io::Write as _;
 
 use anyhow::Context as _;
+use spool_proto::DeliveryStatus;
 
 use crate::cli::GetArgs;
 use crate::client::Client;
@@ -21,7 +22,17 @@ pub async fn run(client: &Client, args: GetArgs, out: &mut Output<'_>) -> anyhow
     } else if out.is_json() {
         out.json(&delivery)?;
     } else {
-        out.raw(detail::render_styled(&delivery, out.is_coloured()).as_bytes())?;
+        let mut shown = detail::render_styled(&delivery, out.is_coloured());
+        // A success clears `lastError`; what came before it is in the attempts.
+        let cleared = delivery
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty();
+        if delivery.status == DeliveryStatus::Succeeded && cleared {
+            shown.push_str(&detail::earlier_error(&client.attempts(id).await?.attempts));
+        }
+        out.raw(shown.as_bytes())?;
     }
     Ok(Exit::Success)
 }

@@ -6,7 +6,7 @@ use spool_proto::{DeliveryList, DeliveryStatus, DeliveryView};
 
 use crate::cli::{ListArgs, UsageError};
 use crate::client::{Client, ListQuery};
-use crate::commands::{fetch_pages, Exit, Listing};
+use crate::commands::{fetch_pages, say_more, Exit, Listing};
 use crate::output::{delivery_list_row, now_ms, Output, Table, LIST_HEADER};
 
 pub async fn run(client: &Client, args: ListArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
@@ -32,6 +32,7 @@ pub async fn run(client: &Client, args: ListArgs, out: &mut Output<'_>) -> anyho
     })
     .await?;
     print(out, &list)?;
+    say_more(&list);
     Ok(Exit::Success)
 }
 
@@ -83,9 +84,14 @@ impl Listing for DeliveryList {
     }
 }
 
+/// The table, or nothing at all when there are no rows: a crontab line that mails what `list
+/// --status failed` prints mails nothing while nothing failed.
 fn print(out: &mut Output<'_>, list: &DeliveryList) -> std::io::Result<()> {
     if out.is_json() {
         return out.json(list);
+    }
+    if list.deliveries.is_empty() {
+        return Ok(());
     }
     let mut table = Table::new();
     table.row(LIST_HEADER);

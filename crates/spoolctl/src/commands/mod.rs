@@ -85,6 +85,27 @@ impl Exit {
     }
 }
 
+/// spoold refused a write (`send`, `task submit`) for good (see
+/// [`ClientError::is_refusal`](crate::client::ClientError::is_refusal)): nothing was queued, and
+/// the same command would be refused again. `main` exits [`EXIT_REFUSED`] for it, so that a job
+/// tells "fix it" from "try again later" (1). The message is the whole line, as it is printed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(String);
+
+/// The exit status of a [`Refused`] write.
+pub const EXIT_REFUSED: u8 = 13;
+
+impl Refused {
+    /// `err`, spoold's refusal of a write, with what a job must know: `what` (`queued`,
+    /// `submitted`) was not done, and doing it again as it is will not help.
+    pub fn new(err: &anyhow::Error, what: &str) -> Refused {
+        Refused(format!(
+            "{err:#}; nothing was {what}, and the same command would be refused again"
+        ))
+    }
+}
+
 /// Runs the parsed command line, writing results to stdout.
 pub fn run(cli: Cli) -> anyhow::Result<Exit> {
     let stdout = io::stdout();
@@ -155,7 +176,18 @@ fn connect(global: &GlobalArgs) -> anyhow::Result<Client> {
 /// Like [`connect`], with `token` (when there is one) instead of `--token-file`'s, which is
 /// then not read at all.
 fn connect_with(global: &GlobalArgs, token: Option<Token>) -> anyhow::Result<Client> {
-    let server = Server::parse(&global.server).map_err(|e| UsageError::new(e.to_string()))?;
+    let server = Server::parse(&global.server).map_err(|e| {
+        // The messages name --server; a value from the environment is named where it is.
+        let message = e.to_string();
+        UsageError::new(if global.server_from_env {
+            format!(
+                "{} (from the environment; --server overrides it)",
+                message.replacen("--server", "SPOOLD_URL", 1)
+            )
+        } else {
+            message
+        })
+    })?;
     let token = match token {
         Some(token) => Some(token),
         None => global
@@ -176,8 +208,16 @@ pub trait Listing: Sized {
     fn merged(entries: Vec<Self::Entry>) -> Self;
 }
 
-/// One page as asked (the next cursor, if any, on stderr), or with `--all` every page merged into
-/// one listing, so that a table's columns line up across pages.
+/// Says on stderr, after a page is printed, how to see the rest when there is more: `more: run
+/// again with --cursor C, or --all`.
+fn say_more<L: Listing>(listing: &L) {
+    if let Some(next) = listing.next_cursor().filter(|c| !c.is_empty()) {
+        eprintln!("more: run again with --cursor {next}, or --all");
+    }
+}
+
+/// One page as asked (its next cursor, if any, for [`say_more`]), or with `--all` every page
+/// merged into one listing, so that a table's columns line up across pages.
 async fn fetch_pages<L, F, Fut>(page: &PageArgs, mut fetch: F) -> anyhow::Result<L>
 where
     L: Listing,
@@ -193,9 +233,6 @@ where
             .filter(|c| !c.is_empty())
             .map(str::to_owned);
         if !page.all {
-            if let Some(next) = next {
-                eprintln!("next cursor: {next}");
-            }
             return Ok(listing);
         }
         entries.extend(listing.into_entries());

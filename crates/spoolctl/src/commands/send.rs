@@ -14,7 +14,7 @@ use spool_proto::{units, CreateDelivery, DeliveryMode, Reconcile, MAX_BODY_BYTES
 
 use crate::cli::{AtMostOnceArgs, RequestArgs, SendArgs, UsageError};
 use crate::client::{Client, ClientError};
-use crate::commands::{wait, Exit};
+use crate::commands::{wait, Exit, Refused};
 use crate::output::Output;
 
 pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyhow::Result<Exit> {
@@ -24,7 +24,37 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
     }
     let relative = relative_times(&args.request);
     let request = build_request(args.request, &mut io::stdin().lock())?;
-    let created = client.create(&request).await.map_err(|e| match e {
+    let created = client.create(&request).await.map_err(|e| {
+        let refused = e.is_refusal();
+        let err = create_failed(e, &relative);
+        if refused {
+            Refused::new(&err, "queued").into()
+        } else {
+            err
+        }
+    })?;
+    let action = if created.is_new { "queued" } else { "existing" };
+
+    if !args.wait {
+        if out.is_json() {
+            out.json(&created.delivery)?;
+        } else {
+            out.delivery(action, &created.delivery)?;
+        }
+        return Ok(Exit::Success);
+    }
+    // With --wait, JSON output is only the final state: one document, not two.
+    if !out.is_json() {
+        out.delivery(action, &created.delivery)?;
+    }
+    let waited = wait::wait(client, &created.delivery.id, &poll).await?;
+    Ok(wait::report(out, &waited)?)
+}
+
+/// What a create's failure says: spoold's answer, or whether anything was stored when there
+/// was none, with a hint for the usual reason a job's rerun with its key is refused.
+fn create_failed(e: ClientError, relative: &[&'static str]) -> anyhow::Error {
+    match e {
         // A time counted from now differs at every run: the usual reason a job's rerun with
         // its key is refused.
         ClientError::Api { ref code, .. }
@@ -48,23 +78,7 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
             "send it again with the same --idempotency-key, which returns it if it was (without \
              a key, it may be queued twice)",
         ),
-    })?;
-    let action = if created.is_new { "queued" } else { "existing" };
-
-    if !args.wait {
-        if out.is_json() {
-            out.json(&created.delivery)?;
-        } else {
-            out.delivery(action, &created.delivery)?;
-        }
-        return Ok(Exit::Success);
     }
-    // With --wait, JSON output is only the final state: one document, not two.
-    if !out.is_json() {
-        out.delivery(action, &created.delivery)?;
-    }
-    let waited = wait::wait(client, &created.delivery.id, &poll).await?;
-    Ok(wait::report(out, &waited)?)
 }
 
 /// The flags of `args` that give a time as a duration from now (`--expires-in`, a

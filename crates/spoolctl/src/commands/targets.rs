@@ -7,7 +7,7 @@ use spool_proto::{TargetList, TargetView};
 
 use crate::cli::{TargetsArgs, TargetsCommand};
 use crate::client::Client;
-use crate::commands::{fetch_pages, Exit, Listing};
+use crate::commands::{fetch_pages, say_more, Exit, Listing};
 use crate::output::{Output, Table};
 
 /// The header of `targets`.
@@ -63,6 +63,7 @@ pub async fn run(client: &Client, args: TargetsArgs, out: &mut Output<'_>) -> an
     })
     .await?;
     print(out, &list)?;
+    say_more(&list);
     Ok(Exit::Success)
 }
 

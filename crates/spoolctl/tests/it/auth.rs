@@ -42,8 +42,23 @@ async fn token_file_authenticates_every_command() {
 
     let mut with_flag = spoolctl();
     with_flag.args(["list", "--server", &server, "--token-file", &token]);
+    // Nothing is queued yet: no rows, nothing printed, exit 0.
     let listed = check_ok(&capture(with_flag, None).await);
-    assert!(listed.starts_with("ID  STATUS"), "{listed}");
+    assert_eq!(listed, "");
+
+    // A send the daemon refuses for its token is refused for good: exit 13, not 1.
+    let mut send_without = spoolctl();
+    send_without.args(["send", "http://127.0.0.1:9/x", "--server", &server]);
+    let out = capture(send_without, None).await;
+    assert_eq!(out.status.code(), Some(13), "{}", stderr(&out));
+    assert!(
+        stderr(&out).ends_with(
+            "SPOOLD_TOKEN_FILE; nothing was queued, and the same command would be refused \
+             again\n"
+        ),
+        "{}",
+        stderr(&out)
+    );
 
     let mut with_env = spoolctl();
     with_env

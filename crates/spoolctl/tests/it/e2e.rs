@@ -51,13 +51,14 @@ async fn idempotency_key_returns_the_existing_delivery_or_conflicts() {
     );
 
     let o = s.ctl(&send(r#"{"a":2}"#)).await;
-    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(13), "stderr: {}", stderr(&o));
     assert_eq!(
         stderr(&o),
         format!(
             "spoolctl: spoold returned HTTP 409 (idempotency_conflict): idempotency key was \
              already used for a different request (delivery {id}): this one differs in body; \
-             repeat that request exactly to get the delivery back, or use another key\n"
+             repeat that request exactly to get the delivery back, or use another key; \
+             nothing was queued, and the same command would be refused again\n"
         )
     );
     assert_eq!(stdout(&o), "");
@@ -93,6 +94,41 @@ async fn curl_style_data_at_file_sends_the_json_it_holds() {
         .all(|r| r.header("content-type") == Some("application/json")));
 }
 
+/// `send`'s exit status tells a job what to do: 13 when spoold refused the request for good (an
+/// unknown secret here; the same line would be refused again, with or without `--wait`), 1 when
+/// it was not queued for now (a database over its admission limit: try again later).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_send_exits_13_and_one_to_try_later_1() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/refused");
+    for wait in [&[][..], &["--wait"][..]] {
+        let o = s
+            .ctl(&[&["send", url.as_str(), "--sign", "nope"][..], wait].concat())
+            .await;
+        assert_eq!(o.status.code(), Some(13), "{wait:?}: {}", stderr(&o));
+        let said = stderr(&o);
+        assert!(
+            said.starts_with("spoolctl: spoold returned HTTP 400 (unknown_secret): ")
+                && said.ends_with(
+                    "; nothing was queued, and the same command would be refused again\n"
+                ),
+            "{said}"
+        );
+        assert_eq!(stdout(&o), "");
+    }
+    assert!(s.receiver.requests().is_empty());
+
+    let full = Spoold::start_args(&["--max-db-bytes", "1"]).await;
+    let o = full.ctl(&["send", &url]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(
+        said.starts_with("spoolctl: spoold returned HTTP 507 (journal_full): ")
+            && !said.contains("refused again"),
+        "{said}"
+    );
+}
+
 /// A job run again with the same key and `--expires-in` asks for another deadline: the
 /// refusal names the field and the delivery, and says which flag gives a fixed one;
 /// `--expires-at` repeats its request exactly.
@@ -108,7 +144,7 @@ async fn a_rerun_with_expires_in_is_told_about_expires_at() {
     let first = check_ok(&s.ctl(&send("nightly-1", &["--expires-in", "1h"])).await);
     let id = row_id(&first);
     let o = s.ctl(&send("nightly-1", &["--expires-in", "1h"])).await;
-    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(&o));
+    assert_eq!(o.status.code(), Some(13), "stderr: {}", stderr(&o));
     let said = stderr(&o);
     let prefix = format!(
         "spoolctl: spoold returned HTTP 409 (idempotency_conflict): idempotency key was already \
@@ -119,7 +155,8 @@ async fn a_rerun_with_expires_in_is_told_about_expires_at() {
         said.ends_with(
             "; repeat that request exactly to get the delivery back, or use another key; \
              --expires-in counts from each run, so a run with the same --idempotency-key asks \
-             for another time: give a fixed one (--expires-at TIME)\n"
+             for another time: give a fixed one (--expires-at TIME); nothing was queued, and \
+             the same command would be refused again\n"
         ),
         "{said}"
     );
@@ -298,7 +335,11 @@ async fn list_pages_and_json() {
         ids.push(row_id(&out));
     }
     // UPDATED is an age ("now", "3s ago"): compared as <age>, cells separated by one space.
+    // No rows: nothing at all, not even the header.
     let table = |ids: &[String]| {
+        if ids.is_empty() {
+            return String::new();
+        }
         let mut t = String::from("ID STATUS ATTEMPTS UPDATED METHOD TARGET\n");
         for id in ids {
             t.push_str(&format!("{id} pending 0/100 <age> POST {url}\n"));
@@ -323,8 +364,8 @@ async fn list_pages_and_json() {
     assert_eq!(stdout(&o), table(&ids[..1]));
     let err = stderr(&o);
     let cursor = err
-        .strip_prefix("next cursor: ")
-        .and_then(|c| c.strip_suffix('\n'))
+        .strip_prefix("more: run again with --cursor ")
+        .and_then(|c| c.strip_suffix(", or --all\n"))
         .unwrap_or_else(|| panic!("no cursor line: {err:?}"));
     assert!(
         !cursor.is_empty() && !cursor.contains(char::is_whitespace),
@@ -363,11 +404,18 @@ async fn list_pages_and_json() {
             .await,
     );
     assert_eq!(out, table(&ids));
-    // With no rows the header alone sets the column widths.
+    // With no rows, nothing at all (a crontab mailing `list --status failed` mails nothing),
+    // and exit 0; the JSON is the API's as ever.
+    let o = s.ctl(&["list", "--status", "failed"]).await;
     assert_eq!(
-        crate::check_ok(&s.ctl(&["list", "--status", "succeeded"]).await),
-        "ID  STATUS  ATTEMPTS  UPDATED  METHOD  TARGET\n"
+        (o.status.code(), crate::stdout(&o), crate::stderr(&o)),
+        (Some(0), String::new(), String::new())
     );
+    let none: Value = serde_json::from_str(&crate::check_ok(
+        &s.ctl(&["list", "--status", "failed", "--json"]).await,
+    ))
+    .expect("JSON");
+    assert_eq!(none, serde_json::json!({"count": 0, "deliveries": []}));
 
     let json: Value =
         serde_json::from_str(&check_ok(&s.ctl(&["list", "--json"]).await)).expect("JSON");
@@ -385,6 +433,34 @@ async fn list_pages_and_json() {
     let json: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(json["count"], 3, "{json}");
     assert_eq!(json["deliveries"].as_array().map(Vec::len), Some(3));
+}
+
+/// A success clears a delivery's last error; `get` still shows the error before it, from the
+/// attempts, as its help and the book say (`--json` is the API's delivery, unchanged).
+#[tokio::test(flavor = "multi_thread")]
+async fn get_shows_the_error_before_a_success() {
+    let s = Spoold::start().await;
+    let url = s.receiver.url("/later");
+    s.receiver.push_replies([
+        Reply::status(503).body("busy"),
+        Reply::status(503).body("still busy"),
+    ]);
+    let id = row_id(&check_ok(&s.ctl(&["send", &url, "-d", "{}"]).await));
+    s.api()
+        .wait_status(&id, &["succeeded"], WAIT)
+        .await
+        .expect("delivered");
+    let shown = check_ok(&s.ctl(&["get", &id]).await);
+    assert!(
+        shown.ends_with(
+            "earlier error (before it succeeded): HTTP 503: still busy (attempt 2)\n\
+             earlier error (before it succeeded) code: http_status\n"
+        ),
+        "{shown}"
+    );
+    let json: Value =
+        serde_json::from_str(&check_ok(&s.ctl(&["get", &id, "--json"]).await)).expect("JSON");
+    assert!(json.get("lastError").is_none(), "{json}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -633,11 +709,22 @@ async fn stats_and_targets_give_the_overview() {
         "{stats}"
     );
     assert_eq!(lines[2], "oldest due      nothing pending", "{stats}");
-    assert_eq!(
-        lines[3],
-        "last 5 minutes  1 attempts: 0 succeeded, 0 to retry, 1 failed, 0 interrupted, 0 unknown",
-        "{stats}"
-    );
+    // The daemon started seconds ago: its windows say they are shorter than their names.
+    for (line, window) in [(lines[3], "last 5 minutes"), (lines[4], "last hour")] {
+        let (counts, since) = line.split_once(" (").unwrap_or((line, ""));
+        assert_eq!(
+            counts,
+            format!(
+                "{window:<16}1 attempts: 0 succeeded, 0 to retry, 1 failed, 0 interrupted, 0 \
+                 unknown"
+            ),
+            "{stats}"
+        );
+        assert!(
+            since.starts_with("since the daemon started, ") && since.ends_with("s ago)"),
+            "{stats}"
+        );
+    }
     assert_eq!(lines[5], "paused targets  0", "{stats}");
     assert!(lines[6].starts_with("database        "), "{stats}");
     let json: Value =

@@ -138,6 +138,7 @@ fn task_help_documents_exit_codes() {
             "5  timed out waiting",
             "6  the task timed out",
             "7  the task is in manual review",
+            "13 `task submit`: spoold refused it",
         ] {
             assert!(help.contains(line), "task {command}: {help}");
         }
@@ -147,6 +148,7 @@ fn task_help_documents_exit_codes() {
         "6  `task wait`: the task timed out",
         "7  `wait`, `task wait`: the delivery or task is in manual review",
         "10 `wait`, `send --wait`: at most once, the outcome is unknown",
+        "13 `send`, `task submit`: spoold refused it",
     ] {
         assert!(help.contains(line), "{help}");
     }
@@ -471,6 +473,7 @@ fn bad_server_exits_2() {
             "--server must be http://host:port (or host:port) or unix:///path/to/socket",
         ),
         ("http://", "--server must include a host"),
+        ("http://[bad", "parse --server: invalid IPv6 address"),
         (
             "http://user@127.0.0.1:8080",
             "--server must not include user information, a query, or a fragment",
@@ -494,13 +497,20 @@ fn bad_server_exits_2() {
         check_error(&run(&["list", "--server", server]), 2, message);
         // …before it…
         check_error(&run(&["--server", server, "get", "x"]), 2, message);
-        // …and from the environment.
+        // …and from the environment, named as it was given.
         let o = spoolctl()
             .args(["cancel", "x"])
             .env("SPOOLD_URL", server)
             .output()
             .expect("spoolctl runs");
-        check_error(&o, 2, message);
+        check_error(
+            &o,
+            2,
+            &format!(
+                "{} (from the environment; --server overrides it)",
+                message.replacen("--server", "SPOOLD_URL", 1)
+            ),
+        );
     }
 }
 

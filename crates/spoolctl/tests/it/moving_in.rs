@@ -525,7 +525,7 @@ async fn the_same_spoolctl_send_line_finds_its_delivery_after_the_switch() {
                 "http://127.0.0.1:9/line/1",
             ])
             .await;
-        assert_eq!(o.status.code(), Some(1), "{other}: {}", stdout(&o));
+        assert_eq!(o.status.code(), Some(13), "{other}: {}", stdout(&o));
         assert!(
             stderr(&o).contains("idempotency_conflict"),
             "{}",

@@ -1,7 +1,7 @@
 //! `spoolctl task …` against a real `spoold` process whose `--config` declares task types
 //! backed by small `/bin/sh` scripts in a temp directory: the rows, one-line errors and exit
-//! codes (0 succeeded, 3 failed, 4 canceled, 5 wait timed out, 6 timed_out, 7 manual_review)
-//! a script sees. Every script ends by itself or is stopped by spoold (timeout, cancel,
+//! codes (0 succeeded, 3 failed, 4 canceled, 5 wait timed out, 6 timed_out, 7 manual_review,
+//! 13 refused) a script sees. Every script ends by itself or is stopped by spoold (timeout, cancel,
 //! shutdown) before the test ends, so no process outlives a test.
 
 use std::os::unix::fs::PermissionsExt;
@@ -17,6 +17,9 @@ use crate::{check_error, check_ok, path_str, row_id as task_id, stderr, stdout, 
 /// Passed to every `--timeout` of `task wait` and `task submit --wait`: far above what any
 /// task here needs, and still a bound.
 const WAIT_ARG: &str = "20s";
+
+/// How a submission spoold refused for good ends its line (exit 13).
+const REFUSED: &str = "; nothing was submitted, and the same command would be refused again";
 
 /// A daemon with the task types below, and the directory holding their scripts and the
 /// configuration file. Fields drop in order: the daemon is killed before the scripts go.
@@ -217,7 +220,7 @@ async fn submit_wait_succeeds_and_every_view_shows_the_task() {
     );
     assert!(filtered.contains(&id), "{filtered}");
     let none = check_ok(&t.ctl(&["task", "list", "--type", "fail"]).await);
-    assert_eq!(none.lines().count(), 1, "only the header: {none}");
+    assert_eq!(none, "", "no rows, nothing printed");
     let all = check_ok(&t.ctl(&["task", "list", "--all", "--limit", "1"]).await);
     assert!(all.contains(&id), "{all}");
     let json: Value =
@@ -306,9 +309,11 @@ async fn idempotency_keys_return_the_existing_task_or_conflict() {
     assert_eq!(again, row("existing", &id, "pending", "0/1", "ok"));
     check_error(
         &t.ctl(&submit("name=xyz")).await,
-        1,
-        "spoold returned HTTP 409 (idempotency_conflict): idempotency key was already used \
-         for a task with other parameters",
+        13,
+        &format!(
+            "spoold returned HTTP 409 (idempotency_conflict): idempotency key was already used \
+             for a task with other parameters{REFUSED}"
+        ),
     );
     // Not before 2099: still pending; canceling a pending task ends it at once.
     let canceled = check_ok(&t.ctl(&["task", "cancel", &id]).await);
@@ -341,9 +346,10 @@ async fn refused_submissions_are_one_line_errors() {
              declared: fail, hang, ok, slow (spoolctl task types, GET /v1/task-types)",
         ),
     ];
+    // Refused for good: exit 13, not the 1 of "try again later".
     for (args, message) in cases {
         let o = t.ctl(&[&["task", "submit"][..], args].concat()).await;
-        check_error(&o, 1, message);
+        check_error(&o, 13, &format!("{message}{REFUSED}"));
     }
     let missing = "0190f3c2a1b27c4e9d0a5b6c7d8e9f01";
     for command in ["get", "attempts", "transitions", "cancel", "retry", "wait"] {
@@ -380,9 +386,9 @@ async fn refused_submissions_are_one_line_errors() {
         let o = t.ctl(&[&["task"][..], args].concat()).await;
         check_error(&o, 2, message);
     }
-    // Nothing was submitted by any of it.
+    // Nothing was submitted by any of it: no rows, nothing printed.
     let listed = check_ok(&t.ctl(&["task", "list"]).await);
-    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert_eq!(listed, "");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -691,16 +697,21 @@ async fn submit_refusals_name_the_flag_and_the_declared_types() {
             "nightly",
         ])
         .await,
-        1,
-        "spoold returned HTTP 400 (invalid_request): task type backup derives its idempotency \
-         key from its parameters (idempotency_key = \"backup:{db}\" in its declaration), so a \
-         submission with the same parameters is already the same task: leave out \
-         idempotencyKey (spoolctl task submit: --idempotency-key)",
+        13,
+        &format!(
+            "spoold returned HTTP 400 (invalid_request): task type backup derives its \
+             idempotency key from its parameters (idempotency_key = \"backup:{{db}}\" in its \
+             declaration), so a submission with the same parameters is already the same task: \
+             leave out idempotencyKey (spoolctl task submit: --idempotency-key){REFUSED}"
+        ),
     );
     check_error(
         &s.ctl(&["task", "submit", "bakup", "-p", "db=orders"]).await,
-        1,
-        "spoold returned HTTP 400 (unknown_task_type): task type \"bakup\" is not declared (did \
-         you mean \"backup\"?); declared: backup (spoolctl task types, GET /v1/task-types)",
+        13,
+        &format!(
+            "spoold returned HTTP 400 (unknown_task_type): task type \"bakup\" is not declared \
+             (did you mean \"backup\"?); declared: backup (spoolctl task types, GET \
+             /v1/task-types){REFUSED}"
+        ),
     );
 }

@@ -47,6 +47,8 @@ pub struct AppState {
     pub readiness: system::Readiness,
     /// Recent attempts and targets, for `/v1/stats` and `/v1/targets`.
     pub activity: Arc<crate::deliveries::activity::Activity>,
+    /// When the daemon started (the store's clock): `activity` counts from then.
+    pub started_at: spool_store::model::Millis,
     /// Operators' pauses and resumes of targets.
     pub control: Arc<crate::deliveries::scheduler::TargetControl>,
     /// URLs that answered 410 Gone.
@@ -81,6 +83,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/readyz", get(system::readyz))
         .route("/metrics", get(system::metrics))
         .route("/v1/openapi.json", get(openapi::openapi))
+        .route("/", get(ui::root))
         .route("/ui", get(ui::index))
         .route("/ui/", get(ui::index))
         .route("/ui/app.js", get(ui::app))

@@ -34,6 +34,7 @@ pub async fn stats(State(state): State<SharedState>) -> Result<Response, ApiErro
         oldest_due_age: stats
             .oldest_due_at
             .map(|at| format_duration(Duration::from_millis((now - at).max(0) as u64))),
+        started_at: Some(format_time(state.started_at)),
         last_five_minutes: window(five),
         last_hour: window(hour),
         by_minute: state.activity.by_minute().into_iter().map(window).collect(),

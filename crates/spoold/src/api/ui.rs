@@ -1,19 +1,20 @@
-//! The dashboard at `/ui`: three static files embedded in the binary (no build step, no Node
-//! at run time), served without a token — they hold no data. The page asks the API for
-//! everything it shows, with the operator's bearer token in the `Authorization` header (never
-//! a cookie, so another site cannot make the browser act with it); a strict content security
-//! policy (this origin's scripts only, no inline script) and no framing keep its buttons from
-//! being reached any other way.
+//! The dashboard at `/ui` (and `/` redirects there): three static files embedded in the binary
+//! (no build step, no Node at run time), served without a token — they hold no data. The page
+//! asks the API for everything it shows, with the operator's bearer token in the
+//! `Authorization` header (never a cookie, so another site cannot make the browser act with
+//! it); a strict content security policy (this origin's scripts only, no inline script) and no
+//! framing keep its buttons from being reached any other way.
 
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 
 const INDEX: &str = include_str!("ui/index.html");
 const APP: &str = include_str!("ui/app.js");
 const STYLE: &str = include_str!("ui/style.css");
 
-/// The paths the dashboard is served under (open, like the health probes).
-pub const PATHS: [&str; 4] = ["/ui", "/ui/", "/ui/app.js", "/ui/style.css"];
+/// The paths the dashboard is served under (open, like the health probes), and `/`, which
+/// sends a browser to it.
+pub const PATHS: [&str; 5] = ["/", "/ui", "/ui/", "/ui/app.js", "/ui/style.css"];
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     let mut response = (StatusCode::OK, body).into_response();
@@ -33,6 +34,13 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// `GET /`: whoever opens the daemon's address in a browser is sent to the dashboard (303). The
+/// `Location` is relative (`ui`), so that it also holds behind a proxy that serves the daemon
+/// under a path of its own.
+pub async fn root() -> Response {
+    Redirect::to("ui").into_response()
 }
 
 pub async fn index() -> Response {

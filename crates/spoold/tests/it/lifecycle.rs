@@ -140,6 +140,82 @@ async fn start_up_names_the_absolute_database_and_errors_once() {
     );
 }
 
+/// The start says where the dashboard is, and the daemon's bare address leads a browser there.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_start_says_where_the_dashboard_is_and_the_root_leads_there() {
+    let dir = TempDir::new().expect("temp dir");
+    let daemon = DaemonProcess::start(process_opts(&dir))
+        .await
+        .expect("daemon");
+    let url = format!("{}/ui", daemon.base_url());
+    // The line after `listening`, which the start returned on.
+    let deadline = std::time::Instant::now() + WAIT;
+    let line = loop {
+        let said = daemon.stderr();
+        if let Some(line) = said.lines().find(|l| l.contains("\"dashboard\"")) {
+            break line.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no dashboard line: {said}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let line: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(line["url"], url.as_str(), "{line}");
+
+    let api = Api::new(daemon.base_url());
+    let (status, headers, _) = api
+        .request(http::Method::GET, "/", None)
+        .await
+        .expect("the root");
+    let location = headers.get("location").and_then(|v| v.to_str().ok());
+    assert_eq!((status, location), (303, Some("ui")));
+    // Where a browser goes from there: the dashboard's page.
+    let (status, _, page) = api
+        .request(http::Method::GET, "/ui", None)
+        .await
+        .expect("the dashboard");
+    assert_eq!(status, 200);
+    assert!(
+        String::from_utf8_lossy(&page).contains("<html"),
+        "not a page"
+    );
+}
+
+/// An address another program holds stops the start with a line that names it and the flag
+/// it comes from (the default address is nobody's choice), and what to do.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_taken_address_names_the_listen_flag() {
+    use clap::Parser as _;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("its address");
+    let dir = TempDir::new().expect("temp dir");
+    let db = db_path(&dir).display().to_string();
+    let config = spoold::config::Args::try_parse_from([
+        "spoold",
+        "--db",
+        &db,
+        "--listen",
+        &addr.to_string(),
+    ])
+    .expect("flags")
+    .into_config()
+    .expect("a configuration");
+    let Err(err) = spoold::start(config).await else {
+        panic!("started on a taken address");
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot listen on {addr} (--listen): Address already in use (os error 98); another \
+             program listens there (a spoold already running?): stop it, or give this one \
+             another address with --listen ADDR (or SPOOLD_LISTEN, or listen in the --config \
+             file)"
+        )
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn admission_limit_refuses_new_work_but_not_duplicates() {
     let dir = TempDir::new().expect("temp dir");

@@ -57,6 +57,16 @@ async fn stats_count_by_status_and_show_recent_results() {
     assert!(stats["databaseBytes"].as_u64() > Some(0), "{stats}");
     // Nothing is due: the waiting delivery is due in 2099.
     assert!(stats.get("oldestDueAt").is_none(), "{stats}");
+    // The windows count from this daemon's start, moments ago.
+    let started = stats["startedAt"]
+        .as_str()
+        .and_then(|t| spool_proto::units::parse_time(t).ok())
+        .expect("startedAt, a time");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
+    assert!((0..60_000).contains(&(now - started)), "{stats}");
     assert!(failed["id"].is_string() && waiting["id"].is_string());
 }
 

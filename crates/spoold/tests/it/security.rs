@@ -152,6 +152,19 @@ async fn bearer_token_guards_everything_but_health() {
             .expect("probe");
         assert_eq!(status, 200, "{open}");
     }
+    // `/` only sends a browser to the dashboard, which asks for the token itself.
+    let (status, headers, _) = d
+        .api
+        .request(http::Method::GET, "/", None)
+        .await
+        .expect("the root");
+    assert_eq!(
+        (
+            status,
+            headers.get("location").and_then(|v| v.to_str().ok())
+        ),
+        (303, Some("ui"))
+    );
     for (auth, want) in [(None, 401), (Some("Bearer wrong"), 401), (Some(token), 401)] {
         let client = reqwest::Client::builder()
             .no_proxy()

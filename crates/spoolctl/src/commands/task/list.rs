@@ -5,7 +5,7 @@ use spool_proto::{TaskList, TaskStatus, TaskView};
 
 use crate::cli::TaskListArgs;
 use crate::client::{Client, TaskQuery};
-use crate::commands::{fetch_pages, Exit, Listing};
+use crate::commands::{fetch_pages, say_more, Exit, Listing};
 use crate::output::{now_ms, task_list_row, Output, Table, TASK_LIST_HEADER};
 
 pub async fn run(
@@ -27,6 +27,7 @@ pub async fn run(
     })
     .await?;
     print(out, &list)?;
+    say_more(&list);
     Ok(Exit::Success)
 }
 
@@ -50,9 +51,13 @@ impl Listing for TaskList {
     }
 }
 
+/// The table, or nothing at all when there are no rows (as `list` does).
 fn print(out: &mut Output<'_>, list: &TaskList) -> std::io::Result<()> {
     if out.is_json() {
         return out.json(list);
+    }
+    if list.tasks.is_empty() {
+        return Ok(());
     }
     let mut table = Table::new();
     table.row(TASK_LIST_HEADER);

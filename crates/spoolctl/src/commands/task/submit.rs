@@ -10,7 +10,7 @@ use spool_proto::SubmitTask;
 use crate::cli::{FollowArgs, TaskSubmitArgs, UsageError};
 use crate::client::{Client, Submitted};
 use crate::commands::task::{follow, wait};
-use crate::commands::{wait as delivery_wait, Exit};
+use crate::commands::{wait as delivery_wait, Exit, Refused};
 use crate::output::Output;
 
 pub async fn run(
@@ -34,10 +34,16 @@ pub async fn run(
     let follow_after = args.follow.then(|| args.follow_args());
     let request = build_request(args)?;
     let submitted = client.submit_task(&request).await.map_err(|e| {
-        e.said_whether_stored(
+        let refused = e.is_refusal();
+        let err = e.said_whether_stored(
             "submit it again with the same parameters and key, which returns it if it was (a type \
              with an idempotency_key derives the key; without one, it may run twice)",
-        )
+        );
+        if refused {
+            Refused::new(&err, "submitted").into()
+        } else {
+            err
+        }
     })?;
     let action = if submitted.is_new {
         "submitted"
