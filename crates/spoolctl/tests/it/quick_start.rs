@@ -1,7 +1,8 @@
 //! The README's runnable sections, run as they are written there, each from an empty
 //! directory: the quick start (the three commands of its second block, in a shell each), the
-//! first task (its configuration file and its three commands), and the crontab line (under
-//! cron's environment: its `PATH=` line, and nothing else). Only the ports are the test's own
+//! retry walkthrough (its commands, and those its prose gives, Ctrl-C included), the first task
+//! (its configuration file and its three commands), and the crontab line (under cron's
+//! environment: its `PATH=` line, and nothing else). Only the ports are the test's own
 //! (two run at once otherwise): `SPOOLD_LISTEN` and `SPOOLD_URL` point the daemon and `spoolctl`
 //! at a free one, and a receiver's address becomes another; the crontab's target is that
 //! receiver, and its `/home/you/.cargo/bin` the directory of the binaries under test.
@@ -55,6 +56,39 @@ fn readme_block(marker: &str, lang: &str) -> Vec<String> {
         .filter(|l| !l.trim().is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// The README's section that begins with the heading `marker`, up to the next `## `.
+fn readme_section(marker: &str) -> String {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .expect("README.md");
+    let at = readme.find(marker).expect(marker);
+    let section = &readme[at..];
+    let end = section[marker.len()..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + marker.len());
+    section[..end].to_owned()
+}
+
+/// The lines (blank ones left out) of every fenced block of kind `lang` in `text`.
+fn blocks(text: &str, lang: &str) -> Vec<Vec<String>> {
+    let fence = format!("```{lang}\n");
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(&fence) {
+        let body = &rest[start + fence.len()..];
+        let end = body.find("```").expect("the block's end");
+        found.push(
+            body[..end]
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .collect(),
+        );
+        rest = &body[end + 3..];
+    }
+    found
 }
 
 /// The commands of the README's quick start block.
@@ -111,6 +145,18 @@ fn wait_for(dir: &Path, name: &str, text: &str, secs: u64) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Ctrl-C in the command's terminal: SIGINT to its process group (the shell dies of it, the
+/// command ends as it does on Ctrl-C); then wait (at most `secs`) for the shell's exit.
+fn interrupt(running: &mut Running, secs: u64) -> std::process::ExitStatus {
+    let group = format!("-{}", running.0.id());
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &group])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -INT {group}");
+    exit_of(running, secs)
 }
 
 /// Wait (at most `secs`) for a running command's exit.
@@ -360,4 +406,169 @@ fn the_readme_crontab_line_works_under_crons_environment() {
             .ends_with("; nothing was queued"),
         "{out:?}"
     );
+}
+
+/// The README's "Watching it retry", as it is written there: a receiver that fails three times,
+/// a send that waits through the retries, its attempts and the queue; then, the receiver
+/// stopped, a send whose delivery outlives a Ctrl-C of the daemon (it is still pending, its
+/// attempts counted, when the daemon is started again) and arrives once the receiver is back.
+/// `ID` becomes the id each send printed; the commands the prose names are run as it names
+/// them.
+#[test]
+fn the_readme_retry_walkthrough_works() {
+    let section = readme_section("## Watching it retry");
+    let blocks = blocks(&section, "sh");
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    let (retry, outlive) = (&blocks[0], &blocks[1]);
+    assert_eq!((retry.len(), outlive.len()), (4, 2), "{blocks:?}");
+    // The prose's commands: the daemon started again as before, `get`, the receiver again.
+    let daemon = "spoold --allow-target 127.0.0.1/32";
+    for said in [daemon, "spoolctl get ID", "spoolctl receive"] {
+        assert!(section.contains(&format!("`{said}`")), "{said}");
+    }
+    assert!(readme_commands()[1].starts_with(daemon));
+
+    let (api, receiver) = (free_port(), free_port());
+    let ours = |command: &str| {
+        command
+            .replace("127.0.0.1:9000", &format!("127.0.0.1:{receiver}"))
+            .replacen(
+                "spoolctl receive",
+                &format!("spoolctl receive --listen 127.0.0.1:{receiver}"),
+                1,
+            )
+    };
+    let dir = TempDir::new().expect("temp dir");
+    let (_, path) = binaries();
+    let start = |command: &str, out: &str| {
+        Running(
+            shell(dir.path(), &path, api, &ours(command), out)
+                .spawn()
+                .expect(command),
+        )
+    };
+    let log = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    // A command run to its end: its exit status and what it printed.
+    let run = |command: &str, out: &str| {
+        let status = exit_of(&mut start(command, out), 60);
+        (status, log(out))
+    };
+    let with_id = |command: &str, id: &str| {
+        assert!(command.contains(" ID"), "{command}");
+        command.replacen(" ID", &format!(" {id}"), 1)
+    };
+
+    // A receiver that fails three times; the send waits through the retries.
+    let mut failing = start(&retry[0], "receive-fail.log");
+    let mut spoold = start(daemon, "spoold.log");
+    wait_for(dir.path(), "spoold.log", "\"listening\"", 30);
+    let (status, sent) = run(&retry[1], "send.log");
+    assert!(
+        status.success(),
+        "{status:?}\n{sent}\n{}",
+        log("spoold.log")
+    );
+    let lines: Vec<&str> = sent.lines().collect();
+    assert_eq!(lines.len(), 2, "{sent}");
+    let id = lines[0]
+        .split_whitespace()
+        .nth(1)
+        .expect("an id")
+        .to_owned();
+    let url = format!("http://127.0.0.1:{receiver}/hook");
+    assert!(
+        lines[0].starts_with(&format!("queued  {id}  pending  0/100  POST  {url}")),
+        "{sent}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("wait  {id}  succeeded  4/100  POST  {url}")),
+        "{sent}"
+    );
+    let (status, attempts) = run(&with_id(&retry[2], &id), "attempts.log");
+    assert!(status.success(), "{attempts}");
+    let rows: Vec<Vec<&str>> = attempts
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let outcomes: Vec<(&str, &str, &str, &str)> =
+        rows.iter().map(|r| (r[0], r[1], r[3], r[4])).collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("1", "1", "retry", "503"),
+            ("1", "2", "retry", "503"),
+            ("1", "3", "retry", "503"),
+            ("1", "4", "succeeded", "200"),
+        ],
+        "{attempts}"
+    );
+    let (status, listed) = run(&retry[3], "list.log");
+    assert!(status.success(), "{listed}");
+    assert!(
+        listed
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.starts_with(&id) && row.contains("succeeded")),
+        "{listed}"
+    );
+
+    // The receiver stopped: the next send is queued, and its attempts are refused.
+    interrupt(&mut failing, 15);
+    let (status, sent) = run(&outlive[0], "send-later.log");
+    assert!(status.success(), "{sent}");
+    let later = sent.split_whitespace().nth(1).expect("an id").to_owned();
+    assert!(
+        sent.starts_with(&format!("queued  {later}  pending")),
+        "{sent}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, attempts) = run(&with_id(&outlive[1], &later), "attempts-later.log");
+        assert!(status.success(), "{attempts}");
+        if attempts.contains("connect_failed") && attempts.contains("retry") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never refused: {attempts}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Ctrl-C the daemon while it retries, start it again: the delivery is still there.
+    interrupt(&mut spoold, 30);
+    assert!(
+        log("spoold.log").contains("\"stopped\""),
+        "{}",
+        log("spoold.log")
+    );
+    let _spoold = start(daemon, "spoold-again.log");
+    wait_for(dir.path(), "spoold-again.log", "\"listening\"", 30);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let shown = loop {
+        let (status, shown) = run(&format!("spoolctl get {later}"), "get.log");
+        assert!(status.success(), "{shown}");
+        // An attempt under way is `in_flight` for a moment.
+        let status = shown.lines().find_map(|l| l.trim().strip_prefix("status:"));
+        if status.is_some_and(|s| s.trim() == "pending") {
+            break shown;
+        }
+        assert!(Instant::now() < deadline, "never pending: {shown}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(shown.contains("  next attempt:"), "{shown}");
+    assert!(
+        shown.contains("last error code: connect_failed\n"),
+        "{shown}"
+    );
+
+    // The receiver back: the delivery arrives, as a later attempt than the first.
+    let _receive = start("spoolctl receive", "receive.log");
+    let arrived = format!("POST /hook  delivery {later}  attempt ");
+    wait_for(dir.path(), "receive.log", &arrived, 60);
+    let received = log("receive.log");
+    let attempt: u32 = received[received.find(&arrived).expect("arrived") + arrived.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("an attempt number");
+    assert!(attempt >= 2, "{received}");
 }

@@ -1,10 +1,13 @@
-//! Backups of the embedded database while the daemon runs, the two ways the book gives
-//! (docs/src/production.md, "Backups"):
-//! `sqlite3 spoold.db ".backup FILE"` and `VACUUM INTO`. Taken under a stream of creates, each
-//! backup is a whole database (integrity check ok) that holds every delivery acknowledged before
-//! it began, and a daemon starts on it and serves them.
+//! Backups of the embedded database while the daemon runs, the ways the book gives
+//! (docs/src/production.md, "Backups"): its recipe run as it is written there (`VACUUM INTO`
+//! by `sqlite3` under `umask 077`, then `PRAGMA integrity_check`), sqlite3's `.backup FILE`, and
+//! `VACUUM INTO` from another SQLite. Taken under a stream of creates, each backup is a whole
+//! database (integrity check ok) that holds every delivery acknowledged before it began, and a
+//! daemon starts on it and serves them; the recipe's copy is private (0600) whatever the umask
+//! of whoever runs it.
 
 use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -99,17 +102,74 @@ async fn backups_taken_under_load_hold_every_acknowledged_delivery() {
     .await
     .expect("vacuum");
 
-    let after = acknowledged_by(before_vacuum.len() + 100).await;
+    // The book's recipe, as an operator runs it, from a shell whose umask would make any file
+    // it creates readable by every user.
+    let before_recipe = acknowledged_by(before_vacuum.len() + 300).await;
+    let recipe_copy = dir.path().join("backup-recipe.db");
+    let [copy_line, check_line] = book_recipe(&db, &recipe_copy);
+    for (line, expected) in [(copy_line, ""), (check_line, "ok\n")] {
+        let mut sh = tokio::process::Command::new("sh");
+        sh.arg("-c").arg(format!("umask 022; {line}"));
+        let out = spool_testkit::run_in_group(sh, WAIT)
+            .await
+            .expect("the recipe's command");
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout) == expected,
+            "{line}: {out:?}"
+        );
+    }
+    let mode = std::fs::metadata(&recipe_copy)
+        .expect("the copy")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the copy is {mode:o}");
+
+    let after = acknowledged_by(before_recipe.len() + 100).await;
     stop.store(true, Ordering::Relaxed);
     while let Some(done) = writers.join_next().await {
         done.expect("a writer");
     }
     daemon.terminate().await.expect("stop");
-    assert!(after.len() > before_vacuum.len());
+    assert!(after.len() > before_recipe.len());
 
-    for (copy, wanted) in [(cli_copy, before_cli), (vacuum_copy, before_vacuum)] {
+    for (copy, wanted) in [
+        (cli_copy, before_cli),
+        (vacuum_copy, before_vacuum),
+        (recipe_copy, before_recipe),
+    ] {
         assert_restorable(dir.path(), &copy, &wanted).await;
     }
+}
+
+/// The two commands of the book's backup recipe (its first `sh` block under "## Backups"),
+/// `sudo -u spoold` left out and its paths `db` and `copy`: the copy, then its check.
+fn book_recipe(db: &Path, copy: &Path) -> [String; 2] {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/production.md"),
+    )
+    .expect("docs/src/production.md");
+    let section = &page[page.find("## Backups").expect("a Backups section")..];
+    let start = section.find("```sh\n").expect("its commands") + "```sh\n".len();
+    let end = start + section[start..].find("```").expect("their end");
+    let lines: Vec<String> = section[start..end]
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.strip_prefix("sudo -u spoold ")
+                .unwrap_or_else(|| panic!("not run as spoold: {l}"))
+                .replace("/var/lib/spoold/spoold.db", &db.display().to_string())
+                .replace("/var/lib/spoold/backup.db", &copy.display().to_string())
+        })
+        .collect();
+    let [copy_line, check_line]: [String; 2] = lines
+        .try_into()
+        .unwrap_or_else(|l| panic!("two commands, not {l:?}"));
+    assert!(copy_line.contains("umask 077"), "{copy_line}");
+    assert!(
+        check_line.contains("PRAGMA integrity_check"),
+        "{check_line}"
+    );
+    [copy_line, check_line]
 }
 
 /// `copy` is a whole database that a daemon starts on, serving every delivery in `wanted`.
