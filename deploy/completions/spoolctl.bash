@@ -1311,7 +1311,7 @@ _spoolctl() {
             return 0
             ;;
         spoolctl__subcmd__send)
-            opts="-X -H -d -h --method --header --data --data-file --data-binary --idempotency-key --max-attempts --not-before --expires-in --expires-at --remote-id-pointer --sign --at-most-once --fingerprint --reconcile-url --reconcile-method --reconcile-header --matches-pointer --reconcile-id-pointer --observation-window --wait --timeout --interval --server --json --token-file --help"
+            opts="-X -H -d -h --method --header --data --data-file --data-binary --idempotency-key --max-attempts --not-before --expires-in --expires-at --remote-id-pointer --sign --at-most-once --fingerprint --reconcile-url --reconcile-method --reconcile-header --matches-pointer --reconcile-id-pointer --observation-window --wait --timeout --interval --maildrop --server --json --token-file --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1410,6 +1410,10 @@ _spoolctl() {
                     return 0
                     ;;
                 --interval)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --maildrop)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

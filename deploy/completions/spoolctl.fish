@@ -73,6 +73,7 @@ complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l reconcile-id-
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l observation-window -d 'How long an unknown outcome is checked before it goes to manual review (default: 1h)' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l timeout -d 'With --wait: give up after DURATION (exit 5) [default: 30s]' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l interval -d 'With --wait: time between polls [default: 200ms]' -r
+complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l maildrop -d 'Where to drop the request when spoold cannot be reached; `off`: never [default: where the daemon said at its start, else /var/lib/spoold/maildrop]' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l server -d 'spoold\'s API: http://HOST:PORT[/BASE] or unix:///ABSOLUTE/PATH.sock' -r
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l token-file -d 'Read a bearer token from FILE and send it on every request' -r -F
 complete -c spoolctl -n "__fish_spoolctl_using_subcommand send" -l at-most-once -d 'Never send the request again once it may have reached the target'

@@ -9,6 +9,7 @@
 //! - [`journal`]: spoold v0.1.0's journal replayed into export records (`import
 //!   --spoold-journal`).
 //! - [`lock`]: resource locks held by tasks.
+//! - [`maildrop`]: the file a `spoolctl send` drops when the daemon cannot be reached.
 //! - [`overview`]: the operator's overview (stats, targets).
 //! - [`step`]: the steps (checkpoints) a task's script reports done.
 //! - [`units`]: `1h30m`-style durations, `64KiB`-style sizes, RFC 3339 times.
@@ -19,6 +20,7 @@ pub mod error;
 pub mod headers;
 pub mod journal;
 pub mod lock;
+pub mod maildrop;
 pub mod overview;
 pub mod signing;
 pub mod step;

@@ -362,6 +362,14 @@ pub struct SendArgs {
     /// With --wait: time between polls [default: 200ms]
     #[arg(long, value_name = "DURATION", requires = "wait", value_parser = parse_duration_arg)]
     pub interval: Option<Duration>,
+
+    /// Where to drop the request when spoold cannot be reached; `off`: never [default: where
+    /// the daemon said at its start, else /var/lib/spoold/maildrop]
+    ///
+    /// When no answer comes (spoold down, starting or stopping), the request is written whole
+    /// into spoold's maildrop, and spoold queues it when it runs: `dropped`, exit 0.
+    #[arg(long, env = "SPOOLD_MAILDROP", value_name = "DIR|off")]
+    pub maildrop: Option<PathBuf>,
 }
 
 /// The flags that shape a create request.

@@ -22,10 +22,10 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use spool_proto::transfer::{ExportPage, ImportRequest, ImportResults};
 use spool_proto::{
-    AttemptList, BulkRequest, BulkResult, CheckList, CreateDelivery, DeliveryFilter, DeliveryList,
-    DeliveryStatus, DeliveryView, LockList, ReportStep, ResolveRequest, ResolveTask, StatsView,
-    SubmitTask, TargetList, TaskAttemptList, TaskBulkRequest, TaskList, TaskStatus, TaskStepList,
-    TaskStepView, TaskTransitionList, TaskTypeList, TaskView, TransitionList,
+    AttemptList, BulkRequest, BulkResult, CheckList, DeliveryFilter, DeliveryList, DeliveryStatus,
+    DeliveryView, LockList, ReportStep, ResolveRequest, ResolveTask, StatsView, SubmitTask,
+    TargetList, TaskAttemptList, TaskBulkRequest, TaskList, TaskStatus, TaskStepList, TaskStepView,
+    TaskTransitionList, TaskTypeList, TaskView, TransitionList,
 };
 use tokio::net::{TcpStream, UnixStream};
 use url::form_urlencoded;
@@ -104,6 +104,19 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the daemon did not take the request and may be on its way (down, starting,
+    /// stopping): no answer at all, or its own 503 `not_ready` or `shutting_down` (nothing was
+    /// done). What `send` drops into the maildrop; never a refusal.
+    pub fn daemon_away(&self) -> bool {
+        match self {
+            ClientError::Unreachable { .. } => true,
+            ClientError::Api { status, code, .. } => {
+                *status == 503 && matches!(code.as_str(), "not_ready" | "shutting_down")
+            }
+            _ => false,
+        }
+    }
+
     /// For a write that got no answer (a `send`, a `task submit`), whether anything was stored:
     /// the one fact a job must know to decide what to do. A connection never made stored
     /// nothing; a failure after the request went out may have come after spoold stored it, and
@@ -412,6 +425,23 @@ struct RawResponse {
 }
 
 impl Client {
+    /// How the daemon this client asks names the file that says where its maildrop is
+    /// ([`spool_proto::maildrop::pointer_name`]): a daemon on this machine — a loopback
+    /// address's port, or a unix socket — and `None` for another machine's.
+    pub fn maildrop_pointer(&self) -> Option<spool_proto::maildrop::PointerOf<'_>> {
+        use spool_proto::maildrop::PointerOf;
+        match &self.server.endpoint {
+            Endpoint::Tcp { host, port, .. } => {
+                let local = host.eq_ignore_ascii_case("localhost")
+                    || host
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback());
+                local.then_some(PointerOf::Port(*port))
+            }
+            Endpoint::Unix { path } => path.to_str().map(PointerOf::Socket),
+        }
+    }
+
     pub fn new(server: Server, token: Option<Token>) -> Client {
         Client {
             server,
@@ -421,11 +451,14 @@ impl Client {
     }
 
     /// `POST /v1/deliveries`
-    pub async fn create(&self, req: &CreateDelivery) -> Result<Created, ClientError> {
-        let body = serde_json::to_vec(req).map_err(|e| ClientError::Request(e.to_string()))?;
-        let resp = self
-            .send(Method::POST, "/v1/deliveries", Some(body.into()))
-            .await?;
+    /// `POST /v1/deliveries[?id=…]` of `body` (a create request's JSON): with `id`, the
+    /// delivery gets that id, and a create asked again finds the one it made.
+    pub async fn create_as(&self, body: Vec<u8>, id: Option<&str>) -> Result<Created, ClientError> {
+        let path = match id {
+            Some(id) => format!("/v1/deliveries?id={id}"),
+            None => "/v1/deliveries".to_owned(),
+        };
+        let resp = self.send(Method::POST, &path, Some(body.into())).await?;
         let is_new = resp.status == StatusCode::CREATED;
         let delivery = decode(&resp)?;
         Ok(Created { is_new, delivery })

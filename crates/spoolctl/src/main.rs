@@ -18,6 +18,7 @@ mod cli;
 mod client;
 mod commands;
 mod detail;
+mod maildrop;
 mod output;
 
 use std::io;

@@ -92,6 +92,12 @@ pub struct Args {
     #[arg(long, env = "SPOOLD_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
+    /// Where `spoolctl send` drops requests while the daemon cannot be reached, picked up from
+    /// here at start and while the daemon runs; `off`: none is picked up. Default: `maildrop`
+    /// in the data directory.
+    #[arg(long, env = "SPOOLD_MAILDROP", value_name = "DIR|off")]
+    pub maildrop: Option<PathBuf>,
+
     /// Refuse to start (or to reload) when a declared task type's program, working_dir or
     /// secret file is not there; without it, each is a warning.
     #[arg(long)]
@@ -291,6 +297,8 @@ pub struct Config {
     pub db: Database,
     /// Task results and output logs (absolute).
     pub data_dir: PathBuf,
+    /// The maildrop picked up (absolute); `None`: `--maildrop off`.
+    pub maildrop: Option<PathBuf>,
     pub max_db_bytes: u64,
     pub db_connections: usize,
     /// `--db-notify` (PostgreSQL only).
@@ -393,6 +401,15 @@ impl Config {
             "data_dir",
             format!("{:?}", self.data_dir.display().to_string()),
         );
+        line(
+            "maildrop",
+            format!(
+                "{:?}",
+                self.maildrop
+                    .as_ref()
+                    .map_or("off".to_owned(), |d| d.display().to_string())
+            ),
+        );
         line("max_db_bytes", self.max_db_bytes.to_string());
         line("db_connections", self.db_connections.to_string());
         if let Some(notify) = self.db_notify.to_possible_value() {
@@ -482,6 +499,7 @@ impl Config {
             listen => "--listen",
             db => "--db",
             data_dir => "--data-dir",
+            maildrop => "--maildrop",
             max_db_bytes => "--max-db-bytes",
             db_connections => "--db-connections",
             db_notify => "--db-notify",
@@ -657,6 +675,14 @@ impl Args {
                 std::path::absolute("data").map_err(|e| ConfigError(format!("--data-dir: {e}")))?
             }
         };
+        let maildrop = match &self.maildrop {
+            Some(dir) if dir.as_os_str() == "off" => None,
+            Some(dir) => Some(
+                std::path::absolute(dir)
+                    .map_err(|e| ConfigError(format!("--maildrop {}: {e}", dir.display())))?,
+            ),
+            None => Some(data_dir.join("maildrop")),
+        };
         if self.concurrency == 0 {
             return err("--concurrency must be at least 1");
         }
@@ -729,6 +755,7 @@ impl Args {
             },
             db,
             data_dir,
+            maildrop,
             max_db_bytes: self.max_db_bytes,
             db_connections: self.db_connections,
             db_notify: self.db_notify,

@@ -13,6 +13,7 @@
 //! - [`characters`]: the control and invisible characters refused in keys and parameters.
 //! - `schema_watch`: stops the daemon when a newer host migrates a shared database past it.
 //! - [`unrecorded`]: attempts' results kept on this host while the database is out of reach.
+//! - [`maildrop`]: the pickup of requests `spoolctl send` dropped while the daemon was down.
 //! - [`metrics`], [`logging`].
 //!
 //! Durable state lives in the `spool-store` crate; wire types in `spool-proto`.
@@ -27,6 +28,7 @@ pub mod characters;
 pub mod config;
 pub mod deliveries;
 pub mod logging;
+pub mod maildrop;
 pub mod metrics;
 mod schema_watch;
 mod spelling;
@@ -456,8 +458,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         running_tasks: Arc::clone(&running_tasks),
         task_output_dir: data_dir.join("task-output"),
         target_rules: Arc::clone(&rules),
+        maildrop: prepare_maildrop(config.maildrop.as_deref()),
     });
-    let router = api::router(state);
+    let router = api::router(Arc::clone(&state));
 
     // The task directories, before the API is bound: a daemon that cannot run its task types
     // (a user who cannot reach the result files) refuses to start before it says `listening`.
@@ -614,6 +617,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Arc::clone(&failure),
         stop.clone(),
     ));
+    let maildrop_task = state
+        .maildrop
+        .clone()
+        .map(|m| tokio::spawn(api::maildrop::run(m, Arc::clone(&state), stop.clone())));
     let retention_task = tokio::spawn(retention::run(
         store.clone(),
         config.terminal_retention,
@@ -630,6 +637,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         info!("shutting down: no new requests or claims");
         let _ = scheduler_task.await;
         let _ = retention_task.await;
+        if let Some(task) = maildrop_task {
+            let _ = task.await;
+        }
         let _ = schema_task.await;
         let _ = reconciler_task.await;
         let _ = runner_task.await;
@@ -914,6 +924,26 @@ async fn open_store(config: &Config) -> Result<Store, StartError> {
 /// review). With PostgreSQL other hosts' claims are alive and indistinguishable from a dead
 /// one's: what a dead process held is taken back by whichever host sees its lease run out —
 /// this one included, starting now.
+/// The maildrop at `dir`, made if it is not there; `None` for `--maildrop off`, or when it
+/// cannot be made (said in the log: sends while the daemon is down then fail as before).
+fn prepare_maildrop(dir: Option<&std::path::Path>) -> Option<maildrop::Maildrop> {
+    let found = maildrop::Maildrop {
+        dir: dir?.to_path_buf(),
+    };
+    match found.prepare() {
+        Ok(()) => {
+            info!(dir = %found.dir.display(), "maildrop: spoolctl send drops requests here while the daemon cannot be reached");
+            Some(found)
+        }
+        Err(e) => {
+            error!(dir = %found.dir.display(), error = %e,
+                   "cannot make the maildrop: nothing is picked up (--maildrop names another \
+                    directory, or off)");
+            None
+        }
+    }
+}
+
 /// The URLs that parked deliveries wait for (they answered 410 Gone before this start, or to
 /// another host): gone until an operator resumes them. A store that cannot say is only logged.
 async fn learn_gone_urls(

@@ -77,9 +77,13 @@ fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
         .map_err(|e| (1, format!("cannot start the async runtime: {e}")))?;
     let notifier = std::sync::Arc::new(spoold::systemd::Notifier::from_env());
     runtime.block_on(async {
+        let maildrop = config.maildrop.clone();
         let mut running = spoold::start(config)
             .await
             .map_err(|e| (1, e.to_string()))?;
+        if let Some(dir) = &maildrop {
+            spoold::maildrop::point_to(dir, &running.bound);
+        }
         let mut signals = Signals::new().map_err(|e| (1, format!("cannot handle signals: {e}")))?;
         // The store is open and the API listens: ready, for systemd too.
         let ready = format!("READY=1\nSTATUS=listening on {}", running.bound);

@@ -40,6 +40,11 @@ pub struct TaskEndLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OriginLabel {
     pub origin: String,
 }
@@ -79,6 +84,12 @@ pub struct Metrics {
     /// The same by origin (the URLs themselves are not labels: a webhook's path is often its
     /// secret).
     pub gone_urls: Family<OriginLabel, Gauge>,
+    /// Drops taken in from the maildrop.
+    pub maildrop_picked_up: Counter,
+    /// Drops refused (moved aside), by why.
+    pub maildrop_refused: Family<CodeLabel, Counter>,
+    /// Drops waiting in the maildrop after the last pass.
+    pub maildrop_waiting: Gauge,
     /// At-least-once attempts to be sent again though a redirect had answered them.
     pub resent_after_redirect: Counter,
     pub pruned: Counter,
@@ -170,6 +181,9 @@ impl Metrics {
             rate_limited: Counter::default(),
             gone_targets: Gauge::default(),
             gone_urls: Family::default(),
+            maildrop_picked_up: Counter::default(),
+            maildrop_refused: Family::default(),
+            maildrop_waiting: Gauge::default(),
             resent_after_redirect: Counter::default(),
             pruned: Counter::default(),
             allow_private_targets: Gauge::default(),
@@ -277,6 +291,22 @@ impl Metrics {
             "spoold_gone_urls",
             "URLs that answered 410 Gone, by origin",
             m.gone_urls.clone(),
+        );
+        registry.register(
+            "spoold_maildrop_picked_up",
+            "Drops taken in from the maildrop (sends made while the daemon could not be reached)",
+            m.maildrop_picked_up.clone(),
+        );
+        registry.register(
+            "spoold_maildrop_refused",
+            "Drops the daemon would not take, moved aside into the maildrop's refused/ (alert on \
+             an increase: a job's request was dropped and then refused)",
+            m.maildrop_refused.clone(),
+        );
+        registry.register(
+            "spoold_maildrop_waiting",
+            "Drops waiting in the maildrop after the last pickup pass",
+            m.maildrop_waiting.clone(),
         );
         registry.register(
             "spoold_admission_rejections",

@@ -24,15 +24,38 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
     }
     let relative = relative_times(&args.request);
     let request = build_request(args.request, &mut io::stdin().lock())?;
-    let created = client.create(&request).await.map_err(|e| {
-        let refused = e.is_refusal();
-        let err = create_failed(e, &relative);
-        if refused {
-            Refused::new(&err, "queued").into()
-        } else {
-            err
+    // The delivery's id, chosen here: should no answer come, the request dropped into the
+    // maildrop carries it, and the daemon that did store it finds it there.
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let body = serde_json::to_vec(&request).context("encode the request")?;
+    let created = match client.create_as(body.clone(), Some(&id)).await {
+        Ok(created) => created,
+        Err(e) if e.daemon_away() => {
+            let found = crate::maildrop::find(args.maildrop.as_deref(), client.maildrop_pointer());
+            // No maildrop here (none named, the daemon never said, `off`): as before a
+            // maildrop, the job is told whether anything was stored.
+            let Ok(found) = found else {
+                return Err(create_failed(e, &relative));
+            };
+            if let Err(why) = drop_request(&found.dir, &id, &body) {
+                return Err(create_failed(e, &relative).context(format!(
+                    "it could not be dropped into the maildrop {} either ({why})",
+                    found.dir.display()
+                )));
+            }
+            return report_dropped(client, out, &id, &found.dir, &e, args.wait.then_some(&poll))
+                .await;
         }
-    })?;
+        Err(e) => {
+            let refused = e.is_refusal();
+            let err = create_failed(e, &relative);
+            return Err(if refused {
+                Refused::new(&err, "queued").into()
+            } else {
+                err
+            });
+        }
+    };
     let action = if created.is_new { "queued" } else { "existing" };
 
     if !args.wait {
@@ -48,6 +71,67 @@ pub async fn run(client: &Client, args: SendArgs, out: &mut Output<'_>) -> anyho
         out.delivery(action, &created.delivery)?;
     }
     let waited = wait::wait(client, &created.delivery.id, &poll).await?;
+    Ok(wait::report(out, &waited)?)
+}
+
+/// Drop the create `body` as `id` into the maildrop `dir`, durably.
+fn drop_request(dir: &Path, id: &str, body: &[u8]) -> std::io::Result<PathBuf> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    crate::maildrop::write(dir, id, &units::format_time(now), body)
+}
+
+/// Say that the request was dropped (exit 0); with `--wait`, wait for its pickup, then for
+/// its outcome, within the one `--timeout`.
+async fn report_dropped(
+    client: &Client,
+    out: &mut Output<'_>,
+    id: &str,
+    dir: &Path,
+    why: &ClientError,
+    wait: Option<&crate::cli::PollArgs>,
+) -> anyhow::Result<Exit> {
+    let line = format!(
+        "dropped {id} into the maildrop {} (spoold could not be reached: {}); the daemon queues \
+         it when it runs",
+        dir.display(),
+        why
+    );
+    if out.is_json() && wait.is_none() {
+        out.json(&serde_json::json!({"id": id, "status": "dropped", "maildrop": dir}))?;
+    } else if !out.is_json() {
+        out.line(&line)?;
+    }
+    let Some(poll) = wait else {
+        return Ok(Exit::Success);
+    };
+    let began = std::time::Instant::now();
+    loop {
+        match client.get(id, false).await {
+            Ok(_) => break,
+            Err(e) if e.daemon_away() || e.status() == Some(404) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if began.elapsed() >= poll.timeout {
+            eprintln!(
+                "spoolctl: timed out after {}: {id} is still in the maildrop {} (the daemon has \
+                 not picked it up); it is queued when the daemon runs",
+                units::format_duration(poll.timeout),
+                dir.display()
+            );
+            return Ok(Exit::WaitTimedOut);
+        }
+        tokio::time::sleep(poll.interval).await;
+    }
+    if !out.is_json() {
+        out.line(&format!("picked up {id} from the maildrop"))?;
+    }
+    let left = crate::cli::PollArgs {
+        timeout: poll.timeout.saturating_sub(began.elapsed()),
+        interval: poll.interval,
+    };
+    let waited = wait::wait(client, id, &left).await?;
     Ok(wait::report(out, &waited)?)
 }
 

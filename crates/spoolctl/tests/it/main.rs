@@ -26,8 +26,10 @@ use tokio::io::AsyncWriteExt as _;
 /// `spoolctl` with a clean environment: no inherited SPOOLD_URL or token file.
 fn spoolctl() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_spoolctl"));
+    // Never a maildrop unless a test names one: not the one this machine's spoold may have.
     cmd.env_remove("SPOOLD_URL")
         .env_remove("SPOOLD_TOKEN_FILE")
+        .env("SPOOLD_MAILDROP", "off")
         .stdin(Stdio::null());
     cmd
 }

@@ -120,6 +120,11 @@ fn shell(dir: &Path, path: &str, api: u16, command: &str, out: &str) -> Command 
     sh.args(["-c", command])
         .current_dir(dir)
         .env("PATH", path)
+        // The user is the test's: its home (where the daemon says where its maildrop is) is
+        // the test's directory, as cron's HOME below.
+        .env("HOME", dir)
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("SPOOLD_MAILDROP")
         .env("SPOOLD_LISTEN", format!("127.0.0.1:{api}"))
         .env("SPOOLD_URL", format!("http://127.0.0.1:{api}"))
         .env_remove("SPOOLD_TOKEN_FILE")
@@ -302,8 +307,8 @@ fn the_readme_first_task_runs() {
 /// made `%`, as cron does), an environment of nothing but the crontab's `PATH=` line and what
 /// cron itself sets (`HOME`, `LOGNAME`, `SHELL`). It queues once however often it runs (its
 /// idempotency key), prints nothing on success (cron would mail it), and a job without the
-/// `PATH=` line fails with exit 127; with the daemon stopped, it exits 1 saying that nothing was
-/// queued.
+/// `PATH=` line fails with exit 127; with the daemon stopped, it is dropped into the daemon's
+/// maildrop (exit 0, nothing printed) and is the same delivery once the daemon picks it up.
 #[test]
 fn the_readme_crontab_line_works_under_crons_environment() {
     let crontab = readme_block("## From cron", "crontab");
@@ -396,15 +401,56 @@ fn the_readme_crontab_line_works_under_crons_environment() {
         );
     }
 
-    // The daemon stopped: nothing was queued, and the job says so.
+    // The daemon stopped: the job's send is dropped into the daemon's maildrop (found where
+    // the daemon said, in the user's home) and exits 0, printing nothing but on stdout; the
+    // daemon, started again, picks it up — and its key makes it the same delivery, sent once.
     drop(daemon);
     let out = cron(&cron_path);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .trim_end()
-            .ends_with("; nothing was queued"),
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
         "{out:?}"
+    );
+    let maildrop = dir.path().join("data/maildrop");
+    let dropped = || {
+        std::fs::read_dir(&maildrop)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".drop"))
+            .count()
+    };
+    assert_eq!(
+        dropped(),
+        1,
+        "the send was dropped into {}",
+        maildrop.display()
+    );
+    let _daemon = Running(
+        shell(
+            dir.path(),
+            &path,
+            api,
+            "spoold --allow-target 127.0.0.1/32",
+            "spoold-again.log",
+        )
+        .spawn()
+        .expect("spoold"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dropped() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "not picked up: {}",
+            log("spoold-again.log")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        log("receive.log").matches("POST /backup").count(),
+        1,
+        "{}",
+        log("receive.log")
     );
 }
 

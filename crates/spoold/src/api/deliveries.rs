@@ -25,6 +25,9 @@ pub const MASK: &str = "[redacted]";
 
 #[utoipa::path(
     post, path = "/v1/deliveries", tag = "deliveries",
+    params(
+        ("id" = Option<String>, Query, pattern = "^[0-9a-f]{32}$", description = "The id the delivery is to have, chosen by the client (a UUIDv7 without its dashes): a create whose answer was lost is found again by it — asked again, it answers 200 with the delivery made under that id, whatever the request. `spoolctl send` sends one, and a request it drops into the maildrop carries the same"),
+    ),
     request_body = CreateDelivery,
     responses(
         (status = 201, description = "Created and durable; `Location` names it", body = DeliveryView),
@@ -37,33 +40,87 @@ pub const MASK: &str = "[redacted]";
         (status = 507, description = "`journal_full` or `storage_full`", body = ErrorBody),
     )
 )]
-pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Response {
+pub async fn create(
+    State(state): State<SharedState>,
+    RawQuery(query): RawQuery,
+    body: HttpBody,
+) -> Response {
     let limit = super::BodyLimit::AsV010(spool_proto::MAX_REQUEST_BYTES);
     let bytes = match super::read_body(body, limit).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let new = match submission::decode(&bytes).and_then(|req| {
-        // Before the rules normalise it: v0.1.0 hashed the request as the client sent it.
-        let v010 = spool_proto::journal::request_hashes(&req);
-        submission::validate(req, &state.rules).map(|new| NewDelivery {
-            v010_request_hashes: v010,
-            ..new
+    let chosen = match super::first_values(query.as_deref()).get("id") {
+        None => None,
+        Some(id) if spool_proto::maildrop::drop_id(&format!("{id}.drop")).is_some() => {
+            Some(id.clone())
+        }
+        Some(_) => {
+            return ApiError::new(
+                ErrorCode::InvalidRequest,
+                "id must be 32 lower-case hex digits (a UUID without its dashes)",
+            )
+            .into_response()
+        }
+    };
+    let found = |d: model::Delivery| {
+        let path = format!("/v1/deliveries/{}", d.id);
+        super::at_location(StatusCode::OK, &path, &view(d, false))
+    };
+    // A client that chose the id asks again after an answer it lost: the delivery it made.
+    if let Some(id) = &chosen {
+        if let Ok(Some(d)) = state.store.get(id.clone()).await {
+            return found(d);
+        }
+    }
+    match admit(&state, &bytes, chosen.clone()).await {
+        Ok((status, delivery)) => {
+            let path = format!("/v1/deliveries/{}", delivery.id);
+            super::at_location(status, &path, &view(delivery, false))
+        }
+        Err(e) => match chosen {
+            // Made meanwhile under that id (a racing pickup of its drop).
+            Some(id) => match state.store.get(id).await {
+                Ok(Some(d)) => found(d),
+                _ => e.into_response(),
+            },
+            None => e.into_response(),
+        },
+    }
+}
+
+/// A create request's whole way in — decoded, validated against the address policy and the
+/// declared secrets, and stored (durable when this returns `Ok`: 201 created, or 200 the
+/// existing delivery of the same idempotency key) — for the API and for the maildrop's pickup,
+/// which gives the delivery its drop's id (`id`).
+pub(crate) async fn admit(
+    state: &super::AppState,
+    bytes: &[u8],
+    id: Option<String>,
+) -> Result<(StatusCode, model::Delivery), ApiError> {
+    let mut new = submission::decode(bytes)
+        .and_then(|req| {
+            // Before the rules normalise it: v0.1.0 hashed the request as the client sent it.
+            let v010 = spool_proto::journal::request_hashes(&req);
+            submission::validate(req, &state.rules).map(|new| NewDelivery {
+                v010_request_hashes: v010,
+                ..new
+            })
         })
-    }) {
-        Ok(new) => new,
-        Err(r) => {
+        .map_err(|r| {
             if r.code == ErrorCode::TargetBlocked {
                 state.metrics.blocked.inc();
             }
-            return ApiError::new(r.code, r.message).into_response();
-        }
-    };
+            ApiError::new(r.code, r.message)
+        })?;
+    if let Some(id) = id {
+        new.id = id;
+    }
     if let Some(name) = &new.sign_secret {
         let rules = state.target_rules.now();
         if rules.secret(name).is_none() {
             let declared: Vec<&str> = rules.secret_names().collect();
-            return ApiError::new(
+            return Err(ApiError::new(
                 ErrorCode::UnknownSecret,
                 format!(
                     "sign.secretRef {name:?} is not declared in [secrets] (declared: {})",
@@ -73,39 +130,33 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
                         declared.join(", ")
                     }
                 ),
-            )
-            .into_response();
+            ));
         }
     }
-    let (status, delivery) =
-        match state.store.insert(new).await {
-            // The store wakes the scheduler itself, even if this client has gone.
-            Ok(InsertOutcome::Created(d)) => (StatusCode::CREATED, d),
-            Ok(InsertOutcome::Existing(d)) => {
-                state.metrics.duplicates.inc();
-                (StatusCode::OK, d)
-            }
-            Ok(InsertOutcome::Conflict { existing_id }) => {
-                state.metrics.conflicts.inc();
-                return conflict(&state, &bytes, existing_id).await.into_response();
-            }
-            Ok(InsertOutcome::AlreadyExpired) => {
-                return ApiError::new(
-                    ErrorCode::InvalidDelivery,
-                    "expiresAt must be in the future",
-                )
-                .into_response();
-            }
-            Ok(InsertOutcome::Full { db_bytes, limit }) => {
-                state.metrics.admission_rejections.inc();
-                return ApiError::new(
-                    ErrorCode::JournalFull,
-                    format!("journal admission limit reached ({db_bytes} of {limit} bytes used)"),
-                )
-                .into_response();
-            }
-            Err(e) => {
-                let (code, message) = match e {
+    match state.store.insert(new).await {
+        // The store wakes the scheduler itself, even if this client has gone.
+        Ok(InsertOutcome::Created(d)) => Ok((StatusCode::CREATED, d)),
+        Ok(InsertOutcome::Existing(d)) => {
+            state.metrics.duplicates.inc();
+            Ok((StatusCode::OK, d))
+        }
+        Ok(InsertOutcome::Conflict { existing_id }) => {
+            state.metrics.conflicts.inc();
+            Err(conflict(state, bytes, existing_id).await)
+        }
+        Ok(InsertOutcome::AlreadyExpired) => Err(ApiError::new(
+            ErrorCode::InvalidDelivery,
+            "expiresAt must be in the future",
+        )),
+        Ok(InsertOutcome::Full { db_bytes, limit }) => {
+            state.metrics.admission_rejections.inc();
+            Err(ApiError::new(
+                ErrorCode::JournalFull,
+                format!("journal admission limit reached ({db_bytes} of {limit} bytes used)"),
+            ))
+        }
+        Err(e) => {
+            let (code, message) = match e {
                 spool_store::StoreError::DiskFull(_) => {
                     (ErrorCode::StorageFull, "delivery could not be persisted")
                 }
@@ -114,14 +165,15 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
                     "the database cannot be reached; the delivery may not have been persisted: \
                      retry with the same Idempotency-Key",
                 ),
-                _ => (ErrorCode::PersistenceFailed, "delivery could not be persisted"),
+                _ => (
+                    ErrorCode::PersistenceFailed,
+                    "delivery could not be persisted",
+                ),
             };
-                tracing::error!(error = %e, "create could not be persisted");
-                return ApiError::new(code, message).into_response();
-            }
-        };
-    let path = format!("/v1/deliveries/{}", delivery.id);
-    super::at_location(status, &path, &view(delivery, false))
+            tracing::error!(error = %e, "create could not be persisted");
+            Err(ApiError::new(code, message))
+        }
+    }
 }
 
 /// The 409 for an idempotency key already used for another request: it names the delivery
@@ -129,7 +181,7 @@ pub async fn create(State(state): State<SharedState>, body: HttpBody) -> Respons
 /// client that meant to repeat a request sees what it did not repeat. Only this rare answer
 /// pays for reading the delivery and checking the request once more (the create itself was
 /// moved into the store).
-async fn conflict(state: &SharedState, bytes: &[u8], existing_id: String) -> ApiError {
+async fn conflict(state: &super::AppState, bytes: &[u8], existing_id: String) -> ApiError {
     let again = submission::decode(bytes)
         .and_then(|req| submission::validate(req, &state.rules))
         .ok();

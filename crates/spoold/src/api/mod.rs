@@ -7,6 +7,7 @@
 
 pub mod deliveries;
 pub mod locks;
+pub mod maildrop;
 pub mod openapi;
 pub mod server;
 pub mod stats;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub control: Arc<crate::deliveries::scheduler::TargetControl>,
     /// URLs that answered 410 Gone.
     pub gone: Arc<crate::deliveries::gone::GoneUrls>,
+    /// The maildrop picked up, unless `--maildrop off`.
+    pub maildrop: Option<crate::maildrop::Maildrop>,
     /// The admission limit (`--max-db-bytes`); 0 = none.
     pub max_db_bytes: u64,
     /// The declared task types.
@@ -119,6 +122,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/task-types", get(tasks::types))
         .route("/v1/stats", get(stats::stats))
         .route("/v1/targets", get(targets::targets))
+        .route("/v1/maildrop", get(maildrop::maildrop))
         .route("/v1/targets/{origin}/pause", post(targets::pause))
         .route("/v1/targets/{origin}/resume", post(targets::resume))
         .fallback(not_found)

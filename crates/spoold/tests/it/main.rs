@@ -22,6 +22,7 @@ mod isolation;
 mod keep_alive;
 mod leases;
 mod lifecycle;
+mod maildrop;
 mod mixed_trial;
 mod observability;
 mod openapi;
