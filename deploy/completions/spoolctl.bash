@@ -46,6 +46,9 @@ _spoolctl() {
             spoolctl,locks)
                 cmd="spoolctl__subcmd__locks"
                 ;;
+            spoolctl,maildrop)
+                cmd="spoolctl__subcmd__maildrop"
+                ;;
             spoolctl,man)
                 cmd="spoolctl__subcmd__man"
                 ;;
@@ -114,6 +117,9 @@ _spoolctl() {
                 ;;
             spoolctl__subcmd__help,locks)
                 cmd="spoolctl__subcmd__help__subcmd__locks"
+                ;;
+            spoolctl__subcmd__help,maildrop)
+                cmd="spoolctl__subcmd__help__subcmd__maildrop"
                 ;;
             spoolctl__subcmd__help,man)
                 cmd="spoolctl__subcmd__help__subcmd__man"
@@ -323,7 +329,7 @@ _spoolctl() {
 
     case "${cmd}" in
         spoolctl)
-            opts="-h -V --server --json --token-file --help --version send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help"
+            opts="-h -V --server --json --token-file --help --version send list get attempts transitions retry cancel export import resolve checks stats targets maildrop wait receive verify task locks step version completion man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -525,7 +531,7 @@ _spoolctl() {
             return 0
             ;;
         spoolctl__subcmd__help)
-            opts="send list get attempts transitions retry cancel export import resolve checks stats targets wait receive verify task locks step version completion man help"
+            opts="send list get attempts transitions retry cancel export import resolve checks stats targets maildrop wait receive verify task locks step version completion man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -665,6 +671,20 @@ _spoolctl() {
             return 0
             ;;
         spoolctl__subcmd__help__subcmd__locks)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spoolctl__subcmd__help__subcmd__maildrop)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1149,6 +1169,28 @@ _spoolctl() {
             return 0
             ;;
         spoolctl__subcmd__locks)
+            opts="-h --server --json --token-file --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --server)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --token-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        spoolctl__subcmd__maildrop)
             opts="-h --server --json --token-file --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

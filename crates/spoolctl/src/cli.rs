@@ -191,6 +191,12 @@ pub enum Command {
     Stats,
     /// Targets with work waiting, recent failures or a pause, in origin order
     Targets(TargetsArgs),
+    /// The daemon's maildrop: where it is, the drops waiting, and those it refused, with why
+    ///
+    /// `send` drops a request there when the daemon cannot be reached; the daemon takes each
+    /// in when it runs. A drop it will not take (a blocked target, an idempotency conflict, a
+    /// malformed file) is moved aside with its reason and listed here, newest first.
+    Maildrop,
     /// Wait until a delivery is succeeded, failed or canceled
     #[command(
         long_about = "Wait until a delivery is succeeded, failed or canceled.\n\n\

@@ -569,6 +569,11 @@ impl Client {
     }
 
     /// `GET /v1/targets?limit=…[&cursor=…]`
+    /// `GET /v1/maildrop`
+    pub async fn maildrop(&self) -> Result<spool_proto::maildrop::MaildropView, ClientError> {
+        decode(&self.send(Method::GET, "/v1/maildrop", None).await?)
+    }
+
     pub async fn targets(
         &self,
         limit: u32,

@@ -8,6 +8,7 @@ mod completion;
 mod get;
 mod list;
 mod locks;
+mod maildrop;
 mod receive;
 mod resolve;
 mod send;
@@ -144,6 +145,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
             Command::Wait(args) => block_on(wait::run(&connect(global)?, args, out))?,
             Command::Stats => block_on(stats::run(&connect(global)?, out))?,
             Command::Targets(args) => block_on(targets::run(&connect(global)?, args, out))?,
+            Command::Maildrop => block_on(maildrop::run(&connect(global)?, out))?,
             Command::Task { command } => block_on(task::run(&connect(global)?, command, out))?,
             Command::Locks => block_on(locks::run(&connect(global)?, out))?,
             Command::Receive(args) => block_on(receive::run(args, out))?,

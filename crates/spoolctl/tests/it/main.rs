@@ -6,6 +6,7 @@
 mod at_most_once;
 mod auth;
 mod e2e;
+mod maildrop;
 mod migration;
 mod moving_in;
 mod quick_start;
