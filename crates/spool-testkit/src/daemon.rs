@@ -413,16 +413,10 @@ impl DaemonProcess {
                 crate::pg::TEST_DB_CONNECTIONS.to_string(),
             );
         }
-        // Where the daemon says where its maildrop is (`spoolctl` reads it): beside its
-        // database, never in the home directory of whoever runs the tests.
-        let state = match opts.db.to_string_lossy().starts_with("postgres") {
-            true => std::env::temp_dir().join("spoold-test-state"),
-            false => opts
-                .db
-                .parent()
-                .map_or_else(std::env::temp_dir, Path::to_path_buf)
-                .join("state"),
-        };
+        // Where the daemon says where its maildrop is (`spoolctl` reads it): one directory of
+        // small files for every test daemon, never the home directory of whoever runs the
+        // tests, nor the daemon's data directory (which tests copy and count).
+        let state = std::env::temp_dir().join("spoold-test-state");
         command.env("XDG_STATE_HOME", state);
         command.envs(opts.env.iter().map(|(k, v)| (k, v)));
         let mut child = command

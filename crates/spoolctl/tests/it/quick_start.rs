@@ -33,6 +33,22 @@ impl Drop for Running {
     }
 }
 
+/// Whether a process of process group `group` is alive (zombies aside), from /proc.
+fn group_alive(group: i32) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                fields.first() != Some(&"Z") && fields.get(2) == Some(&group.to_string().as_str())
+            })
+        })
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -404,7 +420,17 @@ fn the_readme_crontab_line_works_under_crons_environment() {
     // The daemon stopped: the job's send is dropped into the daemon's maildrop (found where
     // the daemon said, in the user's home) and exits 0, printing nothing but on stdout; the
     // daemon, started again, picks it up — and its key makes it the same delivery, sent once.
+    let group = daemon.0.id() as i32;
     drop(daemon);
+    // Its shell goes at once; the daemon itself (and its hold on the database) a moment later.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while group_alive(group) {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon's group outlived its kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let out = cron(&cron_path);
     assert!(
         out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),

@@ -227,8 +227,9 @@ fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
     for entry in std::fs::read_dir(from).context("read the data directory")? {
         let entry = entry?;
         let name = entry.file_name();
-        // The shared-memory index is rebuilt from the WAL; copying it could only confuse.
-        if name.to_string_lossy().ends_with("-shm") {
+        // The shared-memory index is rebuilt from the WAL; copying it could only confuse. The
+        // database is files; directories (the maildrop, task files) are not needed.
+        if name.to_string_lossy().ends_with("-shm") || entry.file_type()?.is_dir() {
             continue;
         }
         std::fs::copy(entry.path(), to.join(&name))
