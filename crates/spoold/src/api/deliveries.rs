@@ -52,6 +52,7 @@ pub async fn create(
     };
     let chosen = match super::first_values(query.as_deref()).get("id") {
         None => None,
+        Some(id) if id.is_empty() => None,
         Some(id) if spool_proto::maildrop::drop_id(&format!("{id}.drop")).is_some() => {
             Some(id.clone())
         }
@@ -67,7 +68,16 @@ pub async fn create(
         let path = format!("/v1/deliveries/{}", d.id);
         super::at_location(StatusCode::OK, &path, &view(d, false))
     };
-    // A client that chose the id asks again after an answer it lost: the delivery it made.
+    // A client that chose the id asks again after an answer it lost: the delivery it made —
+    // for a request that is one (what is not is refused, whatever the id).
+    if let Err(r) =
+        submission::decode(&bytes).and_then(|req| submission::validate(req, &state.rules))
+    {
+        if r.code == ErrorCode::TargetBlocked {
+            state.metrics.blocked.inc();
+        }
+        return ApiError::new(r.code, r.message).into_response();
+    }
     if let Some(id) = &chosen {
         if let Ok(Some(d)) = state.store.get(id.clone()).await {
             return found(d);
