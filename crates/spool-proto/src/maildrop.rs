@@ -91,6 +91,25 @@ pub fn pointer_name(listen: PointerOf<'_>) -> String {
     }
 }
 
+/// Where the pointer file of the daemon at `listen` is for a user whose `XDG_STATE_HOME` and
+/// `HOME` are `xdg` and `home` (as the environment has them): `$XDG_STATE_HOME/spoold/`, else
+/// `$HOME/.local/state/spoold/`; `None` without an absolute one of them.
+pub fn pointer_path(
+    xdg: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+    listen: PointerOf<'_>,
+) -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    let state = xdg
+        .filter(|d| Path::new(d).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            home.filter(|h| Path::new(h).is_absolute())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })?;
+    Some(state.join("spoold").join(pointer_name(listen)))
+}
+
 /// See [`pointer_name`].
 #[derive(Debug, Clone, Copy)]
 pub enum PointerOf<'a> {

@@ -112,7 +112,7 @@ pub struct TargetView {
 #[serde(rename_all = "camelCase")]
 pub struct GoneUrlView {
     /// Scheme, host, port and path: its deliveries with any query are held.
-    #[schema(example = "https://hooks.slack.com/services/T0/B0/XXXX")]
+    #[schema(example = "https://hooks.example.com/services/T0/B0/XXXX")]
     pub url: String,
     /// When it answered 410 (on this host; for one another host or an earlier run found gone,
     /// when this daemon learnt of it).

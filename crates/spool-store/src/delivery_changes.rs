@@ -192,31 +192,10 @@ pub(crate) async fn park<S: Sql>(
     }
 }
 
-/// What matches the deliveries to one URL whatever its query, of one origin (`$1`): `$2` to
-/// `$5` are a [`UrlMatch`]'s values in order.
-const TO_URL: &str =
-    "origin = $1 AND (target_url = $2 OR substr(target_url, 1, CAST(CAST($3 AS BIGINT) AS INTEGER)) IN ($4, $5))";
-
 /// Park every pending delivery to `url` (without its query) at `origin`: not due until
 /// [`unpark`]ed. The number parked.
 pub(crate) async fn park_url<S: Sql>(db: &S, origin: &str, url: &str, now: Millis) -> Result<u64> {
-    let m = UrlMatch::new(url);
-    db.exec(
-        &format!(
-            "UPDATE deliveries SET next_attempt_at = $6, updated_at = $7 \
-             WHERE status = 'pending' AND next_attempt_at < $6 AND {TO_URL}"
-        ),
-        &[
-            origin.into(),
-            url.into(),
-            m.prefix_len.into(),
-            (&m.with_query).into(),
-            (&m.with_fragment).into(),
-            PARKED.into(),
-            now.into(),
-        ],
-    )
-    .await
+    set_due(db, origin, Some(url), Parked::No, PARKED, now).await
 }
 
 /// Make the parked deliveries of `origin` (only those to `url`, without its query, if given)
@@ -227,35 +206,50 @@ pub(crate) async fn unpark<S: Sql>(
     url: Option<&str>,
     now: Millis,
 ) -> Result<u64> {
-    match url {
-        None => {
-            db.exec(
-                "UPDATE deliveries SET next_attempt_at = $2, updated_at = $2 \
-                 WHERE status = 'pending' AND origin = $1 AND next_attempt_at >= $3",
-                &[origin.into(), now.into(), PARKED.into()],
-            )
-            .await
-        }
-        Some(url) => {
-            let m = UrlMatch::new(url);
-            db.exec(
-                &format!(
-                    "UPDATE deliveries SET next_attempt_at = $6, updated_at = $6 \
-                     WHERE status = 'pending' AND next_attempt_at >= $7 AND {TO_URL}"
-                ),
-                &[
-                    origin.into(),
-                    url.into(),
-                    m.prefix_len.into(),
-                    (&m.with_query).into(),
-                    (&m.with_fragment).into(),
-                    now.into(),
-                    PARKED.into(),
-                ],
-            )
-            .await
-        }
+    set_due(db, origin, url, Parked::Yes, now, now).await
+}
+
+/// Which pending deliveries [`set_due`] changes.
+#[derive(Clone, Copy)]
+enum Parked {
+    Yes,
+    No,
+}
+
+/// Make the pending deliveries of `origin` (only those to `url` whatever its query, if given)
+/// that are parked, or are not, due at `due`. The number changed.
+async fn set_due<S: Sql>(
+    db: &S,
+    origin: &str,
+    url: Option<&str>,
+    which: Parked,
+    due: Millis,
+    now: Millis,
+) -> Result<u64> {
+    let parked = match which {
+        Parked::Yes => ">=",
+        Parked::No => "<",
+    };
+    let mut sql = format!(
+        "UPDATE deliveries SET next_attempt_at = $2, updated_at = $3 \
+         WHERE status = 'pending' AND origin = $1 AND next_attempt_at {parked} $4"
+    );
+    let mut values: Vec<Value<'_>> = vec![origin.into(), due.into(), now.into(), PARKED.into()];
+    let m = url.map(UrlMatch::new);
+    if let Some(m) = &m {
+        // Stored URLs are ASCII, so the prefix's length in characters is its length in bytes.
+        sql.push_str(
+            " AND (target_url = $5 \
+             OR substr(target_url, 1, CAST(CAST($6 AS BIGINT) AS INTEGER)) IN ($7, $8))",
+        );
+        values.extend::<[Value<'_>; 4]>([
+            m.url.as_str().into(),
+            m.prefix_len.into(),
+            (&m.with_query).into(),
+            (&m.with_fragment).into(),
+        ]);
     }
+    db.exec(&sql, &values).await
 }
 
 /// [`unstart`], the delivery given back with `reason`, due at `due` when given.

@@ -6,7 +6,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use spool_proto::maildrop::{pointer_name, PointerOf, DROP_SUFFIX, DROP_VERSION, MAX_DROP_BYTES};
+use spool_proto::maildrop::{PointerOf, DROP_SUFFIX, DROP_VERSION, MAX_DROP_BYTES};
 
 /// The Debian package's system service keeps its maildrop here.
 pub const SYSTEM_MAILDROP: &str = "/var/lib/spoold/maildrop";
@@ -31,7 +31,14 @@ pub fn find(explicit: Option<&Path>, listen: Option<PointerOf<'_>>) -> Result<Fo
         });
     }
     let mut tried = Vec::new();
-    if let Some(pointer) = listen.and_then(pointer_file) {
+    let pointer = listen.and_then(|listen| {
+        spool_proto::maildrop::pointer_path(
+            std::env::var_os("XDG_STATE_HOME"),
+            std::env::var_os("HOME"),
+            listen,
+        )
+    });
+    if let Some(pointer) = pointer {
         match std::fs::read_to_string(&pointer) {
             Ok(text) => {
                 let dir = PathBuf::from(text.trim_end_matches('\n'));
@@ -52,19 +59,6 @@ pub fn find(explicit: Option<&Path>, listen: Option<PointerOf<'_>>) -> Result<Fo
             Err(tried.join("; "))
         }
     }
-}
-
-/// This user's pointer file for the daemon at `listen`.
-fn pointer_file(listen: PointerOf<'_>) -> Option<PathBuf> {
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .filter(|d| Path::new(d).is_absolute())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|h| Path::new(h).is_absolute())
-                .map(|h| PathBuf::from(h).join(".local/state"))
-        })?;
-    Some(state.join("spoold").join(pointer_name(listen)))
 }
 
 /// Whether this user may drop into `dir`: a directory (not a link to one) it may write and
@@ -136,7 +130,7 @@ mod tests {
             &dir,
             id,
             "2026-12-07T23:00:00Z",
-            br#"{"targetUrl":"http://x/"}"#,
+            br#"{"targetUrl":"http://127.0.0.1:9/"}"#,
         )
         .expect("written");
         assert_eq!(path, dir.join(format!("{id}.drop")));
@@ -144,7 +138,7 @@ mod tests {
             serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("a drop");
         assert_eq!(
             (drop.id.as_str(), drop.request.get()),
-            (id, r#"{"targetUrl":"http://x/"}"#)
+            (id, r#"{"targetUrl":"http://127.0.0.1:9/"}"#)
         );
         let names: Vec<_> = std::fs::read_dir(&dir)
             .expect("list")

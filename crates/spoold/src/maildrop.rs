@@ -177,25 +177,22 @@ impl Maildrop {
 /// `$HOME/.local/state/spoold/`; nothing without either. Only the `spoold` program does this
 /// (a daemon run inside a test writes nothing outside its directories).
 pub fn point_to(dir: &Path, bound: &crate::Bound) {
-    use spool_proto::maildrop::{pointer_name, PointerOf};
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .filter(|d| Path::new(d).is_absolute())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|h| Path::new(h).is_absolute())
-                .map(|h| PathBuf::from(h).join(".local/state"))
-        });
-    let Some(state) = state else { return };
+    use spool_proto::maildrop::{pointer_path, PointerOf};
     let socket;
-    let name = pointer_name(match bound {
+    let listen = match bound {
         crate::Bound::Tcp(addr) => PointerOf::Port(addr.port()),
         crate::Bound::Unix(path) => {
             socket = path.display().to_string();
             PointerOf::Socket(&socket)
         }
-    });
-    let file = state.join("spoold").join(name);
+    };
+    let Some(file) = pointer_path(
+        std::env::var_os("XDG_STATE_HOME"),
+        std::env::var_os("HOME"),
+        listen,
+    ) else {
+        return;
+    };
     let text = format!("{}\n", dir.display());
     if let Err(e) = spool_store::durable_file::write(&file, text.as_bytes()) {
         warn!(file = %file.display(), error = %e,

@@ -81,10 +81,11 @@ fn run(args: spoold::config::Args) -> Result<(), (u8, String)> {
         let mut running = spoold::start(config)
             .await
             .map_err(|e| (1, e.to_string()))?;
+        let mut signals = Signals::new().map_err(|e| (1, format!("cannot handle signals: {e}")))?;
+        // After the handlers: a signal sent as soon as `listening` is logged finds them.
         if let Some(dir) = &maildrop {
             spoold::maildrop::point_to(dir, &running.bound);
         }
-        let mut signals = Signals::new().map_err(|e| (1, format!("cannot handle signals: {e}")))?;
         // The store is open and the API listens: ready, for systemd too.
         let ready = format!("READY=1\nSTATUS=listening on {}", running.bound);
         notifier.send(&ready);

@@ -497,71 +497,24 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     if let Some(why) = taken_over {
         // Its processes were re-parented to this process: ended as those of a supervisor that
         // died — but without a second SIGTERM for those it had already sent one.
-        let group = told.pid;
-        let grace = spawn.kill_grace;
-        let termed = told.term_at.map(|at| at.elapsed());
-        let held = record.clone();
-        let ended = tokio::task::spawn_blocking(move || {
-            let ended = processes::end_adopted(group, grace, termed);
-            ended.killed || processes::end_holders(&held, grace) > 0
-        })
-        .await;
-        finished.killed = ended.unwrap_or(false);
-        finished.pid = group.map(|g| g as u32);
+        finished.killed = end_what_is_left(&told, spawn.kill_grace, &record).await;
+        finished.pid = told.pid.map(|g| g as u32);
         finished.taken_over = Some(why);
-        if let Some(cg) = cgroup {
-            cg.kill();
-            cg.remove().await;
-        }
-        finished.output_bytes = match output {
-            Some(n) => n,
-            None => match tokio::time::timeout(Duration::from_secs(1), &mut pump.thread).await {
-                Ok(n) => n.unwrap_or(0),
-                Err(_) => pump.stop().await,
-            },
-        };
-        finished.duration = started.elapsed();
-        return finished;
-    }
-    // A live daemon is told; the file is the supervisor's only if it took this one for gone.
-    let read = match told.record.take() {
-        Some(r) => Ok(Some(r)),
-        None => supervision::read_record(&record),
-    };
-    match read {
-        Ok(Some(r)) if r.over => apply(&mut finished, &r, requested),
-        failed => {
-            // The supervisor died before it finished (killed by someone, out of memory): what
-            // it had adopted was re-parented to this process, which ends it.
-            let why = match failed {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    "processes of the attempt still held its record".to_owned()
-                }
-                Err(e) => format!("its record could not be read: {e}"),
-                Ok(_) => "it told nothing of how the attempt ended".to_owned(),
-            };
-            let group = told.pid;
-            tracing::error!(tag = %spawn.tag, exit_code = status.code, signal = status.signal,
-                            why, "an attempt's supervisor ended abnormally");
-            finished.supervisor_lost = Some(format!(
-                "the attempt's supervisor ended abnormally ({}); {why}",
-                describe_exit(status)
-            ));
-            let grace = spawn.kill_grace;
-            let termed = told.term_at.map(|at| at.elapsed());
-            let held = record.clone();
-            finished.killed = tokio::task::spawn_blocking(move || {
-                let ended = processes::end_adopted(group, grace, termed);
-                // What parenthood did not find (it joined another group and stayed in the
-                // daemon's session) still holds the attempt's record file.
-                let more = processes::end_holders(&held, grace);
-                ended.killed || more > 0
-            })
-            .await
-            .unwrap_or(false);
-        }
+    } else {
+        settle(
+            &mut finished,
+            &mut told,
+            status,
+            requested,
+            (&spawn.tag, spawn.kill_grace),
+            &record,
+        )
+        .await;
     }
     if let Some(cg) = cgroup {
+        if finished.taken_over.is_some() {
+            cg.kill();
+        }
         cg.remove().await;
     }
     finished.output_bytes = match output {
@@ -575,6 +528,60 @@ pub async fn run(spawn: Spawn<'_>) -> Finished {
     };
     finished.duration = started.elapsed();
     finished
+}
+
+/// End what a supervisor that is gone left of its attempt (re-parented to this process): by
+/// parenthood — SIGKILL after what is left of its grace, no second SIGTERM if it had sent one —
+/// then whatever parenthood missed that still holds the attempt's record file. Whether SIGKILL
+/// was needed.
+async fn end_what_is_left(told: &Told, grace: Duration, record: &Path) -> bool {
+    let group = told.pid;
+    let termed = told.term_at.map(|at| at.elapsed());
+    let held = record.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let ended = processes::end_adopted(group, grace, termed);
+        ended.killed || processes::end_holders(&held, grace) > 0
+    })
+    .await
+    .unwrap_or(false)
+}
+
+/// How the attempt ended, from what its supervisor told or left in its record; a supervisor
+/// that died before it finished leaves it `supervisor_lost`, its processes ended here.
+async fn settle(
+    finished: &mut Finished,
+    told: &mut Told,
+    status: processes::Exit,
+    requested: Option<Stopped>,
+    (tag, grace): (&str, Duration),
+    record: &Path,
+) {
+    // A live daemon is told; the file is the supervisor's only if it took this one for gone.
+    let read = match told.record.take() {
+        Some(r) => Ok(Some(r)),
+        None => supervision::read_record(record),
+    };
+    match read {
+        Ok(Some(r)) if r.over => apply(finished, &r, requested),
+        failed => {
+            // The supervisor died before it finished (killed by someone, out of memory): what
+            // it had adopted was re-parented to this process, which ends it.
+            let why = match failed {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    "processes of the attempt still held its record".to_owned()
+                }
+                Err(e) => format!("its record could not be read: {e}"),
+                Ok(_) => "it told nothing of how the attempt ended".to_owned(),
+            };
+            tracing::error!(tag = %tag, exit_code = status.code, signal = status.signal,
+                            why, "an attempt's supervisor ended abnormally");
+            finished.supervisor_lost = Some(format!(
+                "the attempt's supervisor ended abnormally ({}); {why}",
+                describe_exit(status)
+            ));
+            finished.killed = end_what_is_left(told, grace, record).await;
+        }
+    }
 }
 
 /// What a supervisor told its daemon on the control socket: the attempt's process group once
